@@ -1,0 +1,39 @@
+// Aggregator: the plug-in seam for merge rules. One aggregation is Begin(base), any number of
+// Fold(update), then Finalize(). Fold never mutates its input; an update it refuses (wrong
+// layout, non-finite values, bad weight) leaves the aggregation exactly as it was.
+// Client sampling, deadlines and staleness belong to the coordinator engines, not here.
+// A new strategy is one .cpp file plus one line in registry.cpp.
+// Thread-compatible: one aggregation is driven by one thread (it may use a ThreadPool inside).
+#pragma once
+
+#include <string>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "core/update.h"
+
+namespace plexus {
+
+class Aggregator {
+ public:
+  virtual ~Aggregator() = default;
+
+  // Starts a new aggregation on top of `base`, dropping any previous one.
+  virtual Status Begin(const ModelState& base) = 0;
+
+  // Folds one client's delta. InvalidArgument when its layout differs from the base, it holds
+  // non-finite values, or its weight is not positive. FailedPrecondition before Begin.
+  virtual Status Fold(const Update& update) = 0;
+
+  // Number of updates folded since Begin.
+  virtual size_t num_folded() const = 0;
+
+  // The new model: base plus the aggregated delta, with version base.version() + 1.
+  // FailedPrecondition when nothing was folded.
+  virtual Result<ModelState> Finalize() = 0;
+
+  // The strategy and its settings, e.g. "fedavg(weighted=true)", for logs and result files.
+  virtual std::string Describe() const = 0;
+};
+
+}  // namespace plexus

@@ -1,0 +1,146 @@
+#include "core/model_state.h"
+
+#include <openssl/evp.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <set>
+
+namespace plexus {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "Plexus assumes a little-endian host");
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string ToHex(const unsigned char* p, size_t n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[p[i] >> 4];
+    out[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+struct MdCtxDeleter {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
+  void Add(const void* p, size_t n) { EVP_DigestUpdate(ctx_.get(), p, n); }
+  void AddU64(uint64_t v) { Add(&v, sizeof v); }
+  std::string HexDigest() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_.get(), md, &len);
+    return ToHex(md, len);
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, MdCtxDeleter> ctx_;
+};
+
+}  // namespace
+
+Result<ModelState> ModelState::Create(const std::vector<TensorSpec>& tensors, uint64_t version) {
+  ModelState m;
+  std::set<std::string> seen;
+  size_t offset = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name.empty()) return InvalidArgumentError("tensor with an empty name");
+    if (!seen.insert(t.name).second) return InvalidArgumentError("duplicate tensor name '" + t.name + "'");
+    size_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) return InvalidArgumentError("tensor '" + t.name + "' has a negative dimension " + ShapeString(t.shape));
+      numel *= static_cast<size_t>(d);
+    }
+    m.slots_.push_back(TensorSlot{t.name, t.shape, offset, numel});
+    offset += numel;
+  }
+  m.data_.assign(offset, 0.0f);
+  m.version_ = version;
+  return m;
+}
+
+ModelState ModelState::ZerosLike(const ModelState& other) {
+  ModelState m;
+  m.slots_ = other.slots_;
+  m.data_.assign(other.data_.size(), 0.0f);
+  return m;
+}
+
+Status ModelState::CheckSameLayout(const ModelState& expected) const {
+  if (slots_.size() != expected.slots_.size()) {
+    return InvalidArgumentError("model has " + std::to_string(slots_.size()) + " tensors, expected " +
+                                std::to_string(expected.slots_.size()));
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const TensorSlot& a = slots_[i];
+    const TensorSlot& b = expected.slots_[i];
+    if (a.name != b.name) {
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is named '" + a.name + "', expected '" + b.name + "'");
+    }
+    if (a.shape != b.shape) {
+      return InvalidArgumentError("tensor '" + a.name + "' has shape " + ShapeString(a.shape) + ", expected " +
+                                  ShapeString(b.shape));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ModelState::CheckFinite() const {
+  for (const TensorSlot& s : slots_) {
+    for (size_t j = 0; j < s.numel; ++j) {
+      if (!std::isfinite(data_[s.offset + j])) {
+        return InvalidArgumentError("tensor '" + s.name + "' holds a non-finite value (" +
+                                    std::to_string(data_[s.offset + j]) + ") at index " + std::to_string(j));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ModelState::ContentSha256() const {
+  Sha256 h;
+  h.AddU64(slots_.size());
+  for (const TensorSlot& s : slots_) {
+    h.AddU64(s.name.size());
+    h.Add(s.name.data(), s.name.size());
+    h.AddU64(s.shape.size());
+    for (int64_t d : s.shape) h.AddU64(static_cast<uint64_t>(d));
+  }
+  h.Add(data_.data(), data_.size() * sizeof(float));
+  return h.HexDigest();
+}
+
+bool operator==(const ModelState& a, const ModelState& b) {
+  if (a.version_ != b.version_ || a.slots_.size() != b.slots_.size() || a.data_.size() != b.data_.size()) return false;
+  for (size_t i = 0; i < a.slots_.size(); ++i) {
+    if (a.slots_[i].name != b.slots_[i].name || a.slots_[i].shape != b.slots_[i].shape) return false;
+  }
+  return std::memcmp(a.data_.data(), b.data_.data(), a.num_bytes()) == 0;
+}
+
+std::string Sha256Hex(std::span<const unsigned char> bytes) {
+  Sha256 h;
+  h.Add(bytes.data(), bytes.size());
+  return h.HexDigest();
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  return Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
+}
+
+}  // namespace plexus

@@ -1,0 +1,77 @@
+// ModelState: a model's parameters as ordered, named float32 tensors stored in one flat buffer,
+// plus a monotonically increasing version. Aggregation works on the flat buffer; the layout table
+// says which range belongs to which tensor. A ModelState owns its data (value semantics).
+// Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plexus {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// Where one tensor lives in the flat buffer.
+struct TensorSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // in floats
+  size_t numel = 0;
+};
+
+class ModelState {
+ public:
+  ModelState() = default;
+
+  // A zero-filled model with the given tensors, in order. Fails on empty or duplicate names and
+  // negative dimensions.
+  static Result<ModelState> Create(const std::vector<TensorSpec>& tensors, uint64_t version = 0);
+
+  // A zero-filled model with the same layout as `other`, version 0.
+  static ModelState ZerosLike(const ModelState& other);
+
+  const std::vector<TensorSlot>& tensors() const { return slots_; }
+  size_t num_params() const { return data_.size(); }
+  size_t num_bytes() const { return data_.size() * sizeof(float); }
+
+  std::span<float> data() { return data_; }
+  std::span<const float> data() const { return data_; }
+  std::span<float> tensor(size_t i) { return std::span<float>(data_).subspan(slots_[i].offset, slots_[i].numel); }
+  std::span<const float> tensor(size_t i) const {
+    return std::span<const float>(data_).subspan(slots_[i].offset, slots_[i].numel);
+  }
+
+  uint64_t version() const { return version_; }
+  void set_version(uint64_t v) { version_ = v; }
+
+  // OK when names and shapes agree tensor by tensor; otherwise InvalidArgument naming the first
+  // mismatch.
+  Status CheckSameLayout(const ModelState& expected) const;
+
+  // OK when every value is finite; otherwise InvalidArgument naming the tensor and index.
+  Status CheckFinite() const;
+
+  // SHA-256 (lower-case hex) over a canonical encoding of names, shapes and values. The version
+  // is not part of the content, so equal parameters hash equal whatever their version.
+  std::string ContentSha256() const;
+
+  friend bool operator==(const ModelState& a, const ModelState& b);
+
+ private:
+  std::vector<TensorSlot> slots_;
+  std::vector<float> data_;
+  uint64_t version_ = 0;
+};
+
+// Lower-case hex SHA-256 of arbitrary bytes.
+std::string Sha256Hex(std::span<const unsigned char> bytes);
+std::string Sha256Hex(const std::string& bytes);
+
+}  // namespace plexus

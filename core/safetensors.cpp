@@ -1,0 +1,155 @@
+#include "core/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace plexus {
+namespace {
+
+constexpr const char* kVersionKey = "plexus.version";
+
+Status Malformed(const std::string& why) { return InvalidArgumentError("malformed safetensors: " + why); }
+
+}  // namespace
+
+std::string EncodeSafetensors(const ModelState& model) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{kVersionKey, std::to_string(model.version())}, {"format", "pt"}};
+  for (const TensorSlot& s : model.tensors()) {
+    const size_t begin = s.offset * sizeof(float);
+    header[s.name] = {{"dtype", "F32"}, {"shape", s.shape}, {"data_offsets", {begin, begin + s.numel * sizeof(float)}}};
+  }
+  std::string json = header.dump();
+  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  const uint64_t n = json.size();
+  std::string out;
+  out.reserve(8 + json.size() + model.num_bytes());
+  out.append(reinterpret_cast<const char*>(&n), 8);
+  out += json;
+  out.append(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
+  return out;
+}
+
+Result<ModelState> DecodeSafetensors(std::string_view bytes) {
+  if (bytes.size() < 8) return Malformed("shorter than the 8-byte header length");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (header_len > kMaxSafetensorsHeaderBytes || header_len > bytes.size() - 8) {
+    return Malformed("header length " + std::to_string(header_len) + " exceeds the " +
+                     std::to_string(bytes.size()) + "-byte input or the limit");
+  }
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_len), nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) return Malformed("header is not a JSON object");
+  const std::string_view payload = bytes.substr(8 + header_len);
+
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  uint64_t version = 0;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) return Malformed("__metadata__ is not an object");
+      auto v = it->find(kVersionKey);
+      if (v != it->end()) {
+        if (!v->is_string()) return Malformed("plexus.version is not a string");
+        const std::string& text = v->get_ref<const std::string&>();
+        char* end = nullptr;
+        errno = 0;
+        version = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno != 0) return Malformed("plexus.version '" + text + "' is not a number");
+      }
+      continue;
+    }
+    const nlohmann::json& t = *it;
+    if (!t.is_object()) return Malformed("entry '" + it.key() + "' is not an object");
+    auto dtype = t.find("dtype");
+    auto shape = t.find("shape");
+    auto offsets = t.find("data_offsets");
+    if (dtype == t.end() || shape == t.end() || offsets == t.end()) {
+      return Malformed("tensor '" + it.key() + "' lacks dtype, shape or data_offsets");
+    }
+    if (!dtype->is_string() || *dtype != "F32") {
+      return InvalidArgumentError("tensor '" + it.key() + "' has dtype " + dtype->dump() +
+                                  "; Plexus reads F32 only (convert with tensor.float())");
+    }
+    Entry e{it.key(), {}, 0, 0};
+    if (!shape->is_array()) return Malformed("shape of '" + e.name + "' is not an array");
+    uint64_t numel = 1;
+    for (const auto& d : *shape) {
+      if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0)) {
+        return Malformed("shape of '" + e.name + "' has a non-integer or negative dimension");
+      }
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > (uint64_t{1} << 40) / dim) return Malformed("shape of '" + e.name + "' is too large");
+      numel *= dim;
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    if (!offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned()) {
+      return Malformed("data_offsets of '" + e.name + "' is not a pair of non-negative integers");
+    }
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    if (e.begin > e.end || e.end > payload.size()) {
+      return Malformed("data_offsets of '" + e.name + "' lie outside the " + std::to_string(payload.size()) + "-byte data");
+    }
+    if (e.end - e.begin != numel * sizeof(float)) {
+      return Malformed("tensor '" + e.name + "' has " + std::to_string(e.end - e.begin) + " bytes for " +
+                       std::to_string(numel) + " F32 values");
+    }
+    entries.push_back(std::move(e));
+  }
+  // The data section order is the model's tensor order.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t expected = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != expected) return Malformed("tensor '" + e.name + "' overlaps another or leaves a gap");
+    expected = e.end;
+  }
+  if (expected != payload.size()) return Malformed("data section has trailing bytes");
+
+  std::vector<TensorSpec> specs;
+  specs.reserve(entries.size());
+  for (const Entry& e : entries) specs.push_back({e.name, e.shape});
+  PLEXUS_ASSIGN_OR_RETURN(ModelState model, ModelState::Create(specs, version));
+  if (!payload.empty()) std::memcpy(model.data().data(), payload.data(), payload.size());
+  return model;
+}
+
+Result<ModelState> ReadSafetensorsFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot open model file '" + path + "': " + std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  Result<ModelState> model = DecodeSafetensors(buf.str());
+  if (!model.ok()) return model.status().WithContext("reading '" + path + "'");
+  return model;
+}
+
+Status WriteSafetensorsFile(const std::string& path, const ModelState& model) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return InvalidArgumentError("cannot write '" + tmp + "': " + std::strerror(errno));
+    const std::string bytes = EncodeSafetensors(model);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return InternalError("short write to '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return InternalError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace plexus

@@ -1,0 +1,283 @@
+#include "server/coordinator/sync_engine.h"
+
+#include <algorithm>
+
+#include "aggregators/registry.h"
+#include "core/rng.h"
+
+namespace plexus {
+namespace {
+
+Status Positive(int64_t v, const char* field) {
+  if (v > 0) return Status::Ok();
+  return InvalidArgumentError(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
+}
+
+}  // namespace
+
+Status SyncOptions::Validate() const {
+  PLEXUS_RETURN_IF_ERROR(Positive(rounds, "rounds"));
+  PLEXUS_RETURN_IF_ERROR(Positive(clients_per_round, "clients-per-round"));
+  PLEXUS_RETURN_IF_ERROR(Positive(min_clients, "min-clients"));
+  if (min_clients > clients_per_round) {
+    return InvalidArgumentError("min-clients (" + std::to_string(min_clients) + ") cannot exceed clients-per-round (" +
+                                std::to_string(clients_per_round) + ")");
+  }
+  PLEXUS_RETURN_IF_ERROR(Positive(round_deadline_ms, "round deadline"));
+  PLEXUS_RETURN_IF_ERROR(Positive(client_timeout_ms, "client timeout"));
+  PLEXUS_RETURN_IF_ERROR(Positive(poll_retry_ms, "poll retry"));
+  if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
+  if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
+  if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(Positive(task.local_epochs, "local-epochs"));
+  PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
+  if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
+  if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  return Status::Ok();
+}
+
+SyncEngine::SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator)
+    : options_(options), store_(store), clock_(clock), evaluator_(evaluator) {}
+
+Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options, const ModelState& initial_model,
+                                                     Store* store, const Clock* clock, ModelEvaluator* evaluator,
+                                                     ThreadPool* pool) {
+  PLEXUS_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<SyncEngine> e(new SyncEngine(options, store, clock, evaluator));
+  PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
+  e->strategy_description_ = e->aggregator_->Describe();
+
+  PLEXUS_ASSIGN_OR_RETURN(std::optional<ModelState> latest, store->LatestCheckpoint());
+  if (latest) {
+    Status same = latest->CheckSameLayout(initial_model);
+    if (!same.ok()) {
+      return FailedPreconditionError("the database holds a model of another architecture: " + same.message());
+    }
+    e->model_ = std::move(*latest);
+  } else {
+    ModelState v0 = initial_model;
+    v0.set_version(0);
+    PLEXUS_RETURN_IF_ERROR(store->PutCheckpoint(v0));
+    e->model_ = std::move(v0);
+  }
+  e->model_sha256_ = e->model_.ContentSha256();
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<ClientRecord> clients, store->ListClients());
+  for (const ClientRecord& c : clients) e->known_clients_.insert(c.id);
+  PLEXUS_ASSIGN_OR_RETURN(e->history_, store->ListRounds());
+  e->idle_since_ms_ = clock->NowMs();
+  return e;
+}
+
+Result<std::string> SyncEngine::Join(const ClientRecord& client) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  ClientRecord rec = client;
+  if (rec.num_examples < 0) return InvalidArgumentError("num_examples must not be negative");
+  if (rec.id.empty()) {
+    size_t n = known_clients_.size() + 1;
+    while (known_clients_.count("client-" + std::to_string(n))) ++n;
+    rec.id = "client-" + std::to_string(n);
+  } else if (rec.id.size() > 128) {
+    return InvalidArgumentError("client id longer than 128 characters");
+  }
+  PLEXUS_RETURN_IF_ERROR(store_->PutClient(rec).WithContext("register client " + rec.id));
+  known_clients_.insert(rec.id);
+  last_seen_ms_[rec.id] = clock_->NowMs();
+  return rec.id;
+}
+
+int64_t SyncEngine::ConnectedClients() const {
+  const int64_t now = clock_->NowMs();
+  int64_t n = 0;
+  for (const auto& [id, seen] : last_seen_ms_) n += (now - seen <= options_.client_timeout_ms);
+  return n;
+}
+
+void SyncEngine::MaybeStartRound() {
+  if (open_ || finished()) return;
+  const int64_t now = clock_->NowMs();
+  std::vector<std::string> available;
+  for (const auto& [id, seen] : last_seen_ms_) {
+    if (now - seen <= options_.client_timeout_ms) available.push_back(id);  // map order: sorted ids
+  }
+  const auto n = static_cast<int64_t>(available.size());
+  const bool enough = n >= options_.clients_per_round ||
+                      (n >= options_.min_clients && now - idle_since_ms_ >= options_.selection_wait_ms);
+  if (!enough) return;
+
+  OpenRound r;
+  r.round = model_.version() + 1;
+  r.attempt = attempts_;
+  r.deadline_ms = now + options_.round_deadline_ms;
+  Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
+  rng.Shuffle(std::span<std::string>(available));
+  available.resize(static_cast<size_t>(std::min(n, options_.clients_per_round)));
+  std::sort(available.begin(), available.end());
+  for (const std::string& id : available) {
+    const std::string task_id = "r" + std::to_string(r.round) + "a" + std::to_string(r.attempt) + "-" + id;
+    r.task_of_client[id] = task_id;
+    r.client_of_task[task_id] = id;
+  }
+  // Begin cannot fail for a valid model; a failure here would be a programming error.
+  Status begun = aggregator_->Begin(model_);
+  if (!begun.ok()) {
+    sticky_error_ = begun.WithContext("start round " + std::to_string(r.round));
+    return;
+  }
+  open_ = std::move(r);
+}
+
+Task SyncEngine::TaskFor(const std::string& client_id) const {
+  Task t;
+  t.task_id = open_->task_of_client.at(client_id);
+  t.round = open_->round;
+  t.model_version = model_.version();
+  t.model_sha256 = model_sha256_;
+  t.hyperparams = options_.task;
+  t.deadline_ms = open_->deadline_ms;
+  return t;
+}
+
+Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!known_clients_.count(client_id)) {
+    return NotFoundError("unknown client id '" + client_id + "'; join first");
+  }
+  last_seen_ms_[client_id] = clock_->NowMs();
+  PollAnswer answer;
+  if (finished()) {
+    answer.kind = PollAnswer::Kind::kFinished;
+    return answer;
+  }
+  MaybeStartRound();
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (open_ && open_->task_of_client.count(client_id) && !open_->submitted.count(client_id)) {
+    answer.kind = PollAnswer::Kind::kTask;
+    answer.task = TaskFor(client_id);
+    return answer;
+  }
+  answer.kind = PollAnswer::Kind::kWait;
+  answer.retry_after_ms = options_.poll_retry_ms;
+  return answer;
+}
+
+Status SyncEngine::Submit(const Update& update) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!known_clients_.count(update.client_id)) {
+    ++updates_refused_;
+    return NotFoundError("unknown client id '" + update.client_id + "'; join first");
+  }
+  last_seen_ms_[update.client_id] = clock_->NowMs();
+  if (finished()) {
+    ++updates_refused_;
+    return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
+  }
+  auto owner = open_ ? open_->client_of_task.find(update.task_id) : decltype(open_->client_of_task.end())();
+  if (!open_ || owner == open_->client_of_task.end()) {
+    ++updates_refused_;
+    return NotFoundError("unknown task id '" + update.task_id +
+                         "': not a task of the open round (it may belong to a closed or abandoned round)");
+  }
+  if (owner->second != update.client_id) {
+    ++updates_refused_;
+    return Status(StatusCode::kPermissionDenied,
+                  "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
+  }
+  if (open_->submitted.count(update.client_id)) return Status::Ok();  // idempotent retry
+  if (update.base_version != model_.version()) {
+    ++updates_refused_;
+    return FailedPreconditionError("update trained from version " + std::to_string(update.base_version) +
+                                   " but the round is on version " + std::to_string(model_.version()));
+  }
+  Status folded = aggregator_->Fold(update);
+  if (!folded.ok()) {
+    ++updates_refused_;
+    return folded;
+  }
+  ++updates_accepted_;
+  open_->submitted.insert(update.client_id);
+  open_->examples += update.num_examples;
+  if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) {
+    open_->loss_sum += it->second;
+    ++open_->loss_count;
+  }
+  if (open_->submitted.size() == open_->task_of_client.size()) return CloseRound();
+  return Status::Ok();
+}
+
+Status SyncEngine::Tick() {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
+  if (static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients) return CloseRound();
+  AbandonRound();
+  return Status::Ok();
+}
+
+void SyncEngine::AbandonRound() {
+  ++attempts_;
+  open_.reset();
+  idle_since_ms_ = clock_->NowMs();
+}
+
+Status SyncEngine::CloseRound() {
+  Result<ModelState> next = aggregator_->Finalize();
+  if (!next.ok()) {
+    sticky_error_ = next.status().WithContext("aggregate round " + std::to_string(open_->round));
+    return sticky_error_;
+  }
+  RoundRecord rec;
+  rec.round = open_->round;
+  rec.model_version = next->version();
+  rec.model_sha256 = next->ContentSha256();
+  rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
+  rec.num_updates = static_cast<int64_t>(open_->submitted.size());
+  rec.num_dropped = rec.num_selected - rec.num_updates;
+  rec.num_examples = open_->examples;
+  rec.attempts = attempts_ + 1;
+  rec.mean_train_loss = open_->loss_count ? open_->loss_sum / static_cast<double>(open_->loss_count) : 0.0;
+  Status committed = store_->CommitRound(rec, *next);
+  if (!committed.ok()) {
+    // Memory and disk would disagree from here on: stop accepting state changes.
+    sticky_error_ = committed.WithContext("checkpoint of round " + std::to_string(rec.round));
+    return sticky_error_;
+  }
+  model_ = std::move(next).value();
+  model_sha256_ = rec.model_sha256;
+  open_.reset();
+  attempts_ = 0;
+  idle_since_ms_ = clock_->NowMs();
+  if (evaluator_) {
+    Result<Evaluation> eval = evaluator_->Evaluate(model_);
+    if (eval.ok()) {
+      rec.test_accuracy = eval->accuracy;
+      rec.test_loss = eval->loss;
+      Status s = store_->SetRoundEvaluation(rec.round, eval->accuracy, eval->loss);
+      if (!s.ok()) sticky_error_ = s.WithContext("record evaluation of round " + std::to_string(rec.round));
+    }
+  }
+  history_.push_back(rec);
+  return sticky_error_;
+}
+
+EngineStatus SyncEngine::status() const {
+  EngineStatus s;
+  s.model_version = model_.version();
+  s.round = finished() ? model_.version() : model_.version() + 1;
+  s.known_clients = static_cast<int64_t>(known_clients_.size());
+  s.connected_clients = ConnectedClients();
+  if (open_) {
+    s.round_selected = static_cast<int64_t>(open_->task_of_client.size());
+    s.round_received = static_cast<int64_t>(open_->submitted.size());
+  }
+  s.updates_accepted = updates_accepted_;
+  s.updates_refused = updates_refused_;
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (it->test_accuracy) {
+      s.last_accuracy = it->test_accuracy;
+      break;
+    }
+  }
+  s.finished = finished();
+  if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
+  return s;
+}
+
+}  // namespace plexus

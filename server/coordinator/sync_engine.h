@@ -1,0 +1,166 @@
+// SyncEngine: synchronous federated rounds (FedAvg-style) as a single-threaded state machine
+// driven by calls (Join, Poll, Submit, Tick) and an injected Clock. It never reads the wall
+// clock, sockets or files itself, so the same engine runs under the gRPC server and in the
+// simulator with virtual time.
+//
+// A round: once enough clients are available (K, or at least M after `selection_wait_ms`), the
+// engine samples up to K of them with the seeded generator and hands each a task. Updates are
+// folded into the aggregator as they arrive. The round closes when every selected client has
+// reported, or at the deadline if at least M have (stragglers are dropped); with fewer than M at
+// the deadline the attempt is abandoned and the round is retried with a fresh sample. Closing
+// publishes version v+1, checkpoints it with the round record in one store transaction,
+// then evaluates it. A failed checkpoint is sticky: every later call returns that error.
+//
+// Owns its aggregator; borrows store, clock, evaluator and pool, which must outlive it.
+// Single-threaded: callers serialize access (server/rpc holds a mutex).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "aggregators/aggregator.h"
+#include "core/clock.h"
+#include "core/model_state.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "core/update.h"
+#include "server/coordinator/evaluator.h"
+#include "server/store/store.h"
+
+namespace plexus {
+
+// What a client is told to do with the model.
+struct TaskHyperparams {
+  int64_t local_epochs = 1;      // passes over the local data (ignored when local_steps > 0)
+  int64_t local_steps = 0;       // optimizer steps; 0 means "use local_epochs"
+  int64_t batch_size = 32;
+  double learning_rate = 0.05;
+  double momentum = 0.9;
+};
+
+struct SyncOptions {
+  // Behaviour.
+  int64_t rounds = 5;                  // model versions to publish; the federation then finishes
+  int64_t clients_per_round = 4;       // K: clients sampled per round
+  int64_t min_clients = 2;             // M: fewest clients to start a round, and quorum to close it
+  int64_t round_deadline_ms = 300000;  // selected clients that have not reported by then are dropped
+  int64_t selection_wait_ms = 2000;    // with M <= available < K, wait this long before sampling
+  int64_t client_timeout_ms = 60000;   // clients silent for longer are not sampled
+  int64_t poll_retry_ms = 1000;        // how long a client is told to wait before polling again
+  std::string strategy = "fedavg";     // aggregator spec, see aggregators/registry.h
+  TaskHyperparams task;
+  uint64_t seed = 0;                   // client sampling
+
+  // InvalidArgument naming the first bad field.
+  Status Validate() const;
+};
+
+struct Task {
+  std::string task_id;
+  uint64_t round = 0;
+  uint64_t model_version = 0;
+  std::string model_sha256;
+  TaskHyperparams hyperparams;
+  int64_t deadline_ms = 0;  // engine clock
+};
+
+struct PollAnswer {
+  enum class Kind { kTask, kWait, kFinished };
+  Kind kind = Kind::kWait;
+  Task task;                    // when kind == kTask
+  int64_t retry_after_ms = 0;   // when kind == kWait
+};
+
+struct EngineStatus {
+  std::string mode = "sync";
+  uint64_t round = 0;           // round in progress (or last round when finished)
+  uint64_t model_version = 0;
+  int64_t known_clients = 0;
+  int64_t connected_clients = 0;  // heard from within client_timeout_ms
+  int64_t round_selected = 0;     // clients holding a task in the open round
+  int64_t round_received = 0;
+  int64_t updates_accepted = 0;   // since this process started
+  int64_t updates_refused = 0;
+  std::optional<double> last_accuracy;
+  bool finished = false;
+  std::string error;              // sticky store error, empty when healthy
+};
+
+class SyncEngine {
+ public:
+  // Resumes from the store's latest checkpoint when there is one (its layout must match
+  // `initial_model`); otherwise stores `initial_model` as version 0.
+  static Result<std::unique_ptr<SyncEngine>> Open(const SyncOptions& options, const ModelState& initial_model,
+                                                  Store* store, const Clock* clock, ModelEvaluator* evaluator,
+                                                  ThreadPool* pool);
+
+  // Registers a client (or refreshes a known one) and returns its id: `client.id` when given,
+  // otherwise a new "client-N".
+  Result<std::string> Join(const ClientRecord& client);
+
+  // NotFound for an unknown client.
+  Result<PollAnswer> Poll(const std::string& client_id);
+
+  // Accepts one update. NotFound: unknown client or task; PermissionDenied: the task belongs to
+  // another client; FailedPrecondition: stale base version or finished federation;
+  // InvalidArgument: wrong layout, non-finite values or a bad example count. A refused update
+  // changes nothing. A repeated submission of an accepted task returns OK and is ignored.
+  Status Submit(const Update& update);
+
+  // Applies the round deadline. Call periodically (the server does, the simulator does at each
+  // event). Returns the sticky error, if any.
+  Status Tick();
+
+  const ModelState& model() const { return model_; }
+  bool finished() const { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
+  EngineStatus status() const;
+  // Rounds committed so far, oldest first (including those before a restart).
+  const std::vector<RoundRecord>& history() const { return history_; }
+  const std::string& strategy_description() const { return strategy_description_; }
+
+ private:
+  struct OpenRound {
+    uint64_t round = 0;
+    int64_t attempt = 0;
+    int64_t deadline_ms = 0;
+    std::map<std::string, std::string> task_of_client;  // client id -> task id
+    std::map<std::string, std::string> client_of_task;  // task id -> client id
+    std::set<std::string> submitted;                    // client ids
+    int64_t examples = 0;
+    double loss_sum = 0.0;
+    int64_t loss_count = 0;
+  };
+
+  SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
+  void MaybeStartRound();
+  Status CloseRound();
+  void AbandonRound();
+  int64_t ConnectedClients() const;
+  Task TaskFor(const std::string& client_id) const;
+
+  // Constant after construction.
+  const SyncOptions options_;
+  Store* const store_;
+  const Clock* const clock_;
+  ModelEvaluator* const evaluator_;
+  std::unique_ptr<Aggregator> aggregator_;
+  std::string strategy_description_;
+
+  ModelState model_;
+  std::string model_sha256_;
+  std::map<std::string, int64_t> last_seen_ms_;  // client id -> last call; absent = not heard from
+  std::set<std::string> known_clients_;
+  std::optional<OpenRound> open_;
+  int64_t attempts_ = 0;        // abandoned attempts of the current round
+  int64_t idle_since_ms_ = 0;   // when the engine last became ready for a new round
+  std::vector<RoundRecord> history_;
+  int64_t updates_accepted_ = 0;
+  int64_t updates_refused_ = 0;
+  Status sticky_error_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,96 @@
+#include "server/store/memory_store.h"
+
+namespace plexus {
+
+Status MemoryStore::PutMeta(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  meta_[key] = value;
+  return Status::Ok();
+}
+
+Result<std::string> MemoryStore::GetMeta(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = meta_.find(key);
+  if (it == meta_.end()) return NotFoundError("no metadata '" + key + "'");
+  return it->second;
+}
+
+Status MemoryStore::PutClient(const ClientRecord& client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clients_[client.id] = client;
+  return Status::Ok();
+}
+
+Result<std::vector<ClientRecord>> MemoryStore::ListClients() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ClientRecord> out;
+  for (const auto& [id, c] : clients_) out.push_back(c);
+  return out;
+}
+
+Status MemoryStore::PutCheckpointLocked(const ModelState& model) {
+  auto it = checkpoints_.find(model.version());
+  if (it != checkpoints_.end()) {
+    if (it->second == model) return Status::Ok();
+    return AlreadyExistsError("checkpoint of version " + std::to_string(model.version()) +
+                              " already exists with different content");
+  }
+  checkpoints_.emplace(model.version(), model);
+  return Status::Ok();
+}
+
+Status MemoryStore::PutCheckpoint(const ModelState& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutCheckpointLocked(model);
+}
+
+Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& model) {
+  if (model.version() != round.model_version) {
+    return InvalidArgumentError("round " + std::to_string(round.round) + " publishes version " +
+                                std::to_string(round.model_version) + " but the checkpoint has version " +
+                                std::to_string(model.version()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rounds_.count(round.round)) return AlreadyExistsError("round " + std::to_string(round.round) + " is already committed");
+  PLEXUS_RETURN_IF_ERROR(PutCheckpointLocked(model));
+  rounds_[round.round] = round;
+  return Status::Ok();
+}
+
+Status MemoryStore::SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = rounds_.find(round);
+  if (it == rounds_.end()) return NotFoundError("no round " + std::to_string(round));
+  it->second.test_accuracy = test_accuracy;
+  it->second.test_loss = test_loss;
+  return Status::Ok();
+}
+
+Result<std::vector<RoundRecord>> MemoryStore::ListRounds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RoundRecord> out;
+  for (const auto& [r, rec] : rounds_) out.push_back(rec);
+  return out;
+}
+
+Result<std::optional<ModelState>> MemoryStore::LatestCheckpoint() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (checkpoints_.empty()) return std::optional<ModelState>();
+  return std::optional<ModelState>(checkpoints_.rbegin()->second);
+}
+
+Result<ModelState> MemoryStore::Checkpoint(uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checkpoints_.find(version);
+  if (it == checkpoints_.end()) return NotFoundError("no checkpoint of version " + std::to_string(version));
+  return it->second;
+}
+
+Result<std::vector<uint64_t>> MemoryStore::CheckpointVersions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> out;
+  for (const auto& [v, m] : checkpoints_) out.push_back(v);
+  return out;
+}
+
+}  // namespace plexus

@@ -1,0 +1,37 @@
+// MemoryStore: a Store kept in process memory, for tests and the simulator. Same contract as
+// SqliteStore (a shared conformance suite runs against both); nothing survives the process.
+// Thread-safe.
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "server/store/store.h"
+
+namespace plexus {
+
+class MemoryStore final : public Store {
+ public:
+  Status PutMeta(const std::string& key, const std::string& value) override;
+  Result<std::string> GetMeta(const std::string& key) override;
+  Status PutClient(const ClientRecord& client) override;
+  Result<std::vector<ClientRecord>> ListClients() override;
+  Status PutCheckpoint(const ModelState& model) override;
+  Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
+  Result<std::vector<RoundRecord>> ListRounds() override;
+  Result<std::optional<ModelState>> LatestCheckpoint() override;
+  Result<ModelState> Checkpoint(uint64_t version) override;
+  Result<std::vector<uint64_t>> CheckpointVersions() override;
+
+ private:
+  Status PutCheckpointLocked(const ModelState& model);
+
+  std::mutex mu_;
+  std::map<std::string, std::string> meta_;      // guarded by mu_
+  std::map<std::string, ClientRecord> clients_;  // guarded by mu_
+  std::map<uint64_t, RoundRecord> rounds_;       // guarded by mu_
+  std::map<uint64_t, ModelState> checkpoints_;   // guarded by mu_
+};
+
+}  // namespace plexus

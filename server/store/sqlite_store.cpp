@@ -1,0 +1,276 @@
+#include "server/store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include "core/safetensors.h"
+
+namespace plexus {
+namespace {
+
+// Translates an SQLite result code into a Status, keeping SQLite's own message.
+Status SqliteError(sqlite3* db, int rc, const std::string& what) {
+  const std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  switch (rc) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return Status(StatusCode::kAborted, msg);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return DataLossError(msg);
+    case SQLITE_CANTOPEN:
+    case SQLITE_IOERR:
+    case SQLITE_FULL: return UnavailableError(msg);
+    case SQLITE_CONSTRAINT: return AlreadyExistsError(msg);
+    default: return InternalError(msg);
+  }
+}
+
+// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Status prepared(const char* what) const { return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what); }
+  Stmt& Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); return *this; }
+  Stmt& Bind(int i, double v) { sqlite3_bind_double(s_, i, v); return *this; }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindOptional(int i, const std::optional<double>& v) {
+    if (v) sqlite3_bind_double(s_, i, *v); else sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  int Step() { return sqlite3_step(s_); }
+  int64_t Int(int c) const { return sqlite3_column_int64(s_, c); }
+  double Double(int c) const { return sqlite3_column_double(s_, c); }
+  bool IsNull(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  std::string Text(int c) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_blob(s_, c));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, c))) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_;
+};
+
+// Runs a statement that returns no rows.
+Status Run(sqlite3* db, Stmt& st, const char* what) {
+  PLEXUS_RETURN_IF_ERROR(st.prepared(what));
+  const int rc = st.Step();
+  return rc == SQLITE_DONE ? Status::Ok() : SqliteError(db, rc, what);
+}
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, num_examples INTEGER NOT NULL, device TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+  version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (
+  round INTEGER PRIMARY KEY, model_version INTEGER NOT NULL REFERENCES checkpoints(version),
+  model_sha256 TEXT NOT NULL, num_selected INTEGER NOT NULL, num_updates INTEGER NOT NULL,
+  num_dropped INTEGER NOT NULL, num_examples INTEGER NOT NULL, attempts INTEGER NOT NULL,
+  mean_train_loss REAL NOT NULL, test_accuracy REAL, test_loss REAL);
+)sql";
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = SqliteError(db, rc, "open database '" + path + "'");
+    sqlite3_close(db);
+    return s;
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  Status s = store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
+  if (s.ok()) s = store->Exec(kSchema);
+  if (!s.ok()) return s.WithContext("open database '" + path + "'");
+  return store;
+}
+
+SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+
+Status SqliteStore::Exec(const char* sql) {
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return Status::Ok();
+  Status s = SqliteError(db_, rc, err ? err : "exec");
+  sqlite3_free(err);
+  return s;
+}
+
+Status SqliteStore::PutMeta(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
+  st.Bind(1, key).Bind(2, value);
+  return Run(db_, st, "put meta");
+}
+
+Result<std::string> SqliteStore::GetMeta(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT value FROM meta WHERE key = ?");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("get meta"));
+  st.Bind(1, key);
+  const int rc = st.Step();
+  if (rc == SQLITE_ROW) return st.Text(0);
+  if (rc == SQLITE_DONE) return NotFoundError("no metadata '" + key + "'");
+  return SqliteError(db_, rc, "get meta");
+}
+
+Status SqliteStore::PutClient(const ClientRecord& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "INSERT INTO clients(id, num_examples, device) VALUES(?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+          "num_examples=excluded.num_examples, device=excluded.device");
+  st.Bind(1, c.id).Bind(2, c.num_examples).Bind(3, c.device);
+  return Run(db_, st, "put client");
+}
+
+Result<std::vector<ClientRecord>> SqliteStore::ListClients() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT id, num_examples, device FROM clients ORDER BY id");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list clients"));
+  std::vector<ClientRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back({st.Text(0), st.Int(1), st.Text(2)});
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list clients");
+  return out;
+}
+
+Status SqliteStore::PutCheckpointLocked(const ModelState& model) {
+  const std::string sha = model.ContentSha256();
+  Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
+  PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
+  find.Bind(1, static_cast<int64_t>(model.version()));
+  const int rc = find.Step();
+  if (rc == SQLITE_ROW) {
+    if (find.Text(0) == sha) return Status::Ok();
+    return AlreadyExistsError("checkpoint of version " + std::to_string(model.version()) +
+                              " already exists with different content");
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
+  Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
+  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlob(3, EncodeSafetensors(model));
+  return Run(db_, st, "put checkpoint");
+}
+
+Status SqliteStore::PutCheckpoint(const ModelState& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutCheckpointLocked(model);
+}
+
+Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model) {
+  if (model.version() != r.model_version) {
+    return InvalidArgumentError("round " + std::to_string(r.round) + " publishes version " +
+                                std::to_string(r.model_version) + " but the checkpoint has version " +
+                                std::to_string(model.version()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  PLEXUS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = PutCheckpointLocked(model);
+  if (s.ok()) {
+    Stmt st(db_,
+            "INSERT INTO rounds(round, model_version, model_sha256, num_selected, num_updates, num_dropped, "
+            "num_examples, attempts, mean_train_loss, test_accuracy, test_loss) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+    st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(r.model_version)).Bind(3, r.model_sha256);
+    st.Bind(4, r.num_selected).Bind(5, r.num_updates).Bind(6, r.num_dropped).Bind(7, r.num_examples);
+    st.Bind(8, r.attempts).Bind(9, r.mean_train_loss).BindOptional(10, r.test_accuracy).BindOptional(11, r.test_loss);
+    s = Run(db_, st, "commit round " + std::to_string(r.round));
+  }
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+Status SqliteStore::SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "UPDATE rounds SET test_accuracy = ?, test_loss = ? WHERE round = ?");
+  st.Bind(1, test_accuracy).Bind(2, test_loss).Bind(3, static_cast<int64_t>(round));
+  PLEXUS_RETURN_IF_ERROR(Run(db_, st, "set round evaluation"));
+  if (sqlite3_changes(db_) == 0) return NotFoundError("no round " + std::to_string(round));
+  return Status::Ok();
+}
+
+Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT round, model_version, model_sha256, num_selected, num_updates, num_dropped, num_examples, "
+          "attempts, mean_train_loss, test_accuracy, test_loss FROM rounds ORDER BY round");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list rounds"));
+  std::vector<RoundRecord> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    RoundRecord r;
+    r.round = static_cast<uint64_t>(st.Int(0));
+    r.model_version = static_cast<uint64_t>(st.Int(1));
+    r.model_sha256 = st.Text(2);
+    r.num_selected = st.Int(3);
+    r.num_updates = st.Int(4);
+    r.num_dropped = st.Int(5);
+    r.num_examples = st.Int(6);
+    r.attempts = st.Int(7);
+    r.mean_train_loss = st.Double(8);
+    if (!st.IsNull(9)) r.test_accuracy = st.Double(9);
+    if (!st.IsNull(10)) r.test_loss = st.Double(10);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list rounds");
+  return out;
+}
+
+Result<ModelState> SqliteStore::CheckpointLocked(uint64_t version) {
+  Stmt st(db_, "SELECT sha256, bytes FROM checkpoints WHERE version = ?");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("read checkpoint"));
+  st.Bind(1, static_cast<int64_t>(version));
+  const int rc = st.Step();
+  if (rc == SQLITE_DONE) return NotFoundError("no checkpoint of version " + std::to_string(version));
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "read checkpoint");
+  Result<ModelState> model = DecodeSafetensors(st.Text(1));
+  if (!model.ok()) return DataLossError("checkpoint " + std::to_string(version) + " is corrupt: " + model.status().message());
+  if (model->ContentSha256() != st.Text(0)) {
+    return DataLossError("checkpoint " + std::to_string(version) + " does not match its stored SHA-256");
+  }
+  model->set_version(version);
+  return model;
+}
+
+Result<std::optional<ModelState>> SqliteStore::LatestCheckpoint() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT MAX(version) FROM checkpoints");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("latest checkpoint"));
+  const int rc = st.Step();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "latest checkpoint");
+  if (st.IsNull(0)) return std::optional<ModelState>();
+  PLEXUS_ASSIGN_OR_RETURN(ModelState m, CheckpointLocked(static_cast<uint64_t>(st.Int(0))));
+  return std::optional<ModelState>(std::move(m));
+}
+
+Result<ModelState> SqliteStore::Checkpoint(uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckpointLocked(version);
+}
+
+Result<std::vector<uint64_t>> SqliteStore::CheckpointVersions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT version FROM checkpoints ORDER BY version");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list checkpoints"));
+  std::vector<uint64_t> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(static_cast<uint64_t>(st.Int(0)));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list checkpoints");
+  return out;
+}
+
+}  // namespace plexus

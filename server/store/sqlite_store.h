@@ -1,0 +1,45 @@
+// SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL). Every state
+// change is one transaction; checkpoints are stored as safetensors bytes with their SHA-256 and
+// verified on read. Thread-safe (one connection behind a mutex).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "server/store/store.h"
+
+struct sqlite3;
+
+namespace plexus {
+
+class SqliteStore final : public Store {
+ public:
+  // Opens or creates the database at `path`. Unavailable when the file cannot be opened;
+  // DataLoss when it is not a Plexus database.
+  static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  ~SqliteStore() override;
+
+  Status PutMeta(const std::string& key, const std::string& value) override;
+  Result<std::string> GetMeta(const std::string& key) override;
+  Status PutClient(const ClientRecord& client) override;
+  Result<std::vector<ClientRecord>> ListClients() override;
+  Status PutCheckpoint(const ModelState& model) override;
+  Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
+  Result<std::vector<RoundRecord>> ListRounds() override;
+  Result<std::optional<ModelState>> LatestCheckpoint() override;
+  Result<ModelState> Checkpoint(uint64_t version) override;
+  Result<std::vector<uint64_t>> CheckpointVersions() override;
+
+ private:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  Status Exec(const char* sql);
+  Status PutCheckpointLocked(const ModelState& model);
+  Result<ModelState> CheckpointLocked(uint64_t version);
+
+  std::mutex mu_;
+  sqlite3* db_;  // guarded by mu_
+};
+
+}  // namespace plexus

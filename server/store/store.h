@@ -1,0 +1,70 @@
+// Store: the server's durable state: federation metadata, clients, rounds, and one checkpoint per
+// model version. CommitRound writes a round's record and its checkpoint in one transaction, so
+// after a crash either both are there or neither is. Implementations: MemoryStore (tests,
+// simulator) and SqliteStore (server). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/status.h"
+
+namespace plexus {
+
+struct ClientRecord {
+  std::string id;
+  int64_t num_examples = 0;
+  std::string device;
+};
+
+struct RoundRecord {
+  uint64_t round = 0;          // 1-based
+  uint64_t model_version = 0;  // version published by this round
+  std::string model_sha256;
+  int64_t num_selected = 0;
+  int64_t num_updates = 0;     // updates aggregated
+  int64_t num_dropped = 0;     // selected clients that missed the deadline
+  int64_t num_examples = 0;
+  int64_t attempts = 1;        // 1 + rounds abandoned for lack of quorum
+  double mean_train_loss = 0.0;
+  std::optional<double> test_accuracy;
+  std::optional<double> test_loss;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Free-form settings that must survive restarts (model name, strategy).
+  virtual Status PutMeta(const std::string& key, const std::string& value) = 0;
+  // NotFound when absent.
+  virtual Result<std::string> GetMeta(const std::string& key) = 0;
+
+  // Inserts or replaces the client with this id.
+  virtual Status PutClient(const ClientRecord& client) = 0;
+  virtual Result<std::vector<ClientRecord>> ListClients() = 0;
+
+  // Stores the model as the checkpoint of its version (the initial model, version 0).
+  // AlreadyExists when that version is already stored with different content.
+  virtual Status PutCheckpoint(const ModelState& model) = 0;
+
+  // Stores the round record and the checkpoint of round.model_version atomically.
+  // REQUIRES: model.version() == round.model_version.
+  virtual Status CommitRound(const RoundRecord& round, const ModelState& model) = 0;
+
+  // Attaches evaluation results to a committed round. NotFound for an unknown round.
+  virtual Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) = 0;
+
+  virtual Result<std::vector<RoundRecord>> ListRounds() = 0;
+
+  // The checkpoint with the highest version, or nullopt for an empty store.
+  virtual Result<std::optional<ModelState>> LatestCheckpoint() = 0;
+  // NotFound for an unknown version; DataLoss when the stored bytes no longer match their hash.
+  virtual Result<ModelState> Checkpoint(uint64_t version) = 0;
+  virtual Result<std::vector<uint64_t>> CheckpointVersions() = 0;
+};
+
+}  // namespace plexus

@@ -1,0 +1,30 @@
+// StoreWrapper: a Store that forwards every call to a target Store. Fault injectors and
+// instrumented stores override just the calls they change (e.g. fail CommitRound).
+// Borrows the target, which must outlive the wrapper. Thread-safe if the target is.
+#pragma once
+
+#include "server/store/store.h"
+
+namespace plexus {
+
+class StoreWrapper : public Store {
+ public:
+  explicit StoreWrapper(Store* target) : target_(target) {}
+
+  Status PutMeta(const std::string& k, const std::string& v) override { return target_->PutMeta(k, v); }
+  Result<std::string> GetMeta(const std::string& k) override { return target_->GetMeta(k); }
+  Status PutClient(const ClientRecord& c) override { return target_->PutClient(c); }
+  Result<std::vector<ClientRecord>> ListClients() override { return target_->ListClients(); }
+  Status PutCheckpoint(const ModelState& m) override { return target_->PutCheckpoint(m); }
+  Status CommitRound(const RoundRecord& r, const ModelState& m) override { return target_->CommitRound(r, m); }
+  Status SetRoundEvaluation(uint64_t r, double a, double l) override { return target_->SetRoundEvaluation(r, a, l); }
+  Result<std::vector<RoundRecord>> ListRounds() override { return target_->ListRounds(); }
+  Result<std::optional<ModelState>> LatestCheckpoint() override { return target_->LatestCheckpoint(); }
+  Result<ModelState> Checkpoint(uint64_t v) override { return target_->Checkpoint(v); }
+  Result<std::vector<uint64_t>> CheckpointVersions() override { return target_->CheckpointVersions(); }
+
+ private:
+  Store* const target_;
+};
+
+}  // namespace plexus

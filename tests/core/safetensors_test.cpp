@@ -1,0 +1,81 @@
+#include "core/safetensors.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+ModelState Sample() {
+  ModelState m = *ModelState::Create({{"fc2.weight", {2, 2}}, {"fc1.bias", {3}}}, 7);
+  for (size_t i = 0; i < m.num_params(); ++i) m.data()[i] = 0.5f * static_cast<float>(i) - 1.0f;
+  return m;
+}
+
+// A file as Python's safetensors writes it, built by hand: header length, JSON, data.
+std::string HandMade(const std::string& json, const std::string& data) {
+  uint64_t n = json.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + json + data;
+}
+
+TEST(SafetensorsTest, RoundTripKeepsOrderValuesAndVersion) {
+  ModelState m = Sample();
+  Result<ModelState> back = DecodeSafetensors(EncodeSafetensors(m));
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, m);
+  EXPECT_EQ(back->tensors()[0].name, "fc2.weight");  // not alphabetical: our order is kept
+}
+
+TEST(SafetensorsTest, ReadsAFileWithoutMetadata) {
+  float v[2] = {1.5f, -2.0f};
+  std::string data(reinterpret_cast<const char*>(v), sizeof v);
+  Result<ModelState> m =
+      DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
+  ASSERT_OK(m);
+  EXPECT_EQ(m->version(), 0u);
+  EXPECT_EQ(m->data()[1], -2.0f);
+}
+
+TEST(SafetensorsTest, RefusesMalformedInput) {
+  EXPECT_THAT(DecodeSafetensors("abc"), StatusIs(StatusCode::kInvalidArgument, "shorter"));
+  std::string huge(8, '\xff');
+  EXPECT_THAT(DecodeSafetensors(huge), StatusIs(StatusCode::kInvalidArgument, "header length"));
+  EXPECT_THAT(DecodeSafetensors(HandMade("{not json", "")), StatusIs(StatusCode::kInvalidArgument, "not a JSON object"));
+  EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "abcd")),
+              StatusIs(StatusCode::kInvalidArgument, "F32 only"));
+  EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678")),
+              StatusIs(StatusCode::kInvalidArgument, "8 bytes for 3"));
+  EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,80]}})", "12345678")),
+              StatusIs(StatusCode::kInvalidArgument, "outside"));
+  EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", "12345678")),
+              StatusIs(StatusCode::kInvalidArgument, "negative"));
+  EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                         R"("y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                         "1234")),
+              StatusIs(StatusCode::kInvalidArgument, "overlaps"));
+}
+
+TEST(SafetensorsTest, EveryTruncationIsRefusedCleanly) {
+  const std::string bytes = EncodeSafetensors(Sample());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeSafetensors(std::string_view(bytes).substr(0, n)).ok()) << n;
+  }
+}
+
+TEST(SafetensorsTest, FileRoundTripAndMissingFile) {
+  const std::string path = (std::filesystem::temp_directory_path() / "plexus_st_test.safetensors").string();
+  ASSERT_OK(WriteSafetensorsFile(path, Sample()));
+  Result<ModelState> m = ReadSafetensorsFile(path);
+  ASSERT_OK(m);
+  EXPECT_EQ(*m, Sample());
+  std::filesystem::remove(path);
+  EXPECT_THAT(ReadSafetensorsFile(path), StatusIs(StatusCode::kNotFound, "cannot open"));
+}
+
+}  // namespace
+}  // namespace plexus

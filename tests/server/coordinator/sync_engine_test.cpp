@@ -1,0 +1,276 @@
+#include "server/coordinator/sync_engine.h"
+
+#include <cmath>
+
+#include "server/store/memory_store.h"
+#include "server/store/store_wrapper.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+using Kind = PollAnswer::Kind;
+
+ModelState Initial() {
+  ModelState m = *ModelState::Create({{"w", {2}}});
+  m.data()[0] = 1.0f;
+  return m;
+}
+
+// Scores a model by its first coordinate, so tests can see what was published.
+class FirstCoordinateEvaluator : public ModelEvaluator {
+ public:
+  Result<Evaluation> Evaluate(const ModelState& m) override {
+    ++calls;
+    return Evaluation{m.data()[0], 0.0, 1};
+  }
+  int calls = 0;
+};
+
+// A store whose commits fail on demand (fault injection).
+class FailingCommitStore : public StoreWrapper {
+ public:
+  FailingCommitStore() : StoreWrapper(&memory_) {}
+  Status CommitRound(const RoundRecord& r, const ModelState& m) override {
+    if (fail) return UnavailableError("disk full");
+    return StoreWrapper::CommitRound(r, m);
+  }
+  bool fail = false;
+
+ private:
+  MemoryStore memory_;
+};
+
+class SyncEngineTest : public ::testing::Test {
+ protected:
+  void Open(SyncOptions options) {
+    auto e = SyncEngine::Open(options, Initial(), &store_, &clock_, &evaluator_, nullptr);
+    ASSERT_OK(e);
+    engine_ = std::move(e).value();
+  }
+
+  std::string Join(const std::string& id) { return *engine_->Join({id, 100, "test"}); }
+
+  Update UpdateFor(const std::string& client, const Task& task, float d0, int64_t examples = 100) {
+    Update u;
+    u.client_id = client;
+    u.task_id = task.task_id;
+    u.base_version = task.model_version;
+    u.num_examples = examples;
+    u.metrics["train_loss"] = 0.5;
+    u.delta = ModelState::ZerosLike(engine_->model());
+    u.delta.data()[0] = d0;
+    return u;
+  }
+
+  Task TaskOf(const std::string& client) {
+    Result<PollAnswer> a = engine_->Poll(client);
+    EXPECT_OK(a);
+    EXPECT_EQ(a->kind, Kind::kTask) << client;
+    return a->task;
+  }
+
+  ManualClock clock_;
+  FailingCommitStore store_;
+  FirstCoordinateEvaluator evaluator_;
+  std::unique_ptr<SyncEngine> engine_;
+};
+
+SyncOptions Options(int64_t rounds, int64_t k, int64_t m) {
+  SyncOptions o;
+  o.rounds = rounds;
+  o.clients_per_round = k;
+  o.min_clients = m;
+  o.round_deadline_ms = 10000;
+  o.selection_wait_ms = 1000;
+  return o;
+}
+
+TEST_F(SyncEngineTest, FullRoundAggregatesCheckpointsAndEvaluates) {
+  Open(Options(2, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a");
+  Task tb = TaskOf("b");
+  EXPECT_EQ(ta.round, 1u);
+  EXPECT_EQ(ta.model_version, 0u);
+  EXPECT_EQ(ta.model_sha256, Initial().ContentSha256());
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 300)));
+  // 1 + (100*1 + 300*4) / 400 = 4.25
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);
+  EXPECT_EQ(evaluator_.calls, 1);
+  auto rounds = *store_.ListRounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].num_updates, 2);
+  EXPECT_DOUBLE_EQ(*rounds[0].test_accuracy, 4.25);
+  EXPECT_EQ((*store_.LatestCheckpoint())->version(), 1u);
+  EXPECT_EQ(engine_->status().last_accuracy, 4.25);
+}
+
+TEST_F(SyncEngineTest, FinishesAfterTheLastRound) {
+  Open(Options(1, 1, 1));
+  Join("a");
+  Task t = TaskOf("a");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", t, 1.0f)));
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->Poll("a")->kind, Kind::kFinished);
+  EXPECT_THAT(engine_->Submit(UpdateFor("a", t, 1.0f)), StatusIs(StatusCode::kFailedPrecondition, "finished"));
+}
+
+TEST_F(SyncEngineTest, WaitsForKOrForSelectionWaitWithM) {
+  Open(Options(1, 3, 2));
+  Join("a");
+  EXPECT_EQ(engine_->Poll("a")->kind, Kind::kWait);
+  Join("b");
+  EXPECT_EQ(engine_->Poll("b")->kind, Kind::kWait);  // 2 >= M but the selection wait has not passed
+  clock_.AdvanceMs(1000);
+  EXPECT_EQ(engine_->Poll("a")->kind, Kind::kTask);
+  Join("c");
+  EXPECT_EQ(engine_->Poll("c")->kind, Kind::kWait);  // not selected: the round is already open
+}
+
+TEST_F(SyncEngineTest, SamplesKOfTheAvailableClientsDeterministically) {
+  auto selected = [&](uint64_t seed) {
+    SyncOptions o = Options(1, 3, 3);
+    o.seed = seed;
+    ManualClock clock;
+    MemoryStore store;
+    auto e = *SyncEngine::Open(o, Initial(), &store, &clock, nullptr, nullptr);
+    std::vector<std::string> ids;
+    for (int i = 0; i < 8; ++i) ids.push_back(*e->Join({"c" + std::to_string(i), 1, ""}));
+    std::string picked;
+    for (const auto& id : ids) picked += e->Poll(id)->kind == Kind::kTask ? "1" : "0";
+    return picked;
+  };
+  EXPECT_EQ(selected(1), selected(1));
+  const std::string one = selected(1);
+  EXPECT_EQ(std::count(one.begin(), one.end(), '1'), 3);
+  EXPECT_TRUE(selected(1) != selected(2) || selected(1) != selected(3));
+}
+
+TEST_F(SyncEngineTest, DeadlineDropsStragglersWhenQuorumIsMet) {
+  Open(Options(2, 3, 2));
+  for (auto id : {"a", "b", "c"}) Join(id);
+  Task ta = TaskOf("a"), tb = TaskOf("b"), tc = TaskOf("c");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 2.0f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 2.0f)));
+  clock_.AdvanceMs(9999);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 0u);
+  clock_.AdvanceMs(1);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 3.0f);
+  EXPECT_EQ(engine_->history().back().num_dropped, 1);
+  // The straggler's late update is refused and changes nothing.
+  EXPECT_THAT(engine_->Submit(UpdateFor("c", tc, 100.0f)), StatusIs(StatusCode::kNotFound, "unknown task id"));
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 3.0f);
+}
+
+TEST_F(SyncEngineTest, RoundWithoutQuorumIsRetriedNotAggregated) {
+  Open(Options(1, 3, 2));
+  for (auto id : {"a", "b", "c"}) Join(id);
+  Task ta = TaskOf("a");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 2.0f)));
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_TRUE(store_.ListRounds()->empty());
+  // A new attempt with new task ids; the old task is gone.
+  Task retry = TaskOf("a");
+  EXPECT_NE(retry.task_id, ta.task_id);
+  EXPECT_EQ(retry.round, 1u);
+  for (auto id : {"a", "b", "c"}) {
+    Task t = id == std::string("a") ? retry : TaskOf(id);
+    ASSERT_OK(engine_->Submit(UpdateFor(id, t, 1.0f)));
+  }
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_EQ(engine_->history().back().attempts, 2);
+}
+
+TEST_F(SyncEngineTest, BadUpdatesAreRefusedAndLoseNothing) {
+  Open(Options(1, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 2.0f)));
+
+  Update nan = UpdateFor("b", tb, std::nanf(""));
+  EXPECT_THAT(engine_->Submit(nan), StatusIs(StatusCode::kInvalidArgument, "non-finite"));
+  Update shape = UpdateFor("b", tb, 1.0f);
+  shape.delta = *ModelState::Create({{"w", {3}}});
+  EXPECT_THAT(engine_->Submit(shape), StatusIs(StatusCode::kInvalidArgument, "shape [3], expected [2]"));
+  Update unknown_task = UpdateFor("b", tb, 1.0f);
+  unknown_task.task_id = "r9a0-b";
+  EXPECT_THAT(engine_->Submit(unknown_task), StatusIs(StatusCode::kNotFound, "unknown task id 'r9a0-b'"));
+  EXPECT_THAT(engine_->Submit(UpdateFor("b", ta, 1.0f)), StatusIs(StatusCode::kPermissionDenied, "another client"));
+  Update stale = UpdateFor("b", tb, 1.0f);
+  stale.base_version = 7;
+  EXPECT_THAT(engine_->Submit(stale), StatusIs(StatusCode::kFailedPrecondition, "version 7"));
+  EXPECT_THAT(engine_->Submit(UpdateFor("zed", tb, 1.0f)), StatusIs(StatusCode::kNotFound, "unknown client"));
+  EXPECT_THAT(engine_->Poll("zed"), StatusIs(StatusCode::kNotFound, "join first"));
+  EXPECT_EQ(engine_->status().updates_refused, 6);
+
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 50.0f)));  // duplicate of an accepted task: ignored
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f)));
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.0f);      // 1 + (2 + 4) / 2
+}
+
+TEST_F(SyncEngineTest, ResumesFromTheLatestCheckpoint) {
+  Open(Options(3, 1, 1));
+  Join("a");
+  Task t = TaskOf("a");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", t, 1.0f)));
+  engine_.reset();  // "crash"
+
+  Open(Options(3, 1, 1));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+  EXPECT_EQ(engine_->history().size(), 1u);
+  Task next = TaskOf("a");  // a known client, no need to join again
+  EXPECT_EQ(next.round, 2u);
+}
+
+TEST_F(SyncEngineTest, RefusesADatabaseOfAnotherModel) {
+  ASSERT_OK(store_.PutCheckpoint(*ModelState::Create({{"other", {5}}})));
+  EXPECT_THAT(SyncEngine::Open(Options(1, 1, 1), Initial(), &store_, &clock_, nullptr, nullptr),
+              StatusIs(StatusCode::kFailedPrecondition, "another architecture"));
+}
+
+TEST_F(SyncEngineTest, FailedCheckpointIsSticky) {
+  Open(Options(2, 1, 1));
+  Join("a");
+  Task t = TaskOf("a");
+  store_.fail = true;
+  EXPECT_THAT(engine_->Submit(UpdateFor("a", t, 1.0f)), StatusIs(StatusCode::kUnavailable, "disk full"));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  store_.fail = false;
+  EXPECT_THAT(engine_->Poll("a"), StatusIs(StatusCode::kUnavailable, "checkpoint of round 1"));
+  EXPECT_FALSE(engine_->status().error.empty());
+}
+
+TEST(SyncOptionsTest, ValidateNamesTheBadField) {
+  SyncOptions o;
+  o.min_clients = 5;
+  o.clients_per_round = 4;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "min-clients (5) cannot exceed"));
+  o = SyncOptions();
+  o.rounds = 0;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "rounds must be positive"));
+  o = SyncOptions();
+  o.task.momentum = 1.0;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "momentum"));
+  ManualClock clock;
+  MemoryStore store;
+  o = SyncOptions();
+  o.strategy = "nope";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store, &clock, nullptr, nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "unknown strategy"));
+}
+
+}  // namespace
+}  // namespace plexus
