@@ -3,16 +3,11 @@
 // in compute/. Implementations need not be thread-safe: engines call them from their own thread.
 #pragma once
 
+#include "core/evaluation.h"
 #include "core/model_state.h"
 #include "core/status.h"
 
 namespace plexus {
-
-struct Evaluation {
-  double accuracy = 0.0;  // fraction in [0, 1]
-  double loss = 0.0;      // mean cross-entropy
-  int64_t examples = 0;
-};
 
 class ModelEvaluator {
  public:

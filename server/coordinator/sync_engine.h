@@ -26,21 +26,13 @@
 #include "core/clock.h"
 #include "core/model_state.h"
 #include "core/status.h"
+#include "core/task.h"
 #include "core/thread_pool.h"
 #include "core/update.h"
 #include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
 
 namespace plexus {
-
-// What a client is told to do with the model.
-struct TaskHyperparams {
-  int64_t local_epochs = 1;      // passes over the local data (ignored when local_steps > 0)
-  int64_t local_steps = 0;       // optimizer steps; 0 means "use local_epochs"
-  int64_t batch_size = 32;
-  double learning_rate = 0.05;
-  double momentum = 0.9;
-};
 
 struct SyncOptions {
   // Behaviour.
@@ -57,22 +49,6 @@ struct SyncOptions {
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
-};
-
-struct Task {
-  std::string task_id;
-  uint64_t round = 0;
-  uint64_t model_version = 0;
-  std::string model_sha256;
-  TaskHyperparams hyperparams;
-  int64_t deadline_ms = 0;  // engine clock
-};
-
-struct PollAnswer {
-  enum class Kind { kTask, kWait, kFinished };
-  Kind kind = Kind::kWait;
-  Task task;                    // when kind == kTask
-  int64_t retry_after_ms = 0;   // when kind == kWait
 };
 
 struct EngineStatus {

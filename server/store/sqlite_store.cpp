@@ -31,7 +31,7 @@ class Stmt {
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 
-  Status prepared(const char* what) const { return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what); }
+  Status prepared(const std::string& what) const { return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what); }
   Stmt& Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); return *this; }
   Stmt& Bind(int i, double v) { sqlite3_bind_double(s_, i, v); return *this; }
   Stmt& Bind(int i, const std::string& v) {
@@ -62,7 +62,7 @@ class Stmt {
 };
 
 // Runs a statement that returns no rows.
-Status Run(sqlite3* db, Stmt& st, const char* what) {
+Status Run(sqlite3* db, Stmt& st, const std::string& what) {
   PLEXUS_RETURN_IF_ERROR(st.prepared(what));
   const int rc = st.Step();
   return rc == SQLITE_DONE ? Status::Ok() : SqliteError(db, rc, what);

@@ -1,0 +1,76 @@
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "apps/plexus/commands.h"
+#include "client/client_runtime.h"
+#include "client/grpc_transport.h"
+#include "compute/fashion_mnist.h"
+#include "compute/partition.h"
+
+namespace plexus::cli {
+namespace {
+
+struct ClientFlags {
+  std::string server = "127.0.0.1:50051";
+  std::string data_dir = kDefaultFashionMnistDir;
+  std::string partition = "iid";
+  int64_t num_partitions = 1;
+  int64_t partition_index = 0;
+  uint64_t seed = 0;
+  std::string client_id;
+  double give_up_s = 300;
+  int threads = 1;
+};
+
+void RunClient(const ClientFlags& f) {
+  if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
+    throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
+  }
+  PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
+  Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
+  auto parts = Take(PartitionIndices(train.labels, spec, f.num_partitions, f.seed), "partition");
+  DatasetView local{&train, parts[static_cast<size_t>(f.partition_index)]};
+  spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(), local.size());
+
+  ClientOptions o;
+  o.client_id = f.client_id;
+  o.device = std::to_string(std::thread::hardware_concurrency()) + " cores";
+  o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
+  o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
+  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server);
+  const int threads = f.threads;
+  ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
+                        local);
+  Result<ClientSummary> summary = runtime.Run(&StopRequested());
+  if (!summary.ok() && summary.status().code() == StatusCode::kCancelled) {
+    spdlog::info("stopped on signal");
+    return;
+  }
+  ClientSummary s = Take(std::move(summary), "client");
+  spdlog::info("client {} done: {} tasks completed, {} refused, {} model downloads", s.client_id, s.tasks_completed,
+               s.tasks_refused, s.downloads);
+}
+
+}  // namespace
+
+void AddClientCommand(CLI::App& app) {
+  auto f = std::make_shared<ClientFlags>();
+  CLI::App* cmd = app.add_subcommand("client", "Run a training client against a plexus server");
+  cmd->add_option("--server", f->server, "Server address, HOST:PORT")->capture_default_str();
+  cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
+  cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
+  cmd->add_option("--num-partitions", f->num_partitions, "Number of partitions the training set is split into")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--partition-index", f->partition_index, "This client's partition, in [0, num-partitions)")
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Partition seed (same on every client) and batch order")->capture_default_str();
+  cmd->add_option("--client-id", f->client_id, "Stable client id (default: assigned by the server)");
+  cmd->add_option("--give-up-s", f->give_up_s, "Give up after this many seconds of continuous failures")
+      ->capture_default_str();
+  cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
+  AddConfigOption(cmd);
+  cmd->callback([f] { RunClient(*f); });
+}
+
+}  // namespace plexus::cli

@@ -1,0 +1,131 @@
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "apps/plexus/commands.h"
+#include "apps/plexus/run_summary.h"
+#include "apps/plexus/shared_flags.h"
+#include "apps/plexus/test_set_evaluator.h"
+#include "compute/fashion_mnist.h"
+#include "compute/model_zoo.h"
+#include "core/clock.h"
+#include "server/rpc/federation_server.h"
+#include "server/store/sqlite_store.h"
+
+namespace plexus::cli {
+namespace {
+
+struct ServerFlags {
+  std::string listen = "127.0.0.1:50051";
+  std::string db = "plexus.db";
+  std::string model = "mlp";
+  SyncOptions sync;
+  double round_deadline_s = 300;
+  double selection_wait_s = 2;
+  double linger_s = 3;
+  uint64_t seed = 0;
+  std::string data_dir = kDefaultFashionMnistDir;
+  bool no_eval = false;
+  size_t test_subset = 0;
+  std::string summary_out;
+  int threads = 1;
+};
+
+void RunServer(const ServerFlags& f) {
+  const auto started = std::chrono::steady_clock::now();
+  SyncOptions sync = f.sync;
+  sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
+  sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
+  sync.seed = f.seed;
+  Check(sync.Validate(), "invalid settings");
+
+  std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db));
+  Result<std::string> stored_model = store->GetMeta("model");
+  if (stored_model.ok() && *stored_model != f.model) {
+    throw CommandError("database '" + f.db + "' holds a federation of model '" + *stored_model + "', not '" + f.model +
+                       "' (use another --db or --model " + *stored_model + ")");
+  }
+  Check(store->PutMeta("model", f.model));
+
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<TestSetEvaluator> evaluator;
+  Dataset test;
+  if (!f.no_eval) {
+    test = Take(LoadFashionMnist(f.data_dir, Split::kTest), "server-side evaluation (or pass --no-eval)");
+    trainer = Take(MakeTorchTrainer(f.model, f.threads));
+    evaluator = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, f.test_subset));
+  }
+  RealClock clock;
+  ModelState initial = Take(InitModel(f.model, f.seed));
+  std::unique_ptr<SyncEngine> engine =
+      Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
+  if (engine->model().version() > 0) {
+    spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
+  }
+  std::unique_ptr<FederationServer> server =
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}));
+  spdlog::info("listening on {} (port {}): model {}, {} rounds, {} clients per round, min {}, strategy {}", f.listen,
+               server->port(), f.model, sync.rounds, sync.clients_per_round, sync.min_clients,
+               engine->strategy_description());
+
+  while (!StopRequested().load() && !server->status().finished) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EngineStatus final_status = server->status();
+  if (final_status.finished) {
+    spdlog::info("federation finished at version {}; telling clients for {} s", final_status.model_version, f.linger_s);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.linger_s * 1000));
+    while (!StopRequested().load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } else {
+    spdlog::info("stopping on signal; state is in {}, restart to resume", f.db);
+  }
+  server->Shutdown();
+  if (!final_status.error.empty()) throw CommandError(final_status.error);
+
+  if (final_status.finished && !f.summary_out.empty()) {
+    RunSummary s;
+    s.model = f.model;
+    s.strategy = engine->strategy_description();
+    s.clients = final_status.known_clients;
+    s.clients_per_round = sync.clients_per_round;
+    s.seed = f.seed;
+    s.rounds = engine->history();
+    s.model_version = engine->model().version();
+    s.final_model_sha256 = engine->model().ContentSha256();
+    s.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    Check(WriteSummaryJson(f.summary_out, s));
+  }
+}
+
+}  // namespace
+
+void AddServerCommand(CLI::App& app) {
+  auto f = std::make_shared<ServerFlags>();
+  CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
+  cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
+  cmd->add_option("--db", f->db, "SQLite database with the federation's state (resumed if it exists)")
+      ->capture_default_str();
+  cmd->add_option("--model", f->model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  AddFederationFlags(cmd, &f->sync);
+  cmd->add_option("--min-clients", f->sync.min_clients, "Fewest clients to start a round and to close it (M)")
+      ->capture_default_str();
+  cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")->capture_default_str();
+  cmd->add_option("--selection-wait-s", f->selection_wait_s,
+                  "With fewer than K but at least M clients, wait this long before sampling")
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Seed for the initial model and client sampling")->capture_default_str();
+  cmd->add_option("--data-dir", f->data_dir, "Fashion-MNIST directory for server-side evaluation")->capture_default_str();
+  cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
+  cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
+  cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
+  cmd->add_option("--linger-s", f->linger_s, "Seconds to keep serving after the last round so clients learn it finished")
+      ->capture_default_str();
+  cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
+  AddConfigOption(cmd);
+  cmd->callback([f] { RunServer(*f); });
+}
+
+}  // namespace plexus::cli

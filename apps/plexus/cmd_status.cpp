@@ -1,0 +1,66 @@
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+#include "apps/plexus/commands.h"
+#include "plexus/v1/federation.grpc.pb.h"
+
+namespace plexus::cli {
+namespace {
+
+void RunStatus(const std::string& server, bool json, double timeout_s) {
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  v1::StatusReply r;
+  grpc::Status s = stub->GetStatus(&ctx, v1::StatusRequest(), &r);
+  if (!s.ok()) throw CommandError("cannot get status from " + server + ": " + s.error_message());
+  if (json) {
+    nlohmann::json j = {{"mode", r.mode()},
+                        {"round", r.round()},
+                        {"rounds_total", r.rounds_total()},
+                        {"model_version", r.model_version()},
+                        {"model", r.model_name()},
+                        {"strategy", r.strategy()},
+                        {"known_clients", r.known_clients()},
+                        {"connected_clients", r.connected_clients()},
+                        {"round_selected", r.round_selected()},
+                        {"round_received", r.round_received()},
+                        {"updates_accepted", r.updates_accepted()},
+                        {"updates_refused", r.updates_refused()},
+                        {"finished", r.finished()}};
+    j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
+    if (!r.error().empty()) j["error"] = r.error();
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("mode              %s (%s, %s)\n", r.mode().c_str(), r.model_name().c_str(), r.strategy().c_str());
+  std::printf("round             %llu of %lld%s\n", static_cast<unsigned long long>(r.round()),
+              static_cast<long long>(r.rounds_total()), r.finished() ? " (finished)" : "");
+  std::printf("model version     %llu\n", static_cast<unsigned long long>(r.model_version()));
+  std::printf("clients           %lld connected, %lld known\n", static_cast<long long>(r.connected_clients()),
+              static_cast<long long>(r.known_clients()));
+  std::printf("this round        %lld of %lld updates in\n", static_cast<long long>(r.round_received()),
+              static_cast<long long>(r.round_selected()));
+  std::printf("updates           %lld accepted, %lld refused\n", static_cast<long long>(r.updates_accepted()),
+              static_cast<long long>(r.updates_refused()));
+  if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
+  if (!r.error().empty()) std::printf("error             %s\n", r.error().c_str());
+}
+
+}  // namespace
+
+void AddStatusCommand(CLI::App& app) {
+  auto server = std::make_shared<std::string>("127.0.0.1:50051");
+  auto json = std::make_shared<bool>(false);
+  auto timeout = std::make_shared<double>(5.0);
+  CLI::App* cmd = app.add_subcommand("status", "Show a running server's federation status");
+  cmd->add_option("--server", *server, "Server address, HOST:PORT")->capture_default_str();
+  cmd->add_flag("--json", *json, "Print JSON");
+  cmd->add_option("--timeout-s", *timeout, "Give up after this many seconds")->capture_default_str();
+  AddConfigOption(cmd);
+  cmd->callback([=] { RunStatus(*server, *json, *timeout); });
+}
+
+}  // namespace plexus::cli

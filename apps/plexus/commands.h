@@ -1,0 +1,48 @@
+// The plexus subcommands. Each Add*Command registers its flags and a callback on `app`; the
+// callbacks throw CommandError (or CLI11's errors) on failure, which main() turns into a message
+// and a non-zero exit. Exceptions stop here: below the CLI everything returns Status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plexus::cli {
+
+struct CommandError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Throws CommandError with the status message when `s` is not OK.
+void Check(const Status& s, const std::string& context = "");
+template <typename T>
+T Take(Result<T> r, const std::string& context = "") {
+  Check(r.status(), context);
+  return std::move(r).value();
+}
+
+// Set by SIGINT/SIGTERM; long-running commands stop cleanly when it turns true.
+std::atomic<bool>& StopRequested();
+void InstallStopHandlers();
+
+// Adds `--config FILE` (TOML) to a subcommand: every flag may be given there, flags on the
+// command line win.
+void AddConfigOption(CLI::App* cmd);
+
+// Returns the command line (argv as strings) with the flags of the subcommand's --config file
+// appended, except those the command line sets itself. Throws CommandError for a malformed file
+// or a key that is not a flag of the subcommand.
+std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args);
+
+void AddServerCommand(CLI::App& app);
+void AddClientCommand(CLI::App& app);
+void AddSimCommand(CLI::App& app);
+void AddStatusCommand(CLI::App& app);
+void AddExportCommand(CLI::App& app);
+
+}  // namespace plexus::cli

@@ -1,0 +1,84 @@
+// TOML config files for every subcommand, parsed with toml++ so that syntax errors come with
+// line and column. Keys are flag names without the dashes (`clients-per-round = 4`; underscores
+// work too). Each key that the command line does not set becomes a command-line flag, so flags
+// on the command line win and CLI11 validates config values exactly as it validates flags.
+#include <toml++/toml.h>
+
+#include <set>
+#include <sstream>
+
+#include "apps/plexus/commands.h"
+
+namespace plexus::cli {
+namespace {
+
+std::string Scalar(const std::string& file, const std::string& key, const toml::node& v) {
+  if (v.is_string()) return *v.value<std::string>();
+  if (v.is_integer()) return std::to_string(*v.value<int64_t>());
+  if (v.is_floating_point()) {
+    std::ostringstream o;
+    o.precision(17);
+    o << *v.value<double>();
+    return o.str();
+  }
+  if (v.is_boolean()) return *v.value<bool>() ? "true" : "false";
+  throw CommandError("config '" + file + "': key '" + key + "' must be a string, number or boolean");
+}
+
+}  // namespace
+
+void AddConfigOption(CLI::App* cmd) {
+  // Read by ExpandConfigFile before CLI11 parses; declared here for --help and validation.
+  cmd->add_option("--config", "TOML file with flag values (flags on the command line win)")->check(CLI::ExistingFile);
+}
+
+std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args) {
+  if (args.size() < 2) return args;
+  CLI::App* cmd = nullptr;
+  try {
+    cmd = app.get_subcommand(args[1]);
+  } catch (const CLI::OptionNotFound&) {
+    return args;  // CLI11 reports the unknown command
+  }
+  std::string file;
+  std::set<std::string> given;
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    given.insert(name);
+    if (name == "config") file = a.find('=') != std::string::npos ? a.substr(a.find('=') + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+  }
+  if (file.empty()) return args;
+
+  toml::table table;
+  try {
+    table = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream msg;
+    msg << "config '" << file << "': " << e.description() << " at line " << e.source().begin.line << ", column "
+        << e.source().begin.column;
+    throw CommandError(msg.str());
+  }
+  std::vector<std::string> out = args;
+  for (const auto& [k, node] : table) {
+    std::string key(k.str());
+    for (char& c : key) c = c == '_' ? '-' : c;
+    const CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
+    if (!opt) {
+      throw CommandError("config '" + file + "': '" + std::string(k.str()) + "' is not a flag of 'plexus " + args[1] +
+                         "' (see plexus " + args[1] + " --help)");
+    }
+    if (given.count(key)) continue;
+    // One "--key=value" token works for options and switches alike (`no-eval = true`).
+    out.push_back("--" + key + "=" + Scalar(file, key, node));
+  }
+  return out;
+}
+
+void Check(const Status& s, const std::string& context) {
+  if (s.ok()) return;
+  throw CommandError(context.empty() ? s.ToString() : context + ": " + s.ToString());
+}
+
+}  // namespace plexus::cli

@@ -1,0 +1,72 @@
+#include "apps/plexus/run_summary.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace plexus::cli {
+namespace {
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) return InvalidArgumentError("cannot write '" + path + "': " + std::strerror(errno));
+  out << text;
+  if (!out) return InternalError("short write to '" + path + "'");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
+  nlohmann::json j;
+  j["mode"] = s.mode;
+  j["model"] = s.model;
+  j["strategy"] = s.strategy;
+  if (!s.partition.empty()) j["partition"] = s.partition;
+  j["clients"] = s.clients;
+  j["clients_per_round"] = s.clients_per_round;
+  j["seed"] = s.seed;
+  j["rounds_completed"] = s.rounds.size();
+  j["model_version"] = s.model_version;
+  j["final_model_sha256"] = s.final_model_sha256;
+  j["wall_time_s"] = s.wall_time_s;
+  j["final_test_accuracy"] = nullptr;
+  j["final_test_loss"] = nullptr;
+  nlohmann::json rounds = nlohmann::json::array();
+  for (size_t i = 0; i < s.rounds.size(); ++i) {
+    const RoundRecord& r = s.rounds[i];
+    nlohmann::json row = {{"round", r.round},         {"model_version", r.model_version}, {"updates", r.num_updates},
+                          {"dropped", r.num_dropped}, {"examples", r.num_examples},       {"train_loss", r.mean_train_loss}};
+    row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
+    row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
+    if (i < s.round_wall_time_s.size()) row["wall_time_s"] = s.round_wall_time_s[i];
+    rounds.push_back(row);
+    if (r.test_accuracy) {
+      j["final_test_accuracy"] = *r.test_accuracy;
+      j["final_test_loss"] = *r.test_loss;
+    }
+  }
+  j["rounds"] = rounds;
+  return WriteFile(path, j.dump(2) + "\n");
+}
+
+Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
+  std::string csv = "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s\n";
+  for (size_t i = 0; i < s.rounds.size(); ++i) {
+    const RoundRecord& r = s.rounds[i];
+    char line[512];
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s\n",
+                  static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
+                  static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
+                  static_cast<long long>(r.num_examples), r.mean_train_loss,
+                  r.test_accuracy ? std::to_string(*r.test_accuracy).c_str() : "",
+                  r.test_loss ? std::to_string(*r.test_loss).c_str() : "",
+                  i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "");
+    csv += line;
+  }
+  return WriteFile(path, csv);
+}
+
+}  // namespace plexus::cli

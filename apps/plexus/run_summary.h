@@ -1,0 +1,31 @@
+// The summary JSON that `plexus sim` and `plexus server` write when a federation finishes, and
+// the per-round metrics CSV. Plain functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "server/store/store.h"
+
+namespace plexus::cli {
+
+struct RunSummary {
+  std::string mode = "sync";
+  std::string model;
+  std::string strategy;
+  std::string partition;
+  int64_t clients = 0;
+  int64_t clients_per_round = 0;
+  uint64_t seed = 0;
+  std::vector<RoundRecord> rounds;
+  std::vector<double> round_wall_time_s;  // optional, parallel to rounds
+  uint64_t model_version = 0;
+  std::string final_model_sha256;
+  double wall_time_s = 0.0;
+};
+
+Status WriteSummaryJson(const std::string& path, const RunSummary& summary);
+Status WriteMetricsCsv(const std::string& path, const RunSummary& summary);
+
+}  // namespace plexus::cli

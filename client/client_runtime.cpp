@@ -1,0 +1,178 @@
+#include "client/client_runtime.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "core/safetensors.h"
+
+namespace plexus {
+namespace {
+
+bool Transient(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kAborted || s.code() == StatusCode::kResourceExhausted;
+}
+
+}  // namespace
+
+ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transport, TrainerFactory make_trainer,
+                             DatasetView data)
+    : options_(std::move(options)),
+      transport_(transport),
+      make_trainer_(std::move(make_trainer)),
+      data_(std::move(data)),
+      rng_(options_.seed) {
+  client_id_ = options_.client_id;
+}
+
+void ClientRuntime::Sleep(int64_t ms) {
+  if (options_.sleep) {
+    options_.sleep(ms);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+}
+
+Status ClientRuntime::BackOff(const Status& cause) {
+  const double base = std::min<double>(static_cast<double>(options_.backoff_max_ms),
+                                       static_cast<double>(options_.backoff_initial_ms) * std::pow(2.0, failures_));
+  const auto delay = static_cast<int64_t>(base * (0.5 + 0.5 * rng_.Uniform()));  // jitter
+  if (failing_for_ms_ + delay > options_.give_up_after_ms) {
+    return UnavailableError("giving up after " + std::to_string(failing_for_ms_ / 1000) + " s of failures: " +
+                            cause.ToString());
+  }
+  ++failures_;
+  failing_for_ms_ += delay;
+  spdlog::warn("{}; retrying in {} ms", cause.ToString(), delay);
+  Sleep(delay);
+  return Status::Ok();
+}
+
+Status ClientRuntime::Join() {
+  while (true) {
+    Result<JoinReply> r = transport_->Join(client_id_, static_cast<int64_t>(data_.size()), options_.device);
+    if (r.ok()) {
+      if (!trainer_ || r->model_name != model_name_) {
+        PLEXUS_ASSIGN_OR_RETURN(trainer_, make_trainer_(r->model_name));
+        model_name_ = r->model_name;
+      }
+      client_id_ = r->client_id;
+      ResetBackoff();
+      spdlog::info("joined as {} (model {}, {} local examples)", client_id_, r->model_name, data_.size());
+      return Status::Ok();
+    }
+    if (!Transient(r.status())) return r.status();
+    PLEXUS_RETURN_IF_ERROR(BackOff(r.status()));
+  }
+}
+
+Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
+  PLEXUS_RETURN_IF_ERROR(Join());
+  summary_.client_id = client_id_;
+  while (!(stop && stop->load())) {
+    Result<PollAnswer> answer = transport_->Poll(client_id_, options_.poll_wait_ms);
+    if (!answer.ok()) {
+      if (answer.status().code() == StatusCode::kNotFound) {
+        spdlog::warn("the server does not know this client any more; joining again");
+        PLEXUS_RETURN_IF_ERROR(Join());
+        continue;
+      }
+      if (!Transient(answer.status())) return answer.status();
+      PLEXUS_RETURN_IF_ERROR(BackOff(answer.status()));
+      continue;
+    }
+    ResetBackoff();
+    switch (answer->kind) {
+      case PollAnswer::Kind::kFinished:
+        spdlog::info("federation finished; {} tasks done", summary_.tasks_completed);
+        return summary_;
+      case PollAnswer::Kind::kWait:
+        Sleep(std::clamp<int64_t>(answer->retry_after_ms, 0, 5000));
+        break;
+      case PollAnswer::Kind::kTask:
+        PLEXUS_RETURN_IF_ERROR(RunTask(answer->task));
+        break;
+    }
+  }
+  return Status(StatusCode::kCancelled, "stopped");
+}
+
+Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
+  if (cached_model_ && cached_model_->version() == task.model_version) return *cached_model_;
+  std::string bytes;
+  uint64_t total = 0;
+  while (true) {
+    Status s = transport_->Download(task.model_version, &bytes, &total);
+    if (s.ok()) break;
+    if (s.code() == StatusCode::kDataLoss) bytes.clear();  // inconsistent stream: start over
+    if (!Transient(s) && s.code() != StatusCode::kDataLoss) return s;
+    PLEXUS_RETURN_IF_ERROR(BackOff(s));
+  }
+  ResetBackoff();
+  ++summary_.downloads;
+  Result<ModelState> model = DecodeSafetensors(bytes);
+  if (!model.ok()) return model.status().WithContext("model version " + std::to_string(task.model_version));
+  if (model->ContentSha256() != task.model_sha256) {
+    return DataLossError("model version " + std::to_string(task.model_version) + " does not match the task's SHA-256");
+  }
+  model->set_version(task.model_version);
+  cached_model_ = *model;
+  return model;
+}
+
+Status ClientRuntime::RunTask(const Task& task) {
+  Result<ModelState> model = FetchModel(task);
+  if (!model.ok()) {
+    if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {
+      spdlog::warn("skipping task {}: {}", task.task_id, model.status().ToString());
+      return Status::Ok();
+    }
+    return model.status();
+  }
+  TrainOptions o;
+  o.local_epochs = task.hyperparams.local_epochs;
+  o.local_steps = task.hyperparams.local_steps;
+  o.batch_size = task.hyperparams.batch_size;
+  o.learning_rate = task.hyperparams.learning_rate;
+  o.momentum = task.hyperparams.momentum;
+  o.seed = Rng::Derive(options_.seed, task.round).NextU64();
+  spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
+  Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
+  if (!out.ok()) return out.status().WithContext("task " + task.task_id);
+
+  ModelState delta = std::move(out->weights);
+  const auto base = model->data();
+  auto d = delta.data();
+  for (size_t i = 0; i < d.size(); ++i) d[i] -= base[i];
+  const std::string payload = EncodeSafetensors(delta);
+
+  UploadHeader h;
+  h.client_id = client_id_;
+  h.task_id = task.task_id;
+  h.base_version = task.model_version;
+  h.num_examples = out->num_examples;
+  h.local_steps = out->steps;
+  h.metrics["train_loss"] = out->mean_loss;
+  while (true) {
+    Status s = transport_->Upload(h, payload);
+    if (s.ok()) {
+      ++summary_.tasks_completed;
+      ResetBackoff();
+      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f})", task.task_id, out->steps, out->mean_loss);
+      return Status::Ok();
+    }
+    if (!Transient(s)) {
+      // The round closed, the task expired or the server refused the update: drop it, poll again.
+      ++summary_.tasks_refused;
+      spdlog::warn("task {}: update refused: {}", task.task_id, s.ToString());
+      return Status::Ok();
+    }
+    PLEXUS_RETURN_IF_ERROR(BackOff(s));
+  }
+}
+
+}  // namespace plexus

@@ -1,0 +1,78 @@
+// ClientRuntime: the client's main loop. Joins, long-polls for tasks, downloads the model of a
+// task's version (cached by version, resumed by offset after a dropped stream, verified by its
+// SHA-256), trains it through the Trainer, and uploads the delta. Transient failures
+// (Unavailable, DeadlineExceeded) are retried with exponential backoff and jitter, so the client
+// rides out a server restart; it rejoins when the server no longer knows it, and returns when the
+// federation finishes. Borrows the transport and data, which must outlive it; owns its trainer.
+// Single-threaded.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "client/federation_transport.h"
+#include "compute/dataset.h"
+#include "compute/trainer.h"
+#include "core/model_state.h"
+#include "core/rng.h"
+#include "core/status.h"
+
+namespace plexus {
+
+struct ClientOptions {
+  std::string client_id;               // empty: the server assigns one
+  std::string device = "cpu";
+  int64_t poll_wait_ms = 10000;        // long-poll window
+  int64_t backoff_initial_ms = 200;
+  int64_t backoff_max_ms = 5000;
+  int64_t give_up_after_ms = 300000;   // longest stretch of failures before Run() gives up
+  uint64_t seed = 0;                   // batch order and backoff jitter
+  // Test-only: replaces sleeping (default: std::this_thread::sleep_for).
+  std::function<void(int64_t ms)> sleep;
+};
+
+struct ClientSummary {
+  std::string client_id;
+  int64_t tasks_completed = 0;
+  int64_t tasks_refused = 0;   // uploads the server refused (e.g. the round had closed)
+  int64_t downloads = 0;
+};
+
+// Builds the trainer for the model the server announces at join.
+using TrainerFactory = std::function<Result<std::unique_ptr<Trainer>>(const std::string& model_name)>;
+
+class ClientRuntime {
+ public:
+  ClientRuntime(ClientOptions options, FederationTransport* transport, TrainerFactory make_trainer, DatasetView data);
+
+  // Runs until the federation finishes (OK), `stop` becomes true (Cancelled), or an error that
+  // retrying cannot fix.
+  Result<ClientSummary> Run(const std::atomic<bool>* stop = nullptr);
+
+ private:
+  Status Join();
+  Status RunTask(const Task& task);
+  Result<ModelState> FetchModel(const Task& task);
+  // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
+  Status BackOff(const Status& cause);
+  void ResetBackoff() { failures_ = 0; failing_for_ms_ = 0; }
+  void Sleep(int64_t ms);
+
+  const ClientOptions options_;
+  FederationTransport* const transport_;
+  const TrainerFactory make_trainer_;
+  std::unique_ptr<Trainer> trainer_;
+  std::string model_name_;
+  const DatasetView data_;
+  Rng rng_;
+  std::string client_id_;
+  std::optional<ModelState> cached_model_;
+  int failures_ = 0;
+  int64_t failing_for_ms_ = 0;
+  ClientSummary summary_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,44 @@
+// FederationTransport: how a client talks to the server, in core types. The gRPC
+// implementation is GrpcFederationTransport; tests can drive the client runtime through any
+// other. Errors follow status.h: Unavailable and DeadlineExceeded mean "back off and retry".
+// Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "core/task.h"
+
+namespace plexus {
+
+struct JoinReply {
+  std::string client_id;
+  std::string model_name;
+};
+
+// An update's header; the payload (safetensors bytes of the delta) travels separately.
+struct UploadHeader {
+  std::string client_id;
+  std::string task_id;
+  uint64_t base_version = 0;
+  int64_t num_examples = 0;
+  int64_t local_steps = 0;
+  std::map<std::string, double> metrics;
+};
+
+class FederationTransport {
+ public:
+  virtual ~FederationTransport() = default;
+  virtual Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) = 0;
+  // May block up to wait_ms for work.
+  virtual Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) = 0;
+  // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
+  // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
+  virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
+  virtual Status Upload(const UploadHeader& header, std::string_view payload) = 0;
+};
+
+}  // namespace plexus

@@ -1,0 +1,147 @@
+#include "client/grpc_transport.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "plexus/v1/federation.grpc.pb.h"
+
+namespace plexus {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+constexpr int kMaxMessageBytes = 4 << 20;
+
+Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return Status::Ok();
+  const int code = static_cast<int>(s.error_code());
+  // gRPC and Plexus share code numbers; UNIMPLEMENTED (12) and UNAUTHENTICATED (16) map to
+  // errors that are not retried.
+  StatusCode c = (code == 12 || code == 16) ? StatusCode::kFailedPrecondition : static_cast<StatusCode>(code);
+  return Status(c, what + ": " + s.error_message());
+}
+
+std::chrono::system_clock::time_point In(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+class GrpcFederationTransport final : public FederationTransport {
+ public:
+  explicit GrpcFederationTransport(const std::string& target) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    args.SetMaxSendMessageSize(kMaxMessageBytes);
+    // Reconnect quickly after a server restart.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+
+  Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(10000));
+    v1::JoinRequest req;
+    req.set_client_id(client_id);
+    req.set_num_examples(num_examples);
+    req.set_device(device);
+    v1::JoinReply rep;
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
+    return JoinReply{rep.client_id(), rep.model_name()};
+  }
+
+  Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(wait_ms + 10000));
+    v1::PollTaskRequest req;
+    req.set_client_id(client_id);
+    req.set_wait_ms(static_cast<uint32_t>(wait_ms));
+    v1::PollTaskReply rep;
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->PollTask(&ctx, req, &rep), "poll"));
+    PollAnswer a;
+    switch (rep.answer_case()) {
+      case v1::PollTaskReply::kTask: {
+        const v1::TrainingTask& t = rep.task();
+        a.kind = PollAnswer::Kind::kTask;
+        a.task.task_id = t.task_id();
+        a.task.round = t.round();
+        a.task.model_version = t.model_version();
+        a.task.model_sha256 = t.model_sha256();
+        a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
+        a.task.deadline_ms = t.deadline_in_ms();
+        break;
+      }
+      case v1::PollTaskReply::kRetryAfterMs:
+        a.kind = PollAnswer::Kind::kWait;
+        a.retry_after_ms = rep.retry_after_ms();
+        break;
+      case v1::PollTaskReply::kFinished:
+        a.kind = PollAnswer::Kind::kFinished;
+        break;
+      default:
+        return InvalidArgumentError("poll: the server sent an empty answer");
+    }
+    return a;
+  }
+
+  Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(120000));
+    v1::DownloadModelRequest req;
+    req.set_version(version);
+    req.set_offset(buffer->size());
+    auto reader = stub_->DownloadModel(&ctx, req);
+    v1::ModelChunk chunk;
+    while (reader->Read(&chunk)) {
+      if (chunk.offset() != buffer->size() || chunk.version() != version) {
+        ctx.TryCancel();
+        return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) + " does not continue byte " +
+                             std::to_string(buffer->size()));
+      }
+      *total_bytes = chunk.total_bytes();
+      if (buffer->size() + chunk.data().size() > *total_bytes) {
+        ctx.TryCancel();
+        return DataLossError("download: more bytes than announced");
+      }
+      buffer->append(chunk.data());
+    }
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(reader->Finish(), "download model " + std::to_string(version)));
+    if (buffer->size() != *total_bytes) return UnavailableError("download: stream ended early");
+    return Status::Ok();
+  }
+
+  Status Upload(const UploadHeader& h, std::string_view payload) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(120000));
+    v1::UploadReply rep;
+    auto writer = stub_->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk first;
+    v1::UpdateHeader* hdr = first.mutable_header();
+    hdr->set_client_id(h.client_id);
+    hdr->set_task_id(h.task_id);
+    hdr->set_base_version(h.base_version);
+    hdr->set_num_examples(h.num_examples);
+    hdr->set_local_steps(h.local_steps);
+    for (const auto& [k, v] : h.metrics) (*hdr->mutable_metrics())[k] = v;
+    hdr->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
+    hdr->set_total_bytes(payload.size());
+    bool ok = writer->Write(first);
+    for (size_t off = 0; ok && off < payload.size(); off += kChunkBytes) {
+      v1::UpdateChunk c;
+      c.set_data(std::string(payload.substr(off, kChunkBytes)));
+      ok = writer->Write(c);
+    }
+    writer->WritesDone();
+    return FromGrpc(writer->Finish(), "upload update for task " + h.task_id);
+  }
+
+ private:
+  std::unique_ptr<v1::Federation::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target) {
+  return std::make_unique<GrpcFederationTransport>(target);
+}
+
+}  // namespace plexus

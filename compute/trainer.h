@@ -1,0 +1,44 @@
+// Trainer: local training and evaluation of a model on local data, the seam between the
+// federation code and LibTorch. Implementations keep LibTorch types out of this header.
+// Thread-compatible: one Trainer per thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "compute/dataset.h"
+#include "core/evaluation.h"
+#include "core/model_state.h"
+#include "core/status.h"
+
+namespace plexus {
+
+struct TrainOptions {
+  int64_t local_epochs = 1;     // used when local_steps == 0
+  int64_t local_steps = 0;      // exact number of SGD steps when positive
+  int64_t batch_size = 32;
+  double learning_rate = 0.01;
+  double momentum = 0.9;
+  double prox_mu = 0.0;         // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
+  uint64_t seed = 0;            // batch order
+};
+
+struct TrainOutcome {
+  ModelState weights;           // trained weights, same layout and version as the start model
+  int64_t num_examples = 0;     // size of the local data set (FedAvg's weight)
+  int64_t steps = 0;
+  double mean_loss = 0.0;       // mean training loss over the steps
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  // InvalidArgument: empty data, a model of the wrong layout, or a loss that became non-finite.
+  virtual Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& options) = 0;
+  virtual Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) = 0;
+};
+
+// A LibTorch CPU trainer for one of the models in model_zoo.h, using `threads` intra-op threads.
+Result<std::unique_ptr<Trainer>> MakeTorchTrainer(const std::string& model_name, int threads);
+
+}  // namespace plexus

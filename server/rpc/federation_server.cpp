@@ -1,0 +1,297 @@
+#include "server/rpc/federation_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "core/safetensors.h"
+#include "plexus/v1/federation.grpc.pb.h"
+
+namespace plexus {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+constexpr int kMaxMessageBytes = 4 << 20;
+constexpr int64_t kMaxPollWaitMs = 30000;
+
+grpc::Status ToGrpc(const Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
+}
+
+class Service final : public v1::Federation::Service {
+ public:
+  Service(SyncEngine* engine, Store* store, ServerInfo info) : engine_(engine), store_(store), info_(std::move(info)) {}
+
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinReply* rep) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Result<std::string> id = engine_->Join({req->client_id(), req->num_examples(), req->device()});
+    if (!id.ok()) return ToGrpc(id.status());
+    rep->set_client_id(*id);
+    rep->set_model_name(info_.model_name);
+    spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PollTask(grpc::ServerContext* ctx, const v1::PollTaskRequest* req, v1::PollTaskReply* rep) override {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), kMaxPollWaitMs));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      Result<PollAnswer> a = engine_->Poll(req->client_id());
+      if (!a.ok()) return ToGrpc(a.status());
+      if (a->kind == PollAnswer::Kind::kTask) {
+        cv_.notify_all();  // this poll may have opened a round others are waiting for
+        const Task& t = a->task;
+        v1::TrainingTask* out = rep->mutable_task();
+        out->set_task_id(t.task_id);
+        out->set_round(t.round);
+        out->set_model_version(t.model_version);
+        out->set_model_sha256(t.model_sha256);
+        out->set_local_epochs(t.hyperparams.local_epochs);
+        out->set_local_steps(t.hyperparams.local_steps);
+        out->set_batch_size(t.hyperparams.batch_size);
+        out->set_learning_rate(t.hyperparams.learning_rate);
+        out->set_momentum(t.hyperparams.momentum);
+        out->set_deadline_in_ms(t.deadline_ms - clock_.NowMs());
+        return grpc::Status::OK;
+      }
+      if (a->kind == PollAnswer::Kind::kFinished) {
+        rep->set_finished(true);
+        return grpc::Status::OK;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline || ctx->IsCancelled() || shutting_down_) {
+        rep->set_retry_after_ms(static_cast<uint32_t>(std::min<int64_t>(a->retry_after_ms, 1000)));
+        return grpc::Status::OK;
+      }
+      cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(a->retry_after_ms)));
+    }
+  }
+
+  grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* req,
+                             grpc::ServerWriter<v1::ModelChunk>* writer) override {
+    Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req->version());
+    if (!bytes.ok()) return ToGrpc(bytes.status());
+    const std::string& b = **bytes;
+    if (req->offset() > b.size()) {
+      return ToGrpc(Status(StatusCode::kOutOfRange, "offset " + std::to_string(req->offset()) + " is past the " +
+                                                        std::to_string(b.size()) + "-byte model"));
+    }
+    for (size_t off = req->offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
+      if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+      v1::ModelChunk c;
+      c.set_version(req->version());
+      c.set_total_bytes(b.size());
+      c.set_offset(off);
+      c.set_data(b.substr(off, kChunkBytes));
+      if (!writer->Write(c)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+      if (b.empty()) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UploadUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunk>* reader,
+                            v1::UploadReply* rep) override {
+    v1::UpdateChunk chunk;
+    if (!reader->Read(&chunk) || chunk.part_case() != v1::UpdateChunk::kHeader) {
+      return Refuse(InvalidArgumentError("an upload must start with a header chunk"));
+    }
+    const v1::UpdateHeader header = chunk.header();
+    size_t limit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
+    }
+    if (header.total_bytes() > limit) {
+      return Refuse(ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
+                                           " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
+    }
+    std::string payload;
+    payload.reserve(header.total_bytes());
+    while (reader->Read(&chunk)) {
+      if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse(InvalidArgumentError("a second header chunk"));
+      if (payload.size() + chunk.data().size() > header.total_bytes()) {
+        return Refuse(InvalidArgumentError("update carries more bytes than its header announces"));
+      }
+      payload += chunk.data();
+    }
+    if (payload.size() != header.total_bytes()) {
+      return Refuse(InvalidArgumentError("update ended after " + std::to_string(payload.size()) + " of " +
+                                         std::to_string(header.total_bytes()) + " bytes"));
+    }
+    Result<ModelState> decoded = DecodeSafetensors(payload);
+    if (!decoded.ok()) return Refuse(decoded.status().WithContext("update for task " + header.task_id()));
+
+    Update u;
+    u.client_id = header.client_id();
+    u.task_id = header.task_id();
+    u.base_version = header.base_version();
+    u.num_examples = header.num_examples();
+    u.local_steps = header.local_steps();
+    for (const auto& [k, v] : header.metrics()) u.metrics[k] = v;
+    std::lock_guard<std::mutex> lock(mu_);
+    u.delta = std::move(decoded).value();
+    if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
+      Status layout = u.delta.CheckSameLayout(engine_->model());
+      if (!layout.ok()) return Refuse(layout.WithContext("update for task " + header.task_id()));
+      auto d = u.delta.data();
+      auto base = engine_->model().data();
+      for (size_t i = 0; i < d.size(); ++i) d[i] -= base[i];
+    } else if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32) {
+      return Refuse(InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
+    }
+    const uint64_t version_before = engine_->model().version();
+    Status s = engine_->Submit(u);
+    if (!s.ok()) return Refuse(s.WithContext("update from " + u.client_id));
+    rep->set_accepted_for_version(version_before);
+    if (engine_->model().version() != version_before) {
+      const RoundRecord& r = engine_->history().back();
+      spdlog::info("round {} closed: {} updates, {} dropped, version {}{}", r.round, r.num_updates, r.num_dropped,
+                   r.model_version,
+                   r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+    }
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::StatusRequest*, v1::StatusReply* rep) override {
+    const EngineStatus s = status();
+    rep->set_mode(s.mode);
+    rep->set_round(s.round);
+    rep->set_model_version(s.model_version);
+    rep->set_known_clients(s.known_clients);
+    rep->set_connected_clients(s.connected_clients);
+    rep->set_round_selected(s.round_selected);
+    rep->set_round_received(s.round_received);
+    rep->set_updates_accepted(s.updates_accepted);
+    rep->set_updates_refused(s.updates_refused);
+    rep->set_has_accuracy(s.last_accuracy.has_value());
+    rep->set_last_accuracy(s.last_accuracy.value_or(0.0));
+    rep->set_finished(s.finished);
+    rep->set_model_name(info_.model_name);
+    rep->set_rounds_total(info_.rounds_total);
+    rep->set_error(s.error);
+    std::lock_guard<std::mutex> lock(mu_);
+    rep->set_strategy(engine_->strategy_description());
+    return grpc::Status::OK;
+  }
+
+  EngineStatus status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_->status();
+  }
+
+  void Tick() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t before = engine_->model().version();
+    Status s = engine_->Tick();
+    if (!s.ok()) spdlog::error("{}", s.ToString());
+    if (engine_->model().version() != before) {
+      const RoundRecord& r = engine_->history().back();
+      spdlog::info("round {} closed at its deadline: {} updates, {} dropped", r.round, r.num_updates, r.num_dropped);
+    }
+    cv_.notify_all();
+  }
+
+  void BeginShutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  grpc::Status Refuse(const Status& s) {
+    spdlog::warn("refused upload: {}", s.ToString());
+    return ToGrpc(s);
+  }
+
+  // The current version is kept encoded; older versions come from the store.
+  Result<std::shared_ptr<const std::string>> EncodedModel(uint64_t version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (version == engine_->model().version()) {
+      if (!encoded_ || encoded_version_ != version) {
+        encoded_ = std::make_shared<const std::string>(EncodeSafetensors(engine_->model()));
+        encoded_version_ = version;
+      }
+      return encoded_;
+    }
+    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
+    return std::make_shared<const std::string>(EncodeSafetensors(m));
+  }
+
+  SyncEngine* const engine_;
+  Store* const store_;
+  const ServerInfo info_;
+  RealClock clock_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shutting_down_ = false;                    // guarded by mu_
+  std::shared_ptr<const std::string> encoded_;    // guarded by mu_
+  uint64_t encoded_version_ = 0;                  // guarded by mu_
+};
+
+class GrpcFederationServer final : public FederationServer {
+ public:
+  GrpcFederationServer(SyncEngine* engine, Store* store, const ServerInfo& info) : service_(engine, store, info) {}
+  ~GrpcFederationServer() override { Shutdown(); }
+
+  Status Init(const std::string& listen) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) return UnavailableError("cannot listen on '" + listen + "' (address in use or invalid)");
+    ticker_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(stop_mu_);
+      while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; })) {
+        lock.unlock();
+        service_.Tick();
+        lock.lock();
+      }
+    });
+    return Status::Ok();
+  }
+
+  int port() const override { return port_; }
+  EngineStatus status() override { return service_.status(); }
+
+  void Shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    if (ticker_.joinable()) ticker_.join();
+    service_.BeginShutdown();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+ private:
+  Service service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread ticker_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;  // guarded by stop_mu_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, SyncEngine* engine,
+                                                                  Store* store, const ServerInfo& info) {
+  auto server = std::make_unique<GrpcFederationServer>(engine, store, info);
+  PLEXUS_RETURN_IF_ERROR(server->Init(listen));
+  return std::unique_ptr<FederationServer>(std::move(server));
+}
+
+}  // namespace plexus

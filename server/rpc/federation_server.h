@@ -1,0 +1,37 @@
+// FederationServer: serves a SyncEngine over gRPC (plexus.v1.Federation) on one address.
+// Every engine call happens under one mutex; long polls wait on a condition variable that is
+// signalled whenever the engine's state may have changed. A ticker thread applies round
+// deadlines. Update uploads are size-checked chunk by chunk against the current model's size
+// and decoded only once complete. Borrows the engine and store, which must outlive it.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/coordinator/sync_engine.h"
+#include "server/store/store.h"
+
+namespace plexus {
+
+struct ServerInfo {
+  std::string model_name;
+  int64_t rounds_total = 0;
+};
+
+class FederationServer {
+ public:
+  // Unavailable when the address cannot be bound.
+  static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, SyncEngine* engine, Store* store,
+                                                         const ServerInfo& info);
+  virtual ~FederationServer() = default;
+
+  virtual int port() const = 0;
+  // Engine status under the server's lock.
+  virtual EngineStatus status() = 0;
+  // Stops accepting calls, ends open long polls, and joins all threads. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace plexus

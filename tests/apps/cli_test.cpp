@@ -1,0 +1,122 @@
+// The plexus command as a user runs it: help, config files, and clear errors on bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/integration/process.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::RunToCompletion;
+
+std::string Temp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("plexus_cli_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(CliTest, HelpListsEveryCommand) {
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"--help"}, &out), 0) << out;
+  for (const char* cmd : {"server", "client", "sim", "status", "export"}) EXPECT_NE(out.find(cmd), std::string::npos) << cmd;
+  for (const char* cmd : {"server", "client", "sim", "status", "export"}) {
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {cmd, "--help"}, &out), 0) << cmd << out;
+    EXPECT_NE(out.find("--config"), std::string::npos) << cmd;
+  }
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--help"}, &out), 0);
+  for (const char* flag : {"--listen", "--db", "--rounds", "--clients-per-round", "--min-clients", "--model", "--summary-out"}) {
+    EXPECT_NE(out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(CliTest, NoCommandAndUnknownFlagsFail) {
+  std::string out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {}, &out), 0);
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--no-such-flag"}, &out), 0);
+  EXPECT_NE(out.find("--no-such-flag"), std::string::npos) << out;
+}
+
+TEST(CliTest, MalformedConfigIsAClearError) {
+  const std::string cfg = Temp("bad.toml");
+  WriteFile(cfg, "rounds = 3\nclients-per-round = = 4\n");
+  std::string out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--config", cfg}, &out), 0);
+  EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+
+  WriteFile(cfg, "roundz = 3\n");
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--config", cfg}, &out), 0);
+  EXPECT_NE(out.find("roundz"), std::string::npos) << out;
+
+  WriteFile(cfg, "rounds = \"many\"\n");
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--config", cfg}, &out), 0);
+  EXPECT_NE(out.find("many"), std::string::npos) << out;
+
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--config", Temp("missing.toml")}, &out), 0);
+  std::filesystem::remove(cfg);
+}
+
+TEST(CliTest, MissingDataDirectoryIsAClearError) {
+  std::string out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--data-dir", "/nonexistent/fmnist"}, &out), 1);
+  EXPECT_NE(out.find("data directory '/nonexistent/fmnist' does not exist"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"client", "--data-dir", "/nonexistent/fmnist"}, &out), 1);
+  EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
+}
+
+TEST(CliTest, InvalidSettingsAreClearErrors) {
+  std::string out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--partition", "zipf"}, &out), 1);
+  EXPECT_NE(out.find("unknown partition 'zipf'"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--strategy", "fedmagic"}, &out), 1);
+  EXPECT_NE(out.find("unknown strategy"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--clients", "2", "--clients-per-round", "3"}, &out), 1);
+  EXPECT_NE(out.find("exceeds --clients"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"export", "--db", Temp("none.db"), "--out", Temp("x.safetensors")}, &out), 1);
+  EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"status", "--server", "127.0.0.1:1", "--timeout-s", "1"}, &out), 1);
+  EXPECT_NE(out.find("cannot get status"), std::string::npos) << out;
+}
+
+TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string cfg = Temp("sim.toml");
+  WriteFile(cfg, "clients = 4\nclients_per_round = 2\nrounds = 5\ntrain-subset = 4000\ntest-subset = 1000\nseed = 7\n");
+  std::vector<std::string> summaries;
+  std::vector<std::string> csvs;
+  for (int run = 0; run < 2; ++run) {
+    const std::string summary = Temp("summary" + std::to_string(run) + ".json");
+    const std::string csv = Temp("metrics" + std::to_string(run) + ".csv");
+    std::string out;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                              {"sim", "--config", cfg, "--rounds", "2", "--summary-out", summary, "--metrics-out", csv},
+                              &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("round   2/2"), std::string::npos) << out;
+    summaries.push_back(ReadFile(summary));
+    csvs.push_back(ReadFile(csv));
+    std::filesystem::remove(summary);
+    std::filesystem::remove(csv);
+  }
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\"");
+    EXPECT_NE(at, std::string::npos) << key;
+    return json.substr(at, json.find_first_of(",\n", at) - at);
+  };
+  EXPECT_EQ(field(summaries[0], "rounds_completed"), "\"rounds_completed\": 2");
+  EXPECT_EQ(field(summaries[0], "final_test_accuracy"), field(summaries[1], "final_test_accuracy"));
+  EXPECT_EQ(field(summaries[0], "final_model_sha256"), field(summaries[1], "final_model_sha256"));
+  EXPECT_NE(field(summaries[0], "wall_time_s"), "");
+  EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
+  std::filesystem::remove(cfg);
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,140 @@
+// Real federations: a plexus server and client processes on 127.0.0.1.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "server/store/sqlite_store.h"
+#include "tests/integration/process.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::ChildProcess;
+using ::plexus::testing::FreePort;
+
+class FederationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+    dir_ = std::filesystem::temp_directory_path() /
+           ("plexus_fed_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    address_ = "127.0.0.1:" + std::to_string(FreePort());
+    db_ = (dir_ / "server.db").string();
+    summary_ = (dir_ / "summary.json").string();
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+        if (e.path().extension() == ".log") {
+          std::ifstream in(e.path());
+          std::string text((std::istreambuf_iterator<char>(in)), {});
+          std::cerr << "---- " << e.path() << " (last 3000 bytes)\n" << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+        }
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<ChildProcess> StartServer(int rounds, const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"server", "--listen", address_, "--db", db_, "--rounds", std::to_string(rounds),
+                                 "--clients-per-round", "4", "--min-clients", "4", "--model", "mlp", "--test-subset",
+                                 "2000", "--summary-out", summary_, "--linger-s", "3", "--round-deadline-s", "120"},
+        (dir_ / log).string());
+  }
+
+  std::vector<std::unique_ptr<ChildProcess>> StartClients(int n) {
+    std::vector<std::unique_ptr<ChildProcess>> clients;
+    for (int i = 0; i < n; ++i) {
+      clients.push_back(std::make_unique<ChildProcess>(
+          PLEXUS_BINARY,
+          std::vector<std::string>{"client", "--server", address_, "--partition", "iid", "--num-partitions",
+                                   std::to_string(n), "--partition-index", std::to_string(i), "--client-id",
+                                   "c" + std::to_string(i), "--give-up-s", "120"},
+          (dir_ / ("client" + std::to_string(i) + ".log")).string()));
+    }
+    return clients;
+  }
+
+  size_t CommittedRounds() {
+    auto store = SqliteStore::Open(db_);
+    if (!store.ok()) return 0;
+    auto rounds = (*store)->ListRounds();
+    return rounds.ok() ? rounds->size() : 0;
+  }
+
+  nlohmann::json Summary() {
+    std::ifstream in(summary_);
+    return nlohmann::json::parse(in);
+  }
+
+  std::filesystem::path dir_;
+  std::string address_, db_, summary_;
+};
+
+TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
+  auto server = StartServer(3, "server.log");
+  auto clients = StartClients(4);
+  ASSERT_EQ(server->Wait(240000), 0) << server->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+
+  nlohmann::json s = Summary();
+  EXPECT_EQ(s["rounds_completed"], 3);
+  EXPECT_EQ(s["model_version"], 3);
+  EXPECT_GT(s["final_test_accuracy"].get<double>(), 0.6);  // chance is 0.1
+  EXPECT_TRUE(s.contains("wall_time_s"));
+
+  auto store = *SqliteStore::Open(db_);
+  EXPECT_EQ(*store->CheckpointVersions(), (std::vector<uint64_t>{0, 1, 2, 3}));
+  auto rounds = *store->ListRounds();
+  ASSERT_EQ(rounds.size(), 3u);
+  for (const auto& r : rounds) {
+    EXPECT_EQ(r.num_updates, 4);
+    EXPECT_EQ((*store->Checkpoint(r.model_version)).ContentSha256(), r.model_sha256);
+  }
+
+  std::string out;
+  std::string exported = (dir_ / "final.safetensors").string();
+  ASSERT_EQ(testing::RunToCompletion(PLEXUS_BINARY, {"export", "--db", db_, "--out", exported}, &out), 0) << out;
+  EXPECT_NE(out.find("version 3"), std::string::npos) << out;
+}
+
+TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {
+  auto server = StartServer(5, "server1.log");
+  auto clients = StartClients(4);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (CommittedRounds() < 2 && std::chrono::steady_clock::now() < until && server->running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(CommittedRounds(), 2u) << server->Log();
+  server->Signal(SIGKILL);
+  ASSERT_EQ(server->Wait(10000), 128 + SIGKILL);
+  const size_t at_kill = CommittedRounds();
+  ASSERT_LT(at_kill, 5u) << "the federation finished before the kill; nothing to resume";
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto restarted = StartServer(5, "server2.log");
+  ASSERT_EQ(restarted->Wait(240000), 0) << restarted->Log();
+  EXPECT_NE(restarted->Log().find("resuming from checkpoint version " + std::to_string(at_kill)), std::string::npos)
+      << restarted->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+
+  auto store = *SqliteStore::Open(db_);
+  EXPECT_EQ(*store->CheckpointVersions(), (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+  auto rounds = *store->ListRounds();
+  ASSERT_EQ(rounds.size(), 5u);
+  for (size_t i = 0; i < rounds.size(); ++i) EXPECT_EQ(rounds[i].round, i + 1);
+  EXPECT_GT(Summary()["final_test_accuracy"].get<double>(), 0.6);
+}
+
+}  // namespace
+}  // namespace plexus
