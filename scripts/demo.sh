@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: installs what Plexus needs, builds it, and runs a small local federation on
+# Fashion-MNIST with default settings (plexus sim: 10 virtual clients, 5 per round, 20 rounds).
+# Extra arguments go to `plexus sim` (see `build/apps/plexus/plexus sim --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh build full
+mkdir -p runs
+exec build/apps/plexus/plexus sim --metrics-out runs/sim-metrics.csv --summary-out runs/sim-summary.json "$@"
