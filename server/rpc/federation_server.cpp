@@ -247,6 +247,9 @@ class GrpcFederationServer final : public FederationServer {
     builder.RegisterService(&service_);
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
     builder.SetMaxSendMessageSize(kMaxMessageBytes);
+    // gRPC sets SO_REUSEPORT by default, which would let a second server share the port and
+    // split the clients between two federations.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) return UnavailableError("cannot listen on '" + listen + "' (address in use or invalid)");
     ticker_ = std::thread([this] {

@@ -1,0 +1,154 @@
+// The client runtime against an in-process transport backed by a real SyncEngine, with
+// injected faults (dropped download streams, unavailable server) and a trainer without LibTorch.
+#include "client/client_runtime.h"
+
+#include <deque>
+
+#include "core/clock.h"
+#include "core/safetensors.h"
+#include "server/coordinator/sync_engine.h"
+#include "server/store/memory_store.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+// Moves every weight by +1 and reports the data size: easy to check after aggregation.
+class AddOneTrainer : public Trainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions&) override {
+    TrainOutcome out;
+    out.weights = start;
+    for (float& x : out.weights.data()) x += 1.0f;
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = 1;
+    return out;
+  }
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+};
+
+// A FederationTransport that calls the engine directly, with scripted failures.
+class InProcessTransport : public FederationTransport {
+ public:
+  InProcessTransport(SyncEngine* engine, Store* store) : engine_(engine), store_(store) {}
+
+  Result<JoinReply> Join(const std::string& id, int64_t n, const std::string& device) override {
+    if (Fail()) return UnavailableError("injected: server down");
+    PLEXUS_ASSIGN_OR_RETURN(std::string got, engine_->Join({id, n, device}));
+    return JoinReply{got, "tiny"};
+  }
+  Result<PollAnswer> Poll(const std::string& id, int64_t) override {
+    if (Fail()) return UnavailableError("injected: server down");
+    return engine_->Poll(id);
+  }
+  Status Download(uint64_t version, std::string* buffer, uint64_t* total) override {
+    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
+    const std::string bytes = EncodeSafetensors(m);
+    *total = bytes.size();
+    size_t end = bytes.size();
+    if (drop_download_after_ > 0) {  // deliver part of the rest, then "lose the connection"
+      end = std::min(bytes.size(), buffer->size() + drop_download_after_);
+      drop_download_after_ = 0;
+    }
+    resumed_from_.push_back(buffer->size());
+    buffer->append(bytes, buffer->size(), end - buffer->size());
+    return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
+  }
+  Status Upload(const UploadHeader& h, std::string_view payload) override {
+    if (Fail()) return UnavailableError("injected: server down");
+    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(payload));
+    Update u{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)};
+    return engine_->Submit(u);
+  }
+
+  std::deque<bool> failures;          // next calls fail while the front is true
+  size_t drop_download_after_ = 0;
+  std::vector<size_t> resumed_from_;
+
+ private:
+  bool Fail() {
+    if (failures.empty()) return false;
+    const bool f = failures.front();
+    failures.pop_front();
+    return f;
+  }
+  SyncEngine* engine_;
+  Store* store_;
+};
+
+class ClientRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyncOptions o;
+    o.rounds = 2;
+    o.clients_per_round = 1;
+    o.min_clients = 1;
+    ModelState initial = *ModelState::Create({{"w", {3}}});
+    engine_ = *SyncEngine::Open(o, initial, &store_, &clock_, nullptr, nullptr);
+    data_.labels.assign(5, 0);
+    data_.pixels.assign(5 * 784, 0.0f);
+  }
+
+  ClientOptions Options() {
+    ClientOptions o;
+    o.client_id = "edge-1";
+    o.sleep = [this](int64_t ms) { slept_ms_ += ms; };
+    return o;
+  }
+
+  TrainerFactory Factory() {
+    return [](const std::string&) -> Result<std::unique_ptr<Trainer>> { return std::unique_ptr<Trainer>(new AddOneTrainer); };
+  }
+
+  ManualClock clock_;
+  MemoryStore store_;
+  std::unique_ptr<SyncEngine> engine_;
+  Dataset data_;
+  int64_t slept_ms_ = 0;
+};
+
+TEST_F(ClientRuntimeTest, TrainsEveryRoundAndStopsWhenFinished) {
+  InProcessTransport transport(engine_.get(), &store_);
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->client_id, "edge-1");
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_EQ(s->downloads, 2);
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);  // +1 per round
+}
+
+TEST_F(ClientRuntimeTest, ResumesADroppedDownloadFromItsOffset) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.drop_download_after_ = 40;
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  ASSERT_GE(transport.resumed_from_.size(), 2u);
+  EXPECT_EQ(transport.resumed_from_[0], 0u);
+  EXPECT_EQ(transport.resumed_from_[1], 40u);  // the retry continued, it did not start over
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+TEST_F(ClientRuntimeTest, BacksOffWhileTheServerIsDownThenCarriesOn) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.failures = {true, true, true, false};  // join fails three times
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  // Exponential backoff with jitter: 200, 400, 800 ms each scaled into [0.5, 1).
+  EXPECT_GE(slept_ms_, 700);
+  EXPECT_LT(slept_ms_, 1400);
+}
+
+TEST_F(ClientRuntimeTest, GivesUpAfterTheConfiguredTime) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.failures = std::deque<bool>(1000, true);
+  ClientOptions o = Options();
+  o.give_up_after_ms = 3000;
+  ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
+  EXPECT_THAT(client.Run(), testing::StatusIs(StatusCode::kUnavailable, "giving up"));
+  EXPECT_LE(slept_ms_, 3000);
+}
+
+}  // namespace
+}  // namespace plexus

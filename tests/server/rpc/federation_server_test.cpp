@@ -1,0 +1,145 @@
+// The gRPC service in-process on 127.0.0.1: bad uploads get the right status and clear
+// messages, and nothing already accepted is lost.
+#include "server/rpc/federation_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+
+#include "client/grpc_transport.h"
+#include "core/safetensors.h"
+#include "plexus/v1/federation.grpc.pb.h"
+#include "server/store/memory_store.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+class FederationServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyncOptions o;
+    o.rounds = 1;
+    o.clients_per_round = 2;
+    o.min_clients = 2;
+    model_ = *ModelState::Create({{"w", {4}}, {"b", {2}}});
+    engine_ = *SyncEngine::Open(o, model_, &store_, &clock_, nullptr, nullptr);
+    server_ = *FederationServer::Start("127.0.0.1:0", engine_.get(), &store_, {"tiny", 1});
+    target_ = "127.0.0.1:" + std::to_string(server_->port());
+    transport_ = MakeGrpcFederationTransport(target_);
+    ASSERT_OK(transport_->Join("a", 10, "test"));
+    ASSERT_OK(transport_->Join("b", 10, "test"));
+    task_a_ = transport_->Poll("a", 1000)->task;
+    task_b_ = transport_->Poll("b", 1000)->task;
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  UploadHeader Header(const std::string& client, const Task& t) {
+    UploadHeader h;
+    h.client_id = client;
+    h.task_id = t.task_id;
+    h.base_version = t.model_version;
+    h.num_examples = 10;
+    return h;
+  }
+  std::string Delta(float v) {
+    ModelState d = ModelState::ZerosLike(model_);
+    for (float& x : d.data()) x = v;
+    return EncodeSafetensors(d);
+  }
+
+  RealClock clock_;
+  MemoryStore store_;
+  ModelState model_;
+  std::unique_ptr<SyncEngine> engine_;
+  std::unique_ptr<FederationServer> server_;
+  std::string target_;
+  std::unique_ptr<FederationTransport> transport_;
+  Task task_a_, task_b_;
+};
+
+TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
+  EXPECT_EQ(task_a_.model_version, 0u);
+  EXPECT_EQ(task_a_.model_sha256, model_.ContentSha256());
+  std::string bytes;
+  uint64_t total = 0;
+  ASSERT_OK(transport_->Download(0, &bytes, &total));
+  EXPECT_EQ(bytes.size(), total);
+  EXPECT_EQ(DecodeSafetensors(bytes)->ContentSha256(), model_.ContentSha256());
+  // Resume from an offset: only the rest arrives.
+  std::string tail = bytes.substr(0, 20);
+  ASSERT_OK(transport_->Download(0, &tail, &total));
+  EXPECT_EQ(tail, bytes);
+  std::string none;
+  EXPECT_THAT(transport_->Download(42, &none, &total), StatusIs(StatusCode::kNotFound, "version 42"));
+}
+
+TEST_F(FederationServerTest, BadUploadsAreRefusedAndAcceptedOnesKept) {
+  ASSERT_OK(transport_->Upload(Header("a", task_a_), Delta(1.0f)));
+
+  EXPECT_THAT(transport_->Upload(Header("b", task_b_), "not safetensors"),
+              StatusIs(StatusCode::kInvalidArgument, "malformed safetensors"));
+  ModelState wrong = *ModelState::Create({{"w", {5}}, {"b", {2}}});
+  EXPECT_THAT(transport_->Upload(Header("b", task_b_), EncodeSafetensors(wrong)),
+              StatusIs(StatusCode::kInvalidArgument, "tensor 'w' has shape [5], expected [4]"));
+  EXPECT_THAT(transport_->Upload(Header("b", task_b_), Delta(std::nanf(""))),
+              StatusIs(StatusCode::kInvalidArgument, "non-finite"));
+  UploadHeader unknown = Header("b", task_b_);
+  unknown.task_id = "r7a0-b";
+  EXPECT_THAT(transport_->Upload(unknown, Delta(1.0f)), StatusIs(StatusCode::kNotFound, "unknown task id 'r7a0-b'"));
+  EXPECT_THAT(transport_->Upload(Header("a", task_b_), Delta(1.0f)),
+              StatusIs(StatusCode::kPermissionDenied, "belongs to another client"));
+  EXPECT_THAT(transport_->Upload(Header("b", task_b_), std::string(4 << 20, 'x')),
+              StatusIs(StatusCode::kResourceExhausted, "exceeds the limit"));
+  EXPECT_THAT(transport_->Poll("stranger", 10), StatusIs(StatusCode::kNotFound, "join first"));
+
+  EXPECT_EQ(server_->status().updates_accepted, 1);
+  EXPECT_EQ(server_->status().round_received, 1);
+  ASSERT_OK(transport_->Upload(Header("b", task_b_), Delta(3.0f)));
+  EXPECT_TRUE(server_->status().finished);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);  // (1 + 3) / 2: the bad uploads left no trace
+  EXPECT_EQ(transport_->Poll("a", 10)->kind, PollAnswer::Kind::kFinished);
+}
+
+TEST_F(FederationServerTest, UploadWithoutHeaderOrShortPayloadIsRefused) {
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk c;
+    c.set_data("abc");
+    w->Write(c);
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("must start with a header"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk c;
+    c.mutable_header()->set_client_id("b");
+    c.mutable_header()->set_task_id(task_b_.task_id);
+    c.mutable_header()->set_total_bytes(100);
+    w->Write(c);
+    v1::UpdateChunk d;
+    d.set_data("0123456789");
+    w->Write(d);
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("ended after 10 of 100 bytes"), std::string::npos) << s.error_message();
+  }
+}
+
+TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
+  auto second = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1});
+  EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "cannot listen"));
+}
+
+}  // namespace
+}  // namespace plexus
