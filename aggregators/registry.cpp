@@ -7,8 +7,21 @@
 namespace plexus {
 
 // One line per strategy: its name and the factory defined in the strategy's own file.
-#define PLEXUS_STRATEGIES(X) \
-  X("fedavg", MakeFedAvg)
+#define PLEXUS_STRATEGIES(X)            \
+  X("fedavg", MakeFedAvg)               \
+  X("fedavgm", MakeFedAvgM)             \
+  X("fednova", MakeFedNova)             \
+  X("fedadam", MakeFedAdam)             \
+  X("fedyogi", MakeFedYogi)             \
+  X("fedadagrad", MakeFedAdagrad)       \
+  X("krum", MakeKrum)                   \
+  X("multikrum", MakeMultiKrum)         \
+  X("median", MakeMedian)               \
+  X("trimmed_mean", MakeTrimmedMean)    \
+  X("bulyan", MakeBulyan)               \
+  X("geomed", MakeGeoMed)               \
+  X("centered_clip", MakeCenteredClip)  \
+  X("norm_bound", MakeNormBound)
 
 using StrategyFactory = Result<std::unique_ptr<Aggregator>> (*)(StrategySpec&, ThreadPool*);
 #define PLEXUS_DECLARE_FACTORY(name, factory) Result<std::unique_ptr<Aggregator>> factory(StrategySpec&, ThreadPool*);

@@ -53,6 +53,26 @@ Result<bool> StrategySpec::GetBool(const std::string& key, bool fallback) {
                               "' is not true/false");
 }
 
+Result<int64_t> StrategySpec::GetCount(const std::string& key, int64_t fallback) {
+  used_.insert(key);
+  auto it = params_.find(key);
+  if (it == params_.end()) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || errno != 0 || v < 0) {
+    return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "='" + it->second +
+                                "' is not a non-negative integer");
+  }
+  return static_cast<int64_t>(v);
+}
+
+Result<std::string> StrategySpec::GetString(const std::string& key, const std::string& fallback) {
+  used_.insert(key);
+  auto it = params_.find(key);
+  return it == params_.end() ? fallback : it->second;
+}
+
 Status StrategySpec::CheckAllUsed() const {
   for (const auto& [key, value] : params_) {
     if (!used_.count(key)) {

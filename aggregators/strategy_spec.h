@@ -3,6 +3,7 @@
 // CheckAllUsed() can refuse unknown parameters by name. Thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -22,6 +23,9 @@ class StrategySpec {
   // The parameter's value, `fallback` when absent; InvalidArgument when it does not parse.
   Result<double> GetDouble(const std::string& key, double fallback);
   Result<bool> GetBool(const std::string& key, bool fallback);
+  // A non-negative integer.
+  Result<int64_t> GetCount(const std::string& key, int64_t fallback);
+  Result<std::string> GetString(const std::string& key, const std::string& fallback);
 
   // InvalidArgument naming any parameter no getter asked for, and the ones that exist.
   Status CheckAllUsed() const;

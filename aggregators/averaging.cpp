@@ -1,0 +1,142 @@
+#include "aggregators/averaging.h"
+
+#include <cmath>
+
+#include "aggregators/streaming_mean.h"
+#include "aggregators/strategy_spec.h"
+#include "aggregators/update_buffer.h"
+
+namespace plexus {
+namespace {
+
+class Averaging final : public Aggregator {
+ public:
+  Averaging(AveragingOptions o, std::unique_ptr<ServerOptimizer> step, ThreadPool* pool)
+      : o_(std::move(o)), step_(std::move(step)), mean_(pool) {}
+
+  Status Begin(const ModelState& base) override {
+    base_ = base;
+    mean_.Reset(base.num_params());
+    steps_weighted_ = 0.0;
+    begun_ = true;
+    return Status::Ok();
+  }
+
+  Status Fold(const Update& u) override {
+    if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
+    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str()));
+    if (o_.normalize_by_steps && u.local_steps <= 0) {
+      return InvalidArgumentError(o_.name + ": update from client " + u.client_id +
+                                  " reports no local steps; FedNova needs the step count");
+    }
+    const double w = o_.weighted ? static_cast<double>(u.num_examples) : 1.0;
+    double scale = 1.0;
+    if (o_.normalize_by_steps) scale = 1.0 / static_cast<double>(u.local_steps);
+    if (o_.clip_norm > 0) {
+      double sq = 0.0;
+      for (float x : u.delta.data()) sq += static_cast<double>(x) * x;
+      const double norm = std::sqrt(sq);
+      if (norm > o_.clip_norm) scale *= o_.clip_norm / norm;
+    }
+    mean_.Fold(u.delta.data(), w, scale);
+    steps_weighted_ += w * static_cast<double>(u.local_steps);
+    return Status::Ok();
+  }
+
+  size_t num_folded() const override { return mean_.count(); }
+
+  Result<ModelState> Finalize() override {
+    if (!begun_ || mean_.count() == 0) return FailedPreconditionError(o_.name + ": no updates to aggregate");
+    std::vector<double> d = mean_.Mean();
+    if (o_.normalize_by_steps) {
+      const double tau_eff = steps_weighted_ / mean_.total_weight();
+      for (double& x : d) x *= tau_eff;
+    }
+    begun_ = false;
+    return step_->Step(base_, d);
+  }
+
+  std::string Describe() const override {
+    std::string opt = step_->Describe();
+    std::string params = o_.params;
+    if (opt != "lr=1") params += (params.empty() ? "" : ",") + opt;
+    return o_.name + "(" + params + ")";
+  }
+
+ private:
+  const AveragingOptions o_;
+  std::unique_ptr<ServerOptimizer> step_;
+  StreamingMean mean_;
+  ModelState base_;
+  double steps_weighted_ = 0.0;
+  bool begun_ = false;
+};
+
+Status InRange(const std::string& strategy, const char* key, double v, double lo, double hi, bool hi_open) {
+  if (v >= lo && (hi_open ? v < hi : v <= hi)) return Status::Ok();
+  return InvalidArgumentError("strategy '" + strategy + "': " + key + "=" + std::to_string(v) + " must lie in [" +
+                              std::to_string(lo) + ", " + std::to_string(hi) + (hi_open ? ")" : "]"));
+}
+
+Status Positive(const std::string& strategy, const char* key, double v) {
+  if (v > 0) return Status::Ok();
+  return InvalidArgumentError("strategy '" + strategy + "': " + key + " must be positive");
+}
+
+Result<std::unique_ptr<Aggregator>> MakeAdaptive(StrategySpec& spec, ThreadPool* pool, AdaptiveKind kind) {
+  PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("lr", 0.01));
+  PLEXUS_ASSIGN_OR_RETURN(double b1, spec.GetDouble("beta1", 0.9));
+  double b2 = 0.99;
+  if (kind != AdaptiveKind::kAdagrad) {
+    PLEXUS_ASSIGN_OR_RETURN(b2, spec.GetDouble("beta2", 0.99));
+  }
+  PLEXUS_ASSIGN_OR_RETURN(double tau, spec.GetDouble("tau", 1e-3));
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  PLEXUS_RETURN_IF_ERROR(Positive(spec.name(), "lr", lr));
+  PLEXUS_RETURN_IF_ERROR(InRange(spec.name(), "beta1", b1, 0, 1, true));
+  PLEXUS_RETURN_IF_ERROR(InRange(spec.name(), "beta2", b2, 0, 1, true));
+  PLEXUS_RETURN_IF_ERROR(Positive(spec.name(), "tau", tau));
+  AveragingOptions o{spec.name(), weighted ? "" : "weighted=false", weighted};
+  return MakeAveraging(o, MakeAdaptiveStep(kind, lr, b1, b2, tau), pool);
+}
+
+}  // namespace
+
+std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,
+                                          ThreadPool* pool) {
+  return std::make_unique<Averaging>(std::move(options), std::move(step), pool);
+}
+
+Result<std::unique_ptr<Aggregator>> MakeFedAvg(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  AveragingOptions o{"fedavg", weighted ? "weighted=true" : "weighted=false", weighted};
+  return MakeAveraging(o, MakePlainStep(1.0), pool);
+}
+
+Result<std::unique_ptr<Aggregator>> MakeFedAvgM(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(double momentum, spec.GetDouble("momentum", 0.9));
+  PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("lr", 1.0));
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  PLEXUS_RETURN_IF_ERROR(InRange("fedavgm", "momentum", momentum, 0, 1, true));
+  PLEXUS_RETURN_IF_ERROR(Positive("fedavgm", "lr", lr));
+  AveragingOptions o{"fedavgm", weighted ? "" : "weighted=false", weighted};
+  return MakeAveraging(o, MakeMomentumStep(lr, momentum), pool);
+}
+
+Result<std::unique_ptr<Aggregator>> MakeFedNova(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  AveragingOptions o{"fednova", weighted ? "weighted=true" : "weighted=false", weighted, /*normalize_by_steps=*/true};
+  return MakeAveraging(o, MakePlainStep(1.0), pool);
+}
+
+Result<std::unique_ptr<Aggregator>> MakeFedAdam(StrategySpec& spec, ThreadPool* pool) {
+  return MakeAdaptive(spec, pool, AdaptiveKind::kAdam);
+}
+Result<std::unique_ptr<Aggregator>> MakeFedYogi(StrategySpec& spec, ThreadPool* pool) {
+  return MakeAdaptive(spec, pool, AdaptiveKind::kYogi);
+}
+Result<std::unique_ptr<Aggregator>> MakeFedAdagrad(StrategySpec& spec, ThreadPool* pool) {
+  return MakeAdaptive(spec, pool, AdaptiveKind::kAdagrad);
+}
+
+}  // namespace plexus

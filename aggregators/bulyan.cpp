@@ -1,0 +1,66 @@
+// Bulyan (El Mhamdi, Guerraoui, Rouault, ICML 2018): select theta = n - 2f updates by repeated
+// Krum, then per coordinate average the beta = theta - 2f selected values closest to their
+// median. Requires n >= 4f + 3.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "aggregators/coordinate_wise.h"
+#include "aggregators/pairwise.h"
+#include "aggregators/robust_aggregator.h"
+#include "aggregators/strategy_spec.h"
+
+namespace plexus {
+namespace {
+
+struct Trim {
+  size_t beta;
+};
+
+// Mean of the `beta` values closest to the median (ties: the smaller value first).
+double MeanClosestToMedian(float* v, size_t n, const void* arg) {
+  const size_t beta = static_cast<const Trim*>(arg)->beta;
+  std::sort(v, v + n);
+  const double med = n % 2 ? v[n / 2] : 0.5 * (static_cast<double>(v[n / 2 - 1]) + v[n / 2]);
+  // In sorted order the beta closest values form a window; slide it to the best position.
+  size_t lo = 0;
+  for (size_t s = 1; s + beta <= n; ++s) {
+    const double cur = std::max(med - v[lo], static_cast<double>(v[lo + beta - 1]) - med);
+    const double cand = std::max(med - v[s], static_cast<double>(v[s + beta - 1]) - med);
+    if (cand < cur) lo = s;
+  }
+  double sum = 0.0;
+  for (size_t i = lo; i < lo + beta; ++i) sum += v[i];
+  return sum / static_cast<double>(beta);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Aggregator>> MakeBulyan(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(int64_t f, spec.GetCount("f", 1));
+  RobustRule rule = [f](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
+    const size_t n = u.size();
+    if (static_cast<int64_t>(n) < 4 * f + 3) return PreconditionFailed("bulyan", "n >= 4f + 3", n, f);
+    const size_t theta = n - 2 * static_cast<size_t>(f);
+    const std::vector<double> dist = PairwiseSquaredDistances(u, p);
+    std::vector<size_t> remaining(n);
+    std::iota(remaining.begin(), remaining.end(), size_t{0});
+    std::vector<size_t> selected;
+    while (selected.size() < theta) {
+      const size_t r = remaining.size();
+      const size_t neighbours = r > static_cast<size_t>(f) + 2 ? r - static_cast<size_t>(f) - 2 : 0;
+      const size_t winner = ArgMin(KrumScores(dist, n, remaining, neighbours));
+      selected.push_back(remaining[winner]);
+      remaining.erase(remaining.begin() + static_cast<ptrdiff_t>(winner));
+    }
+    std::sort(selected.begin(), selected.end());
+    std::vector<BufferedUpdate> chosen;
+    chosen.reserve(theta);
+    for (size_t i : selected) chosen.push_back(u[i]);
+    const Trim trim{theta - 2 * static_cast<size_t>(f)};
+    return ReduceCoordinates(chosen, p, &MeanClosestToMedian, &trim);
+  };
+  return MakeRobust("bulyan(f=" + std::to_string(f) + ")", std::move(rule), pool);
+}
+
+}  // namespace plexus

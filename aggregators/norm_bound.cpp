@@ -1,0 +1,51 @@
+// Norm bounding (Sun et al., 2019): scale each delta to at most `max` in L2 norm, then take the
+// example-weighted mean. `max=<number>` streams (O(model) memory); `max=median` uses the median
+// of this round's update norms as the bound, so it buffers the round's updates.
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "aggregators/averaging.h"
+#include "aggregators/coordinate_wise.h"
+#include "aggregators/robust_aggregator.h"
+#include "aggregators/streaming_mean.h"
+#include "aggregators/strategy_spec.h"
+
+namespace plexus {
+
+Result<std::unique_ptr<Aggregator>> MakeNormBound(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(std::string max, spec.GetString("max", "median"));
+  if (max == "median") {
+    RobustRule rule = [](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
+      std::vector<float> norms;
+      for (const BufferedUpdate& b : u) {
+        double sq = 0.0;
+        for (float x : b.delta) sq += static_cast<double>(x) * x;
+        norms.push_back(static_cast<float>(std::sqrt(sq)));
+      }
+      std::vector<float> scratch = norms;
+      const double bound = MedianInPlace(scratch.data(), scratch.size());
+      StreamingMean mean(p);
+      mean.Reset(u[0].delta.size());
+      for (size_t i = 0; i < u.size(); ++i) {
+        mean.Fold(u[i].delta, u[i].examples, norms[i] > bound && norms[i] > 0 ? bound / norms[i] : 1.0);
+      }
+      return mean.Mean();
+    };
+    return MakeRobust("norm_bound(max=median)", std::move(rule), pool);
+  }
+  char* end = nullptr;
+  errno = 0;
+  const double bound = std::strtod(max.c_str(), &end);
+  if (max.empty() || *end != '\0' || errno != 0 || !(bound > 0) || !std::isfinite(bound)) {
+    return InvalidArgumentError("strategy 'norm_bound': max='" + max + "' must be a positive number or 'median'");
+  }
+  char params[48];
+  std::snprintf(params, sizeof params, "max=%g", bound);
+  AveragingOptions o{"norm_bound", params, /*weighted=*/true, /*normalize_by_steps=*/false, bound};
+  return MakeAveraging(o, MakePlainStep(1.0), pool);
+}
+
+}  // namespace plexus

@@ -1,0 +1,50 @@
+#include "aggregators/robust_aggregator.h"
+
+namespace plexus {
+namespace {
+
+class Robust final : public Aggregator {
+ public:
+  Robust(std::string description, RobustRule rule, ThreadPool* pool)
+      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool) {}
+
+  Status Begin(const ModelState& base) override {
+    buffer_.Reset(base);
+    begun_ = true;
+    return Status::Ok();
+  }
+  Status Fold(const Update& u) override {
+    if (!begun_) return FailedPreconditionError(description_ + ": Fold before Begin");
+    return buffer_.Add(u, description_.c_str());
+  }
+  size_t num_folded() const override { return buffer_.size(); }
+  Result<ModelState> Finalize() override {
+    if (!begun_ || buffer_.size() == 0) return FailedPreconditionError(description_ + ": no updates to aggregate");
+    PLEXUS_ASSIGN_OR_RETURN(std::vector<double> delta, rule_(buffer_.Sorted(), pool_));
+    begun_ = false;
+    ModelState out = ApplyDelta(buffer_.base(), delta);
+    buffer_.Clear();
+    return out;
+  }
+  std::string Describe() const override { return description_; }
+
+ private:
+  const std::string description_;
+  const RobustRule rule_;
+  ThreadPool* const pool_;
+  UpdateBuffer buffer_;
+  bool begun_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool) {
+  return std::make_unique<Robust>(std::move(description), std::move(rule), pool);
+}
+
+Status PreconditionFailed(const std::string& strategy, const std::string& condition, size_t n, int64_t f) {
+  return FailedPreconditionError(strategy + " needs " + condition + " updates (got n=" + std::to_string(n) +
+                                 " with f=" + std::to_string(f) + ")");
+}
+
+}  // namespace plexus

@@ -1,0 +1,97 @@
+#include "aggregators/server_optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace plexus {
+namespace {
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+class PlainStep final : public ServerOptimizer {
+ public:
+  explicit PlainStep(double lr) : lr_(lr) {}
+  ModelState Step(const ModelState& base, std::span<const double> d) override {
+    ModelState out = base;
+    out.set_version(base.version() + 1);
+    auto x = out.data();
+    for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * d[j]);
+    return out;
+  }
+  std::string Describe() const override { return "lr=" + Num(lr_); }
+
+ private:
+  const double lr_;
+};
+
+class MomentumStep final : public ServerOptimizer {
+ public:
+  MomentumStep(double lr, double momentum) : lr_(lr), beta_(momentum) {}
+  ModelState Step(const ModelState& base, std::span<const double> d) override {
+    if (v_.size() != d.size()) v_.assign(d.size(), 0.0);
+    ModelState out = base;
+    out.set_version(base.version() + 1);
+    auto x = out.data();
+    for (size_t j = 0; j < x.size(); ++j) {
+      v_[j] = beta_ * v_[j] + d[j];
+      x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * v_[j]);
+    }
+    return out;
+  }
+  std::string Describe() const override { return "lr=" + Num(lr_) + ",momentum=" + Num(beta_); }
+
+ private:
+  const double lr_, beta_;
+  std::vector<double> v_;
+};
+
+class AdaptiveStep final : public ServerOptimizer {
+ public:
+  AdaptiveStep(AdaptiveKind kind, double lr, double b1, double b2, double tau)
+      : kind_(kind), lr_(lr), b1_(b1), b2_(b2), tau_(tau) {}
+  ModelState Step(const ModelState& base, std::span<const double> d) override {
+    if (m_.size() != d.size()) {
+      m_.assign(d.size(), 0.0);
+      v_.assign(d.size(), tau_ * tau_);
+    }
+    ModelState out = base;
+    out.set_version(base.version() + 1);
+    auto x = out.data();
+    for (size_t j = 0; j < x.size(); ++j) {
+      const double g = d[j], g2 = g * g;
+      m_[j] = b1_ * m_[j] + (1.0 - b1_) * g;
+      switch (kind_) {
+        case AdaptiveKind::kAdagrad: v_[j] += g2; break;
+        case AdaptiveKind::kAdam: v_[j] = b2_ * v_[j] + (1.0 - b2_) * g2; break;
+        case AdaptiveKind::kYogi: v_[j] -= (1.0 - b2_) * g2 * (v_[j] > g2 ? 1.0 : (v_[j] < g2 ? -1.0 : 0.0)); break;
+      }
+      x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * m_[j] / (std::sqrt(v_[j]) + tau_));
+    }
+    return out;
+  }
+  std::string Describe() const override {
+    return "lr=" + Num(lr_) + ",beta1=" + Num(b1_) + (kind_ == AdaptiveKind::kAdagrad ? "" : ",beta2=" + Num(b2_)) +
+           ",tau=" + Num(tau_);
+  }
+
+ private:
+  const AdaptiveKind kind_;
+  const double lr_, b1_, b2_, tau_;
+  std::vector<double> m_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<ServerOptimizer> MakePlainStep(double lr) { return std::make_unique<PlainStep>(lr); }
+std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum) {
+  return std::make_unique<MomentumStep>(lr, momentum);
+}
+std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2, double tau) {
+  return std::make_unique<AdaptiveStep>(kind, lr, beta1, beta2, tau);
+}
+
+}  // namespace plexus

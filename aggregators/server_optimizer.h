@@ -1,0 +1,31 @@
+// ServerOptimizer: how the averaged client delta moves the global model. Plain (x += lr * d),
+// momentum (FedAvgM: v = beta v + d; x += lr * v) and the adaptive FedOpt family (FedAdagrad,
+// FedAdam, FedYogi; Reddi et al., ICLR 2021: m = b1 m + (1 - b1) d, v per variant,
+// x += lr * m / (sqrt(v) + tau), v starting at tau^2). Optimizer state lives in memory across
+// rounds and starts from zero after a restart (it is not checkpointed).
+// Thread-compatible.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+
+namespace plexus {
+
+class ServerOptimizer {
+ public:
+  virtual ~ServerOptimizer() = default;
+  // The new model (version base + 1). REQUIRES: mean_delta.size() == base.num_params().
+  virtual ModelState Step(const ModelState& base, std::span<const double> mean_delta) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+std::unique_ptr<ServerOptimizer> MakePlainStep(double lr);
+std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum);
+enum class AdaptiveKind { kAdagrad, kAdam, kYogi };
+std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2, double tau);
+
+}  // namespace plexus

@@ -1,0 +1,38 @@
+// StreamingMean: a weighted running sum of deltas in double precision, folded as updates arrive
+// and split across a ThreadPool by parameter range. O(model) memory however many updates.
+// The sum is exact up to double rounding, so the result is independent of arrival order except
+// where a coordinate lands within ~2^-29 (relative) of a float rounding boundary.
+// Thread-compatible.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace plexus {
+
+class StreamingMean {
+ public:
+  explicit StreamingMean(ThreadPool* pool) : pool_(pool) {}
+
+  void Reset(size_t num_params);
+  // sum += weight * scale * delta. REQUIRES: delta.size() == num_params, weight > 0.
+  void Fold(std::span<const float> delta, double weight, double scale = 1.0);
+  size_t count() const { return count_; }
+  double total_weight() const { return total_weight_; }
+  // sum / total_weight. REQUIRES: count() > 0.
+  std::vector<double> Mean() const;
+
+ private:
+  ThreadPool* const pool_;
+  std::vector<double> sum_;
+  double total_weight_ = 0.0;
+  size_t count_ = 0;
+};
+
+// Runs fn(begin, end) over [0, n), on the pool when there is one.
+void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn);
+
+}  // namespace plexus

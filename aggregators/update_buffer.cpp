@@ -1,0 +1,63 @@
+#include "aggregators/update_buffer.h"
+
+#include <algorithm>
+
+namespace plexus {
+
+Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy) {
+  const std::string who = std::string(strategy) + ": update from client " + update.client_id;
+  PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base).WithContext(who));
+  PLEXUS_RETURN_IF_ERROR(update.delta.CheckFinite().WithContext(who));
+  if (needs_examples && update.num_examples <= 0) {
+    return InvalidArgumentError(who + " reports " + std::to_string(update.num_examples) +
+                                " examples; a positive count is needed");
+  }
+  return Status::Ok();
+}
+
+void UpdateBuffer::Reset(const ModelState& base) {
+  base_ = base;
+  updates_.clear();
+  sorted_ = true;
+}
+
+Status UpdateBuffer::Add(const Update& update, const char* strategy) {
+  PLEXUS_RETURN_IF_ERROR(CheckUpdate(update, base_, /*needs_examples=*/true, strategy));
+  BufferedUpdate b;
+  b.client_id = update.client_id;
+  b.task_id = update.task_id;
+  b.examples = static_cast<double>(update.num_examples);
+  b.local_steps = update.local_steps;
+  b.delta.assign(update.delta.data().begin(), update.delta.data().end());
+  updates_.push_back(std::move(b));
+  sorted_ = false;
+  return Status::Ok();
+}
+
+std::span<const BufferedUpdate> UpdateBuffer::Sorted() {
+  if (!sorted_) {
+    std::sort(updates_.begin(), updates_.end(), [](const BufferedUpdate& a, const BufferedUpdate& b) {
+      return a.client_id != b.client_id ? a.client_id < b.client_id : a.task_id < b.task_id;
+    });
+    sorted_ = true;
+  }
+  return updates_;
+}
+
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta) {
+  ModelState out = base;
+  out.set_version(base.version() + 1);
+  auto x = out.data();
+  for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + delta[j]);
+  return out;
+}
+
+ModelState ApplyDelta(const ModelState& base, std::span<const float> delta) {
+  ModelState out = base;
+  out.set_version(base.version() + 1);
+  auto x = out.data();
+  for (size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+  return out;
+}
+
+}  // namespace plexus

@@ -1,0 +1,51 @@
+// UpdateBuffer: the updates of one aggregation kept in memory, for rules that need all of them
+// at once (robust aggregators). Add() validates like every aggregator (layout, finite values,
+// positive example count) and copies the delta; Sorted() returns them ordered by client id (then
+// task id), so results do not depend on arrival order. Memory: n x model.
+// Thread-compatible.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "core/update.h"
+
+namespace plexus {
+
+struct BufferedUpdate {
+  std::string client_id;
+  std::string task_id;
+  double examples = 0;
+  int64_t local_steps = 0;
+  std::vector<float> delta;
+};
+
+class UpdateBuffer {
+ public:
+  void Reset(const ModelState& base);
+  // InvalidArgument for a wrong layout, non-finite values or a non-positive example count; the
+  // buffer is unchanged then. `strategy` names the caller in messages.
+  Status Add(const Update& update, const char* strategy);
+  size_t size() const { return updates_.size(); }
+  const ModelState& base() const { return base_; }
+  // Sorts (once) and returns the updates in canonical order.
+  std::span<const BufferedUpdate> Sorted();
+  void Clear() { updates_.clear(); }
+
+ private:
+  ModelState base_;
+  std::vector<BufferedUpdate> updates_;
+  bool sorted_ = true;
+};
+
+// Validation shared by every aggregator's Fold.
+Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy);
+
+// base + delta (in double, rounded once), version base.version() + 1.
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta);
+ModelState ApplyDelta(const ModelState& base, std::span<const float> delta);
+
+}  // namespace plexus

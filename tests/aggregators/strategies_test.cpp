@@ -1,0 +1,198 @@
+// Hand-checked cases for every strategy, and their precondition errors.
+#include <cmath>
+
+#include "aggregators/fedbuff.h"
+#include "aggregators/registry.h"
+#include "aggregators/staleness.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+ModelState Vec(std::vector<float> v) {
+  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(v.size())}}});
+  std::copy(v.begin(), v.end(), m.data().begin());
+  return m;
+}
+
+Update U(const std::string& client, std::vector<float> delta, int64_t examples = 1, int64_t steps = 1) {
+  Update u;
+  u.client_id = client;
+  u.task_id = "t-" + client;
+  u.num_examples = examples;
+  u.local_steps = steps;
+  u.delta = Vec(std::move(delta));
+  return u;
+}
+
+// Runs one aggregation of 1-D deltas over a zero base; clients are named a, b, c, ...
+Result<ModelState> Aggregate(Aggregator& agg, const std::vector<std::vector<float>>& deltas, size_t dims = 1) {
+  PLEXUS_RETURN_IF_ERROR(agg.Begin(Vec(std::vector<float>(dims, 0.0f))));
+  for (size_t i = 0; i < deltas.size(); ++i) {
+    PLEXUS_RETURN_IF_ERROR(agg.Fold(U(std::string(1, static_cast<char>('a' + i)), deltas[i])));
+  }
+  return agg.Finalize();
+}
+
+std::unique_ptr<Aggregator> Make(const std::string& spec) {
+  auto a = MakeAggregator(spec, nullptr);
+  EXPECT_OK(a) << spec;
+  return std::move(a).value();
+}
+
+TEST(FedAvgMTest, MomentumCarriesAcrossRounds) {
+  auto agg = Make("fedavgm:momentum=0.9,lr=1");
+  ModelState x = *Aggregate(*agg, {{1}, {3}});
+  EXPECT_FLOAT_EQ(x.data()[0], 2.0f);  // v = 2
+  ASSERT_OK(agg->Begin(x));
+  ASSERT_OK(agg->Fold(U("a", {2})));
+  x = *agg->Finalize();
+  EXPECT_FLOAT_EQ(x.data()[0], 2.0f + 3.8f);  // v = 0.9 * 2 + 2
+  EXPECT_EQ(agg->Describe(), "fedavgm(lr=1,momentum=0.9)");
+}
+
+TEST(FedNovaTest, NormalizesByLocalSteps) {
+  auto agg = Make("fednova");
+  ASSERT_OK(agg->Begin(Vec({0})));
+  ASSERT_OK(agg->Fold(U("a", {2}, 1, 1)));
+  ASSERT_OK(agg->Fold(U("b", {8}, 1, 4)));
+  // sum p_i d_i / tau_i = 0.5 * 2 + 0.5 * 2 = 2; tau_eff = 0.5 * 1 + 0.5 * 4 = 2.5
+  EXPECT_FLOAT_EQ(agg->Finalize()->data()[0], 5.0f);
+  ASSERT_OK(agg->Begin(Vec({0})));
+  EXPECT_THAT(agg->Fold(U("c", {1}, 1, 0)), StatusIs(StatusCode::kInvalidArgument, "local steps"));
+}
+
+TEST(FedOptTest, FirstStepMatchesTheFormulas) {
+  const double lr = 0.1, b1 = 0.9, b2 = 0.99, tau = 1e-3, g = 1.0;
+  const double m = (1 - b1) * g;
+  const double v_adam = b2 * tau * tau + (1 - b2) * g * g;
+  const double v_yogi = tau * tau + (1 - b2) * g * g;  // v < g^2, so v grows
+  const double v_adagrad = tau * tau + g * g;
+  EXPECT_NEAR(Aggregate(*Make("fedadam:lr=0.1,beta1=0.9,beta2=0.99,tau=1e-3"), {{1}})->data()[0],
+              lr * m / (std::sqrt(v_adam) + tau), 1e-6);
+  EXPECT_NEAR(Aggregate(*Make("fedyogi:lr=0.1,beta1=0.9,beta2=0.99,tau=1e-3"), {{1}})->data()[0],
+              lr * m / (std::sqrt(v_yogi) + tau), 1e-6);
+  EXPECT_NEAR(Aggregate(*Make("fedadagrad:lr=0.1,beta1=0.9,tau=1e-3"), {{1}})->data()[0],
+              lr * m / (std::sqrt(v_adagrad) + tau), 1e-6);
+  EXPECT_THAT(MakeAggregator("fedadam:beta1=1.5", nullptr), StatusIs(StatusCode::kInvalidArgument, "beta1"));
+  EXPECT_THAT(MakeAggregator("fedadagrad:beta2=0.5", nullptr), StatusIs(StatusCode::kInvalidArgument, "no parameter 'beta2'"));
+}
+
+TEST(KrumTest, PicksTheMostCentralUpdate) {
+  // Scores with n - f - 2 = 2 neighbours: 0 -> 5, 1 -> 2, 2 -> 2, 3 -> 5, 100 -> huge.
+  // 1 and 2 tie; the smaller client id (b, holding 1) wins.
+  EXPECT_FLOAT_EQ(Aggregate(*Make("krum:f=1"), {{0}, {1}, {2}, {3}, {100}})->data()[0], 1.0f);
+  EXPECT_FLOAT_EQ(Aggregate(*Make("multikrum:f=1,m=2"), {{0}, {1}, {2}, {3}, {100}})->data()[0], 1.5f);
+  // m defaults to n - f = 4: the mean of the four honest updates.
+  EXPECT_FLOAT_EQ(Aggregate(*Make("multikrum:f=1"), {{0}, {1}, {2}, {3}, {100}})->data()[0], 1.5f);
+}
+
+TEST(KrumTest, PreconditionsAreNamed) {
+  EXPECT_THAT(Aggregate(*Make("krum:f=1"), {{0}, {1}, {2}, {3}}),
+              StatusIs(StatusCode::kFailedPrecondition, "krum needs n > 2f + 2 updates (got n=4 with f=1)"));
+  EXPECT_THAT(Aggregate(*Make("multikrum:f=0,m=9"), {{0}, {1}, {2}}),
+              StatusIs(StatusCode::kFailedPrecondition, "m=9 exceeds"));
+  EXPECT_THAT(MakeAggregator("krum:f=-1", nullptr), StatusIs(StatusCode::kInvalidArgument, "non-negative integer"));
+}
+
+TEST(CoordinateWiseTest, MedianAndTrimmedMean) {
+  ModelState med = *Aggregate(*Make("median"), {{1, 5}, {2, 1}, {3, 3}, {100, 2}}, 2);
+  EXPECT_FLOAT_EQ(med.data()[0], 2.5f);
+  EXPECT_FLOAT_EQ(med.data()[1], 2.5f);
+  EXPECT_FLOAT_EQ(Aggregate(*Make("median"), {{1}, {5}, {3}})->data()[0], 3.0f);
+  EXPECT_FLOAT_EQ(Aggregate(*Make("trimmed_mean:beta=0.2"), {{1}, {2}, {3}, {4}, {100}})->data()[0], 3.0f);
+  EXPECT_FLOAT_EQ(Aggregate(*Make("trimmed_mean:beta=0"), {{1}, {2}, {3}})->data()[0], 2.0f);
+  EXPECT_THAT(MakeAggregator("trimmed_mean:beta=0.5", nullptr), StatusIs(StatusCode::kInvalidArgument, "[0, 0.5)"));
+}
+
+TEST(CoordinateWiseTest, ManyCoordinatesAcrossBlocksAndThreads) {
+  const size_t dims = 1000;
+  std::vector<std::vector<float>> deltas(5, std::vector<float>(dims));
+  for (size_t i = 0; i < 5; ++i) {
+    for (size_t j = 0; j < dims; ++j) deltas[i][j] = static_cast<float>((i * 7 + j) % 5);
+  }
+  ThreadPool pool(2);
+  auto threaded = *MakeAggregator("median", &pool);
+  ModelState a = *Aggregate(*Make("median"), deltas, dims);
+  ModelState b = *Aggregate(*threaded, deltas, dims);
+  EXPECT_EQ(a, b);
+  for (size_t j = 0; j < dims; ++j) ASSERT_FLOAT_EQ(a.data()[j], 2.0f);  // each column is a permutation of 0..4
+}
+
+TEST(BulyanTest, SelectsByKrumThenTrimsAroundTheMedian) {
+  // Iterated Krum selects 2, 3, 1, 4, 0; the 3 values closest to their median 2 are 1, 2, 3.
+  EXPECT_FLOAT_EQ(Aggregate(*Make("bulyan:f=1"), {{0}, {1}, {2}, {3}, {4}, {5}, {1000}})->data()[0], 2.0f);
+  EXPECT_THAT(Aggregate(*Make("bulyan:f=1"), {{0}, {1}, {2}, {3}, {4}, {5}}),
+              StatusIs(StatusCode::kFailedPrecondition, "bulyan needs n >= 4f + 3 updates (got n=6 with f=1)"));
+}
+
+TEST(GeoMedTest, ConvergesToTheMedianInOneDimension) {
+  EXPECT_NEAR(Aggregate(*Make("geomed:eps=1e-6,iters=100"), {{0}, {0}, {10}})->data()[0], 0.0, 1e-3);
+  // Far from a plain mean when one input is an outlier.
+  ModelState z = *Aggregate(*Make("geomed"), {{1, 1}, {1, 1}, {1, 1}, {1000, -1000}}, 2);
+  EXPECT_NEAR(z.data()[0], 1.0, 0.01);
+  EXPECT_NEAR(z.data()[1], 1.0, 0.01);
+  EXPECT_THAT(MakeAggregator("geomed:iters=0", nullptr), StatusIs(StatusCode::kInvalidArgument, "iters"));
+}
+
+TEST(CenteredClipTest, ClipsAroundTheCenter) {
+  // Center 0, tau 1: (min(1, 1/10) * 10 + 0 + 0) / 3.
+  EXPECT_FLOAT_EQ(Aggregate(*Make("centered_clip:tau=1,iters=1"), {{10}, {0}, {0}})->data()[0], 1.0f / 3.0f);
+  EXPECT_THAT(MakeAggregator("centered_clip:tau=0", nullptr), StatusIs(StatusCode::kInvalidArgument, "tau"));
+}
+
+TEST(NormBoundTest, FixedAndMedianBounds) {
+  ModelState fixed = *Aggregate(*Make("norm_bound:max=1"), {{3, 4}, {0, 0.5f}}, 2);
+  EXPECT_FLOAT_EQ(fixed.data()[0], 0.3f);
+  EXPECT_FLOAT_EQ(fixed.data()[1], 0.65f);
+  // Norms 5, 0.5 and 1: the median bound 1 shrinks only the first.
+  ModelState med = *Aggregate(*Make("norm_bound:max=median"), {{3, 4}, {0, 0.5f}, {1, 0}}, 2);
+  EXPECT_FLOAT_EQ(med.data()[0], (0.6f + 0.0f + 1.0f) / 3);
+  EXPECT_FLOAT_EQ(med.data()[1], (0.8f + 0.5f + 0.0f) / 3);
+  EXPECT_THAT(MakeAggregator("norm_bound:max=-2", nullptr), StatusIs(StatusCode::kInvalidArgument, "positive number"));
+}
+
+TEST(StalenessTest, RulesMatchTheirDefinitions) {
+  EXPECT_DOUBLE_EQ(StalenessRule::Parse("constant")->Weight(100), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessRule::Parse("poly:a=0.5")->Weight(3), 0.5);
+  StalenessRule hinge = *StalenessRule::Parse("hinge:a=10,b=4");
+  EXPECT_DOUBLE_EQ(hinge.Weight(4), 1.0);
+  EXPECT_DOUBLE_EQ(hinge.Weight(5), 1.0 / 11.0);
+  EXPECT_EQ(hinge.Describe(), "hinge:a=10,b=4");
+  EXPECT_THAT(StalenessRule::Parse("exp"), StatusIs(StatusCode::kInvalidArgument, "unknown staleness rule 'exp'"));
+  EXPECT_THAT(StalenessRule::Parse("poly:b=1"), StatusIs(StatusCode::kInvalidArgument, "no parameter 'b'"));
+  EXPECT_THAT(StalenessRule::Parse("poly:a=-1"), StatusIs(StatusCode::kInvalidArgument, "negative"));
+}
+
+TEST(FedBuffTest, PublishesEveryKStalenessWeighted) {
+  auto buffer = *FedBuffBuffer::Create({2, 1.0}, *StalenessRule::Parse("poly:a=1"), Make("fedavg:weighted=false"));
+  ASSERT_OK(buffer->Begin(Vec({10})));
+  EXPECT_FALSE(*buffer->Add(U("a", {2}), 0));  // weight 1
+  EXPECT_TRUE(*buffer->Add(U("b", {4}), 1));   // weight 1/2
+  EXPECT_FLOAT_EQ(buffer->Flush()->data()[0], 12.0f);  // 10 + (2 + 2) / 2
+
+  auto slow = *FedBuffBuffer::Create({1, 0.5}, *StalenessRule::Parse("constant"), Make("fedavg"));
+  ASSERT_OK(slow->Begin(Vec({10})));
+  EXPECT_TRUE(*slow->Add(U("a", {4}), 7));
+  EXPECT_FLOAT_EQ(slow->Flush()->data()[0], 12.0f);  // 10 + 0.5 * 4
+  EXPECT_THAT(FedBuffBuffer::Create({0, 1.0}, *StalenessRule::Parse("constant"), Make("fedavg")),
+              StatusIs(StatusCode::kInvalidArgument, "buffer size"));
+}
+
+TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
+  for (const std::string& spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
+                                  "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
+                                  "norm_bound:max=1", "norm_bound"}) {
+    auto agg = Make(spec);
+    ASSERT_OK(agg->Begin(Vec({0, 0})));
+    EXPECT_THAT(agg->Fold(U("a", {1})), StatusIs(StatusCode::kInvalidArgument, "shape [1], expected [2]")) << spec;
+    EXPECT_THAT(agg->Fold(U("a", {NAN, 1})), StatusIs(StatusCode::kInvalidArgument, "non-finite")) << spec;
+    EXPECT_THAT(agg->Finalize(), StatusIs(StatusCode::kFailedPrecondition, "no updates")) << spec;
+    EXPECT_EQ(agg->num_folded(), 0u) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace plexus
