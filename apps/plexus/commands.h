@@ -44,5 +44,6 @@ void AddClientCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
+void AddMergeCommand(CLI::App& app);
 
 }  // namespace plexus::cli

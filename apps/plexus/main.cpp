@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   AddSimCommand(app);
   AddStatusCommand(app);
   AddExportCommand(app);
+  AddMergeCommand(app);
 #endif
   AddClientCommand(app);
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include "tests/integration/process.h"
@@ -25,8 +26,8 @@ std::string ReadFile(const std::string& path) {
 TEST(CliTest, HelpListsEveryCommand) {
   std::string out;
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"--help"}, &out), 0) << out;
-  for (const char* cmd : {"server", "client", "sim", "status", "export"}) EXPECT_NE(out.find(cmd), std::string::npos) << cmd;
-  for (const char* cmd : {"server", "client", "sim", "status", "export"}) {
+  for (const char* cmd : {"server", "client", "sim", "status", "export", "merge"}) EXPECT_NE(out.find(cmd), std::string::npos) << cmd;
+  for (const char* cmd : {"server", "client", "sim", "status", "export", "merge"}) {
     ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {cmd, "--help"}, &out), 0) << cmd << out;
     EXPECT_NE(out.find("--config"), std::string::npos) << cmd;
   }
@@ -116,6 +117,75 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   EXPECT_NE(field(summaries[0], "wall_time_s"), "");
   EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
   std::filesystem::remove(cfg);
+}
+
+}  // namespace
+}  // namespace plexus
+
+namespace plexus {
+namespace {
+
+// Writes a one-tensor model file with the given values.
+void WriteModel(const std::string& path, const std::string& name, std::vector<float> values) {
+  std::string json = "{\"" + name + "\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(values.size()) +
+                     "],\"data_offsets\":[0," + std::to_string(values.size() * 4) + "]}}";
+  uint64_t n = json.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << json;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+}
+
+std::vector<float> ReadValues(const std::string& path, size_t count) {
+  std::string bytes = ReadFile(path);
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::vector<float> v(count);
+  std::memcpy(v.data(), bytes.data() + 8 + n, count * 4);
+  return v;
+}
+
+TEST(MergeCliTest, MergesFilesWithWeightsAndStrategies) {
+  const std::string a = Temp("a.safetensors"), b = Temp("b.safetensors"), c = Temp("c.safetensors"),
+                    out = Temp("out.safetensors");
+  WriteModel(a, "w", {1, 2});
+  WriteModel(b, "w", {3, 6});
+  WriteModel(c, "w", {100, -100});
+  std::string log;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "fedavg", "--weights", "1,3", "--out", out, a, b}, &log), 0)
+      << log;
+  EXPECT_EQ(ReadValues(out, 2), (std::vector<float>{2.5f, 5.0f}));
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "median", "--out", out, a, b, c}, &log), 0) << log;
+  EXPECT_EQ(ReadValues(out, 2), (std::vector<float>{3.0f, 2.0f}));
+  // With a base, deltas are merged: base + mean(a - base, b - base).
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--base", a, "--out", out, a, b}, &log), 0) << log;
+  EXPECT_EQ(ReadValues(out, 2), (std::vector<float>{2.0f, 4.0f}));
+
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "krum:f=1", "--out", out, a, b}, &log), 1);
+  EXPECT_NE(log.find("krum needs n > 2f + 2"), std::string::npos) << log;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--weights", "1", "--out", out, a, b}, &log), 1);
+  EXPECT_NE(log.find("--weights has 1 values for 2"), std::string::npos) << log;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "fedsomething", "--out", out, a, b}, &log), 1);
+  EXPECT_NE(log.find("known: bulyan"), std::string::npos) << log;
+  for (const auto& p : {a, b, c, out}) std::filesystem::remove(p);
+}
+
+TEST(MergeCliTest, RefusesMismatchedFilesNamingTheFirstMismatch) {
+  const std::string a = Temp("m1.safetensors"), b = Temp("m2.safetensors"), c = Temp("m3.safetensors"),
+                    out = Temp("mout.safetensors");
+  WriteModel(a, "w", {1, 2});
+  WriteModel(b, "w", {1, 2, 3});
+  WriteModel(c, "v", {1, 2});
+  std::string log;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--out", out, a, b}, &log), 1);
+  EXPECT_NE(log.find("tensor 'w' has shape [3], expected [2]"), std::string::npos) << log;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--out", out, a, c}, &log), 1);
+  EXPECT_NE(log.find("is named 'v', expected 'w'"), std::string::npos) << log;
+  std::ofstream(b, std::ios::trunc) << "garbage";
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--out", out, a, b}, &log), 1);
+  EXPECT_NE(log.find("malformed safetensors"), std::string::npos) << log;
+  for (const auto& p : {a, b, c}) std::filesystem::remove(p);
+  EXPECT_FALSE(std::filesystem::exists(out));
 }
 
 }  // namespace

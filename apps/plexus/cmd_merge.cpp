@@ -1,0 +1,90 @@
+#include <cmath>
+#include <cstdio>
+
+#include "aggregators/registry.h"
+#include "apps/plexus/commands.h"
+#include "core/safetensors.h"
+#include "core/thread_pool.h"
+
+namespace plexus::cli {
+namespace {
+
+struct MergeFlags {
+  std::string strategy = "fedavg";
+  std::vector<double> weights;
+  std::string base;
+  std::string out;
+  std::vector<std::string> inputs;
+  int threads = 2;
+};
+
+// Weights reach the strategies as example counts; scale them to integers with 6 decimals.
+std::vector<int64_t> IntegerWeights(const std::vector<double>& weights, size_t n) {
+  if (weights.empty()) return std::vector<int64_t>(n, 1);
+  if (weights.size() != n) {
+    throw CommandError("--weights has " + std::to_string(weights.size()) + " values for " + std::to_string(n) + " input files");
+  }
+  std::vector<int64_t> out;
+  for (double w : weights) {
+    if (!(w > 0) || !std::isfinite(w) || w > 1e12) throw CommandError("--weights must be positive numbers");
+    out.push_back(std::max<int64_t>(1, std::llround(w * 1e6)));
+  }
+  return out;
+}
+
+void RunMerge(const MergeFlags& f) {
+  if (f.inputs.empty()) throw CommandError("no input files");
+  ThreadPool pool(static_cast<size_t>(f.threads));
+  std::unique_ptr<Aggregator> agg = Take(MakeAggregator(f.strategy, &pool), "--strategy");
+  const std::vector<int64_t> weights = IntegerWeights(f.weights, f.inputs.size());
+
+  std::vector<ModelState> models;
+  for (const std::string& path : f.inputs) models.push_back(Take(ReadSafetensorsFile(path)));
+  const std::string reference_path = f.base.empty() ? f.inputs[0] : f.base;
+  ModelState base = f.base.empty() ? ModelState::ZerosLike(models[0]) : Take(ReadSafetensorsFile(f.base));
+  for (size_t i = 0; i < models.size(); ++i) {
+    Status same = models[i].CheckSameLayout(base);
+    if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
+  }
+  base.set_version(0);
+  Check(agg->Begin(base));
+  for (size_t i = 0; i < models.size(); ++i) {
+    Update u;
+    u.client_id = f.inputs[i];  // canonical order: by path
+    u.task_id = "merge";
+    u.num_examples = weights[i];
+    u.local_steps = 1;
+    u.delta = std::move(models[i]);
+    if (!f.base.empty()) {
+      auto d = u.delta.data();
+      auto b = base.data();
+      for (size_t j = 0; j < d.size(); ++j) d[j] -= b[j];
+    }
+    Check(agg->Fold(u), f.inputs[i]);
+  }
+  ModelState merged = Take(agg->Finalize());
+  merged.set_version(0);
+  Check(WriteSafetensorsFile(f.out, merged));
+  std::printf("merged %zu files with %s into %s (%zu parameters, sha256 %s)\n", f.inputs.size(),
+              agg->Describe().c_str(), f.out.c_str(), merged.num_params(), merged.ContentSha256().c_str());
+}
+
+}  // namespace
+
+void AddMergeCommand(CLI::App& app) {
+  auto f = std::make_shared<MergeFlags>();
+  CLI::App* cmd = app.add_subcommand("merge", "Merge .safetensors model files with any aggregation strategy");
+  cmd->add_option("--strategy", f->strategy, "Strategy, e.g. fedavg, median, krum:f=1, trimmed_mean:beta=0.1")
+      ->capture_default_str();
+  cmd->add_option("--weights", f->weights, "Weight per input file (default: equal)")->delimiter(',');
+  cmd->add_option("--base", f->base,
+                  "Model the inputs were fine-tuned from: merge their deltas and add the result to it "
+                  "(default: merge the inputs themselves)");
+  cmd->add_option("--out", f->out, "Output .safetensors file")->required();
+  cmd->add_option("--threads", f->threads, "Threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("inputs", f->inputs, "Input .safetensors files")->required();
+  AddConfigOption(cmd);
+  cmd->callback([f] { RunMerge(*f); });
+}
+
+}  // namespace plexus::cli
