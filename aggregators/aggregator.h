@@ -6,6 +6,7 @@
 // Thread-compatible: one aggregation is driven by one thread (it may use a ThreadPool inside).
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "core/model_state.h"
@@ -24,6 +25,11 @@ class Aggregator {
   // Folds one client's delta. InvalidArgument when its layout differs from the base, it holds
   // non-finite values, or its weight is not positive. FailedPrecondition before Begin.
   virtual Status Fold(const Update& update) = 0;
+
+  // Folds several updates in order, as Fold would, and stops at the first one refused: those
+  // before it stay folded, it and the rest are not, and its error is returned. Strategies may
+  // override it with a faster path that reads each input once for the whole batch.
+  virtual Status FoldAll(std::span<const Update* const> updates);
 
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;

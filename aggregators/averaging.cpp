@@ -43,6 +43,36 @@ class Averaging final : public Aggregator {
     return Status::Ok();
   }
 
+  Status FoldAll(std::span<const Update* const> updates) override {
+    // Clipping needs each update's norm before its contribution: fold one by one then.
+    if (o_.clip_norm > 0) return Aggregator::FoldAll(updates);
+    if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
+    std::vector<const float*> deltas;
+    std::vector<double> weights, scales;
+    double steps_weighted = 0.0;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Update& u = *updates[i];
+      Status ok = u.delta.CheckSameLayout(base_);
+      if (ok.ok() && o_.weighted && u.num_examples <= 0) ok = InvalidArgumentError("bad example count");
+      if (ok.ok() && o_.normalize_by_steps && u.local_steps <= 0) ok = InvalidArgumentError("no local steps");
+      if (!ok.ok()) {  // fold the valid prefix, then report this update exactly as Fold would
+        PLEXUS_RETURN_IF_ERROR(FoldAll(updates.first(i)));
+        return Fold(u);
+      }
+      deltas.push_back(u.delta.data().data());
+      weights.push_back(o_.weighted ? static_cast<double>(u.num_examples) : 1.0);
+      scales.push_back(o_.normalize_by_steps ? 1.0 / static_cast<double>(u.local_steps) : 1.0);
+      steps_weighted += weights.back() * static_cast<double>(u.local_steps);
+    }
+    const size_t bad = mean_.FoldBatch(deltas, weights, scales);
+    if (bad < updates.size()) {
+      PLEXUS_RETURN_IF_ERROR(FoldAll(updates.first(bad)));
+      return Fold(*updates[bad]);
+    }
+    steps_weighted_ += steps_weighted;
+    return Status::Ok();
+  }
+
   size_t num_folded() const override { return mean_.count(); }
 
   Result<ModelState> Finalize() override {

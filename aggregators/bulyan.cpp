@@ -17,21 +17,26 @@ struct Trim {
   size_t beta;
 };
 
-// Mean of the `beta` values closest to the median (ties: the smaller value first).
-double MeanClosestToMedian(float* v, size_t n, const void* arg) {
+// Per coordinate, the mean of the `beta` sorted values closest to the median: in sorted order
+// they form a window, slid to where its farther end is nearest the median (ties: lower window).
+void MeanClosestToMedian(const float* const* rows, size_t n, size_t len, double* out, const void* arg) {
   const size_t beta = static_cast<const Trim*>(arg)->beta;
-  std::sort(v, v + n);
-  const double med = n % 2 ? v[n / 2] : 0.5 * (static_cast<double>(v[n / 2 - 1]) + v[n / 2]);
-  // In sorted order the beta closest values form a window; slide it to the best position.
-  size_t lo = 0;
-  for (size_t s = 1; s + beta <= n; ++s) {
-    const double cur = std::max(med - v[lo], static_cast<double>(v[lo + beta - 1]) - med);
-    const double cand = std::max(med - v[s], static_cast<double>(v[s + beta - 1]) - med);
-    if (cand < cur) lo = s;
+  for (size_t c = 0; c < len; ++c) {
+    auto v = [&](size_t i) { return static_cast<double>(rows[i][c]); };
+    const double med = n % 2 ? v(n / 2) : 0.5 * (v(n / 2 - 1) + v(n / 2));
+    size_t lo = 0;
+    double best = std::max(med - v(0), v(beta - 1) - med);
+    for (size_t s = 1; s + beta <= n; ++s) {
+      const double cand = std::max(med - v(s), v(s + beta - 1) - med);
+      if (cand < best) {
+        best = cand;
+        lo = s;
+      }
+    }
+    double sum = 0.0;
+    for (size_t i = lo; i < lo + beta; ++i) sum += v(i);
+    out[c] = sum / static_cast<double>(beta);
   }
-  double sum = 0.0;
-  for (size_t i = lo; i < lo + beta; ++i) sum += v[i];
-  return sum / static_cast<double>(beta);
 }
 
 }  // namespace
@@ -54,11 +59,10 @@ Result<std::unique_ptr<Aggregator>> MakeBulyan(StrategySpec& spec, ThreadPool* p
       remaining.erase(remaining.begin() + static_cast<ptrdiff_t>(winner));
     }
     std::sort(selected.begin(), selected.end());
-    std::vector<BufferedUpdate> chosen;
-    chosen.reserve(theta);
-    for (size_t i : selected) chosen.push_back(u[i]);
+    std::vector<const float*> chosen;
+    for (size_t i : selected) chosen.push_back(u[i].delta.data());
     const Trim trim{theta - 2 * static_cast<size_t>(f)};
-    return ReduceCoordinates(chosen, p, &MeanClosestToMedian, &trim);
+    return ReduceSortedCoordinates(chosen, u[0].delta.size(), p, &MeanClosestToMedian, &trim);
   };
   return MakeRobust("bulyan(f=" + std::to_string(f) + ")", std::move(rule), pool);
 }

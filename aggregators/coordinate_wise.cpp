@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "aggregators/robust_aggregator.h"
 #include "aggregators/streaming_mean.h"
@@ -11,22 +12,79 @@
 namespace plexus {
 namespace {
 
-constexpr size_t kBlock = 256;
-
-double Median(float* v, size_t n, const void*) { return MedianInPlace(v, n); }
-
-double TrimmedMean(float* v, size_t n, const void* arg) {
-  const size_t k = *static_cast<const size_t*>(arg);
-  if (k > 0) {
-    std::nth_element(v, v + k, v + n);
-    std::nth_element(v + k, v + (n - k - 1), v + n);
+void MedianRows(const float* const* rows, size_t n, size_t len, double* out, const void*) {
+  const float* hi = rows[n / 2];
+  if (n % 2) {
+    for (size_t c = 0; c < len; ++c) out[c] = hi[c];
+    return;
   }
-  double s = 0.0;
-  for (size_t i = k; i < n - k; ++i) s += v[i];
-  return s / static_cast<double>(n - 2 * k);
+  const float* lo = rows[n / 2 - 1];
+  for (size_t c = 0; c < len; ++c) out[c] = 0.5 * (static_cast<double>(lo[c]) + hi[c]);
+}
+
+void TrimmedMeanRows(const float* const* rows, size_t n, size_t len, double* out, const void* arg) {
+  const size_t k = *static_cast<const size_t*>(arg);
+  std::fill(out, out + len, 0.0);
+  for (size_t i = k; i < n - k; ++i) {
+    const float* r = rows[i];
+    for (size_t c = 0; c < len; ++c) out[c] += r[c];
+  }
+  const double inv = 1.0 / static_cast<double>(n - 2 * k);
+  for (size_t c = 0; c < len; ++c) out[c] *= inv;
 }
 
 }  // namespace
+
+std::vector<std::pair<uint32_t, uint32_t>> SortingNetwork(size_t n) {
+  std::vector<std::pair<uint32_t, uint32_t>> net;
+  size_t size = 1;
+  while (size < n) size <<= 1;
+  // Batcher's odd-even merge sort, iterative form (Knuth 5.3.4, Algorithm M).
+  for (size_t p = 1; p < size; p <<= 1) {
+    for (size_t k = p; k >= 1; k >>= 1) {
+      for (size_t j = k % p; j + k < size; j += 2 * k) {
+        for (size_t i = 0; i < std::min(k, size - j - k); ++i) {
+          const size_t a = i + j, b = i + j + k;
+          if (a / (2 * p) == b / (2 * p) && b < n) net.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b));
+        }
+      }
+    }
+  }
+  return net;
+}
+
+std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas, size_t p, ThreadPool* pool,
+                                            SortedBlockReducer reduce, const void* arg) {
+  const size_t n = deltas.size();
+  std::vector<double> out(p);
+  if (n == 0 || p == 0) return out;
+  // Keep the n rows of a block within about 32 KiB.
+  const size_t block = std::max<size_t>(16, (8192 / n) & ~size_t{7});
+  const size_t blocks = (p + block - 1) / block;
+  const std::vector<std::pair<uint32_t, uint32_t>> net = SortingNetwork(n);
+  ForRanges(pool, blocks, [&](size_t b_begin, size_t b_end) {
+    std::vector<float> storage(n * block);
+    std::vector<float*> rows(n);
+    for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
+    for (size_t b = b_begin; b < b_end; ++b) {
+      const size_t begin = b * block, len = std::min(block, p - begin);
+      for (size_t i = 0; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
+      for (const auto& [ia, ib] : net) {
+        float* __restrict x = rows[ia];
+        float* __restrict y = rows[ib];
+#pragma omp simd
+        for (size_t c = 0; c < len; ++c) {
+          const float lo = std::min(x[c], y[c]);
+          const float hi = std::max(x[c], y[c]);
+          x[c] = lo;
+          y[c] = hi;
+        }
+      }
+      reduce(rows.data(), n, len, out.data() + begin, arg);
+    }
+  }, /*min_chunk=*/1);
+  return out;
+}
 
 double MedianInPlace(float* v, size_t n) {
   const size_t mid = n / 2;
@@ -37,31 +95,21 @@ double MedianInPlace(float* v, size_t n) {
   return 0.5 * (lower + upper);
 }
 
-std::vector<double> ReduceCoordinates(std::span<const BufferedUpdate> u, ThreadPool* pool,
-                                      double (*reduce)(float*, size_t, const void*), const void* arg) {
-  const size_t n = u.size();
-  const size_t p = n ? u[0].delta.size() : 0;
-  std::vector<double> out(p);
-  const size_t blocks = (p + kBlock - 1) / kBlock;
-  ForRanges(pool, blocks, [&](size_t b_begin, size_t b_end) {
-    std::vector<float> column(n * kBlock);
-    for (size_t b = b_begin; b < b_end; ++b) {
-      const size_t begin = b * kBlock, len = std::min(kBlock, p - begin);
-      for (size_t i = 0; i < n; ++i) {
-        const float* src = u[i].delta.data() + begin;
-        for (size_t c = 0; c < len; ++c) column[c * n + i] = src[c];
-      }
-      for (size_t c = 0; c < len; ++c) out[begin + c] = reduce(column.data() + c * n, n, arg);
-    }
-  });
+namespace {
+
+std::vector<const float*> Pointers(std::span<const BufferedUpdate> u) {
+  std::vector<const float*> out;
+  for (const BufferedUpdate& b : u) out.push_back(b.delta.data());
   return out;
 }
+
+}  // namespace
 
 Result<std::unique_ptr<Aggregator>> MakeMedian(StrategySpec&, ThreadPool* pool) {
   return MakeRobust(
       "median",
       [](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
-        return ReduceCoordinates(u, p, &Median, nullptr);
+        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, &MedianRows, nullptr);
       },
       pool);
 }
@@ -78,7 +126,7 @@ Result<std::unique_ptr<Aggregator>> MakeTrimmedMean(StrategySpec& spec, ThreadPo
       [beta](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
         // beta < 1/2 keeps 2 floor(beta n) < n: something always remains.
         const auto k = static_cast<size_t>(beta * static_cast<double>(u.size()));
-        return ReduceCoordinates(u, p, &TrimmedMean, &k);
+        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, &TrimmedMeanRows, &k);
       },
       pool);
 }

@@ -38,7 +38,7 @@ std::vector<double> PairwiseSquaredDistances(std::span<const BufferedUpdate> u, 
         }
       }
     }
-  });
+  }, /*min_chunk=*/1);
   std::vector<double> gram(n * n, 0.0);
   for (size_t c = 0; c < chunks; ++c) {
     for (size_t k = 0; k < n * n; ++k) gram[k] += partial[c * n * n + k];

@@ -20,6 +20,13 @@ class StreamingMean {
   void Reset(size_t num_params);
   // sum += weight * scale * delta. REQUIRES: delta.size() == num_params, weight > 0.
   void Fold(std::span<const float> delta, double weight, double scale = 1.0);
+  // Folds a batch in one pass over the inputs: cache-sized blocks of the running sum take every
+  // input's contribution before moving on, into a second buffer that replaces the sum only when
+  // all inputs were finite. Returns the index of the first input holding a non-finite value
+  // (nothing folded then), or deltas.size() on success.
+  // REQUIRES: weights/scales parallel to deltas, each delta num_params long.
+  size_t FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
+                   std::span<const double> scales);
   size_t count() const { return count_; }
   double total_weight() const { return total_weight_; }
   // sum / total_weight. REQUIRES: count() > 0.
@@ -28,11 +35,13 @@ class StreamingMean {
  private:
   ThreadPool* const pool_;
   std::vector<double> sum_;
+  std::vector<double> next_;  // FoldBatch's output buffer
   double total_weight_ = 0.0;
   size_t count_ = 0;
 };
 
-// Runs fn(begin, end) over [0, n), on the pool when there is one.
-void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn);
+// Runs fn(begin, end) over [0, n), on the pool when there is one; ranges shorter than
+// min_chunk items are not split (use 1 when each item is a large block of work).
+void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn, size_t min_chunk = 1 << 14);
 
 }  // namespace plexus

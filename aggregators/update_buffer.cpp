@@ -17,31 +17,31 @@ Status CheckUpdate(const Update& update, const ModelState& base, bool needs_exam
 
 void UpdateBuffer::Reset(const ModelState& base) {
   base_ = base;
-  updates_.clear();
+  size_ = 0;
   sorted_ = true;
 }
 
 Status UpdateBuffer::Add(const Update& update, const char* strategy) {
   PLEXUS_RETURN_IF_ERROR(CheckUpdate(update, base_, /*needs_examples=*/true, strategy));
-  BufferedUpdate b;
+  if (size_ == updates_.size()) updates_.emplace_back();
+  BufferedUpdate& b = updates_[size_++];
   b.client_id = update.client_id;
   b.task_id = update.task_id;
   b.examples = static_cast<double>(update.num_examples);
   b.local_steps = update.local_steps;
   b.delta.assign(update.delta.data().begin(), update.delta.data().end());
-  updates_.push_back(std::move(b));
   sorted_ = false;
   return Status::Ok();
 }
 
 std::span<const BufferedUpdate> UpdateBuffer::Sorted() {
   if (!sorted_) {
-    std::sort(updates_.begin(), updates_.end(), [](const BufferedUpdate& a, const BufferedUpdate& b) {
+    std::sort(updates_.begin(), updates_.begin() + static_cast<ptrdiff_t>(size_), [](const BufferedUpdate& a, const BufferedUpdate& b) {
       return a.client_id != b.client_id ? a.client_id < b.client_id : a.task_id < b.task_id;
     });
     sorted_ = true;
   }
-  return updates_;
+  return std::span<const BufferedUpdate>(updates_.data(), size_);
 }
 
 ModelState ApplyDelta(const ModelState& base, std::span<const double> delta) {

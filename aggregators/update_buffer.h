@@ -29,15 +29,17 @@ class UpdateBuffer {
   // InvalidArgument for a wrong layout, non-finite values or a non-positive example count; the
   // buffer is unchanged then. `strategy` names the caller in messages.
   Status Add(const Update& update, const char* strategy);
-  size_t size() const { return updates_.size(); }
+  size_t size() const { return size_; }
   const ModelState& base() const { return base_; }
   // Sorts (once) and returns the updates in canonical order.
   std::span<const BufferedUpdate> Sorted();
-  void Clear() { updates_.clear(); }
+  // Forgets the updates but keeps their storage for the next round (no new pages to fault in).
+  void Clear() { size_ = 0; }
 
  private:
   ModelState base_;
-  std::vector<BufferedUpdate> updates_;
+  std::vector<BufferedUpdate> updates_;  // [0, size_) in use; the rest is spare storage
+  size_t size_ = 0;
   bool sorted_ = true;
 };
 

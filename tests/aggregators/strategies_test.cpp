@@ -196,3 +196,90 @@ TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
 
 }  // namespace
 }  // namespace plexus
+
+namespace plexus {
+namespace {
+
+TEST(FoldAllTest, MatchesFoldingOneByOneAndStopsAtTheFirstBadUpdate) {
+  const size_t dims = 5000;
+  std::vector<Update> ups;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<float> d(dims);
+    for (size_t j = 0; j < dims; ++j) d[j] = std::sin(static_cast<float>(i * dims + j));
+    ups.push_back(U("c" + std::to_string(i), d, 1 + i, 1 + i));
+  }
+  ModelState base = Vec(std::vector<float>(dims, 0.5f));
+  ThreadPool pool(2);
+  for (const char* spec : {"fedavg", "fednova", "fedadam", "norm_bound:max=3", "median"}) {
+    auto one = *MakeAggregator(spec, &pool);
+    auto all = *MakeAggregator(spec, &pool);
+    ASSERT_OK(one->Begin(base));
+    ASSERT_OK(all->Begin(base));
+    std::vector<const Update*> ptrs;
+    for (const Update& u : ups) {
+      ASSERT_OK(one->Fold(u));
+      ptrs.push_back(&u);
+    }
+    ASSERT_OK(all->FoldAll(ptrs));
+    EXPECT_EQ(*one->Finalize(), *all->Finalize()) << spec;
+
+    // A NaN in the fourth update: the first three are folded, the rest are not.
+    std::vector<Update> bad = ups;
+    bad[3].delta.data()[dims - 1] = NAN;
+    std::vector<const Update*> bad_ptrs;
+    for (const Update& u : bad) bad_ptrs.push_back(&u);
+    ASSERT_OK(all->Begin(base));
+    EXPECT_THAT(all->FoldAll(bad_ptrs), StatusIs(StatusCode::kInvalidArgument, "client c3")) << spec;
+    EXPECT_EQ(all->num_folded(), 3u) << spec;
+  }
+}
+
+}  // namespace
+}  // namespace plexus
+
+#include "aggregators/coordinate_wise.h"
+#include "core/rng.h"
+
+namespace plexus {
+namespace {
+
+TEST(SortingNetworkTest, SortsEveryZeroOneInputUpTo14) {
+  // Zero-one principle: a comparator network that sorts all 0/1 inputs sorts everything.
+  for (size_t n = 1; n <= 14; ++n) {
+    const auto net = SortingNetwork(n);
+    for (uint32_t bits = 0; bits < (1u << n); ++bits) {
+      std::vector<int> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = (bits >> i) & 1;
+      for (auto [a, b] : net) {
+        if (v[a] > v[b]) std::swap(v[a], v[b]);
+      }
+      ASSERT_TRUE(std::is_sorted(v.begin(), v.end())) << n << " " << bits;
+    }
+  }
+}
+
+TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
+  Rng rng(9);
+  ThreadPool pool(2);
+  for (size_t n : {1u, 2u, 3u, 7u, 10u, 33u, 100u, 129u}) {
+    const size_t p = 3001;
+    std::vector<std::vector<float>> data(n, std::vector<float>(p));
+    std::vector<const float*> ptrs;
+    for (auto& d : data) {
+      for (float& x : d) x = static_cast<float>(rng.Normal());
+      ptrs.push_back(d.data());
+    }
+    auto median = [](const float* const* rows, size_t k, size_t len, double* out, const void*) {
+      for (size_t c = 0; c < len; ++c) out[c] = k % 2 ? rows[k / 2][c] : 0.5 * (double(rows[k / 2 - 1][c]) + rows[k / 2][c]);
+    };
+    const std::vector<double> got = ReduceSortedCoordinates(ptrs, p, &pool, median, nullptr);
+    for (size_t c = 0; c < p; ++c) {
+      std::vector<float> col;
+      for (auto& d : data) col.push_back(d[c]);
+      ASSERT_EQ(got[c], MedianInPlace(col.data(), n)) << n << " " << c;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plexus

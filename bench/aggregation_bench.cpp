@@ -1,0 +1,141 @@
+// Aggregation throughput in bytes of client input per second, next to a memory-bandwidth
+// baseline (copy and triad over arrays far larger than cache) measured in the same run.
+// Arguments: /n/P/threads. bench/run_aggregation_bench.sh turns the output into the table in
+// docs/benchmarks.md.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "aggregators/registry.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+
+namespace plexus {
+namespace {
+
+ThreadPool& Pool(size_t threads) {
+  static std::map<size_t, std::unique_ptr<ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return *p;
+}
+
+// n deltas of P parameters, built once per (n, P) and kept for the whole run.
+struct Inputs {
+  ModelState base;
+  std::vector<Update> updates;
+};
+
+const Inputs& GetInputs(size_t n, size_t p) {
+  static std::map<std::pair<size_t, size_t>, std::unique_ptr<Inputs>> cache;
+  auto& in = cache[{n, p}];
+  if (!in) {
+    cache.clear();  // keep at most one input set in memory
+    auto fresh = std::make_unique<Inputs>();
+    fresh->base = *ModelState::Create({{"w", {static_cast<int64_t>(p)}}});
+    Rng rng(n * 31 + p);
+    for (size_t i = 0; i < n; ++i) {
+      Update u;
+      u.client_id = "c" + std::to_string(1000 + i);
+      u.num_examples = 1 + static_cast<int64_t>(rng.Below(100));
+      u.local_steps = 10;
+      u.delta = fresh->base;
+      for (float& x : u.delta.data()) x = static_cast<float>(rng.Uniform() - 0.5);
+      fresh->updates.push_back(std::move(u));
+    }
+    cache[{n, p}] = std::move(fresh);
+    return *cache[{n, p}];
+  }
+  return *in;
+}
+
+// Folds the n updates as one batch (FoldAll), or one by one as a server does when they arrive
+// over time (one_by_one).
+void RunStrategy(benchmark::State& state, const char* spec, bool one_by_one) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const auto p = static_cast<size_t>(state.range(1));
+  ThreadPool& pool = Pool(static_cast<size_t>(state.range(2)));
+  const Inputs& in = GetInputs(n, p);
+  std::vector<const Update*> batch;
+  for (const Update& u : in.updates) batch.push_back(&u);
+  auto agg = *MakeAggregator(spec, &pool);
+  for (auto _ : state) {
+    (void)agg->Begin(in.base);
+    if (one_by_one) {
+      for (const Update& u : in.updates) (void)agg->Fold(u);
+    } else {
+      (void)agg->FoldAll(batch);
+    }
+    Result<ModelState> out = agg->Finalize();
+    if (!out.ok()) {
+      state.SkipWithError(out.status().ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(out->data().data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * p * sizeof(float)));
+}
+
+void BM_Strategy(benchmark::State& state, const char* spec) { RunStrategy(state, spec, false); }
+void BM_StrategyOneByOne(benchmark::State& state, const char* spec) { RunStrategy(state, spec, true); }
+
+// Memory-bandwidth baselines over 3 x 128 MiB arrays. Bytes counted: copy reads 1 and writes 1
+// array; triad (a = b + s c) reads 2 and writes 1.
+constexpr size_t kStreamFloats = size_t{32} << 20;
+
+void BM_Copy(benchmark::State& state) {
+  ThreadPool& pool = Pool(static_cast<size_t>(state.range(0)));
+  std::vector<float> a(kStreamFloats, 1.0f), b(kStreamFloats, 2.0f);
+  for (auto _ : state) {
+    pool.ParallelFor(kStreamFloats, [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) a[j] = b[j];
+    });
+    benchmark::DoNotOptimize(a.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 2 * kStreamFloats * sizeof(float)));
+}
+
+void BM_Triad(benchmark::State& state) {
+  ThreadPool& pool = Pool(static_cast<size_t>(state.range(0)));
+  std::vector<float> a(kStreamFloats, 1.0f), b(kStreamFloats, 2.0f), c(kStreamFloats, 3.0f);
+  for (auto _ : state) {
+    pool.ParallelFor(kStreamFloats, [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) a[j] = b[j] + 0.5f * c[j];
+    });
+    benchmark::DoNotOptimize(a.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * kStreamFloats * sizeof(float)));
+}
+
+BENCHMARK(BM_Copy)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Triad)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {10, 100}) {
+    for (int64_t p : {1000000, 10000000}) {
+      for (int64_t t : {1, 2}) b->Args({n, p, t});
+    }
+  }
+  b->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+}
+
+#define PLEXUS_BENCH_STRATEGY(label, spec) BENCHMARK_CAPTURE(BM_Strategy, label, spec)->Apply(Sizes);
+PLEXUS_BENCH_STRATEGY(fedavg, "fedavg")
+BENCHMARK_CAPTURE(BM_StrategyOneByOne, fedavg, "fedavg")->Apply(Sizes);
+PLEXUS_BENCH_STRATEGY(fedavgm, "fedavgm")
+PLEXUS_BENCH_STRATEGY(fedadam, "fedadam")
+PLEXUS_BENCH_STRATEGY(norm_bound, "norm_bound:max=5")
+PLEXUS_BENCH_STRATEGY(median, "median")
+PLEXUS_BENCH_STRATEGY(trimmed_mean, "trimmed_mean:beta=0.1")
+PLEXUS_BENCH_STRATEGY(krum, "krum:f=2")
+PLEXUS_BENCH_STRATEGY(multikrum, "multikrum:f=2")
+PLEXUS_BENCH_STRATEGY(bulyan, "bulyan:f=1")
+PLEXUS_BENCH_STRATEGY(geomed, "geomed:iters=10")
+PLEXUS_BENCH_STRATEGY(centered_clip, "centered_clip:tau=10,iters=3")
+
+}  // namespace
+}  // namespace plexus
+
+BENCHMARK_MAIN();

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds and runs the aggregation benchmarks and prints the markdown table for
+# docs/benchmarks.md: bytes of client input per second per strategy, and the ratio to the triad
+# bandwidth measured in the same run with the same thread count.
+# usage: bench/run_aggregation_bench.sh [BENCHMARK_FILTER]   (default: everything; the
+#        n=100, P=1e7 robust cases take minutes each)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+filter=${1:-.}
+scripts/setup.sh >/dev/null
+if [ ! -f build-bench/build.ninja ]; then
+  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLEXUS_PROFILE=portable \
+    -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build build-bench -j2 --target aggregation_bench >/dev/null
+out=$(mktemp)
+build-bench/bench/aggregation_bench --benchmark_filter="Copy|Triad|$filter" \
+  --benchmark_out="$out" --benchmark_out_format=json >&2
+python3 - "$out" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+triad, copy, rows = {}, {}, []
+for b in data["benchmarks"]:
+    name = b["name"].split("/")
+    bps = b.get("bytes_per_second")
+    if bps is None:
+        rows.append((name, None, b.get("error_message", "error")))
+        continue
+    if name[0] == "BM_Triad": triad[name[1]] = bps
+    elif name[0] == "BM_Copy": copy[name[1]] = bps
+    else: rows.append((name, bps, None))
+ctx = data["context"]
+print(f"Machine: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
+      f"memory baseline in this run: triad {triad.get('1',0)/1e9:.1f} GB/s (1 thread), "
+      f"{triad.get('2',0)/1e9:.1f} GB/s (2 threads); copy {copy.get('1',0)/1e9:.1f} / {copy.get('2',0)/1e9:.1f} GB/s.\n")
+print("| strategy | mode | n | P | threads | input GB/s | vs triad |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+for name, bps, err in rows:
+    mode = "one by one" if name[0] == "BM_StrategyOneByOne" else "batch"
+    strategy, n, p, t = name[1], name[2], name[3], name[4]
+    if bps is None:
+        print(f"| {strategy} | {mode} | {n} | {int(p):.0e} | {t} | {err} | |")
+    else:
+        print(f"| {strategy} | {mode} | {n} | {int(p):.0e} | {t} | {bps/1e9:.2f} | {bps/triad[t]:.0%} |")
+PY
+rm -f "$out"
