@@ -77,13 +77,10 @@ class Averaging final : public Aggregator {
 
   Result<ModelState> Finalize() override {
     if (!begun_ || mean_.count() == 0) return FailedPreconditionError(o_.name + ": no updates to aggregate");
-    std::vector<double> d = mean_.Mean();
-    if (o_.normalize_by_steps) {
-      const double tau_eff = steps_weighted_ / mean_.total_weight();
-      for (double& x : d) x *= tau_eff;
-    }
+    double scale = 1.0 / mean_.total_weight();
+    if (o_.normalize_by_steps) scale *= steps_weighted_ / mean_.total_weight();  // tau_eff
     begun_ = false;
-    return step_->Step(base_, d);
+    return step_->Step(base_, mean_.sum(), scale);
   }
 
   std::string Describe() const override {

@@ -15,11 +15,12 @@ std::string Num(double v) {
 class PlainStep final : public ServerOptimizer {
  public:
   explicit PlainStep(double lr) : lr_(lr) {}
-  ModelState Step(const ModelState& base, std::span<const double> d) override {
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
     ModelState out = base;
     out.set_version(base.version() + 1);
     auto x = out.data();
-    for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * d[j]);
+    const double k = lr_ * scale;
+    for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + k * sum[j]);
     return out;
   }
   std::string Describe() const override { return "lr=" + Num(lr_); }
@@ -31,13 +32,13 @@ class PlainStep final : public ServerOptimizer {
 class MomentumStep final : public ServerOptimizer {
  public:
   MomentumStep(double lr, double momentum) : lr_(lr), beta_(momentum) {}
-  ModelState Step(const ModelState& base, std::span<const double> d) override {
-    if (v_.size() != d.size()) v_.assign(d.size(), 0.0);
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
+    if (v_.size() != sum.size()) v_.assign(sum.size(), 0.0);
     ModelState out = base;
     out.set_version(base.version() + 1);
     auto x = out.data();
     for (size_t j = 0; j < x.size(); ++j) {
-      v_[j] = beta_ * v_[j] + d[j];
+      v_[j] = beta_ * v_[j] + scale * sum[j];
       x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * v_[j]);
     }
     return out;
@@ -53,16 +54,16 @@ class AdaptiveStep final : public ServerOptimizer {
  public:
   AdaptiveStep(AdaptiveKind kind, double lr, double b1, double b2, double tau)
       : kind_(kind), lr_(lr), b1_(b1), b2_(b2), tau_(tau) {}
-  ModelState Step(const ModelState& base, std::span<const double> d) override {
-    if (m_.size() != d.size()) {
-      m_.assign(d.size(), 0.0);
-      v_.assign(d.size(), tau_ * tau_);
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
+    if (m_.size() != sum.size()) {
+      m_.assign(sum.size(), 0.0);
+      v_.assign(sum.size(), tau_ * tau_);
     }
     ModelState out = base;
     out.set_version(base.version() + 1);
     auto x = out.data();
     for (size_t j = 0; j < x.size(); ++j) {
-      const double g = d[j], g2 = g * g;
+      const double g = scale * sum[j], g2 = g * g;
       m_[j] = b1_ * m_[j] + (1.0 - b1_) * g;
       switch (kind_) {
         case AdaptiveKind::kAdagrad: v_[j] += g2; break;

@@ -18,8 +18,10 @@ namespace plexus {
 class ServerOptimizer {
  public:
   virtual ~ServerOptimizer() = default;
-  // The new model (version base + 1). REQUIRES: mean_delta.size() == base.num_params().
-  virtual ModelState Step(const ModelState& base, std::span<const double> mean_delta) = 0;
+  // The new model (version base + 1) for the averaged delta d = scale * sum, elementwise
+  // (passing the unscaled sum saves a pass over memory).
+  // REQUIRES: sum.size() == base.num_params().
+  virtual ModelState Step(const ModelState& base, std::span<const double> sum, double scale) = 0;
   virtual std::string Describe() const = 0;
 };
 

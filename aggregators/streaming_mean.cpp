@@ -15,7 +15,7 @@ void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size
 }
 
 void StreamingMean::Reset(size_t num_params) {
-  sum_.assign(num_params, 0.0);
+  sum_.resize(num_params);  // the first fold overwrites instead of adding: no zeroing pass
   total_weight_ = 0.0;
   count_ = 0;
 }
@@ -24,8 +24,13 @@ void StreamingMean::Fold(std::span<const float> delta, double weight, double sca
   const double w = weight * scale;
   const float* d = delta.data();
   double* s = sum_.data();
+  const bool first = count_ == 0;
   ForRanges(pool_, sum_.size(), [=](size_t begin, size_t end) {
-    for (size_t j = begin; j < end; ++j) s[j] += w * static_cast<double>(d[j]);
+    if (first) {
+      for (size_t j = begin; j < end; ++j) s[j] = w * static_cast<double>(d[j]);
+    } else {
+      for (size_t j = begin; j < end; ++j) s[j] += w * static_cast<double>(d[j]);
+    }
   });
   total_weight_ += weight;
   ++count_;
@@ -44,7 +49,11 @@ size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<
       const size_t len = std::min(kBlock, end - b);
       double* acc = next_.data() + b;
       const double* prev = sum_.data() + b;
-      for (size_t j = 0; j < len; ++j) acc[j] = prev[j];
+      if (count_ == 0) {
+        std::fill(acc, acc + len, 0.0);
+      } else {
+        for (size_t j = 0; j < len; ++j) acc[j] = prev[j];
+      }
       for (size_t i = 0; i < n; ++i) {
         const float* d = deltas[i] + b;
         const double w = weights[i] * scales[i];

@@ -31,10 +31,12 @@ class StreamingMean {
   double total_weight() const { return total_weight_; }
   // sum / total_weight. REQUIRES: count() > 0.
   std::vector<double> Mean() const;
+  // The weighted sum itself (divide by total_weight() for the mean).
+  std::span<const double> sum() const { return sum_; }
 
  private:
   ThreadPool* const pool_;
-  std::vector<double> sum_;
+  std::vector<double> sum_;   // meaningful only once count_ > 0 (Reset does not zero it)
   std::vector<double> next_;  // FoldBatch's output buffer
   double total_weight_ = 0.0;
   size_t count_ = 0;

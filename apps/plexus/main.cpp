@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "apps/plexus/commands.h"
+#include "core/memory_tuning.h"
 
 namespace plexus::cli {
 
@@ -26,6 +27,7 @@ void InstallStopHandlers() {
 
 int main(int argc, char** argv) {
   using namespace plexus::cli;
+  plexus::KeepLargeAllocations();
   CLI::App app("Plexus: federated and decentralized learning", "plexus");
   app.require_subcommand(1);
   app.set_version_flag("--version", "plexus 0.1.0");
