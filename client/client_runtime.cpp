@@ -141,8 +141,14 @@ Status ClientRuntime::RunTask(const Task& task) {
   o.momentum = task.hyperparams.momentum;
   o.seed = Rng::Derive(options_.seed, task.round).NextU64();
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
+  const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
   if (!out.ok()) return out.status().WithContext("task " + task.task_id);
+  if (options_.slowdown > 1.0) {
+    const double trained_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    Sleep(static_cast<int64_t>(trained_ms * (options_.slowdown - 1.0)));
+  }
 
   ModelState delta = std::move(out->weights);
   const auto base = model->data();
@@ -158,13 +164,15 @@ Status ClientRuntime::RunTask(const Task& task) {
   h.local_steps = out->steps;
   h.metrics["train_loss"] = out->mean_loss;
   while (true) {
-    Status s = transport_->Upload(h, payload);
-    if (s.ok()) {
+    Result<uint64_t> accepted = transport_->Upload(h, payload);
+    if (accepted.ok()) {
       ++summary_.tasks_completed;
       ResetBackoff();
-      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f})", task.task_id, out->steps, out->mean_loss);
+      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; server at version {})", task.task_id, out->steps,
+                   out->mean_loss, *accepted);
       return Status::Ok();
     }
+    const Status s = accepted.status();
     if (!Transient(s)) {
       // The round closed, the task expired or the server refused the update: drop it, poll again.
       ++summary_.tasks_refused;

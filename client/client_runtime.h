@@ -30,6 +30,8 @@ struct ClientOptions {
   int64_t backoff_max_ms = 5000;
   int64_t give_up_after_ms = 300000;   // longest stretch of failures before Run() gives up
   uint64_t seed = 0;                   // batch order and backoff jitter
+  double slowdown = 1.0;               // >= 1: sleep so that each task takes this many times as long
+                                       // as training did (reproduces slow devices)
   // Test-only: replaces sleeping (default: std::this_thread::sleep_for).
   std::function<void(int64_t ms)> sleep;
 };

@@ -38,7 +38,8 @@ class FederationTransport {
   // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
   // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
-  virtual Status Upload(const UploadHeader& header, std::string_view payload) = 0;
+  // Returns the model version the server was at when it accepted the update.
+  virtual Result<uint64_t> Upload(const UploadHeader& header, std::string_view payload) = 0;
 };
 
 }  // namespace plexus

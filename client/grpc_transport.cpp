@@ -109,7 +109,7 @@ class GrpcFederationTransport final : public FederationTransport {
     return Status::Ok();
   }
 
-  Status Upload(const UploadHeader& h, std::string_view payload) override {
+  Result<uint64_t> Upload(const UploadHeader& h, std::string_view payload) override {
     grpc::ClientContext ctx;
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
@@ -131,7 +131,8 @@ class GrpcFederationTransport final : public FederationTransport {
       ok = writer->Write(c);
     }
     writer->WritesDone();
-    return FromGrpc(writer->Finish(), "upload update for task " + h.task_id);
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "upload update for task " + h.task_id));
+    return static_cast<uint64_t>(rep.accepted_for_version());
   }
 
  private:

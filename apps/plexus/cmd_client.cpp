@@ -20,6 +20,7 @@ struct ClientFlags {
   uint64_t seed = 0;
   std::string client_id;
   double give_up_s = 300;
+  double slowdown = 1.0;
   int threads = 1;
 };
 
@@ -37,6 +38,7 @@ void RunClient(const ClientFlags& f) {
   o.client_id = f.client_id;
   o.device = std::to_string(std::thread::hardware_concurrency()) + " cores";
   o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
+  o.slowdown = f.slowdown;
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server);
   const int threads = f.threads;
@@ -67,6 +69,9 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "Partition seed (same on every client) and batch order")->capture_default_str();
   cmd->add_option("--client-id", f->client_id, "Stable client id (default: assigned by the server)");
   cmd->add_option("--give-up-s", f->give_up_s, "Give up after this many seconds of continuous failures")
+      ->capture_default_str();
+  cmd->add_option("--slowdown", f->slowdown, "Make each task take this many times as long as training did (>= 1)")
+      ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);

@@ -10,6 +10,8 @@
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
+#include "server/coordinator/async_engine.h"
+#include "server/coordinator/sync_engine.h"
 #include "server/rpc/federation_server.h"
 #include "server/store/sqlite_store.h"
 
@@ -17,13 +19,16 @@ namespace plexus::cli {
 namespace {
 
 struct ServerFlags {
+  std::string mode = "sync";
+  AsyncOptions async;
+  bool strategy_given = false;
   std::string listen = "127.0.0.1:50051";
   std::string db = "plexus.db";
   std::string model = "mlp";
   SyncOptions sync;
   double round_deadline_s = 300;
   double selection_wait_s = 2;
-  double linger_s = 3;
+  double linger_s = 30;
   uint64_t seed = 0;
   std::string data_dir = kDefaultFashionMnistDir;
   bool no_eval = false;
@@ -38,7 +43,11 @@ void RunServer(const ServerFlags& f) {
   sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
   sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
   sync.seed = f.seed;
-  Check(sync.Validate(), "invalid settings");
+  AsyncOptions async = f.async;
+  async.rounds = sync.rounds;
+  async.task = sync.task;
+  if (f.strategy_given) async.strategy = sync.strategy;
+  Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
   std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db));
   Result<std::string> stored_model = store->GetMeta("model");
@@ -58,25 +67,29 @@ void RunServer(const ServerFlags& f) {
   }
   RealClock clock;
   ModelState initial = Take(InitModel(f.model, f.seed));
-  std::unique_ptr<SyncEngine> engine =
-      Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
+  std::unique_ptr<Engine> engine;
+  if (f.mode == "sync") {
+    engine = Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
+  } else {
+    engine = Take(AsyncEngine::Open(async, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
+  }
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server =
       Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}));
-  spdlog::info("listening on {} (port {}): model {}, {} rounds, {} clients per round, min {}, strategy {}", f.listen,
-               server->port(), f.model, sync.rounds, sync.clients_per_round, sync.min_clients,
-               engine->strategy_description());
+  spdlog::info("listening on {} (port {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(), f.mode,
+               f.model, sync.rounds, engine->strategy_description());
 
   while (!StopRequested().load() && !server->status().finished) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EngineStatus final_status = server->status();
   if (final_status.finished) {
-    spdlog::info("federation finished at version {}; telling clients for {} s", final_status.model_version, f.linger_s);
+    spdlog::info("federation finished at version {}; telling the clients (up to {} s)", final_status.model_version,
+                 f.linger_s);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.linger_s * 1000));
-    while (!StopRequested().load() && std::chrono::steady_clock::now() < until) {
+    while (!StopRequested().load() && std::chrono::steady_clock::now() < until && !server->AllClientsToldFinished()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   } else {
@@ -87,6 +100,10 @@ void RunServer(const ServerFlags& f) {
 
   if (final_status.finished && !f.summary_out.empty()) {
     RunSummary s;
+    s.mode = f.mode;
+    s.updates_accepted = final_status.updates_accepted;
+    s.updates_refused = final_status.updates_refused;
+    s.updates_stale = final_status.updates_stale;
     s.model = f.model;
     s.strategy = engine->strategy_description();
     s.clients = final_status.known_clients;
@@ -105,12 +122,28 @@ void RunServer(const ServerFlags& f) {
 void AddServerCommand(CLI::App& app) {
   auto f = std::make_shared<ServerFlags>();
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
+  cmd->add_option("--mode", f->mode, "Federation mode: sync (rounds) or async (FedBuff/FedAsync)")
+      ->check(CLI::IsMember({"sync", "async"}))
+      ->capture_default_str();
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
   cmd->add_option("--db", f->db, "SQLite database with the federation's state (resumed if it exists)")
       ->capture_default_str();
   cmd->add_option("--model", f->model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   AddFederationFlags(cmd, &f->sync);
   cmd->add_option("--min-clients", f->sync.min_clients, "Fewest clients to start a round and to close it (M)")
+      ->capture_default_str();
+  cmd->add_option("--overselect", f->sync.overselect,
+                  "sync: sample ceil(K x this) clients and close the round with the first K updates")
+      ->capture_default_str();
+  cmd->add_option("--buffer-size", f->async.buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
+      ->capture_default_str();
+  cmd->add_option("--server-lr", f->async.server_lr, "async: server learning rate (FedAsync's alpha when buffer-size is 1)")
+      ->capture_default_str();
+  cmd->add_option("--staleness", f->async.staleness, "async: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
+      ->capture_default_str();
+  cmd->add_option("--max-staleness", f->async.max_staleness, "async: refuse updates more versions behind than this")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrency", f->async.max_concurrency, "async: most tasks in flight at once (0 = no bound)")
       ->capture_default_str();
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,
@@ -121,11 +154,14 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
   cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
-  cmd->add_option("--linger-s", f->linger_s, "Seconds to keep serving after the last round so clients learn it finished")
+  cmd->add_option("--linger-s", f->linger_s, "After the last round, keep serving until every client has been told, at most this many seconds")
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
-  cmd->callback([f] { RunServer(*f); });
+  cmd->callback([f, cmd] {
+    f->strategy_given = cmd->count("--strategy") > 0;
+    RunServer(*f);
+  });
 }
 
 }  // namespace plexus::cli

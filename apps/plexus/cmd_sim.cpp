@@ -63,6 +63,7 @@ void RunSim(const SimFlags& f) {
   s.clients_per_round = options.sync.clients_per_round;
   s.seed = options.seed;
   for (const SimRound& r : result.rounds) {
+    s.updates_accepted += r.record.num_updates;
     s.rounds.push_back(r.record);
     s.round_wall_time_s.push_back(r.wall_time_s);
   }

@@ -29,6 +29,7 @@ void RunStatus(const std::string& server, bool json, double timeout_s) {
                         {"round_received", r.round_received()},
                         {"updates_accepted", r.updates_accepted()},
                         {"updates_refused", r.updates_refused()},
+                        {"updates_stale", r.updates_stale()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
     if (!r.error().empty()) j["error"] = r.error();
@@ -41,10 +42,11 @@ void RunStatus(const std::string& server, bool json, double timeout_s) {
   std::printf("model version     %llu\n", static_cast<unsigned long long>(r.model_version()));
   std::printf("clients           %lld connected, %lld known\n", static_cast<long long>(r.connected_clients()),
               static_cast<long long>(r.known_clients()));
-  std::printf("this round        %lld of %lld updates in\n", static_cast<long long>(r.round_received()),
+  std::printf("in progress       %lld updates in, %lld tasks out\n", static_cast<long long>(r.round_received()),
               static_cast<long long>(r.round_selected()));
-  std::printf("updates           %lld accepted, %lld refused\n", static_cast<long long>(r.updates_accepted()),
-              static_cast<long long>(r.updates_refused()));
+  std::printf("updates           %lld accepted, %lld refused (%lld as stale)\n",
+              static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
+              static_cast<long long>(r.updates_stale()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
   if (!r.error().empty()) std::printf("error             %s\n", r.error().c_str());
 }

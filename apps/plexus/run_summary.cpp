@@ -30,6 +30,9 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["seed"] = s.seed;
   j["rounds_completed"] = s.rounds.size();
   j["model_version"] = s.model_version;
+  j["updates_accepted"] = s.updates_accepted;
+  j["updates_refused"] = s.updates_refused;
+  j["updates_stale"] = s.updates_stale;
   j["final_model_sha256"] = s.final_model_sha256;
   j["wall_time_s"] = s.wall_time_s;
   j["final_test_accuracy"] = nullptr;

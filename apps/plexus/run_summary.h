@@ -21,6 +21,9 @@ struct RunSummary {
   std::vector<RoundRecord> rounds;
   std::vector<double> round_wall_time_s;  // optional, parallel to rounds
   uint64_t model_version = 0;
+  int64_t updates_accepted = 0;
+  int64_t updates_refused = 0;
+  int64_t updates_stale = 0;  // refused as too stale (async)
   std::string final_model_sha256;
   double wall_time_s = 0.0;
 };

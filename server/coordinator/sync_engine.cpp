@@ -1,6 +1,7 @@
 #include "server/coordinator/sync_engine.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "aggregators/registry.h"
 #include "core/rng.h"
@@ -27,6 +28,7 @@ Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(Positive(client_timeout_ms, "client timeout"));
   PLEXUS_RETURN_IF_ERROR(Positive(poll_retry_ms, "poll retry"));
   if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
+  if (!(overselect >= 1.0 && overselect <= 10.0)) return InvalidArgumentError("overselect must lie in [1, 10]");
   if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
   if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(Positive(task.local_epochs, "local-epochs"));
   PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
@@ -46,23 +48,11 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
   e->strategy_description_ = e->aggregator_->Describe();
 
-  PLEXUS_ASSIGN_OR_RETURN(std::optional<ModelState> latest, store->LatestCheckpoint());
-  if (latest) {
-    Status same = latest->CheckSameLayout(initial_model);
-    if (!same.ok()) {
-      return FailedPreconditionError("the database holds a model of another architecture: " + same.message());
-    }
-    e->model_ = std::move(*latest);
-  } else {
-    ModelState v0 = initial_model;
-    v0.set_version(0);
-    PLEXUS_RETURN_IF_ERROR(store->PutCheckpoint(v0));
-    e->model_ = std::move(v0);
-  }
+  PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
+  e->model_ = std::move(restored.model);
   e->model_sha256_ = e->model_.ContentSha256();
-  PLEXUS_ASSIGN_OR_RETURN(std::vector<ClientRecord> clients, store->ListClients());
-  for (const ClientRecord& c : clients) e->known_clients_.insert(c.id);
-  PLEXUS_ASSIGN_OR_RETURN(e->history_, store->ListRounds());
+  e->known_clients_.insert(restored.client_ids.begin(), restored.client_ids.end());
+  e->history_ = std::move(restored.history);
   e->idle_since_ms_ = clock->NowMs();
   return e;
 }
@@ -109,7 +99,9 @@ void SyncEngine::MaybeStartRound() {
   r.deadline_ms = now + options_.round_deadline_ms;
   Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
   rng.Shuffle(std::span<std::string>(available));
-  available.resize(static_cast<size_t>(std::min(n, options_.clients_per_round)));
+  const auto wanted = static_cast<int64_t>(
+      std::ceil(static_cast<double>(options_.clients_per_round) * options_.overselect - 1e-9));
+  available.resize(static_cast<size_t>(std::min(n, wanted)));
   std::sort(available.begin(), available.end());
   for (const std::string& id : available) {
     const std::string task_id = "r" + std::to_string(r.round) + "a" + std::to_string(r.attempt) + "-" + id;
@@ -199,7 +191,8 @@ Status SyncEngine::Submit(const Update& update) {
     open_->loss_sum += it->second;
     ++open_->loss_count;
   }
-  if (open_->submitted.size() == open_->task_of_client.size()) return CloseRound();
+  const size_t enough = std::min(open_->task_of_client.size(), static_cast<size_t>(options_.clients_per_round));
+  if (open_->submitted.size() >= enough) return CloseRound();
   return Status::Ok();
 }
 
@@ -259,6 +252,7 @@ Status SyncEngine::CloseRound() {
 
 EngineStatus SyncEngine::status() const {
   EngineStatus s;
+  s.mode = "sync";
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
   s.known_clients = static_cast<int64_t>(known_clients_.size());

@@ -29,6 +29,7 @@
 #include "core/task.h"
 #include "core/thread_pool.h"
 #include "core/update.h"
+#include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
 
@@ -43,6 +44,9 @@ struct SyncOptions {
   int64_t selection_wait_ms = 2000;    // with M <= available < K, wait this long before sampling
   int64_t client_timeout_ms = 60000;   // clients silent for longer are not sampled
   int64_t poll_retry_ms = 1000;        // how long a client is told to wait before polling again
+  // Over-selection (Bonawitz et al. 2019): sample ceil(K x factor) clients and close the round
+  // with the first K updates; the others' late updates are refused. 1 = no over-selection.
+  double overselect = 1.0;
   std::string strategy = "fedavg";     // aggregator spec, see aggregators/registry.h
   TaskHyperparams task;
   uint64_t seed = 0;                   // client sampling
@@ -51,22 +55,7 @@ struct SyncOptions {
   Status Validate() const;
 };
 
-struct EngineStatus {
-  std::string mode = "sync";
-  uint64_t round = 0;           // round in progress (or last round when finished)
-  uint64_t model_version = 0;
-  int64_t known_clients = 0;
-  int64_t connected_clients = 0;  // heard from within client_timeout_ms
-  int64_t round_selected = 0;     // clients holding a task in the open round
-  int64_t round_received = 0;
-  int64_t updates_accepted = 0;   // since this process started
-  int64_t updates_refused = 0;
-  std::optional<double> last_accuracy;
-  bool finished = false;
-  std::string error;              // sticky store error, empty when healthy
-};
-
-class SyncEngine {
+class SyncEngine final : public Engine {
  public:
   // Resumes from the store's latest checkpoint when there is one (its layout must match
   // `initial_model`); otherwise stores `initial_model` as version 0.
@@ -74,29 +63,24 @@ class SyncEngine {
                                                   Store* store, const Clock* clock, ModelEvaluator* evaluator,
                                                   ThreadPool* pool);
 
-  // Registers a client (or refreshes a known one) and returns its id: `client.id` when given,
-  // otherwise a new "client-N".
-  Result<std::string> Join(const ClientRecord& client);
-
-  // NotFound for an unknown client.
-  Result<PollAnswer> Poll(const std::string& client_id);
+  Result<std::string> Join(const ClientRecord& client) override;
+  Result<PollAnswer> Poll(const std::string& client_id) override;
 
   // Accepts one update. NotFound: unknown client or task; PermissionDenied: the task belongs to
   // another client; FailedPrecondition: stale base version or finished federation;
   // InvalidArgument: wrong layout, non-finite values or a bad example count. A refused update
   // changes nothing. A repeated submission of an accepted task returns OK and is ignored.
-  Status Submit(const Update& update);
+  Status Submit(const Update& update) override;
 
   // Applies the round deadline. Call periodically (the server does, the simulator does at each
   // event). Returns the sticky error, if any.
-  Status Tick();
+  Status Tick() override;
 
-  const ModelState& model() const { return model_; }
-  bool finished() const { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
-  EngineStatus status() const;
-  // Rounds committed so far, oldest first (including those before a restart).
-  const std::vector<RoundRecord>& history() const { return history_; }
-  const std::string& strategy_description() const { return strategy_description_; }
+  const ModelState& model() const override { return model_; }
+  bool finished() const override { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
+  EngineStatus status() const override;
+  const std::vector<RoundRecord>& history() const override { return history_; }
+  std::string strategy_description() const override { return strategy_description_; }
 
  private:
   struct OpenRound {

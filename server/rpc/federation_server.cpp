@@ -5,8 +5,10 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/safetensors.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
@@ -24,7 +26,7 @@ grpc::Status ToGrpc(const Status& s) {
 
 class Service final : public v1::Federation::Service {
  public:
-  Service(SyncEngine* engine, Store* store, ServerInfo info) : engine_(engine), store_(store), info_(std::move(info)) {}
+  Service(Engine* engine, Store* store, ServerInfo info) : engine_(engine), store_(store), info_(std::move(info)) {}
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinReply* rep) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -32,6 +34,7 @@ class Service final : public v1::Federation::Service {
     if (!id.ok()) return ToGrpc(id.status());
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
+    active_clients_.insert(*id);
     spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
     cv_.notify_all();
     return grpc::Status::OK;
@@ -44,6 +47,7 @@ class Service final : public v1::Federation::Service {
     while (true) {
       Result<PollAnswer> a = engine_->Poll(req->client_id());
       if (!a.ok()) return ToGrpc(a.status());
+      active_clients_.insert(req->client_id());
       if (a->kind == PollAnswer::Kind::kTask) {
         cv_.notify_all();  // this poll may have opened a round others are waiting for
         const Task& t = a->task;
@@ -61,6 +65,7 @@ class Service final : public v1::Federation::Service {
         return grpc::Status::OK;
       }
       if (a->kind == PollAnswer::Kind::kFinished) {
+        told_finished_.insert(req->client_id());
         rep->set_finished(true);
         return grpc::Status::OK;
       }
@@ -170,6 +175,7 @@ class Service final : public v1::Federation::Service {
     rep->set_round_received(s.round_received);
     rep->set_updates_accepted(s.updates_accepted);
     rep->set_updates_refused(s.updates_refused);
+    rep->set_updates_stale(s.updates_stale);
     rep->set_has_accuracy(s.last_accuracy.has_value());
     rep->set_last_accuracy(s.last_accuracy.value_or(0.0));
     rep->set_finished(s.finished);
@@ -184,6 +190,14 @@ class Service final : public v1::Federation::Service {
   EngineStatus status() {
     std::lock_guard<std::mutex> lock(mu_);
     return engine_->status();
+  }
+
+  bool AllClientsToldFinished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& id : active_clients_) {
+      if (!told_finished_.count(id)) return false;
+    }
+    return true;
   }
 
   void Tick() {
@@ -224,7 +238,7 @@ class Service final : public v1::Federation::Service {
     return std::make_shared<const std::string>(EncodeSafetensors(m));
   }
 
-  SyncEngine* const engine_;
+  Engine* const engine_;
   Store* const store_;
   const ServerInfo info_;
   RealClock clock_;
@@ -232,13 +246,15 @@ class Service final : public v1::Federation::Service {
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutting_down_ = false;                    // guarded by mu_
+  std::set<std::string> active_clients_;          // guarded by mu_; clients seen by this process
+  std::set<std::string> told_finished_;           // guarded by mu_
   std::shared_ptr<const std::string> encoded_;    // guarded by mu_
   uint64_t encoded_version_ = 0;                  // guarded by mu_
 };
 
 class GrpcFederationServer final : public FederationServer {
  public:
-  GrpcFederationServer(SyncEngine* engine, Store* store, const ServerInfo& info) : service_(engine, store, info) {}
+  GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info) : service_(engine, store, info) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
@@ -265,6 +281,7 @@ class GrpcFederationServer final : public FederationServer {
 
   int port() const override { return port_; }
   EngineStatus status() override { return service_.status(); }
+  bool AllClientsToldFinished() override { return service_.AllClientsToldFinished(); }
 
   void Shutdown() override {
     {
@@ -290,7 +307,7 @@ class GrpcFederationServer final : public FederationServer {
 
 }  // namespace
 
-Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, SyncEngine* engine,
+Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, Engine* engine,
                                                                   Store* store, const ServerInfo& info) {
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));

@@ -1,4 +1,4 @@
-// FederationServer: serves a SyncEngine over gRPC (plexus.v1.Federation) on one address.
+// FederationServer: serves an Engine (any federation mode) over gRPC (plexus.v1.Federation) on one address.
 // Every engine call happens under one mutex; long polls wait on a condition variable that is
 // signalled whenever the engine's state may have changed. A ticker thread applies round
 // deadlines. Update uploads are size-checked chunk by chunk against the current model's size
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "server/coordinator/sync_engine.h"
+#include "server/coordinator/engine.h"
 #include "server/store/store.h"
 
 namespace plexus {
@@ -23,13 +23,15 @@ struct ServerInfo {
 class FederationServer {
  public:
   // Unavailable when the address cannot be bound.
-  static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, SyncEngine* engine, Store* store,
+  static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, Engine* engine, Store* store,
                                                          const ServerInfo& info);
   virtual ~FederationServer() = default;
 
   virtual int port() const = 0;
   // Engine status under the server's lock.
   virtual EngineStatus status() = 0;
+  // True once every client that called this server has been told the federation finished.
+  virtual bool AllClientsToldFinished() = 0;
   // Stops accepting calls, ends open long polls, and joins all threads. Idempotent.
   virtual void Shutdown() = 0;
 };

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "server/store/sqlite_store.h"
@@ -43,24 +44,28 @@ class FederationTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  std::unique_ptr<ChildProcess> StartServer(int rounds, const std::string& log) {
-    return std::make_unique<ChildProcess>(
-        PLEXUS_BINARY,
-        std::vector<std::string>{"server", "--listen", address_, "--db", db_, "--rounds", std::to_string(rounds),
-                                 "--clients-per-round", "4", "--min-clients", "4", "--model", "mlp", "--test-subset",
-                                 "2000", "--summary-out", summary_, "--linger-s", "3", "--round-deadline-s", "120"},
-        (dir_ / log).string());
+  std::unique_ptr<ChildProcess> StartServer(int rounds, const std::string& log,
+                                           const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"server", "--listen", address_, "--db", db_, "--rounds", std::to_string(rounds),
+                                  "--clients-per-round", "4", "--min-clients", "4", "--model", "mlp", "--test-subset",
+                                  "2000", "--summary-out", summary_, "--linger-s", "60", "--round-deadline-s", "120"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, (dir_ / log).string());
   }
 
-  std::vector<std::unique_ptr<ChildProcess>> StartClients(int n) {
+  // Clients 0..n-1; the last `slow` of them run with --slowdown 8.
+  std::vector<std::unique_ptr<ChildProcess>> StartClients(int n, int slow = 0) {
     std::vector<std::unique_ptr<ChildProcess>> clients;
     for (int i = 0; i < n; ++i) {
-      clients.push_back(std::make_unique<ChildProcess>(
-          PLEXUS_BINARY,
-          std::vector<std::string>{"client", "--server", address_, "--partition", "iid", "--num-partitions",
-                                   std::to_string(n), "--partition-index", std::to_string(i), "--client-id",
-                                   "c" + std::to_string(i), "--give-up-s", "120"},
-          (dir_ / ("client" + std::to_string(i) + ".log")).string()));
+      std::vector<std::string> args{"client", "--server", address_, "--partition", "iid", "--num-partitions",
+                                    std::to_string(n), "--partition-index", std::to_string(i), "--client-id",
+                                    "c" + std::to_string(i), "--give-up-s", "120"};
+      if (i >= n - slow) {
+        args.push_back("--slowdown");
+        args.push_back("8");
+      }
+      clients.push_back(std::make_unique<ChildProcess>(PLEXUS_BINARY, args,
+                                                       (dir_ / ("client" + std::to_string(i) + ".log")).string()));
     }
     return clients;
   }
@@ -134,6 +139,50 @@ TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {
   ASSERT_EQ(rounds.size(), 5u);
   for (size_t i = 0; i < rounds.size(); ++i) EXPECT_EQ(rounds[i].round, i + 1);
   EXPECT_GT(Summary()["final_test_accuracy"].get<double>(), 0.6);
+}
+
+// Versions the server published while each task of a client's log was in training: for every
+// "training round R from version B" line, the "server at version V" of its upload, V - B.
+std::vector<int> VersionsPublishedDuringTasks(const std::string& log) {
+  std::vector<int> out;
+  std::istringstream in(log);
+  std::string line;
+  long long base = -1;
+  while (std::getline(in, line)) {
+    size_t at = line.find("from version ");
+    if (line.find("training round") != std::string::npos && at != std::string::npos) {
+      base = std::stoll(line.substr(at + 13));
+    }
+    at = line.find("server at version ");
+    if (at != std::string::npos && base >= 0) {
+      out.push_back(static_cast<int>(std::stoll(line.substr(at + 18)) - base));
+      base = -1;
+    }
+  }
+  return out;
+}
+
+TEST_F(FederationTest, AsyncFastClientsAreNeverBlockedBehindSlowOnes) {
+  // 60 versions of 2 updates: about 30 fast tasks' time, several slow (8x) tasks.
+  auto server = StartServer(60, "server.log", {"--mode", "async", "--buffer-size", "2", "--max-staleness", "1000"});
+  auto clients = StartClients(6, /*slow=*/2);
+  ASSERT_EQ(server->Wait(240000), 0) << server->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+
+  int most = 0;
+  for (int i = 4; i < 6; ++i) {
+    for (int published : VersionsPublishedDuringTasks(clients[i]->Log())) most = std::max(most, published);
+  }
+  EXPECT_GE(most, 2) << "no slow task saw two or more versions published meanwhile";
+
+  auto store = *SqliteStore::Open(db_);
+  auto rounds = *store->ListRounds();
+  ASSERT_EQ(rounds.size(), 60u);
+  EXPECT_GT(*rounds.back().test_accuracy, *rounds.front().test_accuracy);
+  nlohmann::json s = Summary();
+  EXPECT_EQ(s["mode"], "async");
+  EXPECT_EQ(s["model_version"], 60);
+  EXPECT_GE(s["updates_accepted"].get<int>(), 120);
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 // messages, and nothing already accepted is lost.
 #include "server/rpc/federation_server.h"
 
+#include "core/clock.h"
+#include "server/coordinator/sync_engine.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>

@@ -1,0 +1,235 @@
+#include "server/coordinator/async_engine.h"
+
+#include "aggregators/registry.h"
+
+namespace plexus {
+
+Status AsyncOptions::Validate() const {
+  if (rounds <= 0) return InvalidArgumentError("rounds must be positive");
+  if (buffer_size <= 0) return InvalidArgumentError("buffer-size must be positive");
+  if (!(server_lr > 0)) return InvalidArgumentError("server-lr must be positive");
+  if (max_staleness < 0) return InvalidArgumentError("max-staleness must not be negative");
+  if (max_concurrency < 0) return InvalidArgumentError("max-concurrency must not be negative");
+  if (task_timeout_ms <= 0 || client_timeout_ms <= 0 || poll_retry_ms <= 0) {
+    return InvalidArgumentError("timeouts must be positive");
+  }
+  if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
+  if (task.local_steps == 0 && task.local_epochs <= 0) return InvalidArgumentError("local-epochs must be positive");
+  if (task.batch_size <= 0) return InvalidArgumentError("batch-size must be positive");
+  if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
+  if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  return StalenessRule::Parse(staleness).status();
+}
+
+AsyncEngine::AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator)
+    : options_(options), store_(store), clock_(clock), evaluator_(evaluator) {}
+
+Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& options, const ModelState& initial_model,
+                                                       Store* store, const Clock* clock, ModelEvaluator* evaluator,
+                                                       ThreadPool* pool) {
+  PLEXUS_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<AsyncEngine> e(new AsyncEngine(options, store, clock, evaluator));
+  PLEXUS_ASSIGN_OR_RETURN(StalenessRule staleness, StalenessRule::Parse(options.staleness));
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> merge, MakeAggregator(options.strategy, pool));
+  e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) + ",server_lr=" +
+                    std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
+                    merge->Describe() + ")";
+  PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({options.buffer_size, options.server_lr}, staleness,
+                                                            std::move(merge)));
+  PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
+  e->model_ = std::move(restored.model);
+  e->model_sha256_ = e->model_.ContentSha256();
+  e->known_clients_.insert(restored.client_ids.begin(), restored.client_ids.end());
+  e->history_ = std::move(restored.history);
+  PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
+  return e;
+}
+
+Result<std::string> AsyncEngine::Join(const ClientRecord& client) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  ClientRecord rec = client;
+  if (rec.num_examples < 0) return InvalidArgumentError("num_examples must not be negative");
+  if (rec.id.empty()) {
+    size_t n = known_clients_.size() + 1;
+    while (known_clients_.count("client-" + std::to_string(n))) ++n;
+    rec.id = "client-" + std::to_string(n);
+  } else if (rec.id.size() > 128) {
+    return InvalidArgumentError("client id longer than 128 characters");
+  }
+  PLEXUS_RETURN_IF_ERROR(store_->PutClient(rec).WithContext("register client " + rec.id));
+  known_clients_.insert(rec.id);
+  last_seen_ms_[rec.id] = clock_->NowMs();
+  return rec.id;
+}
+
+Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!known_clients_.count(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
+  const int64_t now = clock_->NowMs();
+  last_seen_ms_[client_id] = now;
+  PollAnswer answer;
+  if (finished()) {
+    answer.kind = PollAnswer::Kind::kFinished;
+    return answer;
+  }
+  std::string task_id;
+  if (auto it = task_of_client_.find(client_id); it != task_of_client_.end()) {
+    task_id = it->second;  // re-deliver the open task
+  } else if (options_.max_concurrency > 0 && static_cast<int64_t>(tasks_.size()) >= options_.max_concurrency) {
+    answer.kind = PollAnswer::Kind::kWait;
+    answer.retry_after_ms = options_.poll_retry_ms;
+    return answer;
+  } else {
+    task_id = "v" + std::to_string(model_.version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
+    tasks_[task_id] = OpenTask{client_id, model_.version(), now};
+    task_of_client_[client_id] = task_id;
+  }
+  const OpenTask& t = tasks_.at(task_id);
+  answer.kind = PollAnswer::Kind::kTask;
+  answer.task.task_id = task_id;
+  answer.task.round = model_.version() + 1;
+  answer.task.model_version = t.base_version;
+  answer.task.model_sha256 = model_sha256_;
+  answer.task.hyperparams = options_.task;
+  answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
+  if (t.base_version != model_.version()) {
+    // The open task predates the current model: hand out a fresh one instead.
+    task_of_client_.erase(client_id);
+    tasks_.erase(task_id);
+    return Poll(client_id);
+  }
+  return answer;
+}
+
+Status AsyncEngine::Submit(const Update& update) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!known_clients_.count(update.client_id)) {
+    ++updates_refused_;
+    return NotFoundError("unknown client id '" + update.client_id + "'; join first");
+  }
+  last_seen_ms_[update.client_id] = clock_->NowMs();
+  if (finished()) {
+    ++updates_refused_;
+    return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
+  }
+  auto it = tasks_.find(update.task_id);
+  if (it == tasks_.end()) {
+    ++updates_refused_;
+    return NotFoundError("unknown task id '" + update.task_id + "' (it may have expired or been reported already)");
+  }
+  if (it->second.client_id != update.client_id) {
+    ++updates_refused_;
+    return Status(StatusCode::kPermissionDenied,
+                  "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
+  }
+  const OpenTask task = it->second;
+  auto end_task = [&] {
+    tasks_.erase(update.task_id);
+    task_of_client_.erase(update.client_id);
+  };
+  if (update.base_version != task.base_version) {
+    ++updates_refused_;
+    end_task();
+    return FailedPreconditionError("update claims base version " + std::to_string(update.base_version) +
+                                   " but its task started from version " + std::to_string(task.base_version));
+  }
+  const uint64_t staleness = model_.version() - task.base_version;
+  if (staleness > static_cast<uint64_t>(options_.max_staleness)) {
+    ++updates_refused_;
+    ++updates_stale_;
+    end_task();
+    return FailedPreconditionError("update is " + std::to_string(staleness) + " versions stale (the limit is " +
+                                   std::to_string(options_.max_staleness) + "); poll for a task on the current model");
+  }
+  Result<bool> full = buffer_->Add(update, staleness);
+  end_task();
+  if (!full.ok()) {
+    ++updates_refused_;
+    return full.status();
+  }
+  ++updates_accepted_;
+  buffered_examples_ += update.num_examples;
+  if (auto l = update.metrics.find("train_loss"); l != update.metrics.end()) {
+    buffered_loss_ += l->second;
+    ++buffered_loss_count_;
+  }
+  return *full ? Publish() : Status::Ok();
+}
+
+Status AsyncEngine::Publish() {
+  Result<ModelState> next = buffer_->Flush();
+  if (!next.ok()) {
+    sticky_error_ = next.status().WithContext("publish version " + std::to_string(model_.version() + 1));
+    return sticky_error_;
+  }
+  RoundRecord rec;
+  rec.round = next->version();
+  rec.model_version = next->version();
+  rec.model_sha256 = next->ContentSha256();
+  rec.num_selected = options_.buffer_size;
+  rec.num_updates = options_.buffer_size;
+  rec.num_examples = buffered_examples_;
+  rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
+  Status committed = store_->CommitRound(rec, *next);
+  if (!committed.ok()) {
+    sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(rec.model_version));
+    return sticky_error_;
+  }
+  model_ = std::move(next).value();
+  model_sha256_ = rec.model_sha256;
+  buffered_examples_ = 0;
+  buffered_loss_ = 0.0;
+  buffered_loss_count_ = 0;
+  PLEXUS_RETURN_IF_ERROR(buffer_->Begin(model_));
+  if (evaluator_) {
+    Result<Evaluation> eval = evaluator_->Evaluate(model_);
+    if (eval.ok()) {
+      rec.test_accuracy = eval->accuracy;
+      rec.test_loss = eval->loss;
+      Status s = store_->SetRoundEvaluation(rec.round, eval->accuracy, eval->loss);
+      if (!s.ok()) sticky_error_ = s.WithContext("record evaluation of version " + std::to_string(rec.round));
+    }
+  }
+  history_.push_back(rec);
+  return sticky_error_;
+}
+
+Status AsyncEngine::Tick() {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  const int64_t now = clock_->NowMs();
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    if (now - it->second.issued_ms >= options_.task_timeout_ms) {
+      task_of_client_.erase(it->second.client_id);
+      it = tasks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::Ok();
+}
+
+EngineStatus AsyncEngine::status() const {
+  EngineStatus s;
+  s.mode = "async";
+  s.model_version = model_.version();
+  s.round = finished() ? model_.version() : model_.version() + 1;
+  s.known_clients = static_cast<int64_t>(known_clients_.size());
+  const int64_t now = clock_->NowMs();
+  for (const auto& [id, seen] : last_seen_ms_) s.connected_clients += (now - seen <= options_.client_timeout_ms);
+  s.round_selected = static_cast<int64_t>(tasks_.size());
+  s.round_received = static_cast<int64_t>(buffer_->size());
+  s.updates_accepted = updates_accepted_;
+  s.updates_refused = updates_refused_;
+  s.updates_stale = updates_stale_;
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (it->test_accuracy) {
+      s.last_accuracy = it->test_accuracy;
+      break;
+    }
+  }
+  s.finished = finished();
+  if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
+  return s;
+}
+
+}  // namespace plexus

@@ -1,0 +1,100 @@
+// AsyncEngine: asynchronous federation (FedBuff, Nguyen et al. AISTATS 2022; FedAsync, Xie et al.
+// 2019, as FedBuff with a buffer of one). Every client that polls gets a task on the current
+// model at once (up to `max_concurrency` tasks in flight); nobody waits for anybody. Each arriving
+// delta is weighted by s(staleness) (staleness = versions published since its task started)
+// and folded into the buffer's merge strategy; every `buffer_size` updates the engine publishes
+// x + server_lr * (merged - x) as a new version, checkpoints it with its record in one store
+// transaction and evaluates it. Updates staler than `max_staleness` are refused.
+// With buffer_size = 1 this is FedAsync in delta form: x += server_lr * s(tau) * delta.
+//
+// Owns its buffer; borrows store, clock and evaluator. Single-threaded.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+
+#include "aggregators/fedbuff.h"
+#include "core/clock.h"
+#include "core/thread_pool.h"
+#include "server/coordinator/engine.h"
+#include "server/coordinator/evaluator.h"
+
+namespace plexus {
+
+struct AsyncOptions {
+  // Behaviour.
+  int64_t rounds = 5;                       // model versions to publish; then the federation finishes
+  int64_t buffer_size = 1;                  // K: updates per published version
+  double server_lr = 1.0;                   // FedBuff's eta_g (FedAsync's alpha when K = 1)
+  std::string staleness = "poly:a=0.5";     // s(tau), see aggregators/staleness.h
+  int64_t max_staleness = 10;               // refuse updates more versions behind than this
+  int64_t max_concurrency = 0;              // tasks in flight at once; 0 = no bound
+  std::string strategy = "fedavg:weighted=false";  // the buffer's merge (uniform mean: B / K)
+  int64_t task_timeout_ms = 600000;         // a task not reported by then is forgotten
+  int64_t client_timeout_ms = 60000;        // clients silent for longer are not counted connected
+  int64_t poll_retry_ms = 1000;
+  TaskHyperparams task;
+
+  // InvalidArgument naming the first bad field.
+  Status Validate() const;
+};
+
+class AsyncEngine final : public Engine {
+ public:
+  static Result<std::unique_ptr<AsyncEngine>> Open(const AsyncOptions& options, const ModelState& initial_model,
+                                                   Store* store, const Clock* clock, ModelEvaluator* evaluator,
+                                                   ThreadPool* pool);
+
+  Result<std::string> Join(const ClientRecord& client) override;
+  Result<PollAnswer> Poll(const std::string& client_id) override;
+  // NotFound: unknown client or task; PermissionDenied: another client's task;
+  // FailedPrecondition: staler than max_staleness (counted in status().updates_stale), a base
+  // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
+  // Fold. A refused update changes nothing but ends its task; the client polls for a new one.
+  Status Submit(const Update& update) override;
+  // Forgets tasks older than task_timeout_ms. Returns the sticky error, if any.
+  Status Tick() override;
+
+  const ModelState& model() const override { return model_; }
+  bool finished() const override { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
+  EngineStatus status() const override;
+  const std::vector<RoundRecord>& history() const override { return history_; }
+  std::string strategy_description() const override { return description_; }
+
+ private:
+  struct OpenTask {
+    std::string client_id;
+    uint64_t base_version = 0;
+    int64_t issued_ms = 0;
+  };
+
+  AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
+  Status Publish();
+
+  // Constant after construction.
+  const AsyncOptions options_;
+  Store* const store_;
+  const Clock* const clock_;
+  ModelEvaluator* const evaluator_;
+  std::unique_ptr<FedBuffBuffer> buffer_;
+  std::string description_;
+
+  ModelState model_;
+  std::string model_sha256_;
+  std::set<std::string> known_clients_;
+  std::map<std::string, int64_t> last_seen_ms_;
+  std::map<std::string, OpenTask> tasks_;             // task id -> task
+  std::map<std::string, std::string> task_of_client_;  // client id -> task id
+  uint64_t next_task_ = 0;
+  int64_t buffered_examples_ = 0;
+  double buffered_loss_ = 0.0;
+  int64_t buffered_loss_count_ = 0;
+  std::vector<RoundRecord> history_;
+  int64_t updates_accepted_ = 0;
+  int64_t updates_refused_ = 0;
+  int64_t updates_stale_ = 0;
+  Status sticky_error_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,71 @@
+// Engine: what the server and the simulator drive, whatever the federation mode. Engines are
+// single-threaded state machines fed by calls and an injected Clock (see SyncEngine and
+// AsyncEngine); callers serialize access.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "core/task.h"
+#include "core/update.h"
+#include "server/store/store.h"
+
+namespace plexus {
+
+struct EngineStatus {
+  std::string mode;
+  uint64_t round = 0;             // round in progress (or last round when finished)
+  uint64_t model_version = 0;
+  int64_t known_clients = 0;
+  int64_t connected_clients = 0;  // heard from within the client timeout
+  int64_t round_selected = 0;     // clients holding a task now
+  int64_t round_received = 0;     // updates waiting to be aggregated
+  int64_t updates_accepted = 0;   // since this process started
+  int64_t updates_refused = 0;
+  int64_t updates_stale = 0;      // refused for exceeding the staleness bound (async)
+  std::optional<double> last_accuracy;
+  bool finished = false;
+  std::string error;              // sticky store error, empty when healthy
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Registers a client (or refreshes a known one) and returns its id: `client.id` when given,
+  // otherwise a new "client-N".
+  virtual Result<std::string> Join(const ClientRecord& client) = 0;
+  // NotFound for an unknown client.
+  virtual Result<PollAnswer> Poll(const std::string& client_id) = 0;
+  // Accepts one update; a refused update changes nothing (codes in each engine's header).
+  virtual Status Submit(const Update& update) = 0;
+  // Applies deadlines. Returns the sticky error, if any.
+  virtual Status Tick() = 0;
+
+  virtual const ModelState& model() const = 0;
+  virtual bool finished() const = 0;
+  virtual EngineStatus status() const = 0;
+  // Published versions so far, oldest first (including those before a restart).
+  virtual const std::vector<RoundRecord>& history() const = 0;
+  virtual std::string strategy_description() const = 0;
+};
+
+}  // namespace plexus
+
+namespace plexus {
+
+// What an engine restores from the store when it opens: the latest checkpoint (or `initial`,
+// stored as version 0 when the store is empty), the known client ids and the history.
+struct RestoredState {
+  ModelState model;
+  std::vector<std::string> client_ids;
+  std::vector<RoundRecord> history;
+};
+
+// FailedPrecondition when the store holds a model of another layout.
+Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial);
+
+}  // namespace plexus

@@ -1,0 +1,188 @@
+#include "server/coordinator/async_engine.h"
+
+#include "server/coordinator/sync_engine.h"
+#include "server/store/memory_store.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+using Kind = PollAnswer::Kind;
+
+ModelState Initial() {
+  ModelState m = *ModelState::Create({{"w", {1}}});
+  m.data()[0] = 1.0f;
+  return m;
+}
+
+class AsyncEngineTest : public ::testing::Test {
+ protected:
+  void Open(AsyncOptions o) {
+    auto e = AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr);
+    ASSERT_OK(e);
+    engine_ = std::move(e).value();
+    for (const char* id : {"a", "b", "c", "slow"}) ASSERT_OK(engine_->Join({id, 10, "test"}));
+  }
+  Task TaskOf(const std::string& client) {
+    Result<PollAnswer> a = engine_->Poll(client);
+    EXPECT_OK(a);
+    EXPECT_EQ(a->kind, Kind::kTask) << client;
+    return a->task;
+  }
+  Status Report(const std::string& client, const Task& t, float delta) {
+    Update u;
+    u.client_id = client;
+    u.task_id = t.task_id;
+    u.base_version = t.model_version;
+    u.num_examples = 10;
+    u.delta = ModelState::ZerosLike(Initial());
+    u.delta.data()[0] = delta;
+    return engine_->Submit(u);
+  }
+  float W() const { return engine_->model().data()[0]; }
+
+  ManualClock clock_;
+  MemoryStore store_;
+  std::unique_ptr<AsyncEngine> engine_;
+};
+
+AsyncOptions Options(int64_t rounds, int64_t k, double lr, const std::string& staleness) {
+  AsyncOptions o;
+  o.rounds = rounds;
+  o.buffer_size = k;
+  o.server_lr = lr;
+  o.staleness = staleness;
+  return o;
+}
+
+TEST_F(AsyncEngineTest, FedAsyncAppliesAlphaTimesStalenessWeight) {
+  Open(Options(5, 1, 0.5, "poly:a=1"));
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(Report("a", ta, 2.0f));  // tau 0, s = 1: 1 + 0.5 * 2
+  EXPECT_FLOAT_EQ(W(), 2.0f);
+  EXPECT_EQ(engine_->model().version(), 1u);
+  ASSERT_OK(Report("b", tb, 4.0f));  // tau 1, s = 1/2: 2 + 0.5 * 0.5 * 4
+  EXPECT_FLOAT_EQ(W(), 3.0f);
+  EXPECT_EQ(engine_->model().version(), 2u);
+  EXPECT_EQ(store_.ListRounds()->size(), 2u);
+}
+
+TEST_F(AsyncEngineTest, FedBuffPublishesEveryKUpdates) {
+  Open(Options(5, 3, 1.0, "constant"));
+  ASSERT_OK(Report("a", TaskOf("a"), 3.0f));
+  ASSERT_OK(Report("b", TaskOf("b"), 6.0f));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_EQ(engine_->status().round_received, 2);
+  ASSERT_OK(Report("c", TaskOf("c"), 0.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 4.0f);  // 1 + (3 + 6 + 0) / 3
+  ASSERT_OK(Report("a", TaskOf("a"), 3.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+}
+
+TEST_F(AsyncEngineTest, FastClientsNeverWaitForSlowOnes) {
+  Open(Options(10, 1, 1.0, "constant"));
+  Task slow = TaskOf("slow");
+  for (int i = 0; i < 3; ++i) ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  EXPECT_EQ(engine_->model().version(), 3u);  // three versions while "slow" trains one task
+  ASSERT_OK(Report("slow", slow, 1.0f));      // staleness 3, within the default bound
+  EXPECT_EQ(engine_->model().version(), 4u);
+}
+
+TEST_F(AsyncEngineTest, UpdatesBeyondTheStalenessBoundAreRefused) {
+  AsyncOptions o = Options(10, 1, 1.0, "constant");
+  o.max_staleness = 1;
+  Open(o);
+  Task slow = TaskOf("slow");
+  ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  const float before = W();
+  EXPECT_THAT(Report("slow", slow, 100.0f), StatusIs(StatusCode::kFailedPrecondition, "2 versions stale (the limit is 1)"));
+  EXPECT_FLOAT_EQ(W(), before);
+  EXPECT_EQ(engine_->status().updates_stale, 1);
+  // The refused task is over: the slow client gets a fresh one on the current model.
+  EXPECT_EQ(TaskOf("slow").model_version, engine_->model().version());
+}
+
+TEST_F(AsyncEngineTest, ConcurrencyIsBounded) {
+  AsyncOptions o = Options(10, 1, 1.0, "constant");
+  o.max_concurrency = 2;
+  Open(o);
+  Task ta = TaskOf("a");
+  TaskOf("b");
+  EXPECT_EQ(engine_->Poll("c")->kind, Kind::kWait);
+  ASSERT_OK(Report("a", ta, 1.0f));
+  EXPECT_EQ(engine_->Poll("c")->kind, Kind::kTask);
+}
+
+TEST_F(AsyncEngineTest, RefusalsAndExpiry) {
+  AsyncOptions o = Options(1, 1, 1.0, "constant");
+  o.task_timeout_ms = 1000;
+  Open(o);
+  Task ta = TaskOf("a");
+  EXPECT_THAT(Report("b", ta, 1.0f), StatusIs(StatusCode::kPermissionDenied, "another client"));
+  Task bad = ta;
+  bad.task_id = "v0n99-a";
+  EXPECT_THAT(Report("a", bad, 1.0f), StatusIs(StatusCode::kNotFound, "unknown task id"));
+  EXPECT_THAT(Report("a", ta, NAN), StatusIs(StatusCode::kInvalidArgument, "non-finite"));
+  Task again = TaskOf("a");
+  clock_.AdvanceMs(1000);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_THAT(Report("a", again, 1.0f), StatusIs(StatusCode::kNotFound, "expired"));
+  ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->Poll("a")->kind, Kind::kFinished);
+  EXPECT_EQ(engine_->status().mode, "async");
+}
+
+TEST_F(AsyncEngineTest, ResumesFromTheStore) {
+  Open(Options(5, 1, 1.0, "constant"));
+  ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  engine_.reset();
+  auto e = *AsyncEngine::Open(Options(5, 1, 1.0, "constant"), Initial(), &store_, &clock_, nullptr, nullptr);
+  EXPECT_EQ(e->model().version(), 1u);
+  EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // a known client
+}
+
+TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
+  AsyncOptions o;
+  o.buffer_size = 0;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "buffer-size"));
+  o = AsyncOptions();
+  o.staleness = "exp";
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "unknown staleness rule"));
+}
+
+TEST(OverselectionTest, AggregatesExactlyTheFirstK) {
+  ManualClock clock;
+  MemoryStore store;
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 2;
+  o.min_clients = 2;
+  o.overselect = 1.5;  // 3 selected, the first 2 reports close the round
+  auto e = *SyncEngine::Open(o, Initial(), &store, &clock, nullptr, nullptr);
+  std::vector<Task> tasks;
+  for (const char* id : {"a", "b", "c"}) ASSERT_OK(e->Join({id, 1, ""}));
+  for (const char* id : {"a", "b", "c"}) tasks.push_back(e->Poll(id)->task);
+  auto report = [&](const char* id, const Task& t, float d) {
+    Update u;
+    u.client_id = id;
+    u.task_id = t.task_id;
+    u.base_version = 0;
+    u.num_examples = 1;
+    u.delta = ModelState::ZerosLike(Initial());
+    u.delta.data()[0] = d;
+    return e->Submit(u);
+  };
+  ASSERT_OK(report("c", tasks[2], 2.0f));
+  ASSERT_OK(report("a", tasks[0], 4.0f));
+  EXPECT_EQ(e->model().version(), 1u);
+  EXPECT_FLOAT_EQ(e->model().data()[0], 4.0f);  // 1 + (2 + 4) / 2: b's update is not in
+  EXPECT_EQ(e->history().back().num_updates, 2);
+  EXPECT_FALSE(report("b", tasks[1], 100.0f).ok());
+}
+
+}  // namespace
+}  // namespace plexus
