@@ -15,9 +15,8 @@ constexpr int kMaxMessageBytes = 4 << 20;
 Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
   const int code = static_cast<int>(s.error_code());
-  // gRPC and Plexus share code numbers; UNIMPLEMENTED (12) and UNAUTHENTICATED (16) map to
-  // errors that are not retried.
-  StatusCode c = (code == 12 || code == 16) ? StatusCode::kFailedPrecondition : static_cast<StatusCode>(code);
+  // gRPC and Plexus share code numbers; UNIMPLEMENTED (12), which Plexus lacks, is not retried.
+  StatusCode c = code == 12 ? StatusCode::kFailedPrecondition : static_cast<StatusCode>(code);
   return Status(c, what + ": " + s.error_message());
 }
 
@@ -27,14 +26,14 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 
 class GrpcFederationTransport final : public FederationTransport {
  public:
-  explicit GrpcFederationTransport(const std::string& target) {
+  GrpcFederationTransport(const std::string& target, const ClientTls& tls) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
     // Reconnect quickly after a server restart.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(target, ChannelCredentialsFor(tls), args));
   }
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
@@ -141,8 +140,17 @@ class GrpcFederationTransport final : public FederationTransport {
 
 }  // namespace
 
-std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target) {
-  return std::make_unique<GrpcFederationTransport>(target);
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientTls& tls) {
+  if (!tls.enabled()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = tls.ca_pem;
+  ssl.pem_cert_chain = tls.cert_pem;
+  ssl.pem_private_key = tls.key_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls) {
+  return std::make_unique<GrpcFederationTransport>(target, tls);
 }
 
 }  // namespace plexus

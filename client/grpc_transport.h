@@ -5,11 +5,26 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/security/credentials.h>
+
 #include "client/federation_transport.h"
 
 namespace plexus {
 
-// `target` is HOST:PORT.
-std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target);
+// Mutual TLS for the client: PEM contents of the CA that signed the server's certificate, and
+// this client's certificate and key. All empty: an insecure channel.
+struct ClientTls {
+  std::string ca_pem;
+  std::string cert_pem;
+  std::string key_pem;
+  bool enabled() const { return !ca_pem.empty(); }
+};
+
+// `target` is HOST:PORT; with TLS, HOST must match the server certificate's name.
+std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls = {});
+
+// The channel credentials for `tls` (insecure when it is not enabled), for other gRPC clients
+// such as `plexus status`.
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientTls& tls);
 
 }  // namespace plexus

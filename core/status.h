@@ -30,6 +30,7 @@ enum class StatusCode : int {
   kInternal = 13,
   kUnavailable = 14,       // peer down: back off, retry
   kDataLoss = 15,          // hash mismatch, corrupt file
+  kUnauthenticated = 16,   // no or invalid credentials
 };
 
 std::string_view StatusCodeName(StatusCode code);

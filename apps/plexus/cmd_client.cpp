@@ -21,6 +21,7 @@ struct ClientFlags {
   std::string client_id;
   double give_up_s = 300;
   double slowdown = 1.0;
+  std::string tls_ca, tls_cert, tls_key;
   int threads = 1;
 };
 
@@ -40,7 +41,15 @@ void RunClient(const ClientFlags& f) {
   o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
   o.slowdown = f.slowdown;
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
-  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server);
+  ClientTls tls;
+  const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
+  if (tls_flags != 0 && tls_flags != 3) throw CommandError("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key");
+  if (tls_flags == 3) {
+    tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
+    tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
+    tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
+  }
+  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
   const int threads = f.threads;
   ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
                         local);
@@ -70,6 +79,9 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--client-id", f->client_id, "Stable client id (default: assigned by the server)");
   cmd->add_option("--give-up-s", f->give_up_s, "Give up after this many seconds of continuous failures")
       ->capture_default_str();
+  cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that signed the server's certificate");
+  cmd->add_option("--tls-cert", f->tls_cert, "This client's certificate (PEM); its name is the client's identity");
+  cmd->add_option("--tls-key", f->tls_key, "This client's private key (PEM)");
   cmd->add_option("--slowdown", f->slowdown, "Make each task take this many times as long as training did (>= 1)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();

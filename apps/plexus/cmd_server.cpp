@@ -35,7 +35,16 @@ struct ServerFlags {
   size_t test_subset = 0;
   std::string summary_out;
   int threads = 1;
+  std::string tls_cert, tls_key, tls_client_ca;
+  bool insecure = false;
 };
+
+// Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 void RunServer(const ServerFlags& f) {
   const auto started = std::chrono::steady_clock::now();
@@ -49,6 +58,18 @@ void RunServer(const ServerFlags& f) {
   if (f.strategy_given) async.strategy = sync.strategy;
   Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
+  ServerTls tls;
+  const int tls_flags = !f.tls_cert.empty() + !f.tls_key.empty() + !f.tls_client_ca.empty();
+  if (tls_flags != 0 && tls_flags != 3) throw CommandError("mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca");
+  if (tls_flags == 3) {
+    tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
+    tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
+    tls.client_ca_pem = ReadFileForFlag(f.tls_client_ca, "--tls-client-ca");
+  } else if (!IsLoopback(f.listen) && !f.insecure) {
+    throw CommandError("refusing to listen on " + f.listen +
+                       " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
+                       "--insecure on a network you trust");
+  }
   std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db));
   Result<std::string> stored_model = store->GetMeta("model");
   if (stored_model.ok() && *stored_model != f.model) {
@@ -77,9 +98,9 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server =
-      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}));
-  spdlog::info("listening on {} (port {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(), f.mode,
-               f.model, sync.rounds, engine->strategy_description());
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls));
+  spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
+               tls.enabled() ? "mutual TLS" : "no TLS", f.mode, f.model, sync.rounds, engine->strategy_description());
 
   while (!StopRequested().load() && !server->status().finished) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -156,6 +177,10 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
   cmd->add_option("--linger-s", f->linger_s, "After the last round, keep serving until every client has been told, at most this many seconds")
       ->capture_default_str();
+  cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
+  cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
+  cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_flag("--insecure", f->insecure, "Allow listening on a non-loopback address without TLS");
   cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f, cmd] {

@@ -3,14 +3,17 @@
 
 #include <cstdio>
 
+#include <array>
+
 #include "apps/plexus/commands.h"
+#include "client/grpc_transport.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
 namespace plexus::cli {
 namespace {
 
-void RunStatus(const std::string& server, bool json, double timeout_s) {
-  auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+void RunStatus(const std::string& server, bool json, double timeout_s, const ClientTls& tls) {
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, ChannelCredentialsFor(tls)));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   v1::StatusReply r;
@@ -57,12 +60,24 @@ void AddStatusCommand(CLI::App& app) {
   auto server = std::make_shared<std::string>("127.0.0.1:50051");
   auto json = std::make_shared<bool>(false);
   auto timeout = std::make_shared<double>(5.0);
+  auto tls_files = std::make_shared<std::array<std::string, 3>>();
   CLI::App* cmd = app.add_subcommand("status", "Show a running server's federation status");
   cmd->add_option("--server", *server, "Server address, HOST:PORT")->capture_default_str();
   cmd->add_flag("--json", *json, "Print JSON");
   cmd->add_option("--timeout-s", *timeout, "Give up after this many seconds")->capture_default_str();
+  cmd->add_option("--tls-ca", (*tls_files)[0], "CA certificate (PEM) for a server with mutual TLS");
+  cmd->add_option("--tls-cert", (*tls_files)[1], "Client certificate (PEM)");
+  cmd->add_option("--tls-key", (*tls_files)[2], "Client private key (PEM)");
   AddConfigOption(cmd);
-  cmd->callback([=] { RunStatus(*server, *json, *timeout); });
+  cmd->callback([=] {
+    ClientTls tls;
+    if (!(*tls_files)[0].empty()) {
+      tls.ca_pem = ReadFileForFlag((*tls_files)[0], "--tls-ca");
+      tls.cert_pem = ReadFileForFlag((*tls_files)[1], "--tls-cert");
+      tls.key_pem = ReadFileForFlag((*tls_files)[2], "--tls-key");
+    }
+    RunStatus(*server, *json, *timeout, tls);
+  });
 }
 
 }  // namespace plexus::cli

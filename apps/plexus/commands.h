@@ -30,6 +30,9 @@ T Take(Result<T> r, const std::string& context = "") {
 std::atomic<bool>& StopRequested();
 void InstallStopHandlers();
 
+// The contents of a file; throws CommandError naming `flag` when it cannot be read.
+std::string ReadFileForFlag(const std::string& path, const std::string& flag);
+
 // Adds `--config FILE` (TOML) to a subcommand: every flag may be given there, flags on the
 // command line win.
 void AddConfigOption(CLI::App* cmd);
@@ -45,5 +48,6 @@ void AddSimCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
+void AddCertsCommand(CLI::App& app);
 
 }  // namespace plexus::cli

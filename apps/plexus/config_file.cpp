@@ -4,6 +4,7 @@
 // on the command line win and CLI11 validates config values exactly as it validates flags.
 #include <toml++/toml.h>
 
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -74,6 +75,14 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
     out.push_back("--" + key + "=" + Scalar(file, key, node));
   }
   return out;
+}
+
+std::string ReadFileForFlag(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CommandError(flag + ": cannot read '" + path + "'");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
 }
 
 void Check(const Status& s, const std::string& context) {

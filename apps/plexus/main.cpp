@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   AddStatusCommand(app);
   AddExportCommand(app);
   AddMergeCommand(app);
+  AddCertsCommand(app);
 #endif
   AddClientCommand(app);
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).

@@ -26,11 +26,14 @@ grpc::Status ToGrpc(const Status& s) {
 
 class Service final : public v1::Federation::Service {
  public:
-  Service(Engine* engine, Store* store, ServerInfo info) : engine_(engine), store_(store), info_(std::move(info)) {}
+  Service(Engine* engine, Store* store, ServerInfo info, bool mtls)
+      : engine_(engine), store_(store), info_(std::move(info)), mtls_(mtls) {}
 
-  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* req, v1::JoinReply* rep) override {
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
+    Result<std::string> claimed = Identity(ctx, req->client_id());
+    if (!claimed.ok()) return ToGrpc(claimed.status());
     std::lock_guard<std::mutex> lock(mu_);
-    Result<std::string> id = engine_->Join({req->client_id(), req->num_examples(), req->device()});
+    Result<std::string> id = engine_->Join({*claimed, req->num_examples(), req->device()});
     if (!id.ok()) return ToGrpc(id.status());
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
@@ -43,6 +46,8 @@ class Service final : public v1::Federation::Service {
   grpc::Status PollTask(grpc::ServerContext* ctx, const v1::PollTaskRequest* req, v1::PollTaskReply* rep) override {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), kMaxPollWaitMs));
+    Result<std::string> who = Identity(ctx, req->client_id());
+    if (!who.ok()) return ToGrpc(who.status());
     std::unique_lock<std::mutex> lock(mu_);
     while (true) {
       Result<PollAnswer> a = engine_->Poll(req->client_id());
@@ -100,13 +105,15 @@ class Service final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunk>* reader,
+  grpc::Status UploadUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
                             v1::UploadReply* rep) override {
     v1::UpdateChunk chunk;
     if (!reader->Read(&chunk) || chunk.part_case() != v1::UpdateChunk::kHeader) {
       return Refuse(InvalidArgumentError("an upload must start with a header chunk"));
     }
     const v1::UpdateHeader header = chunk.header();
+    Result<std::string> who = Identity(ctx, header.client_id());
+    if (!who.ok()) return Refuse(who.status());
     size_t limit;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -219,6 +226,20 @@ class Service final : public v1::Federation::Service {
   }
 
  private:
+  // With mutual TLS the identity is the certificate's common name; a claimed id must match it
+  // (an empty claim at join takes it). Without TLS the claimed id is taken as is.
+  Result<std::string> Identity(grpc::ServerContext* ctx, const std::string& claimed) const {
+    if (!mtls_) return claimed;
+    auto names = ctx->auth_context()->FindPropertyValues("x509_common_name");
+    if (names.empty()) return Status(StatusCode::kUnauthenticated, "no client certificate common name");
+    const std::string cn(names[0].data(), names[0].size());
+    if (!claimed.empty() && claimed != cn) {
+      return Status(StatusCode::kPermissionDenied,
+                    "the client certificate is for '" + cn + "'; it cannot act as '" + claimed + "'");
+    }
+    return cn;
+  }
+
   grpc::Status Refuse(const Status& s) {
     spdlog::warn("refused upload: {}", s.ToString());
     return ToGrpc(s);
@@ -241,6 +262,7 @@ class Service final : public v1::Federation::Service {
   Engine* const engine_;
   Store* const store_;
   const ServerInfo info_;
+  const bool mtls_;
   RealClock clock_;
 
   std::mutex mu_;
@@ -254,12 +276,20 @@ class Service final : public v1::Federation::Service {
 
 class GrpcFederationServer final : public FederationServer {
  public:
-  GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info) : service_(engine, store, info) {}
+  GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls)
+      : service_(engine, store, info, tls.enabled()), tls_(tls) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
+    std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+    if (tls_.enabled()) {
+      grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      ssl.pem_root_certs = tls_.client_ca_pem;
+      ssl.pem_key_cert_pairs.push_back({tls_.key_pem, tls_.cert_pem});
+      creds = grpc::SslServerCredentials(ssl);
+    }
+    builder.AddListeningPort(listen, creds, &port_);
     builder.RegisterService(&service_);
     builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
     builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -297,6 +327,7 @@ class GrpcFederationServer final : public FederationServer {
 
  private:
   Service service_;
+  const ServerTls tls_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread ticker_;
@@ -308,8 +339,12 @@ class GrpcFederationServer final : public FederationServer {
 }  // namespace
 
 Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, Engine* engine,
-                                                                  Store* store, const ServerInfo& info) {
-  auto server = std::make_unique<GrpcFederationServer>(engine, store, info);
+                                                                  Store* store, const ServerInfo& info,
+                                                                  const ServerTls& tls) {
+  if (tls.enabled() && (tls.key_pem.empty() || tls.client_ca_pem.empty())) {
+    return InvalidArgumentError("mutual TLS needs a certificate, its key and the client CA");
+  }
+  auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));
   return std::unique_ptr<FederationServer>(std::move(server));
 }

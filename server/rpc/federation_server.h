@@ -20,11 +20,21 @@ struct ServerInfo {
   int64_t rounds_total = 0;
 };
 
+// Mutual TLS: PEM contents. When set, every client must present a certificate signed by
+// `client_ca_pem`; its common name is the client's identity, and a client may only join, poll
+// and upload as itself (PERMISSION_DENIED otherwise).
+struct ServerTls {
+  std::string cert_pem;
+  std::string key_pem;
+  std::string client_ca_pem;
+  bool enabled() const { return !cert_pem.empty(); }
+};
+
 class FederationServer {
  public:
   // Unavailable when the address cannot be bound.
   static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, Engine* engine, Store* store,
-                                                         const ServerInfo& info);
+                                                         const ServerInfo& info, const ServerTls& tls = {});
   virtual ~FederationServer() = default;
 
   virtual int port() const = 0;
