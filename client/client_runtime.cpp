@@ -133,13 +133,7 @@ Status ClientRuntime::RunTask(const Task& task) {
     }
     return model.status();
   }
-  TrainOptions o;
-  o.local_epochs = task.hyperparams.local_epochs;
-  o.local_steps = task.hyperparams.local_steps;
-  o.batch_size = task.hyperparams.batch_size;
-  o.learning_rate = task.hyperparams.learning_rate;
-  o.momentum = task.hyperparams.momentum;
-  o.seed = Rng::Derive(options_.seed, task.round).NextU64();
+  const TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
@@ -151,9 +145,7 @@ Status ClientRuntime::RunTask(const Task& task) {
   }
 
   ModelState delta = std::move(out->weights);
-  const auto base = model->data();
-  auto d = delta.data();
-  for (size_t i = 0; i < d.size(); ++i) d[i] -= base[i];
+  delta.Subtract(*model);
   const std::string payload = EncodeSafetensors(delta);
 
   UploadHeader h;

@@ -10,6 +10,7 @@
 #include "core/evaluation.h"
 #include "core/model_state.h"
 #include "core/status.h"
+#include "core/task.h"
 
 namespace plexus {
 
@@ -29,6 +30,18 @@ struct TrainOutcome {
   int64_t steps = 0;
   double mean_loss = 0.0;       // mean training loss over the steps
 };
+
+// The options a task asks for; `seed` sets the batch order.
+inline TrainOptions TrainOptionsFor(const TaskHyperparams& hp, uint64_t seed) {
+  TrainOptions o;
+  o.local_epochs = hp.local_epochs;
+  o.local_steps = hp.local_steps;
+  o.batch_size = hp.batch_size;
+  o.learning_rate = hp.learning_rate;
+  o.momentum = hp.momentum;
+  o.seed = seed;
+  return o;
+}
 
 class Trainer {
  public:

@@ -100,6 +100,11 @@ Status ModelState::CheckSameLayout(const ModelState& expected) const {
   return Status::Ok();
 }
 
+void ModelState::Subtract(const ModelState& other) {
+  const float* b = other.data_.data();
+  for (size_t i = 0; i < data_.size(); ++i) data_[i] -= b[i];
+}
+
 Status ModelState::CheckFinite() const {
   for (const TensorSlot& s : slots_) {
     for (size_t j = 0; j < s.numel; ++j) {

@@ -55,6 +55,10 @@ class ModelState {
   // mismatch.
   Status CheckSameLayout(const ModelState& expected) const;
 
+  // this -= other, value by value (e.g. trained weights minus base weights gives a delta).
+  // REQUIRES: the same layout (CheckSameLayout).
+  void Subtract(const ModelState& other);
+
   // OK when every value is finite; otherwise InvalidArgument naming the tensor and index.
   Status CheckFinite() const;
 

@@ -50,13 +50,8 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     const ModelState base = engine->model();
     for (const auto& [i, task] : tasks) {
       DatasetView view{&train, parts[i]};
-      TrainOptions o;
-      o.local_epochs = task.hyperparams.local_epochs;
-      o.local_steps = task.hyperparams.local_steps;
-      o.batch_size = task.hyperparams.batch_size;
-      o.learning_rate = task.hyperparams.learning_rate;
-      o.momentum = task.hyperparams.momentum;
-      o.seed = Rng::Derive(options.seed ^ (0x51ULL << 56), task.round * 1000003ULL + i).NextU64();
+      const TrainOptions o = TrainOptionsFor(
+          task.hyperparams, Rng::Derive(options.seed ^ (0x51ULL << 56), task.round * 1000003ULL + i).NextU64());
       PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, trainer->Train(base, view, o));
       Update u;
       u.client_id = ids[i];
@@ -66,9 +61,7 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
       u.local_steps = out.steps;
       u.metrics["train_loss"] = out.mean_loss;
       u.delta = std::move(out.weights);
-      auto d = u.delta.data();
-      auto b = base.data();
-      for (size_t j = 0; j < d.size(); ++j) d[j] -= b[j];
+      u.delta.Subtract(base);
       PLEXUS_RETURN_IF_ERROR(engine->Submit(u).WithContext("simulated client " + ids[i]));
       clock.AdvanceMs(1);
     }

@@ -55,11 +55,7 @@ void RunMerge(const MergeFlags& f) {
     u.num_examples = weights[i];
     u.local_steps = 1;
     u.delta = std::move(models[i]);
-    if (!f.base.empty()) {
-      auto d = u.delta.data();
-      auto b = base.data();
-      for (size_t j = 0; j < d.size(); ++j) d[j] -= b[j];
-    }
+    if (!f.base.empty()) u.delta.Subtract(base);
     Check(agg->Fold(u), f.inputs[i]);
   }
   ModelState merged = Take(agg->Finalize());

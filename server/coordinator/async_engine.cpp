@@ -22,7 +22,11 @@ Status AsyncOptions::Validate() const {
 }
 
 AsyncEngine::AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator)
-    : options_(options), store_(store), clock_(clock), evaluator_(evaluator) {}
+    : options_(options),
+      store_(store),
+      clock_(clock),
+      evaluator_(evaluator),
+      clients_(store, clock, options.client_timeout_ms) {}
 
 Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& options, const ModelState& initial_model,
                                                        Store* store, const Clock* clock, ModelEvaluator* evaluator,
@@ -39,7 +43,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
   e->model_sha256_ = e->model_.ContentSha256();
-  e->known_clients_.insert(restored.client_ids.begin(), restored.client_ids.end());
+  e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
   return e;
@@ -47,26 +51,14 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
 
 Result<std::string> AsyncEngine::Join(const ClientRecord& client) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  ClientRecord rec = client;
-  if (rec.num_examples < 0) return InvalidArgumentError("num_examples must not be negative");
-  if (rec.id.empty()) {
-    size_t n = known_clients_.size() + 1;
-    while (known_clients_.count("client-" + std::to_string(n))) ++n;
-    rec.id = "client-" + std::to_string(n);
-  } else if (rec.id.size() > 128) {
-    return InvalidArgumentError("client id longer than 128 characters");
-  }
-  PLEXUS_RETURN_IF_ERROR(store_->PutClient(rec).WithContext("register client " + rec.id));
-  known_clients_.insert(rec.id);
-  last_seen_ms_[rec.id] = clock_->NowMs();
-  return rec.id;
+  return clients_.Join(client);
 }
 
 Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!known_clients_.count(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
+  if (!clients_.Known(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
   const int64_t now = clock_->NowMs();
-  last_seen_ms_[client_id] = now;
+  clients_.Touch(client_id);
   PollAnswer answer;
   if (finished()) {
     answer.kind = PollAnswer::Kind::kFinished;
@@ -103,11 +95,11 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
 
 Status AsyncEngine::Submit(const Update& update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!known_clients_.count(update.client_id)) {
+  if (!clients_.Known(update.client_id)) {
     ++updates_refused_;
     return NotFoundError("unknown client id '" + update.client_id + "'; join first");
   }
-  last_seen_ms_[update.client_id] = clock_->NowMs();
+  clients_.Touch(update.client_id);
   if (finished()) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
@@ -213,9 +205,8 @@ EngineStatus AsyncEngine::status() const {
   s.mode = "async";
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
-  s.known_clients = static_cast<int64_t>(known_clients_.size());
-  const int64_t now = clock_->NowMs();
-  for (const auto& [id, seen] : last_seen_ms_) s.connected_clients += (now - seen <= options_.client_timeout_ms);
+  s.known_clients = clients_.known_count();
+  s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
   s.round_selected = static_cast<int64_t>(tasks_.size());
   s.round_received = static_cast<int64_t>(buffer_->size());
   s.updates_accepted = updates_accepted_;

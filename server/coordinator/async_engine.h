@@ -17,6 +17,7 @@
 #include "aggregators/fedbuff.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 
@@ -82,8 +83,7 @@ class AsyncEngine final : public Engine {
 
   ModelState model_;
   std::string model_sha256_;
-  std::set<std::string> known_clients_;
-  std::map<std::string, int64_t> last_seen_ms_;
+  ClientRegistry clients_;
   std::map<std::string, OpenTask> tasks_;             // task id -> task
   std::map<std::string, std::string> task_of_client_;  // client id -> task id
   uint64_t next_task_ = 0;

@@ -38,7 +38,11 @@ Status SyncOptions::Validate() const {
 }
 
 SyncEngine::SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator)
-    : options_(options), store_(store), clock_(clock), evaluator_(evaluator) {}
+    : options_(options),
+      store_(store),
+      clock_(clock),
+      evaluator_(evaluator),
+      clients_(store, clock, options.client_timeout_ms) {}
 
 Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options, const ModelState& initial_model,
                                                      Store* store, const Clock* clock, ModelEvaluator* evaluator,
@@ -51,7 +55,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
   e->model_sha256_ = e->model_.ContentSha256();
-  e->known_clients_.insert(restored.client_ids.begin(), restored.client_ids.end());
+  e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   e->idle_since_ms_ = clock->NowMs();
   return e;
@@ -59,35 +63,13 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
 
 Result<std::string> SyncEngine::Join(const ClientRecord& client) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  ClientRecord rec = client;
-  if (rec.num_examples < 0) return InvalidArgumentError("num_examples must not be negative");
-  if (rec.id.empty()) {
-    size_t n = known_clients_.size() + 1;
-    while (known_clients_.count("client-" + std::to_string(n))) ++n;
-    rec.id = "client-" + std::to_string(n);
-  } else if (rec.id.size() > 128) {
-    return InvalidArgumentError("client id longer than 128 characters");
-  }
-  PLEXUS_RETURN_IF_ERROR(store_->PutClient(rec).WithContext("register client " + rec.id));
-  known_clients_.insert(rec.id);
-  last_seen_ms_[rec.id] = clock_->NowMs();
-  return rec.id;
-}
-
-int64_t SyncEngine::ConnectedClients() const {
-  const int64_t now = clock_->NowMs();
-  int64_t n = 0;
-  for (const auto& [id, seen] : last_seen_ms_) n += (now - seen <= options_.client_timeout_ms);
-  return n;
+  return clients_.Join(client);
 }
 
 void SyncEngine::MaybeStartRound() {
   if (open_ || finished()) return;
   const int64_t now = clock_->NowMs();
-  std::vector<std::string> available;
-  for (const auto& [id, seen] : last_seen_ms_) {
-    if (now - seen <= options_.client_timeout_ms) available.push_back(id);  // map order: sorted ids
-  }
+  std::vector<std::string> available = clients_.Connected();
   const auto n = static_cast<int64_t>(available.size());
   const bool enough = n >= options_.clients_per_round ||
                       (n >= options_.min_clients && now - idle_since_ms_ >= options_.selection_wait_ms);
@@ -130,10 +112,8 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
 
 Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!known_clients_.count(client_id)) {
-    return NotFoundError("unknown client id '" + client_id + "'; join first");
-  }
-  last_seen_ms_[client_id] = clock_->NowMs();
+  if (!clients_.Known(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
+  clients_.Touch(client_id);
   PollAnswer answer;
   if (finished()) {
     answer.kind = PollAnswer::Kind::kFinished;
@@ -153,11 +133,11 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
 
 Status SyncEngine::Submit(const Update& update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!known_clients_.count(update.client_id)) {
+  if (!clients_.Known(update.client_id)) {
     ++updates_refused_;
     return NotFoundError("unknown client id '" + update.client_id + "'; join first");
   }
-  last_seen_ms_[update.client_id] = clock_->NowMs();
+  clients_.Touch(update.client_id);
   if (finished()) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
@@ -255,8 +235,8 @@ EngineStatus SyncEngine::status() const {
   s.mode = "sync";
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
-  s.known_clients = static_cast<int64_t>(known_clients_.size());
-  s.connected_clients = ConnectedClients();
+  s.known_clients = clients_.known_count();
+  s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
   if (open_) {
     s.round_selected = static_cast<int64_t>(open_->task_of_client.size());
     s.round_received = static_cast<int64_t>(open_->submitted.size());

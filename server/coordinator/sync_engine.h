@@ -29,6 +29,7 @@
 #include "core/task.h"
 #include "core/thread_pool.h"
 #include "core/update.h"
+#include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
@@ -99,7 +100,6 @@ class SyncEngine final : public Engine {
   void MaybeStartRound();
   Status CloseRound();
   void AbandonRound();
-  int64_t ConnectedClients() const;
   Task TaskFor(const std::string& client_id) const;
 
   // Constant after construction.
@@ -112,8 +112,7 @@ class SyncEngine final : public Engine {
 
   ModelState model_;
   std::string model_sha256_;
-  std::map<std::string, int64_t> last_seen_ms_;  // client id -> last call; absent = not heard from
-  std::set<std::string> known_clients_;
+  ClientRegistry clients_;
   std::optional<OpenRound> open_;
   int64_t attempts_ = 0;        // abandoned attempts of the current round
   int64_t idle_since_ms_ = 0;   // when the engine last became ready for a new round

@@ -151,9 +151,7 @@ class Service final : public v1::Federation::Service {
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
       Status layout = u.delta.CheckSameLayout(engine_->model());
       if (!layout.ok()) return Refuse(layout.WithContext("update for task " + header.task_id()));
-      auto d = u.delta.data();
-      auto base = engine_->model().data();
-      for (size_t i = 0; i < d.size(); ++i) d[i] -= base[i];
+      u.delta.Subtract(engine_->model());
     } else if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32) {
       return Refuse(InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
     }

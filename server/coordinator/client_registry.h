@@ -1,0 +1,44 @@
+// ClientRegistry: the clients an engine knows (persisted in the store) and when each was last
+// heard from, on the engine's clock. Borrows store and clock. Single-threaded (owned by an engine).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "server/store/store.h"
+
+namespace plexus {
+
+class ClientRegistry {
+ public:
+  ClientRegistry(Store* store, const Clock* clock, int64_t timeout_ms)
+      : store_(store), clock_(clock), timeout_ms_(timeout_ms) {}
+
+  // Known from an earlier run; not counted as connected until heard from.
+  void Restore(const std::vector<std::string>& ids) { known_.insert(ids.begin(), ids.end()); }
+
+  // Registers (or refreshes) a client and marks it heard from. Returns its id: `client.id`, or a
+  // new "client-N" when empty. InvalidArgument for a negative example count or an id longer
+  // than 128 characters; the store's error if it cannot be persisted.
+  Result<std::string> Join(const ClientRecord& client);
+
+  bool Known(const std::string& id) const { return known_.count(id) > 0; }
+  void Touch(const std::string& id) { last_seen_ms_[id] = clock_->NowMs(); }
+
+  // Clients heard from within the timeout, sorted by id.
+  std::vector<std::string> Connected() const;
+  int64_t known_count() const { return static_cast<int64_t>(known_.size()); }
+
+ private:
+  Store* const store_;
+  const Clock* const clock_;
+  const int64_t timeout_ms_;
+  std::set<std::string> known_;
+  std::map<std::string, int64_t> last_seen_ms_;
+};
+
+}  // namespace plexus
