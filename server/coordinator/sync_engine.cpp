@@ -58,7 +58,36 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   e->idle_since_ms_ = clock->NowMs();
+  PLEXUS_RETURN_IF_ERROR(e->RestoreOpenRound().WithContext("restore the open round"));
   return e;
+}
+
+Status SyncEngine::RestoreOpenRound() {
+  PLEXUS_ASSIGN_OR_RETURN(std::optional<OpenRoundRecord> saved, store_->GetOpenRound());
+  if (!saved || saved->round != model_.version() + 1 || finished()) return Status::Ok();
+  OpenRound r;
+  r.round = saved->round;
+  r.attempt = saved->attempt;
+  r.deadline_ms = clock_->NowMs() + options_.round_deadline_ms;  // a fresh deadline after the restart
+  for (const auto& [client, task] : saved->tasks) {
+    r.task_of_client[client] = task;
+    r.client_of_task[task] = client;
+  }
+  PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(model_));
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
+  for (const Update& u : accepted) {
+    if (!r.task_of_client.count(u.client_id)) continue;
+    PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
+    r.submitted.insert(u.client_id);
+    r.examples += u.num_examples;
+    if (auto it = u.metrics.find("train_loss"); it != u.metrics.end()) {
+      r.loss_sum += it->second;
+      ++r.loss_count;
+    }
+  }
+  attempts_ = r.attempt;
+  open_ = std::move(r);
+  return Status::Ok();
 }
 
 Result<std::string> SyncEngine::Join(const ClientRecord& client) {
@@ -92,6 +121,8 @@ void SyncEngine::MaybeStartRound() {
   }
   // Begin cannot fail for a valid model; a failure here would be a programming error.
   Status begun = aggregator_->Begin(model_);
+  OpenRoundRecord saved{r.round, r.attempt, {r.task_of_client.begin(), r.task_of_client.end()}};
+  if (begun.ok()) begun = store_->PutOpenRound(saved);
   if (!begun.ok()) {
     sticky_error_ = begun.WithContext("start round " + std::to_string(r.round));
     return;
@@ -163,6 +194,12 @@ Status SyncEngine::Submit(const Update& update) {
   if (!folded.ok()) {
     ++updates_refused_;
     return folded;
+  }
+  // Durable before it is acknowledged: a restarted server folds it in again.
+  Status durable = store_->PutAcceptedUpdate(open_->round, open_->attempt, update);
+  if (!durable.ok()) {
+    sticky_error_ = durable.WithContext("store the update of " + update.client_id);
+    return sticky_error_;
   }
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);

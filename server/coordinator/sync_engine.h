@@ -9,7 +9,9 @@
 // reported, or at the deadline if at least M have (stragglers are dropped); with fewer than M at
 // the deadline the attempt is abandoned and the round is retried with a fresh sample. Closing
 // publishes version v+1, checkpoints it with the round record in one store transaction,
-// then evaluates it. A failed checkpoint is sticky: every later call returns that error.
+// then evaluates it. Every acknowledged update is in the store first, so a restarted engine
+// continues the open round with them. A failed store write is sticky: every later call returns
+// that error.
 //
 // Owns its aggregator; borrows store, clock, evaluator and pool, which must outlive it.
 // Single-threaded: callers serialize access (server/rpc holds a mutex).
@@ -97,6 +99,8 @@ class SyncEngine final : public Engine {
   };
 
   SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
+  // Continues the round a previous process had open, with the updates it had acknowledged.
+  Status RestoreOpenRound();
   void MaybeStartRound();
   Status CloseRound();
   void AbandonRound();

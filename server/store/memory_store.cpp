@@ -54,7 +54,42 @@ Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& mode
   if (rounds_.count(round.round)) return AlreadyExistsError("round " + std::to_string(round.round) + " is already committed");
   PLEXUS_RETURN_IF_ERROR(PutCheckpointLocked(model));
   rounds_[round.round] = round;
+  open_round_.reset();
+  accepted_.clear();
   return Status::Ok();
+}
+
+Status MemoryStore::PutOpenRound(const OpenRoundRecord& round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_round_ || open_round_->round != round.round || open_round_->attempt != round.attempt) accepted_.clear();
+  open_round_ = round;
+  return Status::Ok();
+}
+
+Result<std::optional<OpenRoundRecord>> MemoryStore::GetOpenRound() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_round_;
+}
+
+Status MemoryStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_round_ || open_round_->round != round || open_round_->attempt != attempt) {
+    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
+                                   " is not the open round");
+  }
+  Update kept = update;
+  kept.metrics.clear();
+  if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) kept.metrics["train_loss"] = it->second;
+  accepted_[update.client_id] = std::move(kept);
+  return Status::Ok();
+}
+
+Result<std::vector<Update>> MemoryStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Update> out;
+  if (!open_round_ || open_round_->round != round || open_round_->attempt != attempt) return out;
+  for (const auto& [id, u] : accepted_) out.push_back(u);
+  return out;
 }
 
 Status MemoryStore::SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) {

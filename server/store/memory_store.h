@@ -18,6 +18,10 @@ class MemoryStore final : public Store {
   Result<std::vector<ClientRecord>> ListClients() override;
   Status PutCheckpoint(const ModelState& model) override;
   Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status PutOpenRound(const OpenRoundRecord& round) override;
+  Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
+  Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;
+  Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) override;
   Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
   Result<std::vector<RoundRecord>> ListRounds() override;
   Result<std::optional<ModelState>> LatestCheckpoint() override;
@@ -32,6 +36,8 @@ class MemoryStore final : public Store {
   std::map<std::string, ClientRecord> clients_;  // guarded by mu_
   std::map<uint64_t, RoundRecord> rounds_;       // guarded by mu_
   std::map<uint64_t, ModelState> checkpoints_;   // guarded by mu_
+  std::optional<OpenRoundRecord> open_round_;    // guarded by mu_
+  std::map<std::string, Update> accepted_;       // guarded by mu_; by client id, of open_round_
 };
 
 }  // namespace plexus

@@ -78,6 +78,13 @@ CREATE TABLE IF NOT EXISTS rounds (
   model_sha256 TEXT NOT NULL, num_selected INTEGER NOT NULL, num_updates INTEGER NOT NULL,
   num_dropped INTEGER NOT NULL, num_examples INTEGER NOT NULL, attempts INTEGER NOT NULL,
   mean_train_loss REAL NOT NULL, test_accuracy REAL, test_loss REAL);
+CREATE TABLE IF NOT EXISTS open_round (
+  id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL, attempt INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS open_round_tasks (client_id TEXT PRIMARY KEY, task_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS accepted_updates (
+  round INTEGER NOT NULL, attempt INTEGER NOT NULL, client_id TEXT NOT NULL, task_id TEXT NOT NULL,
+  base_version INTEGER NOT NULL, num_examples INTEGER NOT NULL, local_steps INTEGER NOT NULL,
+  train_loss REAL, delta BLOB NOT NULL, PRIMARY KEY (round, attempt, client_id));
 )sql";
 
 }  // namespace
@@ -187,11 +194,101 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model) {
     st.Bind(8, r.attempts).Bind(9, r.mean_train_loss).BindOptional(10, r.test_accuracy).BindOptional(11, r.test_loss);
     s = Run(db_, st, "commit round " + std::to_string(r.round));
   }
+  if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
   if (!s.ok()) {
     (void)Exec("ROLLBACK");
     return s;
   }
   return Exec("COMMIT");
+}
+
+Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PLEXUS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks;");
+  if (s.ok()) {
+    Stmt st(db_, "INSERT INTO open_round(id, round, attempt) VALUES(1, ?, ?)");
+    st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
+    s = Run(db_, st, "put open round");
+  }
+  for (size_t i = 0; s.ok() && i < r.tasks.size(); ++i) {
+    Stmt st(db_, "INSERT INTO open_round_tasks(client_id, task_id) VALUES(?, ?)");
+    st.Bind(1, r.tasks[i].first).Bind(2, r.tasks[i].second);
+    s = Run(db_, st, "put open round task");
+  }
+  if (s.ok()) {
+    Stmt st(db_, "DELETE FROM accepted_updates WHERE round != ? OR attempt != ?");
+    st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
+    s = Run(db_, st, "drop updates of other rounds");
+  }
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+Result<std::optional<OpenRoundRecord>> SqliteStore::GetOpenRound() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT round, attempt FROM open_round WHERE id = 1");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("get open round"));
+  int rc = st.Step();
+  if (rc == SQLITE_DONE) return std::optional<OpenRoundRecord>();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "get open round");
+  OpenRoundRecord r;
+  r.round = static_cast<uint64_t>(st.Int(0));
+  r.attempt = st.Int(1);
+  Stmt tasks(db_, "SELECT client_id, task_id FROM open_round_tasks ORDER BY client_id");
+  PLEXUS_RETURN_IF_ERROR(tasks.prepared("get open round tasks"));
+  while ((rc = tasks.Step()) == SQLITE_ROW) r.tasks.emplace_back(tasks.Text(0), tasks.Text(1));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "get open round tasks");
+  return std::optional<OpenRoundRecord>(std::move(r));
+}
+
+Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& u) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt open(db_, "SELECT 1 FROM open_round WHERE id = 1 AND round = ? AND attempt = ?");
+  PLEXUS_RETURN_IF_ERROR(open.prepared("check open round"));
+  open.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
+  if (open.Step() != SQLITE_ROW) {
+    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
+                                   " is not the open round");
+  }
+  Stmt st(db_,
+          "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, num_examples, "
+          "local_steps, train_loss, delta) VALUES(?,?,?,?,?,?,?,?,?)");
+  st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
+  st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
+  auto loss = u.metrics.find("train_loss");
+  st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
+  st.BindBlob(9, EncodeSafetensors(u.delta));
+  return Run(db_, st, "put accepted update");
+}
+
+Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_,
+          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta FROM accepted_updates "
+          "WHERE round = ? AND attempt = ? ORDER BY client_id");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
+  st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
+  std::vector<Update> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    Update u;
+    u.client_id = st.Text(0);
+    u.task_id = st.Text(1);
+    u.base_version = static_cast<uint64_t>(st.Int(2));
+    u.num_examples = st.Int(3);
+    u.local_steps = st.Int(4);
+    if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
+    Result<ModelState> delta = DecodeSafetensors(st.Text(6));
+    if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is corrupt: " + delta.status().message());
+    u.delta = std::move(delta).value();
+    out.push_back(std::move(u));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted updates");
+  return out;
 }
 
 Status SqliteStore::SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) {

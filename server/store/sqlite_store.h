@@ -26,6 +26,10 @@ class SqliteStore final : public Store {
   Result<std::vector<ClientRecord>> ListClients() override;
   Status PutCheckpoint(const ModelState& model) override;
   Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status PutOpenRound(const OpenRoundRecord& round) override;
+  Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
+  Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;
+  Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) override;
   Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
   Result<std::vector<RoundRecord>> ListRounds() override;
   Result<std::optional<ModelState>> LatestCheckpoint() override;

@@ -11,6 +11,7 @@
 
 #include "core/model_state.h"
 #include "core/status.h"
+#include "core/update.h"
 
 namespace plexus {
 
@@ -34,6 +35,14 @@ struct RoundRecord {
   std::optional<double> test_loss;
 };
 
+// A round in progress: which client holds which task. Kept so that a restarted server continues
+// the round instead of dropping the updates it has already acknowledged.
+struct OpenRoundRecord {
+  uint64_t round = 0;
+  int64_t attempt = 0;
+  std::vector<std::pair<std::string, std::string>> tasks;  // (client id, task id), sorted by client
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -51,9 +60,21 @@ class Store {
   // AlreadyExists when that version is already stored with different content.
   virtual Status PutCheckpoint(const ModelState& model) = 0;
 
-  // Stores the round record and the checkpoint of round.model_version atomically.
+  // Stores the round record and the checkpoint of round.model_version atomically, and forgets
+  // the open round and its accepted updates in the same transaction.
   // REQUIRES: model.version() == round.model_version.
   virtual Status CommitRound(const RoundRecord& round, const ModelState& model) = 0;
+
+  // Records the round in progress, replacing any earlier one, and drops accepted updates that
+  // belong to another (round, attempt).
+  virtual Status PutOpenRound(const OpenRoundRecord& round) = 0;
+  // The round in progress, or nullopt.
+  virtual Result<std::optional<OpenRoundRecord>> GetOpenRound() = 0;
+  // Stores an update of the open round durably, before the server acknowledges it.
+  // Only its "train_loss" metric is kept.
+  virtual Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) = 0;
+  // The accepted updates of (round, attempt), sorted by client id.
+  virtual Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) = 0;
 
   // Attaches evaluation results to a committed round. NotFound for an unknown round.
   virtual Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) = 0;

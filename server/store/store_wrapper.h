@@ -17,6 +17,12 @@ class StoreWrapper : public Store {
   Result<std::vector<ClientRecord>> ListClients() override { return target_->ListClients(); }
   Status PutCheckpoint(const ModelState& m) override { return target_->PutCheckpoint(m); }
   Status CommitRound(const RoundRecord& r, const ModelState& m) override { return target_->CommitRound(r, m); }
+  Status PutOpenRound(const OpenRoundRecord& r) override { return target_->PutOpenRound(r); }
+  Result<std::optional<OpenRoundRecord>> GetOpenRound() override { return target_->GetOpenRound(); }
+  Status PutAcceptedUpdate(uint64_t r, int64_t a, const Update& u) override { return target_->PutAcceptedUpdate(r, a, u); }
+  Result<std::vector<Update>> ListAcceptedUpdates(uint64_t r, int64_t a) override {
+    return target_->ListAcceptedUpdates(r, a);
+  }
   Status SetRoundEvaluation(uint64_t r, double a, double l) override { return target_->SetRoundEvaluation(r, a, l); }
   Result<std::vector<RoundRecord>> ListRounds() override { return target_->ListRounds(); }
   Result<std::optional<ModelState>> LatestCheckpoint() override { return target_->LatestCheckpoint(); }

@@ -274,3 +274,29 @@ TEST(SyncOptionsTest, ValidateNamesTheBadField) {
 
 }  // namespace
 }  // namespace plexus
+
+namespace plexus {
+namespace {
+
+TEST_F(SyncEngineTest, AcknowledgedUpdatesSurviveACrashMidRound) {
+  Open(Options(1, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));  // acknowledged
+  engine_.reset();                                             // "kill -9" before the round closes
+
+  Open(Options(1, 2, 2));
+  EXPECT_EQ(engine_->status().round_received, 1);
+  EXPECT_EQ(engine_->Poll("a")->kind, PollAnswer::Kind::kWait);  // a's update is in: no new task
+  Task again = TaskOf("b");
+  EXPECT_EQ(again.task_id, tb.task_id);  // b's task carries on
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 300)));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);  // the same result as without the crash
+  EXPECT_EQ(engine_->history().back().num_updates, 2);
+  EXPECT_FALSE(store_.GetOpenRound()->has_value());
+}
+
+}  // namespace
+}  // namespace plexus

@@ -91,6 +91,38 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   EXPECT_EQ(*store_->CheckpointVersions(), (std::vector<uint64_t>{0, 1}));
 }
 
+TEST_P(StoreConformanceTest, OpenRoundAndAcceptedUpdates) {
+  EXPECT_FALSE(store_->GetOpenRound()->has_value());
+  Update u;
+  u.client_id = "b";
+  u.task_id = "r1a0-b";
+  u.num_examples = 7;
+  u.metrics["train_loss"] = 0.5;
+  u.delta = Model(0, 3.0f);
+  EXPECT_THAT(store_->PutAcceptedUpdate(1, 0, u), StatusIs(StatusCode::kFailedPrecondition, "not the open round"));
+  ASSERT_OK(store_->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
+  ASSERT_OK(store_->PutAcceptedUpdate(1, 0, u));
+  auto open = *store_->GetOpenRound();
+  ASSERT_TRUE(open.has_value());
+  EXPECT_EQ(open->tasks.size(), 2u);
+  auto accepted = *store_->ListAcceptedUpdates(1, 0);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_EQ(accepted[0].num_examples, 7);
+  EXPECT_DOUBLE_EQ(accepted[0].metrics["train_loss"], 0.5);
+  EXPECT_EQ(accepted[0].delta.data()[2], 3.0f);
+  // A new attempt forgets the old attempt's updates; committing the round forgets everything.
+  ASSERT_OK(store_->PutOpenRound({1, 1, {{"a", "r1a1-a"}}}));
+  EXPECT_TRUE(store_->ListAcceptedUpdates(1, 0)->empty());
+  ASSERT_OK(store_->PutAcceptedUpdate(1, 1, u));
+  ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f)));
+  EXPECT_FALSE(store_->GetOpenRound()->has_value());
+  EXPECT_TRUE(store_->ListAcceptedUpdates(1, 1)->empty());
+}
+
 std::vector<StoreFactory> Factories() {
   std::vector<StoreFactory> f = {{"memory", [](const std::string&) { return std::make_unique<MemoryStore>(); }}};
 #ifdef PLEXUS_HAVE_SQLITE_STORE
