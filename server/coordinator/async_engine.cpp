@@ -173,15 +173,7 @@ Status AsyncEngine::Publish() {
   buffered_loss_ = 0.0;
   buffered_loss_count_ = 0;
   PLEXUS_RETURN_IF_ERROR(buffer_->Begin(model_));
-  if (evaluator_) {
-    Result<Evaluation> eval = evaluator_->Evaluate(model_);
-    if (eval.ok()) {
-      rec.test_accuracy = eval->accuracy;
-      rec.test_loss = eval->loss;
-      Status s = store_->SetRoundEvaluation(rec.round, eval->accuracy, eval->loss);
-      if (!s.ok()) sticky_error_ = s.WithContext("record evaluation of version " + std::to_string(rec.round));
-    }
-  }
+  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
   history_.push_back(rec);
   return sticky_error_;
 }
@@ -212,12 +204,7 @@ EngineStatus AsyncEngine::status() const {
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
   s.updates_stale = updates_stale_;
-  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
-    if (it->test_accuracy) {
-      s.last_accuracy = it->test_accuracy;
-      break;
-    }
-  }
+  s.last_accuracy = LastAccuracy(history_);
   s.finished = finished();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;

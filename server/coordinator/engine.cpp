@@ -22,4 +22,21 @@ Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial
   return r;
 }
 
+Status EvaluatePublished(ModelEvaluator* evaluator, Store* store, const ModelState& model, RoundRecord* record) {
+  if (!evaluator) return Status::Ok();
+  Result<Evaluation> eval = evaluator->Evaluate(model);
+  if (!eval.ok()) return Status::Ok();
+  record->test_accuracy = eval->accuracy;
+  record->test_loss = eval->loss;
+  return store->SetRoundEvaluation(record->round, eval->accuracy, eval->loss)
+      .WithContext("record evaluation of version " + std::to_string(record->model_version));
+}
+
+std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history) {
+  for (auto it = history.rbegin(); it != history.rend(); ++it) {
+    if (it->test_accuracy) return it->test_accuracy;
+  }
+  return std::nullopt;
+}
+
 }  // namespace plexus

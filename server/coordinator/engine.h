@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/task.h"
 #include "core/update.h"
+#include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
 
 namespace plexus {
@@ -67,5 +68,12 @@ struct RestoredState {
 
 // FailedPrecondition when the store holds a model of another layout.
 Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial);
+
+// Evaluates a just-committed version (when there is an evaluator) and records the result in the
+// store and in `record`. An evaluation that fails is skipped; a store error is returned.
+Status EvaluatePublished(ModelEvaluator* evaluator, Store* store, const ModelState& model, RoundRecord* record);
+
+// The accuracy of the newest evaluated version in `history`, if any.
+std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history);
 
 }  // namespace plexus

@@ -254,15 +254,7 @@ Status SyncEngine::CloseRound() {
   open_.reset();
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
-  if (evaluator_) {
-    Result<Evaluation> eval = evaluator_->Evaluate(model_);
-    if (eval.ok()) {
-      rec.test_accuracy = eval->accuracy;
-      rec.test_loss = eval->loss;
-      Status s = store_->SetRoundEvaluation(rec.round, eval->accuracy, eval->loss);
-      if (!s.ok()) sticky_error_ = s.WithContext("record evaluation of round " + std::to_string(rec.round));
-    }
-  }
+  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
   history_.push_back(rec);
   return sticky_error_;
 }
@@ -280,12 +272,7 @@ EngineStatus SyncEngine::status() const {
   }
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
-  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
-    if (it->test_accuracy) {
-      s.last_accuracy = it->test_accuracy;
-      break;
-    }
-  }
+  s.last_accuracy = LastAccuracy(history_);
   s.finished = finished();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
