@@ -56,9 +56,8 @@ Result<std::string> AsyncEngine::Join(const ClientRecord& client) {
 
 Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!clients_.Known(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
+  PLEXUS_RETURN_IF_ERROR(clients_.Admit(client_id));
   const int64_t now = clock_->NowMs();
-  clients_.Touch(client_id);
   PollAnswer answer;
   if (finished()) {
     answer.kind = PollAnswer::Kind::kFinished;
@@ -95,11 +94,10 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
 
 Status AsyncEngine::Submit(const Update& update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!clients_.Known(update.client_id)) {
+  if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
-    return NotFoundError("unknown client id '" + update.client_id + "'; join first");
+    return admitted;
   }
-  clients_.Touch(update.client_id);
   if (finished()) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");

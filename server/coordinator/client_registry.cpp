@@ -18,6 +18,12 @@ Result<std::string> ClientRegistry::Join(const ClientRecord& client) {
   return rec.id;
 }
 
+Status ClientRegistry::Admit(const std::string& id) {
+  if (!known_.count(id)) return NotFoundError("unknown client id '" + id + "'; join first");
+  Touch(id);
+  return Status::Ok();
+}
+
 std::vector<std::string> ClientRegistry::Connected() const {
   const int64_t now = clock_->NowMs();
   std::vector<std::string> out;

@@ -26,8 +26,9 @@ class ClientRegistry {
   // than 128 characters; the store's error if it cannot be persisted.
   Result<std::string> Join(const ClientRecord& client);
 
-  bool Known(const std::string& id) const { return known_.count(id) > 0; }
-  void Touch(const std::string& id) { last_seen_ms_[id] = clock_->NowMs(); }
+  // The door check for every call after Join: NotFound for an unknown client, otherwise marks
+  // it heard from.
+  Status Admit(const std::string& id);
 
   // Clients heard from within the timeout, sorted by id.
   std::vector<std::string> Connected() const;
@@ -37,6 +38,8 @@ class ClientRegistry {
   Store* const store_;
   const Clock* const clock_;
   const int64_t timeout_ms_;
+  void Touch(const std::string& id) { last_seen_ms_[id] = clock_->NowMs(); }
+
   std::set<std::string> known_;
   std::map<std::string, int64_t> last_seen_ms_;
 };

@@ -143,8 +143,7 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
 
 Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!clients_.Known(client_id)) return NotFoundError("unknown client id '" + client_id + "'; join first");
-  clients_.Touch(client_id);
+  PLEXUS_RETURN_IF_ERROR(clients_.Admit(client_id));
   PollAnswer answer;
   if (finished()) {
     answer.kind = PollAnswer::Kind::kFinished;
@@ -164,11 +163,10 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
 
 Status SyncEngine::Submit(const Update& update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!clients_.Known(update.client_id)) {
+  if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
-    return NotFoundError("unknown client id '" + update.client_id + "'; join first");
+    return admitted;
   }
-  clients_.Touch(update.client_id);
   if (finished()) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
