@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "aggregators/simd_kernels.h"
 #include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
 #include "aggregators/update_buffer.h"
@@ -12,10 +13,19 @@ namespace {
 class Averaging final : public Aggregator {
  public:
   Averaging(AveragingOptions o, std::unique_ptr<ServerOptimizer> step, ThreadPool* pool)
-      : o_(std::move(o)), step_(std::move(step)), mean_(pool) {}
+      : o_(std::move(o)), step_(std::move(step)), pool_(pool), mean_(pool) {}
 
   Status Begin(const ModelState& base) override {
-    base_ = base;
+    if (base_.CheckSameLayout(base).ok()) {  // the usual case: reuse the storage, copy in parallel
+      float* dst = base_.data().data();
+      const float* src = base.data().data();
+      ForRanges(pool_, base.num_params(), [=](size_t begin, size_t end) {
+        std::copy(src + begin, src + end, dst + begin);
+      });
+      base_.set_version(base.version());
+    } else {
+      base_ = base;
+    }
     mean_.Reset(base.num_params());
     steps_weighted_ = 0.0;
     begun_ = true;
@@ -33,9 +43,7 @@ class Averaging final : public Aggregator {
     double scale = 1.0;
     if (o_.normalize_by_steps) scale = 1.0 / static_cast<double>(u.local_steps);
     if (o_.clip_norm > 0) {
-      double sq = 0.0;
-      for (float x : u.delta.data()) sq += static_cast<double>(x) * x;
-      const double norm = std::sqrt(sq);
+      const double norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
       if (norm > o_.clip_norm) scale *= o_.clip_norm / norm;
     }
     mean_.Fold(u.delta.data(), w, scale);
@@ -80,7 +88,7 @@ class Averaging final : public Aggregator {
     double scale = 1.0 / mean_.total_weight();
     if (o_.normalize_by_steps) scale *= steps_weighted_ / mean_.total_weight();  // tau_eff
     begun_ = false;
-    return step_->Step(base_, mean_.sum(), scale);
+    return step_->Step(base_, mean_.sum(), scale, pool_);
   }
 
   std::string Describe() const override {
@@ -93,6 +101,7 @@ class Averaging final : public Aggregator {
  private:
   const AveragingOptions o_;
   std::unique_ptr<ServerOptimizer> step_;
+  ThreadPool* const pool_;
   StreamingMean mean_;
   ModelState base_;
   double steps_weighted_ = 0.0;

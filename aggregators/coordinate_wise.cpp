@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "aggregators/robust_aggregator.h"
+#include "aggregators/simd_kernels.h"
 #include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
 
@@ -22,21 +23,34 @@ void MedianRows(const float* const* rows, size_t n, size_t len, double* out, con
   for (size_t c = 0; c < len; ++c) out[c] = 0.5 * (static_cast<double>(lo[c]) + hi[c]);
 }
 
+// Rows k..n-k-1 hold the middle values (ranks 0..k-1 and n-k..n-1 are exact, so what is left
+// between them is exactly the middle multiset); summed in row order.
 void TrimmedMeanRows(const float* const* rows, size_t n, size_t len, double* out, const void* arg) {
   const size_t k = *static_cast<const size_t*>(arg);
   std::fill(out, out + len, 0.0);
-  for (size_t i = k; i < n - k; ++i) {
-    const float* r = rows[i];
-    for (size_t c = 0; c < len; ++c) out[c] += r[c];
-  }
+  for (size_t i = k; i < n - k; ++i) simd::Add(out, rows[i], len);
   const double inv = 1.0 / static_cast<double>(n - 2 * k);
   for (size_t c = 0; c < len; ++c) out[c] *= inv;
 }
 
+std::vector<uint32_t> MedianRanks(size_t n) {
+  if (n % 2) return {static_cast<uint32_t>(n / 2)};
+  return {static_cast<uint32_t>(n / 2 - 1), static_cast<uint32_t>(n / 2)};
+}
+
+std::vector<uint32_t> TailRanks(size_t n, size_t k) {
+  std::vector<uint32_t> r;
+  for (size_t i = 0; i < k; ++i) {
+    r.push_back(static_cast<uint32_t>(i));
+    r.push_back(static_cast<uint32_t>(n - 1 - i));
+  }
+  return r;
+}
+
 }  // namespace
 
-std::vector<std::pair<uint32_t, uint32_t>> SortingNetwork(size_t n) {
-  std::vector<std::pair<uint32_t, uint32_t>> net;
+std::vector<Comparator> SortingNetwork(size_t n) {
+  std::vector<Comparator> net;
   size_t size = 1;
   while (size < n) size <<= 1;
   // Batcher's odd-even merge sort, iterative form (Knuth 5.3.4, Algorithm M).
@@ -53,15 +67,41 @@ std::vector<std::pair<uint32_t, uint32_t>> SortingNetwork(size_t n) {
   return net;
 }
 
+std::vector<Comparator> SelectionNetwork(size_t n, std::span<const uint32_t> ranks) {
+  const std::vector<Comparator> full = SortingNetwork(n);
+  std::vector<bool> live(n, false);
+  for (uint32_t r : ranks) live[r] = true;
+  std::vector<Comparator> kept;
+  for (auto it = full.rbegin(); it != full.rend(); ++it) {
+    if (live[it->first] || live[it->second]) {
+      kept.push_back(*it);
+      live[it->first] = live[it->second] = true;
+    }
+  }
+  std::reverse(kept.begin(), kept.end());
+  return kept;
+}
+
+std::vector<uint32_t> AllRanks(size_t n) {
+  std::vector<uint32_t> r(n);
+  for (size_t i = 0; i < n; ++i) r[i] = static_cast<uint32_t>(i);
+  return r;
+}
+
 std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas, size_t p, ThreadPool* pool,
-                                            SortedBlockReducer reduce, const void* arg) {
+                                            std::span<const uint32_t> ranks, SortedBlockReducer reduce,
+                                            const void* arg) {
   const size_t n = deltas.size();
   std::vector<double> out(p);
   if (n == 0 || p == 0) return out;
   // Keep the n rows of a block within about 32 KiB.
   const size_t block = std::max<size_t>(16, (8192 / n) & ~size_t{7});
   const size_t blocks = (p + block - 1) / block;
-  const std::vector<std::pair<uint32_t, uint32_t>> net = SortingNetwork(n);
+  std::vector<uint32_t> pairs;
+  for (const auto& [a, b] : SelectionNetwork(n, ranks)) {
+    pairs.push_back(a);
+    pairs.push_back(b);
+  }
   ForRanges(pool, blocks, [&](size_t b_begin, size_t b_end) {
     std::vector<float> storage(n * block);
     std::vector<float*> rows(n);
@@ -69,17 +109,7 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
     for (size_t b = b_begin; b < b_end; ++b) {
       const size_t begin = b * block, len = std::min(block, p - begin);
       for (size_t i = 0; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
-      for (const auto& [ia, ib] : net) {
-        float* __restrict x = rows[ia];
-        float* __restrict y = rows[ib];
-#pragma omp simd
-        for (size_t c = 0; c < len; ++c) {
-          const float lo = std::min(x[c], y[c]);
-          const float hi = std::max(x[c], y[c]);
-          x[c] = lo;
-          y[c] = hi;
-        }
-      }
+      simd::ApplyComparators(storage.data(), block, pairs.data(), pairs.size() / 2, len);
       reduce(rows.data(), n, len, out.data() + begin, arg);
     }
   }, /*min_chunk=*/1);
@@ -109,7 +139,7 @@ Result<std::unique_ptr<Aggregator>> MakeMedian(StrategySpec&, ThreadPool* pool) 
   return MakeRobust(
       "median",
       [](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
-        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, &MedianRows, nullptr);
+        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, MedianRanks(u.size()), &MedianRows, nullptr);
       },
       pool);
 }
@@ -126,7 +156,8 @@ Result<std::unique_ptr<Aggregator>> MakeTrimmedMean(StrategySpec& spec, ThreadPo
       [beta](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
         // beta < 1/2 keeps 2 floor(beta n) < n: something always remains.
         const auto k = static_cast<size_t>(beta * static_cast<double>(u.size()));
-        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, &TrimmedMeanRows, &k);
+        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, TailRanks(u.size(), k), &TrimmedMeanRows,
+                                       &k);
       },
       pool);
 }

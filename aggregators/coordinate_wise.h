@@ -1,8 +1,9 @@
 // Coordinate-wise order statistics over buffered updates. Coordinates are processed in blocks
-// small enough that the n rows of a block stay in L1; each block is sorted column by column with
-// a Batcher odd-even merge network whose compare-exchanges are vectorized across the block's
-// coordinates (no per-coordinate sorting or branching), in parallel over blocks. The reducer
-// then reads the sorted rows. Results do not depend on the thread count. Stateless.
+// small enough that the n rows of a block stay in L1; each block goes column by column through a
+// Batcher odd-even merge network whose compare-exchanges are vectorized across the block's
+// coordinates (no per-coordinate sorting or branching), in parallel over blocks. The network is
+// pruned to the comparators that can reach the ranks the reducer needs (selection, not a full
+// sort: a median keeps about 80% of them). Results do not depend on the thread count. Stateless.
 #pragma once
 
 #include <span>
@@ -13,17 +14,25 @@
 
 namespace plexus {
 
-// Called once per block: rows[0..n) are the block's values sorted per coordinate
-// (rows[0][c] <= rows[1][c] <= ...), each `len` long; writes out[0..len).
+// Called once per block with the block's n rows, each `len` long; writes out[0..len). For every
+// rank r the caller asked for, rows[r][c] is the r-th smallest value of coordinate c; the other
+// rows hold the remaining values of the coordinate in no particular order.
 using SortedBlockReducer = void (*)(const float* const* rows, size_t n, size_t len, double* out, const void* arg);
 
-// `deltas` point at the updates' data, each `num_params` long.
+// `deltas` point at the updates' data, each `num_params` long; `ranks` lists the order
+// statistics the reducer reads (AllRanks(n) for a full sort).
 std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas, size_t num_params, ThreadPool* pool,
-                                            SortedBlockReducer reduce, const void* arg);
+                                            std::span<const uint32_t> ranks, SortedBlockReducer reduce,
+                                            const void* arg);
+std::vector<uint32_t> AllRanks(size_t n);
 
+using Comparator = std::pair<uint32_t, uint32_t>;
 // The comparators of a Batcher odd-even merge sorting network for n inputs (pairs i < j),
 // pruned to indices below n. Exposed for tests.
-std::vector<std::pair<uint32_t, uint32_t>> SortingNetwork(size_t n);
+std::vector<Comparator> SortingNetwork(size_t n);
+// The comparators of SortingNetwork(n) that can change the values ending on wires `ranks`
+// (walking back from the outputs, a comparator stays if it touches a wire still needed).
+std::vector<Comparator> SelectionNetwork(size_t n, std::span<const uint32_t> ranks);
 
 // Median of values[0..n) (mean of the two middle values for even n); reorders values.
 double MedianInPlace(float* values, size_t n);

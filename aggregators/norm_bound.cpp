@@ -10,6 +10,7 @@
 #include "aggregators/averaging.h"
 #include "aggregators/coordinate_wise.h"
 #include "aggregators/robust_aggregator.h"
+#include "aggregators/simd_kernels.h"
 #include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
 
@@ -21,9 +22,7 @@ Result<std::unique_ptr<Aggregator>> MakeNormBound(StrategySpec& spec, ThreadPool
     RobustRule rule = [](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
       std::vector<float> norms;
       for (const BufferedUpdate& b : u) {
-        double sq = 0.0;
-        for (float x : b.delta) sq += static_cast<double>(x) * x;
-        norms.push_back(static_cast<float>(std::sqrt(sq)));
+        norms.push_back(static_cast<float>(std::sqrt(simd::SquaredNorm(b.delta.data(), b.delta.size()))));
       }
       std::vector<float> scratch = norms;
       const double bound = MedianInPlace(scratch.data(), scratch.size());

@@ -6,7 +6,7 @@ namespace {
 class Robust final : public Aggregator {
  public:
   Robust(std::string description, RobustRule rule, ThreadPool* pool)
-      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool) {}
+      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool), buffer_(pool) {}
 
   Status Begin(const ModelState& base) override {
     buffer_.Reset(base);
@@ -22,7 +22,7 @@ class Robust final : public Aggregator {
     if (!begun_ || buffer_.size() == 0) return FailedPreconditionError(description_ + ": no updates to aggregate");
     PLEXUS_ASSIGN_OR_RETURN(std::vector<double> delta, rule_(buffer_.Sorted(), pool_));
     begun_ = false;
-    ModelState out = ApplyDelta(buffer_.base(), delta);
+    ModelState out = ApplyDelta(buffer_.base(), delta, pool_);
     buffer_.Clear();
     return out;
   }

@@ -3,8 +3,18 @@
 #include <cmath>
 #include <cstdio>
 
+#include "aggregators/simd_kernels.h"
+#include "aggregators/streaming_mean.h"
+
 namespace plexus {
 namespace {
+
+// A model with base's layout and the next version; every value is overwritten by the caller.
+ModelState NextVersion(const ModelState& base) {
+  ModelState out = ModelState::UninitializedLike(base);
+  out.set_version(base.version() + 1);
+  return out;
+}
 
 std::string Num(double v) {
   char buf[32];
@@ -15,12 +25,15 @@ std::string Num(double v) {
 class PlainStep final : public ServerOptimizer {
  public:
   explicit PlainStep(double lr) : lr_(lr) {}
-  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
-    ModelState out = base;
-    out.set_version(base.version() + 1);
-    auto x = out.data();
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) override {
+    ModelState out = NextVersion(base);
+    float* x = out.data().data();
+    const float* b = base.data().data();
+    const double* s = sum.data();
     const double k = lr_ * scale;
-    for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + k * sum[j]);
+    ForRanges(pool, sum.size(), [=](size_t begin, size_t end) {
+      simd::ApplyScaledSum(x + begin, b + begin, s + begin, k, end - begin);
+    });
     return out;
   }
   std::string Describe() const override { return "lr=" + Num(lr_); }
@@ -32,15 +45,19 @@ class PlainStep final : public ServerOptimizer {
 class MomentumStep final : public ServerOptimizer {
  public:
   MomentumStep(double lr, double momentum) : lr_(lr), beta_(momentum) {}
-  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) override {
     if (v_.size() != sum.size()) v_.assign(sum.size(), 0.0);
-    ModelState out = base;
-    out.set_version(base.version() + 1);
-    auto x = out.data();
-    for (size_t j = 0; j < x.size(); ++j) {
-      v_[j] = beta_ * v_[j] + scale * sum[j];
-      x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * v_[j]);
-    }
+    ModelState out = NextVersion(base);
+    float* x = out.data().data();
+    const float* b = base.data().data();
+    double* v = v_.data();
+    const double* s = sum.data();
+    ForRanges(pool, sum.size(), [=, this](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) {
+        v[j] = beta_ * v[j] + scale * s[j];
+        x[j] = static_cast<float>(static_cast<double>(b[j]) + lr_ * v[j]);
+      }
+    });
     return out;
   }
   std::string Describe() const override { return "lr=" + Num(lr_) + ",momentum=" + Num(beta_); }
@@ -54,24 +71,29 @@ class AdaptiveStep final : public ServerOptimizer {
  public:
   AdaptiveStep(AdaptiveKind kind, double lr, double b1, double b2, double tau)
       : kind_(kind), lr_(lr), b1_(b1), b2_(b2), tau_(tau) {}
-  ModelState Step(const ModelState& base, std::span<const double> sum, double scale) override {
+  ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) override {
     if (m_.size() != sum.size()) {
       m_.assign(sum.size(), 0.0);
       v_.assign(sum.size(), tau_ * tau_);
     }
-    ModelState out = base;
-    out.set_version(base.version() + 1);
-    auto x = out.data();
-    for (size_t j = 0; j < x.size(); ++j) {
-      const double g = scale * sum[j], g2 = g * g;
-      m_[j] = b1_ * m_[j] + (1.0 - b1_) * g;
-      switch (kind_) {
-        case AdaptiveKind::kAdagrad: v_[j] += g2; break;
-        case AdaptiveKind::kAdam: v_[j] = b2_ * v_[j] + (1.0 - b2_) * g2; break;
-        case AdaptiveKind::kYogi: v_[j] -= (1.0 - b2_) * g2 * (v_[j] > g2 ? 1.0 : (v_[j] < g2 ? -1.0 : 0.0)); break;
+    ModelState out = NextVersion(base);
+    float* x = out.data().data();
+    const float* b = base.data().data();
+    double* m = m_.data();
+    double* v = v_.data();
+    const double* s = sum.data();
+    ForRanges(pool, sum.size(), [=, this](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) {
+        const double g = scale * s[j], g2 = g * g;
+        m[j] = b1_ * m[j] + (1.0 - b1_) * g;
+        switch (kind_) {
+          case AdaptiveKind::kAdagrad: v[j] += g2; break;
+          case AdaptiveKind::kAdam: v[j] = b2_ * v[j] + (1.0 - b2_) * g2; break;
+          case AdaptiveKind::kYogi: v[j] -= (1.0 - b2_) * g2 * (v[j] > g2 ? 1.0 : (v[j] < g2 ? -1.0 : 0.0)); break;
+        }
+        x[j] = static_cast<float>(static_cast<double>(b[j]) + lr_ * m[j] / (std::sqrt(v[j]) + tau_));
       }
-      x[j] = static_cast<float>(static_cast<double>(x[j]) + lr_ * m_[j] / (std::sqrt(v_[j]) + tau_));
-    }
+    });
     return out;
   }
   std::string Describe() const override {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/model_state.h"
+#include "core/thread_pool.h"
 
 namespace plexus {
 
@@ -20,8 +21,8 @@ class ServerOptimizer {
   virtual ~ServerOptimizer() = default;
   // The new model (version base + 1) for the averaged delta d = scale * sum, elementwise
   // (passing the unscaled sum saves a pass over memory).
-  // REQUIRES: sum.size() == base.num_params().
-  virtual ModelState Step(const ModelState& base, std::span<const double> sum, double scale) = 0;
+  // Runs on `pool` when given. REQUIRES: sum.size() == base.num_params().
+  virtual ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) = 0;
   virtual std::string Describe() const = 0;
 };
 

@@ -1,6 +1,10 @@
 #include "aggregators/update_buffer.h"
 
 #include <algorithm>
+#include <atomic>
+
+#include "aggregators/simd_kernels.h"
+#include "aggregators/streaming_mean.h"
 
 namespace plexus {
 
@@ -22,14 +26,24 @@ void UpdateBuffer::Reset(const ModelState& base) {
 }
 
 Status UpdateBuffer::Add(const Update& update, const char* strategy) {
-  PLEXUS_RETURN_IF_ERROR(CheckUpdate(update, base_, /*needs_examples=*/true, strategy));
+  if (!update.delta.CheckSameLayout(base_).ok() || update.num_examples <= 0) {
+    return CheckUpdate(update, base_, /*needs_examples=*/true, strategy);
+  }
   if (size_ == updates_.size()) updates_.emplace_back();
-  BufferedUpdate& b = updates_[size_++];
+  BufferedUpdate& b = updates_[size_];
+  // Copy and finiteness check in one pass; the slot only counts once the check passed.
+  const std::span<const float> src = update.delta.data();
+  b.delta.resize(src.size());
+  std::atomic<bool> bad{false};
+  ForRanges(pool_, src.size(), [&](size_t begin, size_t end) {
+    if (simd::CopyCheckingFinite(b.delta.data() + begin, src.data() + begin, end - begin)) bad = true;
+  });
+  if (bad) return CheckUpdate(update, base_, /*needs_examples=*/true, strategy);
+  ++size_;
   b.client_id = update.client_id;
   b.task_id = update.task_id;
   b.examples = static_cast<double>(update.num_examples);
   b.local_steps = update.local_steps;
-  b.delta.assign(update.delta.data().begin(), update.delta.data().end());
   sorted_ = false;
   return Status::Ok();
 }
@@ -44,19 +58,15 @@ std::span<const BufferedUpdate> UpdateBuffer::Sorted() {
   return std::span<const BufferedUpdate>(updates_.data(), size_);
 }
 
-ModelState ApplyDelta(const ModelState& base, std::span<const double> delta) {
-  ModelState out = base;
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, ThreadPool* pool) {
+  ModelState out = ModelState::UninitializedLike(base);
   out.set_version(base.version() + 1);
-  auto x = out.data();
-  for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(static_cast<double>(x[j]) + delta[j]);
-  return out;
-}
-
-ModelState ApplyDelta(const ModelState& base, std::span<const float> delta) {
-  ModelState out = base;
-  out.set_version(base.version() + 1);
-  auto x = out.data();
-  for (size_t j = 0; j < x.size(); ++j) x[j] += delta[j];
+  float* x = out.data().data();
+  const float* b = base.data().data();
+  const double* d = delta.data();
+  ForRanges(pool, delta.size(), [=](size_t begin, size_t end) {
+    simd::ApplyScaledSum(x + begin, b + begin, d + begin, 1.0, end - begin);
+  });
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/model_state.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "core/update.h"
 
 namespace plexus {
@@ -25,6 +26,8 @@ struct BufferedUpdate {
 
 class UpdateBuffer {
  public:
+  // Copies run on `pool` when there is one (not owned; must outlive the buffer).
+  explicit UpdateBuffer(ThreadPool* pool = nullptr) : pool_(pool) {}
   void Reset(const ModelState& base);
   // InvalidArgument for a wrong layout, non-finite values or a non-positive example count; the
   // buffer is unchanged then. `strategy` names the caller in messages.
@@ -37,6 +40,7 @@ class UpdateBuffer {
   void Clear() { size_ = 0; }
 
  private:
+  ThreadPool* const pool_;
   ModelState base_;
   std::vector<BufferedUpdate> updates_;  // [0, size_) in use; the rest is spare storage
   size_t size_ = 0;
@@ -46,8 +50,7 @@ class UpdateBuffer {
 // Validation shared by every aggregator's Fold.
 Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy);
 
-// base + delta (in double, rounded once), version base.version() + 1.
-ModelState ApplyDelta(const ModelState& base, std::span<const double> delta);
-ModelState ApplyDelta(const ModelState& base, std::span<const float> delta);
+// base + delta (in double, rounded once), version base.version() + 1; on `pool` when given.
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, ThreadPool* pool);
 
 }  // namespace plexus

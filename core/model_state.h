@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -26,6 +28,25 @@ struct TensorSlot {
   size_t numel = 0;
 };
 
+// Leaves new floats uninitialized where std::allocator would zero them, so that a buffer every
+// value of which is about to be written costs no extra pass over memory.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 class ModelState {
  public:
   ModelState() = default;
@@ -36,6 +57,8 @@ class ModelState {
 
   // A zero-filled model with the same layout as `other`, version 0.
   static ModelState ZerosLike(const ModelState& other);
+  // The same layout as `other`, version 0, values unspecified: for callers that write every value.
+  static ModelState UninitializedLike(const ModelState& other);
 
   const std::vector<TensorSlot>& tensors() const { return slots_; }
   size_t num_params() const { return data_.size(); }
@@ -70,7 +93,7 @@ class ModelState {
 
  private:
   std::vector<TensorSlot> slots_;
-  std::vector<float> data_;
+  std::vector<float, DefaultInitAllocator<float>> data_;
   uint64_t version_ = 0;
 };
 

@@ -258,6 +258,54 @@ TEST(SortingNetworkTest, SortsEveryZeroOneInputUpTo14) {
   }
 }
 
+TEST(SortingNetworkTest, SelectionNetworkPlacesTheAskedRanksAndKeepsTheRest) {
+  // Zero-one principle again, per asked rank: the pruned network puts the right 0/1 on each
+  // asked wire for every input, and (being made of comparators) permutes the rest.
+  for (size_t n : {5u, 10u, 13u}) {
+    const std::vector<uint32_t> ranks = {0, 1, static_cast<uint32_t>(n / 2), static_cast<uint32_t>(n - 1)};
+    const auto net = SelectionNetwork(n, ranks);
+    EXPECT_LE(net.size(), SortingNetwork(n).size()) << n;
+    for (uint32_t bits = 0; bits < (1u << n); ++bits) {
+      std::vector<int> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = (bits >> i) & 1;
+      std::vector<int> sorted = v;
+      std::sort(sorted.begin(), sorted.end());
+      for (auto [a, b] : net) {
+        if (v[a] > v[b]) std::swap(v[a], v[b]);
+      }
+      for (uint32_t r : ranks) ASSERT_EQ(v[r], sorted[r]) << n << " " << bits << " rank " << r;
+    }
+  }
+}
+
+TEST(CoordinateWiseTest, TrimmedMeanOverManyClientsMatchesSortAndDrop) {
+  // n = 37, beta = 0.1: k = 3 dropped at each end of every coordinate, over a pool of threads.
+  Rng rng(4);
+  const size_t n = 37, p = 1001;
+  ThreadPool pool(2);
+  auto agg = *MakeAggregator("trimmed_mean:beta=0.1", &pool);
+  ASSERT_OK(agg->Begin(Vec(std::vector<float>(p, 0.0f))));
+  std::vector<std::vector<float>> data(n, std::vector<float>(p));
+  for (size_t i = 0; i < n; ++i) {
+    for (float& x : data[i]) x = static_cast<float>(rng.Normal() * (i % 5 == 0 ? 1e6 : 1.0));
+    ASSERT_OK(agg->Fold(U("c" + std::to_string(100 + i), data[i])));
+  }
+  const ModelState got = *agg->Finalize();
+  for (size_t c = 0; c < p; ++c) {
+    std::vector<float> col;
+    for (auto& d : data) col.push_back(d[c]);
+    std::sort(col.begin(), col.end());
+    double sum = 0.0;
+    for (size_t i = 3; i < n - 3; ++i) sum += col[i];
+    ASSERT_NEAR(got.data()[c], sum / (n - 6), 1e-3 * std::abs(sum / (n - 6)) + 1e-4) << c;
+  }
+}
+
+TEST(SortingNetworkTest, MedianOfHundredNeedsFewerComparatorsThanASort) {
+  const std::vector<uint32_t> middle = {49, 50};
+  EXPECT_LT(SelectionNetwork(100, middle).size(), SortingNetwork(100).size() * 85 / 100);
+}
+
 TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
   Rng rng(9);
   ThreadPool pool(2);
@@ -272,7 +320,9 @@ TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
     auto median = [](const float* const* rows, size_t k, size_t len, double* out, const void*) {
       for (size_t c = 0; c < len; ++c) out[c] = k % 2 ? rows[k / 2][c] : 0.5 * (double(rows[k / 2 - 1][c]) + rows[k / 2][c]);
     };
-    const std::vector<double> got = ReduceSortedCoordinates(ptrs, p, &pool, median, nullptr);
+    std::vector<uint32_t> ranks = {static_cast<uint32_t>(n / 2)};
+    if (n % 2 == 0) ranks.insert(ranks.begin(), static_cast<uint32_t>(n / 2 - 1));
+    const std::vector<double> got = ReduceSortedCoordinates(ptrs, p, &pool, ranks, median, nullptr);
     for (size_t c = 0; c < p; ++c) {
       std::vector<float> col;
       for (auto& d : data) col.push_back(d[c]);

@@ -1,0 +1,126 @@
+#include "aggregators/simd_kernels.h"
+
+#include <algorithm>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PLEXUS_SIMD_CLONES
+#endif
+
+namespace plexus::simd {
+namespace {
+
+// x * 0 is 0 for every finite x and NaN for NaN and both infinities; this form vectorizes where
+// std::isfinite does not.
+inline int NonFinite(float x) { return !(x * 0.0f == 0.0f); }
+
+}  // namespace
+
+PLEXUS_SIMD_CLONES void AccumulateScaled(double* __restrict acc, const float* __restrict x, size_t len, double w) {
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) acc[j] += w * static_cast<double>(x[j]);
+}
+
+PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
+  const float* __restrict x0 = x[0];
+  const float* __restrict x1 = x[1];
+  const float* __restrict x2 = x[2];
+  const float* __restrict x3 = x[3];
+  const double w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) {
+    double a = acc[j];
+    a += w0 * static_cast<double>(x0[j]);
+    a += w1 * static_cast<double>(x1[j]);
+    a += w2 * static_cast<double>(x2[j]);
+    a += w3 * static_cast<double>(x3[j]);
+    acc[j] = a;
+  }
+}
+
+PLEXUS_SIMD_CLONES void StoreScaled(double* __restrict out, const float* __restrict x, size_t len, double w) {
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) out[j] = w * static_cast<double>(x[j]);
+}
+
+PLEXUS_SIMD_CLONES bool AnyNonFinite(const float* x, size_t len) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (size_t j = 0; j < len; ++j) bad |= NonFinite(x[j]);
+  return bad != 0;
+}
+
+PLEXUS_SIMD_CLONES bool AnyNonFinite(const double* x, size_t len) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (size_t j = 0; j < len; ++j) bad |= !(x[j] * 0.0 == 0.0);
+  return bad != 0;
+}
+
+PLEXUS_SIMD_CLONES bool CopyCheckingFinite(float* __restrict dst, const float* __restrict src, size_t len) {
+  int bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (size_t j = 0; j < len; ++j) {
+    bad |= NonFinite(src[j]);
+    dst[j] = src[j];
+  }
+  return bad != 0;
+}
+
+PLEXUS_SIMD_CLONES void ApplyScaledSum(float* __restrict out, const float* __restrict base,
+                                       const double* __restrict sum, double k, size_t len) {
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) out[j] = static_cast<float>(static_cast<double>(base[j]) + k * sum[j]);
+}
+
+PLEXUS_SIMD_CLONES void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len) {
+  for (size_t c = 0; c < count; ++c) {
+    float* __restrict lo = block + pairs[2 * c] * stride;
+    float* __restrict hi = block + pairs[2 * c + 1] * stride;
+#pragma omp simd
+    for (size_t j = 0; j < len; ++j) {
+      const float a = lo[j], b = hi[j];
+      lo[j] = std::min(a, b);
+      hi[j] = std::max(a, b);
+    }
+  }
+}
+
+PLEXUS_SIMD_CLONES float Dot(const float* a, const float* b, size_t len) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (size_t j = 0; j < len; ++j) s += a[j] * b[j];
+  return s;
+}
+
+PLEXUS_SIMD_CLONES void Dot4(const float* a, const float* const* b, size_t len, float* out) {
+  const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (size_t j = 0; j < len; ++j) {
+    const float x = a[j];
+    s0 += x * b0[j];
+    s1 += x * b1[j];
+    s2 += x * b2[j];
+    s3 += x * b3[j];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+PLEXUS_SIMD_CLONES double SquaredNorm(const float* x, size_t len) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (size_t j = 0; j < len; ++j) s += static_cast<double>(x[j]) * x[j];
+  return s;
+}
+
+PLEXUS_SIMD_CLONES void Add(double* __restrict acc, const float* __restrict x, size_t len) {
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) acc[j] += x[j];
+}
+
+}  // namespace plexus::simd

@@ -1,0 +1,50 @@
+// The inner loops of aggregation over float32 deltas. On x86-64 with GCC each is compiled three
+// times (AVX-512, AVX2 with FMA, and the SSE2 baseline) and the dynamic loader picks the widest
+// the CPU supports, so one binary runs everywhere and uses what it finds; other targets (ARM64,
+// RISC-V, clang builds) get the one baseline build. Results may differ in the last bit between
+// CPUs (FMA rounds once), never between runs on the same CPU. Stateless and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace plexus::simd {
+
+// acc[j] += w * x[j] for j < len.
+void AccumulateScaled(double* acc, const float* x, size_t len, double w);
+
+// acc[j] += w[0] x[0][j] + ... + w[3] x[3][j] (added in that order): four inputs per pass over acc.
+void AccumulateScaled4(double* acc, const float* const* x, const double* w, size_t len);
+
+// out[j] = w * x[j].
+void StoreScaled(double* out, const float* x, size_t len, double w);
+
+// Whether any value is NaN or infinite.
+bool AnyNonFinite(const float* x, size_t len);
+bool AnyNonFinite(const double* x, size_t len);
+
+// dst[j] = src[j]. Returns true if any src[j] is NaN or infinite.
+bool CopyCheckingFinite(float* dst, const float* src, size_t len);
+
+// out[j] = base[j] + k * sum[j], rounded to float.
+void ApplyScaledSum(float* out, const float* base, const double* sum, double k, size_t len);
+
+// Applies a comparator network column by column to rows[i] = block + i * stride, each len
+// floats: for each comparator (a, b) = (pairs[2c], pairs[2c + 1]) in order, (rows[a][j], rows[b][j])
+// becomes (min, max).
+void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
+
+// sum_j a[j] * b[j] in float (callers keep len to a cache block and add the blocks in double).
+float Dot(const float* a, const float* b, size_t len);
+
+// out[r] = Dot(a, b[r], len) for r < 4, with a read once and four independent accumulators
+// (one dot product alone waits on its own additions).
+void Dot4(const float* a, const float* const* b, size_t len, float* out);
+
+// sum_j x[j]^2 in double.
+double SquaredNorm(const float* x, size_t len);
+
+// acc[j] += x[j].
+void Add(double* acc, const float* x, size_t len);
+
+}  // namespace plexus::simd
