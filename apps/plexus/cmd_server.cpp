@@ -56,6 +56,7 @@ void RunServer(const ServerFlags& f) {
   async.rounds = sync.rounds;
   async.task = sync.task;
   if (f.strategy_given) async.strategy = sync.strategy;
+  async.semi_async = f.mode == "semiasync";
   Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
   ServerTls tls;
@@ -143,8 +144,9 @@ void RunServer(const ServerFlags& f) {
 void AddServerCommand(CLI::App& app) {
   auto f = std::make_shared<ServerFlags>();
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
-  cmd->add_option("--mode", f->mode, "Federation mode: sync (rounds) or async (FedBuff/FedAsync)")
-      ->check(CLI::IsMember({"sync", "async"}))
+  cmd->add_option("--mode", f->mode,
+                  "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
+      ->check(CLI::IsMember({"sync", "async", "semiasync"}))
       ->capture_default_str();
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
   cmd->add_option("--db", f->db, "SQLite database with the federation's state (resumed if it exists)")
@@ -158,13 +160,25 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--buffer-size", f->async.buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
       ->capture_default_str();
-  cmd->add_option("--server-lr", f->async.server_lr, "async: server learning rate (FedAsync's alpha when buffer-size is 1)")
+  cmd->add_option("--server-lr", f->async.server_lr,
+                  "async, semiasync: server learning rate (FedAsync's alpha when buffer-size is 1)")
       ->capture_default_str();
-  cmd->add_option("--staleness", f->async.staleness, "async: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
+  cmd->add_option("--staleness", f->async.staleness,
+                  "async, semiasync: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
       ->capture_default_str();
-  cmd->add_option("--max-staleness", f->async.max_staleness, "async: refuse updates more versions behind than this")
+  cmd->add_option("--max-staleness", f->async.max_staleness,
+                  "async, semiasync: refuse updates more versions behind than this")
       ->capture_default_str();
-  cmd->add_option("--max-concurrency", f->async.max_concurrency, "async: most tasks in flight at once (0 = no bound)")
+  cmd->add_option("--max-concurrency", f->async.max_concurrency,
+                  "async, semiasync: most tasks in flight at once (0 = no bound)")
+      ->capture_default_str();
+  cmd->add_option("--q-min", f->async.compass.q_min, "semiasync: fewest local steps per task")->capture_default_str();
+  cmd->add_option("--q-max", f->async.compass.q_max, "semiasync: most local steps per task")->capture_default_str();
+  cmd->add_option("--speed-momentum", f->async.compass.speed_momentum,
+                  "semiasync: weight of the newest observation in each client's speed estimate")
+      ->capture_default_str();
+  cmd->add_option("--latest-time-factor", f->async.compass.latest_time_factor,
+                  "semiasync: a group waits until this many times its expected duration (lambda)")
       ->capture_default_str();
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,

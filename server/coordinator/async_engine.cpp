@@ -1,6 +1,7 @@
 #include "server/coordinator/async_engine.h"
 
 #include "aggregators/registry.h"
+#include "aggregators/update_buffer.h"
 
 namespace plexus {
 
@@ -18,6 +19,7 @@ Status AsyncOptions::Validate() const {
   if (task.batch_size <= 0) return InvalidArgumentError("batch-size must be positive");
   if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
   if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  if (semi_async) PLEXUS_RETURN_IF_ERROR(compass.Validate());
   return StalenessRule::Parse(staleness).status();
 }
 
@@ -35,10 +37,21 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   std::unique_ptr<AsyncEngine> e(new AsyncEngine(options, store, clock, evaluator));
   PLEXUS_ASSIGN_OR_RETURN(StalenessRule staleness, StalenessRule::Parse(options.staleness));
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> merge, MakeAggregator(options.strategy, pool));
-  e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) + ",server_lr=" +
-                    std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
-                    merge->Describe() + ")";
-  PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({options.buffer_size, options.server_lr}, staleness,
+  int64_t buffer_size = options.buffer_size;
+  if (options.semi_async) {
+    const CompassOptions& c = options.compass;
+    e->description_ = "fedcompass(q=" + std::to_string(c.q_min) + ".." + std::to_string(c.q_max) +
+                      ",lambda=" + std::to_string(c.latest_time_factor) + ",server_lr=" +
+                      std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
+                      merge->Describe() + ")";
+    e->compass_ = std::make_unique<CompassScheduler>(c);
+    buffer_size = INT64_MAX;  // groups decide when to publish
+  } else {
+    e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) + ",server_lr=" +
+                      std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
+                      merge->Describe() + ")";
+  }
+  PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({buffer_size, options.server_lr}, staleness,
                                                             std::move(merge)));
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
@@ -72,7 +85,8 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
     return answer;
   } else {
     task_id = "v" + std::to_string(model_.version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
-    tasks_[task_id] = OpenTask{client_id, model_.version(), now};
+    const int64_t steps = compass_ ? compass_->Assign(client_id, now) : options_.task.local_steps;
+    tasks_[task_id] = OpenTask{client_id, model_.version(), now, steps};
     task_of_client_[client_id] = task_id;
   }
   const OpenTask& t = tasks_.at(task_id);
@@ -82,6 +96,7 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   answer.task.model_version = t.base_version;
   answer.task.model_sha256 = model_sha256_;
   answer.task.hyperparams = options_.task;
+  answer.task.hyperparams.local_steps = t.local_steps;
   answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
   if (t.base_version != model_.version()) {
     // The open task predates the current model: hand out a fresh one instead.
@@ -113,13 +128,14 @@ Status AsyncEngine::Submit(const Update& update) {
                   "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
   }
   const OpenTask task = it->second;
-  auto end_task = [&] {
+  auto end_task = [&](bool arrived) {
     tasks_.erase(update.task_id);
     task_of_client_.erase(update.client_id);
+    if (compass_ && !arrived) compass_->Abandon(update.client_id);
   };
   if (update.base_version != task.base_version) {
     ++updates_refused_;
-    end_task();
+    end_task(false);
     return FailedPreconditionError("update claims base version " + std::to_string(update.base_version) +
                                    " but its task started from version " + std::to_string(task.base_version));
   }
@@ -127,15 +143,42 @@ Status AsyncEngine::Submit(const Update& update) {
   if (staleness > static_cast<uint64_t>(options_.max_staleness)) {
     ++updates_refused_;
     ++updates_stale_;
-    end_task();
+    end_task(false);
     return FailedPreconditionError("update is " + std::to_string(staleness) + " versions stale (the limit is " +
                                    std::to_string(options_.max_staleness) + "); poll for a task on the current model");
   }
-  Result<bool> full = buffer_->Add(update, staleness);
-  end_task();
-  if (!full.ok()) {
+  if (!compass_) {
+    end_task(true);
+    PLEXUS_RETURN_IF_ERROR(Fold(update));
+    return buffer_->size() >= static_cast<size_t>(options_.buffer_size) ? Publish() : Status::Ok();
+  }
+  // Semi-asynchronous: validate now, so that a bad update is refused to its sender, then hold it.
+  if (Status valid = CheckUpdate(update, model_, /*needs_examples=*/true, "semiasync"); !valid.ok()) {
     ++updates_refused_;
-    return full.status();
+    end_task(false);
+    return valid;
+  }
+  end_task(true);
+  const CompassScheduler::ArrivalResult arrival = compass_->Arrive(update.client_id, clock_->NowMs());
+  switch (arrival.kind) {
+    case CompassScheduler::Arrival::kUngrouped:
+      PLEXUS_RETURN_IF_ERROR(Fold(update));
+      return Publish();
+    case CompassScheduler::Arrival::kLate:
+      late_.push_back(update);
+      return Status::Ok();
+    case CompassScheduler::Arrival::kOnTime:
+      held_[arrival.group].push_back(update);
+      return arrival.group_complete ? PublishGroup(arrival.group) : Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status AsyncEngine::Fold(const Update& update) {
+  Result<bool> added = buffer_->Add(update, model_.version() - update.base_version);
+  if (!added.ok()) {
+    ++updates_refused_;
+    return added.status();
   }
   ++updates_accepted_;
   buffered_examples_ += update.num_examples;
@@ -143,10 +186,21 @@ Status AsyncEngine::Submit(const Update& update) {
     buffered_loss_ += l->second;
     ++buffered_loss_count_;
   }
-  return *full ? Publish() : Status::Ok();
+  return Status::Ok();
+}
+
+Status AsyncEngine::PublishGroup(uint64_t group) {
+  compass_->Close(group);
+  std::vector<Update> updates = std::move(held_[group]);
+  held_.erase(group);
+  for (Update& u : late_) updates.push_back(std::move(u));
+  late_.clear();
+  for (const Update& u : updates) (void)Fold(u);  // validated on arrival; a refusal is counted
+  return buffer_->size() > 0 ? Publish() : Status::Ok();
 }
 
 Status AsyncEngine::Publish() {
+  const auto merged = static_cast<int64_t>(buffer_->size());
   Result<ModelState> next = buffer_->Flush();
   if (!next.ok()) {
     sticky_error_ = next.status().WithContext("publish version " + std::to_string(model_.version() + 1));
@@ -156,8 +210,8 @@ Status AsyncEngine::Publish() {
   rec.round = next->version();
   rec.model_version = next->version();
   rec.model_sha256 = next->ContentSha256();
-  rec.num_selected = options_.buffer_size;
-  rec.num_updates = options_.buffer_size;
+  rec.num_selected = merged;
+  rec.num_updates = merged;
   rec.num_examples = buffered_examples_;
   rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
   Status committed = store_->CommitRound(rec, *next);
@@ -182,9 +236,16 @@ Status AsyncEngine::Tick() {
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (now - it->second.issued_ms >= options_.task_timeout_ms) {
       task_of_client_.erase(it->second.client_id);
+      if (compass_) compass_->Abandon(it->second.client_id);
       it = tasks_.erase(it);
     } else {
       ++it;
+    }
+  }
+  if (compass_) {
+    for (uint64_t group : compass_->Overdue(now)) {
+      if (finished()) break;
+      PLEXUS_RETURN_IF_ERROR(PublishGroup(group));
     }
   }
   return Status::Ok();
@@ -192,13 +253,14 @@ Status AsyncEngine::Tick() {
 
 EngineStatus AsyncEngine::status() const {
   EngineStatus s;
-  s.mode = "async";
+  s.mode = compass_ ? "semiasync" : "async";
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
   s.known_clients = clients_.known_count();
   s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
   s.round_selected = static_cast<int64_t>(tasks_.size());
-  s.round_received = static_cast<int64_t>(buffer_->size());
+  s.round_received = static_cast<int64_t>(buffer_->size() + late_.size());
+  for (const auto& [group, held] : held_) s.round_received += static_cast<int64_t>(held.size());
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
   s.updates_stale = updates_stale_;

@@ -7,6 +7,12 @@
 // transaction and evaluates it. Updates staler than `max_staleness` are refused.
 // With buffer_size = 1 this is FedAsync in delta form: x += server_lr * s(tau) * delta.
 //
+// Semi-asynchronous mode (FedCompass, `semi_async`): a CompassScheduler gives each task a number
+// of local steps so that clients of similar speed arrive together; arrivals are held per group
+// and the group (with any late arrivals from earlier groups) is merged and published when its
+// last member arrives or its latest time passes (checked by Tick). A client's first update,
+// before its speed is known, is published on its own. buffer_size does not apply there.
+//
 // Owns its buffer; borrows store, clock and evaluator. Single-threaded.
 #pragma once
 
@@ -18,6 +24,7 @@
 #include "core/clock.h"
 #include "core/thread_pool.h"
 #include "server/coordinator/client_registry.h"
+#include "server/coordinator/compass_scheduler.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 
@@ -36,6 +43,8 @@ struct AsyncOptions {
   int64_t client_timeout_ms = 60000;        // clients silent for longer are not counted connected
   int64_t poll_retry_ms = 1000;
   TaskHyperparams task;
+  bool semi_async = false;                  // FedCompass scheduling (task.local_steps is then chosen per task)
+  CompassOptions compass;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -54,7 +63,8 @@ class AsyncEngine final : public Engine {
   // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
   // Fold. A refused update changes nothing but ends its task; the client polls for a new one.
   Status Submit(const Update& update) override;
-  // Forgets tasks older than task_timeout_ms. Returns the sticky error, if any.
+  // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
+  // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;
 
   const ModelState& model() const override { return model_; }
@@ -68,10 +78,15 @@ class AsyncEngine final : public Engine {
     std::string client_id;
     uint64_t base_version = 0;
     int64_t issued_ms = 0;
+    int64_t local_steps = 0;  // semi-asynchronous: chosen by the scheduler
   };
 
   AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
+  // Folds `update` into the buffer with its staleness now; counts it accepted or refused.
+  Status Fold(const Update& update);
   Status Publish();
+  // Semi-asynchronous: merges the group's held updates and the late ones, then publishes.
+  Status PublishGroup(uint64_t group);
 
   // Constant after construction.
   const AsyncOptions options_;
@@ -91,6 +106,9 @@ class AsyncEngine final : public Engine {
   double buffered_loss_ = 0.0;
   int64_t buffered_loss_count_ = 0;
   std::vector<RoundRecord> history_;
+  std::unique_ptr<CompassScheduler> compass_;       // semi-asynchronous mode only
+  std::map<uint64_t, std::vector<Update>> held_;    // group -> updates that arrived on time
+  std::vector<Update> late_;                        // arrived after their group closed
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   int64_t updates_stale_ = 0;

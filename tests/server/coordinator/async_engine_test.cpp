@@ -145,6 +145,79 @@ TEST_F(AsyncEngineTest, ResumesFromTheStore) {
   EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // a known client
 }
 
+AsyncOptions SemiAsync() {
+  AsyncOptions o = Options(10, 1, 1.0, "constant");
+  o.semi_async = true;
+  return o;
+}
+
+TEST_F(AsyncEngineTest, SemiAsyncFirstUpdatesPublishAloneThenGroupsArriveTogether) {
+  Open(SemiAsync());
+  Task a = TaskOf("a"), slow = TaskOf("slow");
+  EXPECT_EQ(a.hyperparams.local_steps, 100);
+  clock_.SetMs(100);
+  ASSERT_OK(Report("a", a, 2.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  clock_.SetMs(400);
+  ASSERT_OK(Report("slow", slow, 2.0f));
+  EXPECT_EQ(engine_->model().version(), 2u);
+  EXPECT_FLOAT_EQ(W(), 5.0f);
+  // Now both are measured: the slower client gets a quarter of the steps, so both end at 500.
+  a = TaskOf("a");
+  slow = TaskOf("slow");
+  EXPECT_EQ(a.hyperparams.local_steps, 100);
+  EXPECT_EQ(slow.hyperparams.local_steps, 25);
+  clock_.SetMs(500);
+  ASSERT_OK(Report("a", a, 1.0f));
+  EXPECT_EQ(engine_->model().version(), 2u);  // held for the group
+  EXPECT_EQ(engine_->status().round_received, 1);
+  clock_.SetMs(503);
+  ASSERT_OK(Report("slow", slow, 3.0f));
+  EXPECT_EQ(engine_->model().version(), 3u);  // the whole group in one version
+  EXPECT_FLOAT_EQ(W(), 7.0f);                 // 5 + (1 + 3) / 2
+  EXPECT_EQ(engine_->history().back().num_updates, 2);
+  EXPECT_EQ(engine_->status().mode, "semiasync");
+}
+
+TEST_F(AsyncEngineTest, SemiAsyncGroupPublishesAtItsLatestTimeWithoutTheStraggler) {
+  Open(SemiAsync());
+  Task a = TaskOf("a"), slow = TaskOf("slow");
+  clock_.SetMs(100);
+  ASSERT_OK(Report("a", a, 2.0f));
+  clock_.SetMs(400);
+  ASSERT_OK(Report("slow", slow, 2.0f));
+  a = TaskOf("a");
+  slow = TaskOf("slow");
+  clock_.SetMs(500);
+  ASSERT_OK(Report("a", a, 1.0f));
+  clock_.SetMs(549);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 2u);
+  clock_.SetMs(550);  // the group's latest time: 400 + 1.5 x 100
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 3u);
+  EXPECT_FLOAT_EQ(W(), 6.0f);
+  // The straggler's update is late: kept for the next group, not published on its own.
+  clock_.SetMs(600);
+  ASSERT_OK(Report("slow", slow, 3.0f));
+  EXPECT_EQ(engine_->model().version(), 3u);
+  EXPECT_EQ(engine_->status().round_received, 1);
+  // The next group (a alone) takes it along.
+  a = TaskOf("a");
+  clock_.SetMs(600 + a.hyperparams.local_steps);
+  ASSERT_OK(Report("a", a, 1.0f));
+  EXPECT_EQ(engine_->model().version(), 4u);
+  EXPECT_EQ(engine_->history().back().num_updates, 2);
+}
+
+TEST_F(AsyncEngineTest, SemiAsyncRefusesBadUpdatesAtTheDoor) {
+  Open(SemiAsync());
+  Task a = TaskOf("a");
+  EXPECT_THAT(Report("a", a, NAN), StatusIs(StatusCode::kInvalidArgument, "non-finite"));
+  EXPECT_EQ(engine_->status().updates_refused, 1);
+  EXPECT_EQ(engine_->model().version(), 0u);
+}
+
 TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   AsyncOptions o;
   o.buffer_size = 0;
@@ -152,6 +225,10 @@ TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   o = AsyncOptions();
   o.staleness = "exp";
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "unknown staleness rule"));
+  o = AsyncOptions();
+  o.semi_async = true;
+  o.compass.q_max = 1;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "q-max"));
 }
 
 TEST(OverselectionTest, AggregatesExactlyTheFirstK) {
