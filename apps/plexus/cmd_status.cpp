@@ -35,6 +35,21 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                         {"updates_stale", r.updates_stale()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
+    j["schedule"] = nlohmann::json::array();
+    for (const v1::ClientSchedule& c : r.schedule()) {
+      j["schedule"].push_back({{"client_id", c.client_id()},
+                               {"ms_per_step", c.has_speed() ? nlohmann::json(c.ms_per_step()) : nlohmann::json()},
+                               {"local_steps", c.local_steps()},
+                               {"group", c.group()}});
+    }
+    j["last_merged"] = nlohmann::json::array();
+    for (const v1::MergedUpdate& m : r.last_merged()) {
+      j["last_merged"].push_back({{"client_id", m.client_id()},
+                                  {"task_id", m.task_id()},
+                                  {"staleness", m.staleness()},
+                                  {"group", m.group()},
+                                  {"ms_per_step", m.has_speed() ? nlohmann::json(m.ms_per_step()) : nlohmann::json()}});
+    }
     if (!r.error().empty()) j["error"] = r.error();
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -51,6 +66,21 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
               static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
               static_cast<long long>(r.updates_stale()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
+  if (r.last_merged_size() > 0) {
+    std::printf("last version      merged");
+    for (const v1::MergedUpdate& m : r.last_merged()) {
+      std::printf(" %s (staleness %llu)", m.client_id().c_str(), static_cast<unsigned long long>(m.staleness()));
+    }
+    std::printf("\n");
+  }
+  if (r.schedule_size() > 0) {
+    std::printf("%-17s %12s %6s %6s\n", "client", "ms/step", "steps", "group");
+    for (const v1::ClientSchedule& c : r.schedule()) {
+      std::printf("%-17s %12s %6lld %6s\n", c.client_id().c_str(),
+                  c.has_speed() ? std::to_string(c.ms_per_step()).c_str() : "-", static_cast<long long>(c.local_steps()),
+                  c.group() ? std::to_string(c.group()).c_str() : "-");
+    }
+  }
   if (!r.error().empty()) std::printf("error             %s\n", r.error().c_str());
 }
 

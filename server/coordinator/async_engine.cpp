@@ -174,12 +174,15 @@ Status AsyncEngine::Submit(const Update& update) {
   return Status::Ok();
 }
 
-Status AsyncEngine::Fold(const Update& update) {
-  Result<bool> added = buffer_->Add(update, model_.version() - update.base_version);
+Status AsyncEngine::Fold(const Update& update, uint64_t group) {
+  const uint64_t staleness = model_.version() - update.base_version;
+  Result<bool> added = buffer_->Add(update, staleness);
   if (!added.ok()) {
     ++updates_refused_;
     return added.status();
   }
+  merged_.push_back({update.client_id, update.task_id, staleness, group,
+                     compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt});
   ++updates_accepted_;
   buffered_examples_ += update.num_examples;
   if (auto l = update.metrics.find("train_loss"); l != update.metrics.end()) {
@@ -193,9 +196,10 @@ Status AsyncEngine::PublishGroup(uint64_t group) {
   compass_->Close(group);
   std::vector<Update> updates = std::move(held_[group]);
   held_.erase(group);
+  const size_t on_time = updates.size();
   for (Update& u : late_) updates.push_back(std::move(u));
   late_.clear();
-  for (const Update& u : updates) (void)Fold(u);  // validated on arrival; a refusal is counted
+  for (size_t i = 0; i < updates.size(); ++i) (void)Fold(updates[i], i < on_time ? group : 0);
   return buffer_->size() > 0 ? Publish() : Status::Ok();
 }
 
@@ -212,6 +216,8 @@ Status AsyncEngine::Publish() {
   rec.model_sha256 = next->ContentSha256();
   rec.num_selected = merged;
   rec.num_updates = merged;
+  rec.merged = std::move(merged_);
+  merged_.clear();
   rec.num_examples = buffered_examples_;
   rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
   Status committed = store_->CommitRound(rec, *next);
@@ -265,6 +271,7 @@ EngineStatus AsyncEngine::status() const {
   s.updates_refused = updates_refused_;
   s.updates_stale = updates_stale_;
   s.last_accuracy = LastAccuracy(history_);
+  if (compass_) s.schedule = compass_->Clients();
   s.finished = finished();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;

@@ -82,8 +82,9 @@ class AsyncEngine final : public Engine {
   };
 
   AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
-  // Folds `update` into the buffer with its staleness now; counts it accepted or refused.
-  Status Fold(const Update& update);
+  // Folds `update` into the buffer with its staleness now and notes it for the version's record;
+  // counts it accepted or refused.
+  Status Fold(const Update& update, uint64_t group = 0);
   Status Publish();
   // Semi-asynchronous: merges the group's held updates and the late ones, then publishes.
   Status PublishGroup(uint64_t group);
@@ -108,6 +109,7 @@ class AsyncEngine final : public Engine {
   std::vector<RoundRecord> history_;
   std::unique_ptr<CompassScheduler> compass_;       // semi-asynchronous mode only
   std::map<uint64_t, std::vector<Update>> held_;    // group -> updates that arrived on time
+  std::vector<MergedUpdate> merged_;                // folded into the buffer since the last version
   std::vector<Update> late_;                        // arrived after their group closed
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;

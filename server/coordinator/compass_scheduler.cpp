@@ -118,17 +118,22 @@ std::vector<uint64_t> CompassScheduler::Overdue(int64_t now_ms) const {
 
 void CompassScheduler::Close(uint64_t group) { groups_.erase(group); }
 
-std::vector<CompassScheduler::ClientView> CompassScheduler::Clients() const {
-  std::vector<ClientView> out;
+std::vector<ClientSchedule> CompassScheduler::Clients() const {
+  std::vector<ClientSchedule> out;
   for (const auto& [id, c] : clients_) {
-    ClientView v;
+    ClientSchedule v;
     v.client_id = id;
     v.ms_per_step = c.ms_per_step;
     v.local_steps = c.local_steps;
-    if (c.group && groups_.count(*c.group)) v.group = c.group;
+    if (c.group && groups_.count(*c.group)) v.group = *c.group;
     out.push_back(v);
   }
   return out;
+}
+
+std::optional<double> CompassScheduler::SpeedOf(const std::string& client) const {
+  auto it = clients_.find(client);
+  return it == clients_.end() ? std::nullopt : it->second.ms_per_step;
 }
 
 }  // namespace plexus

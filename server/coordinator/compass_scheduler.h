@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "server/coordinator/client_schedule.h"
 
 namespace plexus {
 
@@ -61,13 +62,10 @@ class CompassScheduler {
   // The group was aggregated; members that have not arrived will count as late.
   void Close(uint64_t group);
 
-  struct ClientView {
-    std::string client_id;
-    std::optional<double> ms_per_step;  // speed estimate, once known
-    int64_t local_steps = 0;            // of the current or last task
-    std::optional<uint64_t> group;      // of the current task, while its group is open
-  };
-  std::vector<ClientView> Clients() const;
+  // Every client seen, by id.
+  std::vector<ClientSchedule> Clients() const;
+  // The client's speed estimate in ms per local step, once it has reported a task.
+  std::optional<double> SpeedOf(const std::string& client) const;
   size_t open_groups() const { return groups_.size(); }
 
  private:

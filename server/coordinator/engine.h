@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/task.h"
 #include "core/update.h"
+#include "server/coordinator/client_schedule.h"
 #include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
 
@@ -28,6 +29,7 @@ struct EngineStatus {
   int64_t updates_refused = 0;
   int64_t updates_stale = 0;      // refused for exceeding the staleness bound (async)
   std::optional<double> last_accuracy;
+  std::vector<ClientSchedule> schedule;  // semiasync: every client's speed estimate, steps and group
   bool finished = false;
   std::string error;              // sticky store error, empty when healthy
 };

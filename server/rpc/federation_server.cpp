@@ -187,8 +187,27 @@ class Service final : public v1::Federation::Service {
     rep->set_model_name(info_.model_name);
     rep->set_rounds_total(info_.rounds_total);
     rep->set_error(s.error);
+    for (const ClientSchedule& c : s.schedule) {
+      v1::ClientSchedule* out = rep->add_schedule();
+      out->set_client_id(c.client_id);
+      out->set_has_speed(c.ms_per_step.has_value());
+      out->set_ms_per_step(c.ms_per_step.value_or(0.0));
+      out->set_local_steps(c.local_steps);
+      out->set_group(c.group);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     rep->set_strategy(engine_->strategy_description());
+    if (!engine_->history().empty()) {
+      for (const MergedUpdate& m : engine_->history().back().merged) {
+        v1::MergedUpdate* out = rep->add_last_merged();
+        out->set_client_id(m.client_id);
+        out->set_task_id(m.task_id);
+        out->set_staleness(m.staleness);
+        out->set_group(m.group);
+        out->set_has_speed(m.ms_per_step.has_value());
+        out->set_ms_per_step(m.ms_per_step.value_or(0.0));
+      }
+    }
     return grpc::Status::OK;
   }
 

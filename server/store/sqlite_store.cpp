@@ -78,6 +78,10 @@ CREATE TABLE IF NOT EXISTS rounds (
   model_sha256 TEXT NOT NULL, num_selected INTEGER NOT NULL, num_updates INTEGER NOT NULL,
   num_dropped INTEGER NOT NULL, num_examples INTEGER NOT NULL, attempts INTEGER NOT NULL,
   mean_train_loss REAL NOT NULL, test_accuracy REAL, test_loss REAL);
+CREATE TABLE IF NOT EXISTS merged_updates (
+  round INTEGER NOT NULL REFERENCES rounds(round), position INTEGER NOT NULL, client_id TEXT NOT NULL,
+  task_id TEXT NOT NULL, staleness INTEGER NOT NULL, grp INTEGER NOT NULL, ms_per_step REAL,
+  PRIMARY KEY (round, position));
 CREATE TABLE IF NOT EXISTS open_round (
   id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL, attempt INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS open_round_tasks (client_id TEXT PRIMARY KEY, task_id TEXT NOT NULL);
@@ -193,6 +197,15 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model) {
     st.Bind(4, r.num_selected).Bind(5, r.num_updates).Bind(6, r.num_dropped).Bind(7, r.num_examples);
     st.Bind(8, r.attempts).Bind(9, r.mean_train_loss).BindOptional(10, r.test_accuracy).BindOptional(11, r.test_loss);
     s = Run(db_, st, "commit round " + std::to_string(r.round));
+  }
+  for (size_t i = 0; s.ok() && i < r.merged.size(); ++i) {
+    const MergedUpdate& m = r.merged[i];
+    Stmt st(db_,
+            "INSERT INTO merged_updates(round, position, client_id, task_id, staleness, grp, ms_per_step) "
+            "VALUES(?,?,?,?,?,?,?)");
+    st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(i)).Bind(3, m.client_id).Bind(4, m.task_id);
+    st.Bind(5, static_cast<int64_t>(m.staleness)).Bind(6, static_cast<int64_t>(m.group)).BindOptional(7, m.ms_per_step);
+    s = Run(db_, st, "record merged update of round " + std::to_string(r.round));
   }
   if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
   if (!s.ok()) {
@@ -324,6 +337,24 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list rounds");
+  Stmt merged(db_,
+              "SELECT round, client_id, task_id, staleness, grp, ms_per_step FROM merged_updates "
+              "ORDER BY round, position");
+  PLEXUS_RETURN_IF_ERROR(merged.prepared("list merged updates"));
+  size_t at = 0;  // rounds and their merged updates come in the same order
+  while ((rc = merged.Step()) == SQLITE_ROW) {
+    const auto round = static_cast<uint64_t>(merged.Int(0));
+    while (at < out.size() && out[at].round < round) ++at;
+    if (at == out.size() || out[at].round != round) continue;
+    MergedUpdate m;
+    m.client_id = merged.Text(1);
+    m.task_id = merged.Text(2);
+    m.staleness = static_cast<uint64_t>(merged.Int(3));
+    m.group = static_cast<uint64_t>(merged.Int(4));
+    if (!merged.IsNull(5)) m.ms_per_step = merged.Double(5);
+    out[at].merged.push_back(std::move(m));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list merged updates");
   return out;
 }
 

@@ -21,6 +21,18 @@ struct ClientRecord {
   std::string device;
 };
 
+// One update merged into a published version: how stale it was and, in semiasync mode, which
+// group it arrived with and its client's speed estimate at the time.
+struct MergedUpdate {
+  std::string client_id;
+  std::string task_id;
+  uint64_t staleness = 0;          // versions published between its task's start and the merge
+  uint64_t group = 0;              // semiasync group id; 0 for none
+  std::optional<double> ms_per_step;  // semiasync: the client's estimated time per local step
+
+  friend bool operator==(const MergedUpdate&, const MergedUpdate&) = default;
+};
+
 struct RoundRecord {
   uint64_t round = 0;          // 1-based
   uint64_t model_version = 0;  // version published by this round
@@ -33,6 +45,7 @@ struct RoundRecord {
   double mean_train_loss = 0.0;
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;
+  std::vector<MergedUpdate> merged;  // asynchronous modes: the updates in this version, in merge order
 };
 
 // A round in progress: which client holds which task. Kept so that a restarted server continues

@@ -177,6 +177,21 @@ TEST_F(AsyncEngineTest, SemiAsyncFirstUpdatesPublishAloneThenGroupsArriveTogethe
   EXPECT_FLOAT_EQ(W(), 7.0f);                 // 5 + (1 + 3) / 2
   EXPECT_EQ(engine_->history().back().num_updates, 2);
   EXPECT_EQ(engine_->status().mode, "semiasync");
+  // The version's record names both updates with their staleness, group and speed, in the store.
+  const std::vector<MergedUpdate> merged = store_.ListRounds()->back().merged;
+  ASSERT_EQ(merged.size(), 2u);
+  EXPECT_EQ(merged[0].client_id, "a");
+  EXPECT_EQ(merged[1].client_id, "slow");
+  EXPECT_EQ(merged[0].staleness, 0u);
+  EXPECT_NE(merged[0].group, 0u);
+  EXPECT_EQ(merged[0].group, merged[1].group);
+  ASSERT_TRUE(merged[1].ms_per_step.has_value());
+  EXPECT_NEAR(*merged[1].ms_per_step, 4.0, 0.2);
+  EXPECT_EQ(store_.ListRounds()->front().merged[0].group, 0u);  // a first task: no group
+  const std::vector<ClientSchedule> schedule = engine_->status().schedule;
+  ASSERT_EQ(schedule.size(), 2u);
+  EXPECT_EQ(schedule[1].client_id, "slow");
+  EXPECT_EQ(schedule[1].local_steps, 25);
 }
 
 TEST_F(AsyncEngineTest, SemiAsyncGroupPublishesAtItsLatestTimeWithoutTheStraggler) {

@@ -91,6 +91,28 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   EXPECT_EQ(*store_->CheckpointVersions(), (std::vector<uint64_t>{0, 1}));
 }
 
+TEST_P(StoreConformanceTest, MergedUpdatesTravelWithTheirRound) {
+  ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  r.merged = {{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}};
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f)));
+  r.round = 2;
+  r.model_version = 2;
+  r.merged = {};
+  ASSERT_OK(store_->CommitRound(r, Model(2, 2.0f)));
+  r.round = 3;
+  r.model_version = 3;
+  r.merged = {{"c", "t-c", 1, 0, std::nullopt}};
+  ASSERT_OK(store_->CommitRound(r, Model(3, 3.0f)));
+  auto rounds = *store_->ListRounds();
+  ASSERT_EQ(rounds.size(), 3u);
+  EXPECT_EQ(rounds[0].merged, (std::vector<MergedUpdate>{{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}}));
+  EXPECT_TRUE(rounds[1].merged.empty());
+  EXPECT_EQ(rounds[2].merged, (std::vector<MergedUpdate>{{"c", "t-c", 1, 0, std::nullopt}}));
+}
+
 TEST_P(StoreConformanceTest, OpenRoundAndAcceptedUpdates) {
   EXPECT_FALSE(store_->GetOpenRound()->has_value());
   Update u;
