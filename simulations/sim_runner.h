@@ -1,32 +1,55 @@
-// The in-process simulator: runs the real SyncEngine with N virtual clients, a ManualClock and
-// a MemoryStore, with no sockets and no threads, so the same seed gives the same result bit for
-// bit. Each round every virtual client polls; the sampled ones train on their partition through
-// the Trainer (in client-id order) and submit their deltas. Borrows trainer, evaluator and data.
-// Single-threaded.
+// The in-process simulator: runs the real coordinator engine (sync, async or semiasync) with N
+// virtual clients in virtual time, with a ManualClock and a MemoryStore, no sockets and no
+// threads, so the same seed gives the same result bit for bit. A discrete-event loop: a client
+// polls; when it gets a task it trains at once through the Trainer (on the model the task names)
+// and its update is submitted when its virtual device would have finished, local steps x its
+// time per step plus a fixed overhead for the transfers; then it polls again. Engine deadlines
+// fire from ticks every 100 virtual ms. Borrows trainer, evaluator and data. Single-threaded.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "compute/dataset.h"
 #include "compute/partition.h"
 #include "compute/trainer.h"
 #include "core/status.h"
+#include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 
 namespace plexus {
+
+// Heterogeneous devices: client times per local step spread geometrically from ms_per_step (the
+// fastest) to ms_per_step x speed_ratio (the slowest), assigned to clients in a seeded order.
+struct DeviceSpeeds {
+  double ms_per_step = 10.0;
+  double speed_ratio = 1.0;        // slowest / fastest
+  int64_t task_overhead_ms = 50;   // per task: model download and update upload
+
+  // InvalidArgument naming the bad field.
+  Status Validate() const;
+  // Time per local step of each of n clients.
+  std::vector<double> Assign(size_t n, uint64_t seed) const;
+};
 
 struct SimOptions {
   int64_t clients = 10;           // virtual clients (N)
   std::string model = "mlp";
   PartitionSpec partition;        // how the training set is split among the N clients
-  uint64_t seed = 0;              // model init, partition, sampling and batch order
-  SyncOptions sync;               // rounds, clients per round, strategy, hyperparameters
+  uint64_t seed = 0;              // model init, partition, sampling, speeds and batch order
+  std::string mode = "sync";      // sync | async | semiasync
+  SyncOptions sync;               // sync mode; its rounds and task also apply to the other modes
+  AsyncOptions async;             // async and semiasync modes (rounds and task as in `sync`)
+  DeviceSpeeds speeds;
+  int64_t max_tasks = 0;          // stop once this many tasks were trained (0 = no budget); the
+                                  // run then ends with the versions published by then
 };
 
 struct SimRound {
   RoundRecord record;
-  double wall_time_s = 0.0;       // since the simulation started
+  double wall_time_s = 0.0;       // real time since the simulation started
+  double virtual_time_s = 0.0;    // simulated time when the version was published
 };
 
 struct SimResult {
@@ -37,11 +60,14 @@ struct SimResult {
   std::string final_model_sha256;
   ModelState final_model;
   double wall_time_s = 0.0;
+  double virtual_time_s = 0.0;
+  int64_t tasks_trained = 0;
+  int64_t updates_refused = 0;    // e.g. too stale, or past a sync round's close
   std::string strategy;
 };
 
 // InvalidArgument for inconsistent options (e.g. more clients per round than clients).
-// `on_round` (optional) is called after each round, for progress output.
+// `on_round` (optional) is called after each published version, for progress output.
 Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, Trainer* trainer,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round);
 

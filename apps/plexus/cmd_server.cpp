@@ -21,7 +21,7 @@ namespace {
 struct ServerFlags {
   std::string mode = "sync";
   AsyncOptions async;
-  bool strategy_given = false;
+  const CLI::App* cmd = nullptr;  // to ask which flags were given
   std::string listen = "127.0.0.1:50051";
   std::string db = "plexus.db";
   std::string model = "mlp";
@@ -52,11 +52,7 @@ void RunServer(const ServerFlags& f) {
   sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
   sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
   sync.seed = f.seed;
-  AsyncOptions async = f.async;
-  async.rounds = sync.rounds;
-  async.task = sync.task;
-  if (f.strategy_given) async.strategy = sync.strategy;
-  async.semi_async = f.mode == "semiasync";
+  const AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
   Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
   ServerTls tls;
@@ -144,10 +140,7 @@ void RunServer(const ServerFlags& f) {
 void AddServerCommand(CLI::App& app) {
   auto f = std::make_shared<ServerFlags>();
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
-  cmd->add_option("--mode", f->mode,
-                  "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
-      ->check(CLI::IsMember({"sync", "async", "semiasync"}))
-      ->capture_default_str();
+  AddModeFlags(cmd, &f->mode, &f->async);
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
   cmd->add_option("--db", f->db, "SQLite database with the federation's state (resumed if it exists)")
       ->capture_default_str();
@@ -157,28 +150,6 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
-      ->capture_default_str();
-  cmd->add_option("--buffer-size", f->async.buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
-      ->capture_default_str();
-  cmd->add_option("--server-lr", f->async.server_lr,
-                  "async, semiasync: server learning rate (FedAsync's alpha when buffer-size is 1)")
-      ->capture_default_str();
-  cmd->add_option("--staleness", f->async.staleness,
-                  "async, semiasync: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
-      ->capture_default_str();
-  cmd->add_option("--max-staleness", f->async.max_staleness,
-                  "async, semiasync: refuse updates more versions behind than this")
-      ->capture_default_str();
-  cmd->add_option("--max-concurrency", f->async.max_concurrency,
-                  "async, semiasync: most tasks in flight at once (0 = no bound)")
-      ->capture_default_str();
-  cmd->add_option("--q-min", f->async.compass.q_min, "semiasync: fewest local steps per task")->capture_default_str();
-  cmd->add_option("--q-max", f->async.compass.q_max, "semiasync: most local steps per task")->capture_default_str();
-  cmd->add_option("--speed-momentum", f->async.compass.speed_momentum,
-                  "semiasync: weight of the newest observation in each client's speed estimate")
-      ->capture_default_str();
-  cmd->add_option("--latest-time-factor", f->async.compass.latest_time_factor,
-                  "semiasync: a group waits until this many times its expected duration (lambda)")
       ->capture_default_str();
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,
@@ -198,7 +169,7 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f, cmd] {
-    f->strategy_given = cmd->count("--strategy") > 0;
+    f->cmd = cmd;
     RunServer(*f);
   });
 }

@@ -23,13 +23,16 @@ struct SimFlags {
   size_t train_subset = 0;
   size_t test_subset = 0;
   int threads = 1;
+  const CLI::App* cmd = nullptr;  // to ask which flags were given
 };
 
 void RunSim(const SimFlags& f) {
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   options.sync.min_clients = options.sync.clients_per_round;
-  Check(options.sync.Validate(), "invalid settings");
+  options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
+  Check(options.mode == "sync" ? options.sync.Validate() : options.async.Validate(), "invalid settings");
+  Check(options.speeds.Validate(), "invalid settings");
 
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
@@ -40,22 +43,30 @@ void RunSim(const SimFlags& f) {
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
-  std::printf("plexus sim: %lld clients, %lld per round, %lld rounds, model %s, partition %s, seed %llu\n",
-              static_cast<long long>(options.clients), static_cast<long long>(options.sync.clients_per_round),
+  std::printf("plexus sim: %s mode, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
+              "device speeds %g..%g ms per step\n",
+              options.mode.c_str(), static_cast<long long>(options.clients),
+              options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
               static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-              static_cast<unsigned long long>(options.seed));
+              static_cast<unsigned long long>(options.seed), options.speeds.ms_per_step,
+              options.speeds.ms_per_step * options.speeds.speed_ratio);
   std::fflush(stdout);
   SimResult result = Take(RunSimulation(options, train, trainer.get(), &evaluator, [&](const SimRound& r) {
-    std::printf("round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  %.1f s\n",
+    std::printf("round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
+                "virtual %.1f s  real %.1f s\n",
                 static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
                 static_cast<long long>(r.record.num_updates), r.record.mean_train_loss,
-                r.record.test_accuracy.value_or(0.0), r.record.test_loss.value_or(0.0), r.wall_time_s);
+                r.record.test_accuracy.value_or(0.0), r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s);
     std::fflush(stdout);
   }));
-  std::printf("final test accuracy %.4f after %zu rounds in %.1f s (model sha256 %s)\n", result.final_test_accuracy,
-              result.rounds.size(), result.wall_time_s, result.final_model_sha256.c_str());
+  std::printf("final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
+              "(%lld tasks trained, %lld updates refused; model sha256 %s)\n",
+              result.final_test_accuracy, result.rounds.size(), result.virtual_time_s, result.wall_time_s,
+              static_cast<long long>(result.tasks_trained), static_cast<long long>(result.updates_refused),
+              result.final_model_sha256.c_str());
 
   RunSummary s;
+  s.mode = options.mode;
   s.model = options.model;
   s.strategy = result.strategy;
   s.partition = options.partition.ToString();
@@ -66,10 +77,14 @@ void RunSim(const SimFlags& f) {
     s.updates_accepted += r.record.num_updates;
     s.rounds.push_back(r.record);
     s.round_wall_time_s.push_back(r.wall_time_s);
+    s.round_virtual_time_s.push_back(r.virtual_time_s);
   }
   s.model_version = result.model_version;
   s.final_model_sha256 = result.final_model_sha256;
   s.wall_time_s = result.wall_time_s;
+  s.virtual_time_s = result.virtual_time_s;
+  s.updates_refused = result.updates_refused;
+  s.tasks_trained = result.tasks_trained;
   if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
   if (!f.model_out.empty()) Check(WriteSafetensorsFile(f.model_out, result.final_model));
@@ -86,7 +101,19 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   cmd->add_option("--partition", flags->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--seed", flags->sim.seed, "Seed for init, partition, sampling and batches")->capture_default_str();
+  AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async);
   AddFederationFlags(cmd, &flags->sim.sync);
+  cmd->add_option("--ms-per-step", flags->sim.speeds.ms_per_step, "Fastest virtual device: milliseconds per local step")
+      ->capture_default_str();
+  cmd->add_option("--speed-ratio", flags->sim.speeds.speed_ratio,
+                  "Slowest / fastest device; times per step spread geometrically between them")
+      ->capture_default_str();
+  cmd->add_option("--max-tasks", flags->sim.max_tasks,
+                  "Stop after this many training tasks (0 = run all --rounds versions)")
+      ->capture_default_str();
+  cmd->add_option("--task-overhead-ms", flags->sim.speeds.task_overhead_ms,
+                  "Virtual milliseconds per task for model download and update upload")
+      ->capture_default_str();
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out, "Write per-round metrics to this CSV file");
   cmd->add_option("--summary-out", flags->summary_out, "Write the run summary to this JSON file");
@@ -95,7 +122,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--threads", flags->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
-  cmd->callback([flags] { RunSim(*flags); });
+  cmd->callback([flags, cmd] {
+    flags->cmd = cmd;
+    RunSim(*flags);
+  });
 }
 
 }  // namespace plexus::cli

@@ -35,6 +35,8 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["updates_stale"] = s.updates_stale;
   j["final_model_sha256"] = s.final_model_sha256;
   j["wall_time_s"] = s.wall_time_s;
+  if (s.virtual_time_s) j["virtual_time_s"] = *s.virtual_time_s;
+  if (s.tasks_trained) j["tasks_trained"] = *s.tasks_trained;
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
   nlohmann::json rounds = nlohmann::json::array();
@@ -45,6 +47,12 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
     if (i < s.round_wall_time_s.size()) row["wall_time_s"] = s.round_wall_time_s[i];
+    if (i < s.round_virtual_time_s.size()) row["virtual_time_s"] = s.round_virtual_time_s[i];
+    if (!r.merged.empty()) {
+      double staleness = 0.0;
+      for (const MergedUpdate& m : r.merged) staleness += static_cast<double>(m.staleness);
+      row["mean_staleness"] = staleness / static_cast<double>(r.merged.size());
+    }
     rounds.push_back(row);
     if (r.test_accuracy) {
       j["final_test_accuracy"] = *r.test_accuracy;
@@ -56,17 +64,19 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 }
 
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
-  std::string csv = "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s\n";
+  std::string csv =
+      "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s\n";
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s\n",
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
                   r.test_accuracy ? std::to_string(*r.test_accuracy).c_str() : "",
                   r.test_loss ? std::to_string(*r.test_loss).c_str() : "",
-                  i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "");
+                  i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "",
+                  i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "");
     csv += line;
   }
   return WriteFile(path, csv);

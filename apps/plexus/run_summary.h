@@ -2,6 +2,7 @@
 // the per-round metrics CSV. Plain functions; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,13 +20,16 @@ struct RunSummary {
   int64_t clients_per_round = 0;
   uint64_t seed = 0;
   std::vector<RoundRecord> rounds;
-  std::vector<double> round_wall_time_s;  // optional, parallel to rounds
+  std::vector<double> round_wall_time_s;     // optional, parallel to rounds
+  std::vector<double> round_virtual_time_s;  // simulator only, parallel to rounds
   uint64_t model_version = 0;
   int64_t updates_accepted = 0;
   int64_t updates_refused = 0;
   int64_t updates_stale = 0;  // refused as too stale (async)
   std::string final_model_sha256;
   double wall_time_s = 0.0;
+  std::optional<double> virtual_time_s;  // simulator only
+  std::optional<int64_t> tasks_trained;  // simulator only
 };
 
 Status WriteSummaryJson(const std::string& path, const RunSummary& summary);

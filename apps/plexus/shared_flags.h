@@ -1,9 +1,11 @@
-// Flags shared by `plexus server` and `plexus sim`: the synchronous-round settings and the
-// client training hyperparameters, bound straight into SyncOptions.
+// Flags shared by `plexus server` and `plexus sim`: the mode, the synchronous-round settings and
+// the client training hyperparameters (bound straight into SyncOptions), and the asynchronous and
+// semi-asynchronous settings (AsyncOptions).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 
 namespace plexus::cli {
@@ -20,6 +22,45 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--batch-size", o->task.batch_size, "Local batch size")->capture_default_str();
   cmd->add_option("--lr", o->task.learning_rate, "Client learning rate")->capture_default_str();
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
+}
+
+inline void AddModeFlags(CLI::App* cmd, std::string* mode, AsyncOptions* o) {
+  cmd->add_option("--mode", *mode,
+                  "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
+      ->check(CLI::IsMember({"sync", "async", "semiasync"}))
+      ->capture_default_str();
+  cmd->add_option("--buffer-size", o->buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
+      ->capture_default_str();
+  cmd->add_option("--server-lr", o->server_lr,
+                  "async, semiasync: server learning rate (FedAsync's alpha when buffer-size is 1)")
+      ->capture_default_str();
+  cmd->add_option("--staleness", o->staleness, "async, semiasync: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
+      ->capture_default_str();
+  cmd->add_option("--max-staleness", o->max_staleness, "async, semiasync: refuse updates more versions behind than this")
+      ->capture_default_str();
+  cmd->add_option("--max-concurrency", o->max_concurrency, "async, semiasync: most tasks in flight at once (0 = no bound)")
+      ->capture_default_str();
+  cmd->add_option("--q-min", o->compass.q_min, "semiasync: fewest local steps per task")->capture_default_str();
+  cmd->add_option("--q-max", o->compass.q_max, "semiasync: most local steps per task")->capture_default_str();
+  cmd->add_option("--speed-momentum", o->compass.speed_momentum,
+                  "semiasync: weight of the newest observation in each client's speed estimate")
+      ->capture_default_str();
+  cmd->add_option("--latest-time-factor", o->compass.latest_time_factor,
+                  "semiasync: a group waits until this many times its expected duration (lambda)")
+      ->capture_default_str();
+}
+
+// The AsyncOptions of a run in `mode`: the async flags, plus rounds, task hyperparameters and,
+// when --strategy was given, the strategy from the shared flags (async's own default strategy is
+// the uniform mean of FedBuff).
+inline AsyncOptions AsyncOptionsFor(const std::string& mode, const AsyncOptions& flags, const SyncOptions& sync,
+                                    const CLI::App* cmd) {
+  AsyncOptions o = flags;
+  o.rounds = sync.rounds;
+  o.task = sync.task;
+  if (cmd->count("--strategy") > 0) o.strategy = sync.strategy;
+  o.semi_async = mode == "semiasync";
+  return o;
 }
 
 }  // namespace plexus::cli

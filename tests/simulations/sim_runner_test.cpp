@@ -1,0 +1,117 @@
+// The discrete-event simulator with a stand-in Trainer whose work is known exactly, so virtual
+// times can be checked to the millisecond.
+#include "simulations/sim_runner.h"
+
+#include <algorithm>
+
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+// Adds 0.01 to every weight in `local_steps` steps; reports the partition size as examples.
+class StepCountingTrainer final : public Trainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    TrainOutcome out;
+    out.weights = start;
+    for (float& x : out.weights.data()) x += 0.01f;
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = o.local_steps;
+    out.mean_loss = 1.0;
+    return out;
+  }
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+};
+
+Dataset Synthetic(size_t n) {
+  Dataset d;
+  d.labels.resize(n);
+  for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
+  d.pixels.assign(n * 28 * 28, 0.0f);
+  return d;
+}
+
+// Two clients at 10 and 40 ms per step, 10 steps per task, no transfer overhead: tasks take
+// 100 ms and 400 ms of virtual time.
+SimOptions TwoSpeeds(const std::string& mode, int64_t versions) {
+  SimOptions o;
+  o.clients = 2;
+  o.mode = mode;
+  o.seed = 1;
+  o.sync.rounds = versions;
+  o.sync.clients_per_round = 2;
+  o.sync.min_clients = 2;
+  o.sync.task.local_steps = 10;
+  o.async.buffer_size = 1;
+  o.async.staleness = "constant";
+  o.speeds.ms_per_step = 10;
+  o.speeds.speed_ratio = 4;
+  o.speeds.task_overhead_ms = 0;
+  return o;
+}
+
+class SimRunnerTest : public ::testing::Test {
+ protected:
+  Result<SimResult> Run(const SimOptions& o) { return RunSimulation(o, data_, &trainer_, nullptr, nullptr); }
+  Dataset data_ = Synthetic(100);
+  StepCountingTrainer trainer_;
+};
+
+TEST_F(SimRunnerTest, SyncRoundsWaitForTheSlowestClient) {
+  Result<SimResult> r = Run(TwoSpeeds("sync", 2));
+  ASSERT_OK(r);
+  ASSERT_EQ(r->rounds.size(), 2u);
+  EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, 0.4);
+  // The slow client polls again at 0.4 s and starts round 2 at once; the fast one is told to
+  // wait and comes back at 0.5 s; the round closes when the slow one is done at 0.8 s.
+  EXPECT_DOUBLE_EQ(r->rounds[1].virtual_time_s, 0.8);
+  EXPECT_EQ(r->tasks_trained, 4);
+}
+
+TEST_F(SimRunnerTest, AsyncPublishesFastUpdatesWithoutWaiting) {
+  Result<SimResult> r = Run(TwoSpeeds("async", 5));
+  ASSERT_OK(r);
+  ASSERT_EQ(r->rounds.size(), 5u);
+  EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, 0.1);
+  EXPECT_DOUBLE_EQ(r->rounds[2].virtual_time_s, 0.3);  // three fast tasks before the slow one ends
+  EXPECT_EQ(r->rounds[3].record.merged[0].staleness, 3u);  // the slow update, 3 versions behind
+}
+
+TEST_F(SimRunnerTest, SemiAsyncRunsAndIsDeterministic) {
+  SimOptions o = TwoSpeeds("semiasync", 6);
+  o.async.compass.q_min = 2;
+  o.async.compass.q_max = 10;
+  Result<SimResult> a = Run(o), b = Run(o);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->rounds.size(), 6u);
+  EXPECT_EQ(a->final_model_sha256, b->final_model_sha256);
+  EXPECT_EQ(a->virtual_time_s, b->virtual_time_s);
+}
+
+TEST_F(SimRunnerTest, TaskBudgetEndsTheRun) {
+  SimOptions o = TwoSpeeds("async", 100);
+  o.max_tasks = 3;
+  Result<SimResult> r = Run(o);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->tasks_trained, 3);
+  EXPECT_EQ(r->rounds.size(), 3u);
+}
+
+TEST(DeviceSpeedsTest, SpreadGeometricallyInASeededOrder) {
+  DeviceSpeeds s;
+  s.ms_per_step = 10;
+  s.speed_ratio = 4;
+  std::vector<double> v = s.Assign(3, 7);
+  EXPECT_EQ(v, s.Assign(3, 7));
+  std::sort(v.begin(), v.end());
+  EXPECT_DOUBLE_EQ(v[0], 10.0);
+  EXPECT_DOUBLE_EQ(v[1], 20.0);
+  EXPECT_DOUBLE_EQ(v[2], 40.0);
+  s.speed_ratio = 0.5;
+  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "speed-ratio"));
+}
+
+}  // namespace
+}  // namespace plexus
