@@ -23,6 +23,8 @@ run() {  # name, extra flags...
 }
 # 300 training tasks in every mode.
 run sync-fedavg --mode sync --clients-per-round 10 --rounds 30
+run sync-fedavg-dbw --mode sync --clients-per-round 10 --min-clients 5 --backup-workers dynamic --rounds 1000 \
+  --max-tasks 300
 run async-fedasync --mode async --buffer-size 1 --server-lr 0.9 --rounds 300
 run async-fedbuff --mode async --buffer-size 5 --server-lr 1.0 --rounds 60
 run semiasync-fedcompass --mode semiasync --server-lr 0.9 --q-min 10 --q-max 50 --rounds 1000 --max-tasks 300
@@ -32,7 +34,7 @@ out, targets = sys.argv[1], [float(t) for t in sys.argv[2:]]
 print("| mode | versions | tasks | " + " | ".join(f"virtual time to {t:.0%}" for t in targets) +
       " | best accuracy | final accuracy | virtual time |")
 print("| --- | ---: | ---: | " + " | ".join("---:" for _ in targets) + " | ---: | ---: | ---: |")
-for name in ["sync-fedavg", "async-fedasync", "async-fedbuff", "semiasync-fedcompass"]:
+for name in ["sync-fedavg", "sync-fedavg-dbw", "async-fedasync", "async-fedbuff", "semiasync-fedcompass"]:
     s = json.load(open(os.path.join(out, name + ".json")))
     rows = s["rounds"]
     cells = []

@@ -29,7 +29,7 @@ struct SimFlags {
 void RunSim(const SimFlags& f) {
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
-  options.sync.min_clients = options.sync.clients_per_round;
+  if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   Check(options.mode == "sync" ? options.sync.Validate() : options.async.Validate(), "invalid settings");
   Check(options.speeds.Validate(), "invalid settings");
@@ -103,6 +103,8 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--seed", flags->sim.seed, "Seed for init, partition, sampling and batches")->capture_default_str();
   AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async);
   AddFederationFlags(cmd, &flags->sim.sync);
+  cmd->add_option("--min-clients", flags->sim.sync.min_clients,
+                  "sync: fewest updates to close a round (default: clients-per-round)");
   cmd->add_option("--ms-per-step", flags->sim.speeds.ms_per_step, "Fastest virtual device: milliseconds per local step")
       ->capture_default_str();
   cmd->add_option("--speed-ratio", flags->sim.speeds.speed_ratio,

@@ -16,6 +16,9 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--clients-per-round", o->clients_per_round, "Clients sampled per round (K)")->capture_default_str();
   cmd->add_option("--strategy", o->strategy, "Aggregation strategy, e.g. fedavg or fedavg:weighted=false")
       ->capture_default_str();
+  cmd->add_option("--backup-workers", o->backup_workers,
+                  "sync: none, static:b=B (close each round without the B slowest) or dynamic (DBW)")
+      ->capture_default_str();
   cmd->add_option("--local-epochs", o->task.local_epochs, "Local epochs per task")->capture_default_str();
   cmd->add_option("--local-steps", o->task.local_steps, "Local SGD steps per task (overrides epochs when > 0)")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "aggregators/registry.h"
+#include "aggregators/simd_kernels.h"
 #include "core/rng.h"
 
 namespace plexus {
@@ -29,6 +30,7 @@ Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(Positive(poll_retry_ms, "poll retry"));
   if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
   if (!(overselect >= 1.0 && overselect <= 10.0)) return InvalidArgumentError("overselect must lie in [1, 10]");
+  PLEXUS_RETURN_IF_ERROR(BackupWorkers::Parse(backup_workers).status());
   if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
   if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(Positive(task.local_epochs, "local-epochs"));
   PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
@@ -51,6 +53,8 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   std::unique_ptr<SyncEngine> e(new SyncEngine(options, store, clock, evaluator));
   PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
   e->strategy_description_ = e->aggregator_->Describe();
+  PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
+  e->backups_ = std::move(backups);
 
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
@@ -73,6 +77,7 @@ Status SyncEngine::RestoreOpenRound() {
     r.task_of_client[client] = task;
     r.client_of_task[task] = client;
   }
+  r.wait_for = WaitFor(r.task_of_client);
   PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(model_));
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
   for (const Update& u : accepted) {
@@ -119,6 +124,7 @@ void SyncEngine::MaybeStartRound() {
     r.task_of_client[id] = task_id;
     r.client_of_task[task_id] = id;
   }
+  r.wait_for = WaitFor(r.task_of_client);
   // Begin cannot fail for a valid model; a failure here would be a programming error.
   Status begun = aggregator_->Begin(model_);
   OpenRoundRecord saved{r.round, r.attempt, {r.task_of_client.begin(), r.task_of_client.end()}};
@@ -128,6 +134,13 @@ void SyncEngine::MaybeStartRound() {
     return;
   }
   open_ = std::move(r);
+}
+
+size_t SyncEngine::WaitFor(const std::map<std::string, std::string>& selected) const {
+  std::vector<std::string> ids;
+  for (const auto& [id, task] : selected) ids.push_back(id);
+  const size_t k = backups_->UpdatesToWaitFor(ids, static_cast<size_t>(options_.min_clients));
+  return std::min(k, static_cast<size_t>(options_.clients_per_round));  // over-selection closes at K
 }
 
 Task SyncEngine::TaskFor(const std::string& client_id) const {
@@ -152,6 +165,7 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   MaybeStartRound();
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (open_ && open_->task_of_client.count(client_id) && !open_->submitted.count(client_id)) {
+    open_->handed_out_ms.emplace(client_id, clock_->NowMs());
     answer.kind = PollAnswer::Kind::kTask;
     answer.task = TaskFor(client_id);
     return answer;
@@ -201,18 +215,24 @@ Status SyncEngine::Submit(const Update& update) {
   }
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);
+  if (backups_->dynamic()) {
+    if (auto it = open_->handed_out_ms.find(update.client_id); it != open_->handed_out_ms.end()) {
+      backups_->ObserveDuration(update.client_id, clock_->NowMs() - it->second);
+    }
+    open_->update_sq_norms += simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
+  }
   open_->examples += update.num_examples;
   if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) {
     open_->loss_sum += it->second;
     ++open_->loss_count;
   }
-  const size_t enough = std::min(open_->task_of_client.size(), static_cast<size_t>(options_.clients_per_round));
-  if (open_->submitted.size() >= enough) return CloseRound();
+  if (open_->submitted.size() >= open_->wait_for) return CloseRound();
   return Status::Ok();
 }
 
 Status SyncEngine::Tick() {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (open_ && open_->submitted.size() >= open_->wait_for) return CloseRound();  // e.g. restored full
   if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
   if (static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients) return CloseRound();
   AbandonRound();
@@ -247,6 +267,7 @@ Status SyncEngine::CloseRound() {
     sticky_error_ = committed.WithContext("checkpoint of round " + std::to_string(rec.round));
     return sticky_error_;
   }
+  if (backups_->dynamic()) LearnFromRound(*next);
   model_ = std::move(next).value();
   model_sha256_ = rec.model_sha256;
   open_.reset();
@@ -255,6 +276,20 @@ Status SyncEngine::CloseRound() {
   sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
   history_.push_back(rec);
   return sticky_error_;
+}
+
+void SyncEngine::LearnFromRound(const ModelState& next) {
+  const int64_t now = clock_->NowMs();
+  for (const auto& [client, since] : open_->handed_out_ms) {
+    if (!open_->submitted.count(client)) backups_->ObserveCancelled(client, now - since);
+  }
+  double step = 0.0;
+  const std::span<const float> a = next.data(), b = model_.data();
+  for (size_t j = 0; j < a.size(); ++j) {
+    const double d = static_cast<double>(a[j]) - b[j];
+    step += d * d;
+  }
+  backups_->ObserveRound(open_->update_sq_norms / static_cast<double>(open_->submitted.size()), step);
 }
 
 EngineStatus SyncEngine::status() const {

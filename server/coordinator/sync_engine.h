@@ -6,7 +6,8 @@
 // A round: once enough clients are available (K, or at least M after `selection_wait_ms`), the
 // engine samples up to K of them with the seeded generator and hands each a task. Updates are
 // folded into the aggregator as they arrive. The round closes when every selected client has
-// reported, or at the deadline if at least M have (stragglers are dropped); with fewer than M at
+// reported (or as many as the backup-worker policy waits for), or at the deadline if at least M
+// have (stragglers are dropped); with fewer than M at
 // the deadline the attempt is abandoned and the round is retried with a fresh sample. Closing
 // publishes version v+1, checkpoints it with the round record in one store transaction,
 // then evaluates it. Every acknowledged update is in the store first, so a restarted engine
@@ -31,6 +32,7 @@
 #include "core/task.h"
 #include "core/thread_pool.h"
 #include "core/update.h"
+#include "server/coordinator/backup_workers.h"
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
@@ -50,6 +52,9 @@ struct SyncOptions {
   // Over-selection (Bonawitz et al. 2019): sample ceil(K x factor) clients and close the round
   // with the first K updates; the others' late updates are refused. 1 = no over-selection.
   double overselect = 1.0;
+  // Backup workers: none | static:b=B | dynamic (DBW), see backup_workers.h. A round then closes
+  // once the chosen number of updates is in (never fewer than min_clients); the rest are dropped.
+  std::string backup_workers = "none";
   std::string strategy = "fedavg";     // aggregator spec, see aggregators/registry.h
   TaskHyperparams task;
   uint64_t seed = 0;                   // client sampling
@@ -93,6 +98,9 @@ class SyncEngine final : public Engine {
     std::map<std::string, std::string> task_of_client;  // client id -> task id
     std::map<std::string, std::string> client_of_task;  // task id -> client id
     std::set<std::string> submitted;                    // client ids
+    std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
+    size_t wait_for = 0;                                // updates that close the round
+    double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
     int64_t examples = 0;
     double loss_sum = 0.0;
     int64_t loss_count = 0;
@@ -103,8 +111,12 @@ class SyncEngine final : public Engine {
   Status RestoreOpenRound();
   void MaybeStartRound();
   Status CloseRound();
+  // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.
+  void LearnFromRound(const ModelState& next);
   void AbandonRound();
   Task TaskFor(const std::string& client_id) const;
+  // How many updates close the round with these selected clients.
+  size_t WaitFor(const std::map<std::string, std::string>& selected) const;
 
   // Constant after construction.
   const SyncOptions options_;
@@ -117,6 +129,7 @@ class SyncEngine final : public Engine {
   ModelState model_;
   std::string model_sha256_;
   ClientRegistry clients_;
+  std::optional<BackupWorkers> backups_;
   std::optional<OpenRound> open_;
   int64_t attempts_ = 0;        // abandoned attempts of the current round
   int64_t idle_since_ms_ = 0;   // when the engine last became ready for a new round

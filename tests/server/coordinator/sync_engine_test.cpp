@@ -300,3 +300,70 @@ TEST_F(SyncEngineTest, AcknowledgedUpdatesSurviveACrashMidRound) {
 
 }  // namespace
 }  // namespace plexus
+
+namespace plexus {
+namespace {
+
+class BackupWorkersEngineTest : public SyncEngineTest {
+ protected:
+  // One round with a, b, c reporting after 100 ms and d after `slow_ms`; returns the updates
+  // the round closed with. d's update, if not waited for, is refused.
+  int64_t RunRound(int64_t slow_ms) {
+    const uint64_t version = engine_->model().version();
+    std::map<std::string, Task> tasks;
+    for (const char* id : {"a", "b", "c", "d"}) tasks[id] = TaskOf(id);
+    clock_.AdvanceMs(100);
+    // Spread the deltas so the updates disagree: noise as well as signal.
+    float d = 1.0f;
+    for (const char* id : {"a", "b", "c"}) {
+      EXPECT_OK(engine_->Submit(UpdateFor(id, tasks[id], d)));
+      d = -d + 0.5f;
+    }
+    if (engine_->model().version() == version) {
+      clock_.AdvanceMs(slow_ms - 100);
+      EXPECT_OK(engine_->Submit(UpdateFor("d", tasks["d"], 0.2f)));
+    } else {
+      clock_.AdvanceMs(slow_ms - 100);
+      EXPECT_FALSE(engine_->Submit(UpdateFor("d", tasks["d"], 0.2f)).ok());  // not waited for
+    }
+    EXPECT_EQ(engine_->model().version(), version + 1);
+    return engine_->history().back().num_updates;
+  }
+};
+
+TEST_F(BackupWorkersEngineTest, StaticClosesWithoutTheSlowest) {
+  SyncOptions o = Options(2, 4, 2);
+  o.backup_workers = "static:b=1";
+  Open(o);
+  for (const char* id : {"a", "b", "c", "d"}) Join(id);
+  EXPECT_EQ(RunRound(1000), 3);
+  EXPECT_EQ(engine_->history().back().num_dropped, 1);
+}
+
+TEST_F(BackupWorkersEngineTest, DynamicLearnsToStopWaitingForAFarSlowerClient) {
+  SyncOptions o = Options(3, 4, 2);
+  o.backup_workers = "dynamic";
+  Open(o);
+  for (const char* id : {"a", "b", "c", "d"}) Join(id);
+  EXPECT_EQ(RunRound(1000), 4);  // nothing known yet: wait for everyone
+  EXPECT_EQ(RunRound(1000), 3);  // d takes 10x as long: not worth it
+  EXPECT_EQ(RunRound(1000), 3);
+}
+
+TEST_F(BackupWorkersEngineTest, DynamicKeepsWaitingWhenTheSlowestIsNearlyAsFast) {
+  SyncOptions o = Options(2, 4, 2);
+  o.backup_workers = "dynamic";
+  Open(o);
+  for (const char* id : {"a", "b", "c", "d"}) Join(id);
+  EXPECT_EQ(RunRound(110), 4);
+  EXPECT_EQ(RunRound(110), 4);
+}
+
+TEST(SyncOptionsBackupTest, BadSpecIsRefused) {
+  SyncOptions o;
+  o.backup_workers = "some";
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "backup workers 'some'"));
+}
+
+}  // namespace
+}  // namespace plexus
