@@ -21,7 +21,9 @@ namespace plexus {
   X("bulyan", MakeBulyan)               \
   X("geomed", MakeGeoMed)               \
   X("centered_clip", MakeCenteredClip)  \
-  X("norm_bound", MakeNormBound)
+  X("norm_bound", MakeNormBound)        \
+  X("ties", MakeTies)                   \
+  X("dare", MakeDare)
 
 using StrategyFactory = Result<std::unique_ptr<Aggregator>> (*)(StrategySpec&, ThreadPool*);
 #define PLEXUS_DECLARE_FACTORY(name, factory) Result<std::unique_ptr<Aggregator>> factory(StrategySpec&, ThreadPool*);

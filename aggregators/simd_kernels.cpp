@@ -87,34 +87,62 @@ PLEXUS_SIMD_CLONES void ApplyComparators(float* block, size_t stride, const uint
   }
 }
 
+// The reductions keep kLanes partial sums whatever the vector width, each summed in index order,
+// and add them up in a fixed order at the end: the result does not depend on which build runs.
+constexpr size_t kLanes = 16;
+
 PLEXUS_SIMD_CLONES float Dot(const float* a, const float* b, size_t len) {
+  float lanes[kLanes] = {};
+  size_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+#pragma omp simd
+    for (size_t k = 0; k < kLanes; ++k) lanes[k] += a[j + k] * b[j + k];
+  }
+  for (; j < len; ++j) lanes[j % kLanes] += a[j] * b[j];
   float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (size_t j = 0; j < len; ++j) s += a[j] * b[j];
+  for (float x : lanes) s += x;
   return s;
 }
 
 PLEXUS_SIMD_CLONES void Dot4(const float* a, const float* const* b, size_t len, float* out) {
   const float *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction(+ : s0, s1, s2, s3)
-  for (size_t j = 0; j < len; ++j) {
-    const float x = a[j];
-    s0 += x * b0[j];
-    s1 += x * b1[j];
-    s2 += x * b2[j];
-    s3 += x * b3[j];
+  float l0[kLanes] = {}, l1[kLanes] = {}, l2[kLanes] = {}, l3[kLanes] = {};
+  size_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+#pragma omp simd
+    for (size_t k = 0; k < kLanes; ++k) {
+      const float x = a[j + k];
+      l0[k] += x * b0[j + k];
+      l1[k] += x * b1[j + k];
+      l2[k] += x * b2[j + k];
+      l3[k] += x * b3[j + k];
+    }
   }
-  out[0] = s0;
-  out[1] = s1;
-  out[2] = s2;
-  out[3] = s3;
+  for (; j < len; ++j) {
+    l0[j % kLanes] += a[j] * b0[j];
+    l1[j % kLanes] += a[j] * b1[j];
+    l2[j % kLanes] += a[j] * b2[j];
+    l3[j % kLanes] += a[j] * b3[j];
+  }
+  out[0] = out[1] = out[2] = out[3] = 0.0f;
+  for (size_t k = 0; k < kLanes; ++k) {
+    out[0] += l0[k];
+    out[1] += l1[k];
+    out[2] += l2[k];
+    out[3] += l3[k];
+  }
 }
 
 PLEXUS_SIMD_CLONES double SquaredNorm(const float* x, size_t len) {
+  double lanes[kLanes] = {};
+  size_t j = 0;
+  for (; j + kLanes <= len; j += kLanes) {
+#pragma omp simd
+    for (size_t k = 0; k < kLanes; ++k) lanes[k] += static_cast<double>(x[j + k]) * x[j + k];
+  }
+  for (; j < len; ++j) lanes[j % kLanes] += static_cast<double>(x[j]) * x[j];
   double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (size_t j = 0; j < len; ++j) s += static_cast<double>(x[j]) * x[j];
+  for (double v : lanes) s += v;
   return s;
 }
 

@@ -1,8 +1,9 @@
 // The inner loops of aggregation over float32 deltas. On x86-64 with GCC each is compiled three
-// times (AVX-512, AVX2 with FMA, and the SSE2 baseline) and the dynamic loader picks the widest
+// times (AVX-512, AVX2, and the SSE2 baseline) and the dynamic loader picks the widest
 // the CPU supports, so one binary runs everywhere and uses what it finds; other targets (ARM64,
-// RISC-V, clang builds) get the one baseline build. Results may differ in the last bit between
-// CPUs (FMA rounds once), never between runs on the same CPU. Stateless and thread-safe.
+// RISC-V, clang builds) get the one baseline build. Every build gives the same bits: the library
+// is compiled without fused multiply-adds and reductions use a fixed number of partial sums.
+// Stateless and thread-safe.
 #pragma once
 
 #include <cstddef>

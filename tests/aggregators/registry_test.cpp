@@ -9,7 +9,7 @@ namespace {
 using ::plexus::testing::StatusIs;
 
 TEST(RegistryTest, UnknownNameListsKnownOnes) {
-  EXPECT_THAT(MakeAggregator("fedmagic", nullptr), StatusIs(StatusCode::kInvalidArgument, "unknown strategy 'fedmagic' (known: bulyan, centered_clip, fedadagrad"));
+  EXPECT_THAT(MakeAggregator("fedmagic", nullptr), StatusIs(StatusCode::kInvalidArgument, "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, fedadagrad"));
 }
 
 TEST(RegistryTest, UnknownParameterIsNamed) {

@@ -184,7 +184,7 @@ TEST(FedBuffTest, PublishesEveryKStalenessWeighted) {
 TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
   for (const std::string& spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
                                   "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
-                                  "norm_bound:max=1", "norm_bound"}) {
+                                  "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
     auto agg = Make(spec);
     ASSERT_OK(agg->Begin(Vec({0, 0})));
     EXPECT_THAT(agg->Fold(U("a", {1})), StatusIs(StatusCode::kInvalidArgument, "shape [1], expected [2]")) << spec;
@@ -276,6 +276,35 @@ TEST(SortingNetworkTest, SelectionNetworkPlacesTheAskedRanksAndKeepsTheRest) {
       for (uint32_t r : ranks) ASSERT_EQ(v[r], sorted[r]) << n << " " << bits << " rank " << r;
     }
   }
+}
+
+TEST(TiesTest, TrimElectSignAndDisjointMean) {
+  // density 1 keeps everything: coordinate 0 elects + (mass 3) and averages 1 and 3; coordinate
+  // 1 elects - (mass -2) and averages -2 and -1.
+  ModelState all = *Aggregate(*Make("ties:density=1"), {{1, -2}, {3, 1}, {-1, -1}}, 2);
+  EXPECT_FLOAT_EQ(all.data()[0], 2.0f);
+  EXPECT_FLOAT_EQ(all.data()[1], -1.5f);
+  // density 0.5 keeps each delta's larger entry (both on a tie): a keeps -2, b keeps 3, c both.
+  ModelState half = *Aggregate(*Make("ties:density=0.5,lambda=2"), {{1, -2}, {3, 1}, {-1, -1}}, 2);
+  EXPECT_FLOAT_EQ(half.data()[0], 2.0f * 3.0f);   // mass 3 - 1 = 2 > 0: only b agrees
+  EXPECT_FLOAT_EQ(half.data()[1], 2.0f * -1.5f);  // a and c agree on -
+  EXPECT_THAT(MakeAggregator("ties:density=0", nullptr), StatusIs(StatusCode::kInvalidArgument, "(0, 1]"));
+}
+
+TEST(DareTest, NoDropIsTheWeightedMeanAndDropsAreSeeded) {
+  ModelState keep = *Aggregate(*Make("dare:p=0"), {{2, 4}, {4, 8}}, 2);
+  EXPECT_FLOAT_EQ(keep.data()[0], 3.0f);
+  EXPECT_FLOAT_EQ(keep.data()[1], 6.0f);
+  const std::vector<std::vector<float>> many = {std::vector<float>(1000, 1.0f), std::vector<float>(1000, 3.0f)};
+  ModelState a = *Aggregate(*Make("dare:p=0.5,seed=7"), many, 1000);
+  ModelState b = *Aggregate(*Make("dare:p=0.5,seed=7"), many, 1000);
+  ModelState c = *Aggregate(*Make("dare:p=0.5,seed=8"), many, 1000);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.ContentSha256(), c.ContentSha256());
+  double mean = 0.0;  // rescaled survivors keep the expectation: about 2
+  for (float x : a.data()) mean += x / 1000.0;
+  EXPECT_NEAR(mean, 2.0, 0.15);
+  EXPECT_THAT(MakeAggregator("dare:p=1", nullptr), StatusIs(StatusCode::kInvalidArgument, "[0, 1)"));
 }
 
 TEST(CoordinateWiseTest, TrimmedMeanOverManyClientsMatchesSortAndDrop) {

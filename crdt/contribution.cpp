@@ -1,0 +1,45 @@
+#include "crdt/contribution.h"
+
+namespace plexus {
+namespace {
+
+void AppendU64(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+std::string Contribution::Id() const {
+  std::string enc = "plexus.contribution.v1";
+  AppendU64(enc, author.size());
+  enc += author;
+  AppendU64(enc, static_cast<uint64_t>(examples));
+  AppendU64(enc, base_version);
+  AppendU64(enc, created_round);
+  enc += delta.ContentSha256();
+  return Sha256Hex(enc);
+}
+
+Status Sign(Contribution& c, const SigningKey& key) {
+  PLEXUS_ASSIGN_OR_RETURN(c.signature, key.Sign(c.Id()));
+  return Status::Ok();
+}
+
+Status AuthorKeys::Verify(const std::string& id, const Contribution& c) const {
+  const std::string actual = c.Id();
+  if (actual != id) {
+    return InvalidArgumentError("contribution " + id.substr(0, 12) + "... does not match its content (hashes to " +
+                                actual.substr(0, 12) + "...)");
+  }
+  if (c.examples <= 0) return InvalidArgumentError("contribution " + id.substr(0, 12) + "... has no examples");
+  PLEXUS_RETURN_IF_ERROR(c.delta.CheckFinite().WithContext("contribution " + id.substr(0, 12) + "..."));
+  auto key = keys_.find(c.author);
+  if (key == keys_.end()) {
+    return Status(StatusCode::kPermissionDenied, "contribution " + id.substr(0, 12) + "... from unknown author '" +
+                                                     c.author + "'");
+  }
+  return VerifySignature(key->second, id, c.signature)
+      .WithContext("contribution " + id.substr(0, 12) + "... by '" + c.author + "'");
+}
+
+}  // namespace plexus

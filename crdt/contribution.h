@@ -1,0 +1,44 @@
+// Contribution: one model delta offered to a CRDT merge, with who made it and how much it weighs.
+// It is content-addressed: Id() is the SHA-256 of a canonical encoding of every field but the
+// signature, and the author signs that id with Ed25519. AuthorKeys holds the trusted public keys
+// and refuses any contribution whose id or signature does not check out. Values; thread-compatible.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "crdt/signing.h"
+
+namespace plexus {
+
+struct Contribution {
+  std::string author;
+  int64_t examples = 1;        // weight in averaging strategies; positive
+  uint64_t base_version = 0;   // the model version the delta was trained from
+  uint64_t created_round = 0;
+  ModelState delta;
+  std::string signature;       // Ed25519 by `author` over Id()
+
+  // Lower-case hex SHA-256 over "plexus.contribution.v1", the length-prefixed author, the three
+  // integers (little-endian) and delta.ContentSha256().
+  std::string Id() const;
+};
+
+// Sets c.signature to key's signature of c.Id().
+Status Sign(Contribution& c, const SigningKey& key);
+
+class AuthorKeys {
+ public:
+  void Add(const std::string& author, std::string public_key) { keys_[author] = std::move(public_key); }
+  // OK when `c` hashes to `id`, has a positive example count, finite values, and is signed by
+  // its author's key. InvalidArgument for a content/id mismatch or bad fields, PermissionDenied
+  // for an unknown author or a signature that does not verify.
+  Status Verify(const std::string& id, const Contribution& c) const;
+
+ private:
+  std::map<std::string, std::string> keys_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,86 @@
+#include "crdt/merkle_digest.h"
+
+#include <algorithm>
+#include <set>
+#include <string_view>
+
+#include "core/model_state.h"
+
+namespace plexus {
+namespace {
+
+constexpr char kHex[] = "0123456789abcdef";
+
+}  // namespace
+
+MerkleDigest::MerkleDigest(const std::vector<std::string>& entries) {
+  for (const std::string& e : entries) keys_.emplace_back(Sha256Hex(e), e);
+  std::sort(keys_.begin(), keys_.end());
+  keys_.erase(std::unique(keys_.begin(), keys_.end()), keys_.end());
+  root_ = Build("", 0, keys_.size());
+}
+
+std::string MerkleDigest::Build(const std::string& prefix, size_t begin, size_t end) {
+  if (begin == end) return "";
+  std::string material;
+  const bool leaf = end - begin <= kLeafSize || prefix.size() == 64;
+  if (leaf) {
+    for (size_t i = begin; i < end; ++i) material += keys_[i].first;
+  } else {
+    size_t at = begin;
+    for (char digit : std::string_view(kHex, 16)) {
+      const std::string child = prefix + digit;
+      size_t stop = at;
+      while (stop < end && keys_[stop].first.compare(0, child.size(), child) == 0) ++stop;
+      material += Build(child, at, stop) + "|";
+      at = stop;
+    }
+  }
+  std::string hash = Sha256Hex(material);
+  nodes_[prefix] = {hash, leaf};
+  return hash;
+}
+
+std::pair<std::string, bool> MerkleDigest::Node(const std::string& prefix) const {
+  auto it = nodes_.find(prefix);
+  return it == nodes_.end() ? std::pair<std::string, bool>{"", true} : it->second;
+}
+
+std::vector<std::string> MerkleDigest::EntriesUnder(const std::string& prefix) const {
+  std::vector<std::string> out;
+  auto it = std::lower_bound(keys_.begin(), keys_.end(), std::pair<std::string, std::string>{prefix, ""});
+  for (; it != keys_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) out.push_back(it->second);
+  return out;
+}
+
+namespace {
+
+void Descend(const MerkleDigest& mine, const MerkleDigest& theirs, const std::string& prefix,
+             std::vector<std::string>* out, size_t* node_hashes) {
+  const auto [their_hash, their_leaf] = theirs.Node(prefix);
+  const auto [my_hash, my_leaf] = mine.Node(prefix);
+  ++*node_hashes;
+  if (their_hash == my_hash || their_hash.empty()) return;
+  if (their_leaf || my_leaf) {
+    // Small enough on one side: compare the entries themselves.
+    const std::vector<std::string> have = mine.EntriesUnder(prefix);
+    const std::set<std::string> mine_set(have.begin(), have.end());
+    for (const std::string& e : theirs.EntriesUnder(prefix)) {
+      if (!mine_set.count(e)) out->push_back(e);
+    }
+    return;
+  }
+  for (char digit : std::string_view(kHex, 16)) Descend(mine, theirs, prefix + digit, out, node_hashes);
+}
+
+}  // namespace
+
+std::vector<std::string> MissingFrom(const MerkleDigest& mine, const MerkleDigest& theirs, size_t* node_hashes) {
+  std::vector<std::string> out;
+  size_t count = 0;
+  Descend(mine, theirs, "", &out, &count);
+  if (node_hashes) *node_hashes = count;
+  return out;
+}
+
+}  // namespace plexus
