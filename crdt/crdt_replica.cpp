@@ -67,6 +67,8 @@ Result<ModelState> CrdtReplica::Resolve(const std::string& strategy, const Model
     const std::string seed = std::to_string(std::stoull(LiveRoot().substr(0, 15), nullptr, 16));
     spec += (spec.find(':') == std::string::npos ? ":seed=" : ",seed=") + seed;
   }
+  // A fresh instance every time: strategies with state across rounds (fedavgm, fedadam) must not
+  // carry it from one resolve to the next, or the result would depend on history, not the set.
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> merge, MakeAggregator(spec, nullptr));
   PLEXUS_RETURN_IF_ERROR(merge->Begin(base));
   for (const std::string& id : live) {

@@ -5,6 +5,7 @@
 #include "apps/plexus/commands.h"
 #include "core/safetensors.h"
 #include "core/thread_pool.h"
+#include "crdt/crdt_replica.h"
 
 namespace plexus::cli {
 namespace {
@@ -16,7 +17,33 @@ struct MergeFlags {
   std::string out;
   std::vector<std::string> inputs;
   int threads = 2;
+  bool crdt = false;
 };
+
+// --crdt: the files become contributions of one CRDT replica (content-addressed, so a file given
+// twice counts once, and resolved in hash order, so the argument order cannot matter; a "dare"
+// strategy is seeded from the set). The files carry no signatures of their own: this command
+// signs them with a key it makes for the occasion.
+ModelState MergeThroughCrdt(const MergeFlags& f, std::vector<ModelState> models, const std::vector<int64_t>& weights,
+                            const ModelState& base) {
+  const SigningKey key = Take(SigningKey::Generate());
+  AuthorKeys keys;
+  keys.Add("plexus-merge", key.public_key());
+  CrdtReplica replica("plexus-merge", &keys);
+  for (size_t i = 0; i < models.size(); ++i) {
+    Contribution c;
+    c.author = "plexus-merge";
+    c.examples = weights[i];
+    c.delta = std::move(models[i]);
+    if (!f.base.empty()) c.delta.Subtract(base);
+    Check(Sign(c, key));
+    Take(replica.Add(c), f.inputs[i]);
+  }
+  ModelState merged = Take(replica.Resolve(f.strategy, base), "--strategy");
+  std::printf("CRDT set: %zu distinct contributions of %zu files, root %s\n", replica.LiveIds().size(),
+              f.inputs.size(), replica.LiveRoot().c_str());
+  return merged;
+}
 
 // Weights reach the strategies as example counts; scale them to integers with 6 decimals.
 std::vector<int64_t> IntegerWeights(const std::vector<double>& weights, size_t n) {
@@ -47,6 +74,14 @@ void RunMerge(const MergeFlags& f) {
     if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
   }
   base.set_version(0);
+  if (f.crdt) {
+    ModelState merged = MergeThroughCrdt(f, std::move(models), weights, base);
+    merged.set_version(0);
+    Check(WriteSafetensorsFile(f.out, merged));
+    std::printf("merged through the CRDT layer with %s into %s (sha256 %s)\n", f.strategy.c_str(), f.out.c_str(),
+                merged.ContentSha256().c_str());
+    return;
+  }
   Check(agg->Begin(base));
   for (size_t i = 0; i < models.size(); ++i) {
     Update u;
@@ -77,6 +112,9 @@ void AddMergeCommand(CLI::App& app) {
                   "Model the inputs were fine-tuned from: merge their deltas and add the result to it "
                   "(default: merge the inputs themselves)");
   cmd->add_option("--out", f->out, "Output .safetensors file")->required();
+  cmd->add_flag("--crdt", f->crdt,
+                "Merge through the CRDT layer: duplicates count once, the result ignores the input order "
+                "(docs/crdt.md)");
   cmd->add_option("--threads", f->threads, "Threads")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_option("inputs", f->inputs, "Input .safetensors files")->required();
   AddConfigOption(cmd);

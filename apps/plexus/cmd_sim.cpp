@@ -7,7 +7,9 @@
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
+#include "core/model_state.h"
 #include "core/safetensors.h"
+#include "simulations/crdt_sim.h"
 #include "simulations/sim_runner.h"
 
 namespace plexus::cli {
@@ -24,9 +26,42 @@ struct SimFlags {
   size_t test_subset = 0;
   int threads = 1;
   const CLI::App* cmd = nullptr;  // to ask which flags were given
+  CrdtSimOptions crdt;
+  int64_t crdt_replicas = 0;
 };
 
+// `plexus sim --crdt-replicas N`: the CRDT convergence simulation instead of a federation.
+void RunCrdtSim(const SimFlags& f) {
+  CrdtSimOptions o = f.crdt;
+  o.replicas = f.crdt_replicas;
+  o.seed = f.sim.seed;
+  std::printf("plexus sim: %lld CRDT replicas, %lld contributions, %lld orderings%s, seed %llu\n",
+              static_cast<long long>(o.replicas), static_cast<long long>(o.contributions),
+              static_cast<long long>(o.orderings), o.partition_heal ? ", partition then heal" : "",
+              static_cast<unsigned long long>(o.seed));
+  std::fflush(stdout);
+  std::vector<CrdtOrdering> results = Take(RunCrdtSimulation(o, [&](const CrdtOrdering& r) {
+    std::printf("ordering %3lld: replicas_identical=%s  gossip_rounds=%lld  merkle_node_hashes=%lld  live=%lld ",
+                static_cast<long long>(r.ordering), r.identical ? "true" : "false",
+                static_cast<long long>(r.gossip_rounds), static_cast<long long>(r.node_hashes),
+                static_cast<long long>(r.live));
+    for (size_t i = 0; i < r.hashes.size(); ++i) {
+      std::printf(" %s=%s", o.strategies[i].c_str(), r.hashes[i].substr(0, 12).c_str());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }));
+  // Identical within every ordering, and the same across orderings (the final set is the same).
+  bool identical = true;
+  for (const CrdtOrdering& r : results) identical = identical && r.identical && r.hashes == results[0].hashes;
+  std::string all;
+  for (const std::string& h : results[0].hashes) all += h;
+  std::printf("replicas_identical=%s hash=%s\n", identical ? "true" : "false", Sha256Hex(all).c_str());
+  if (!identical) throw CommandError("replicas diverged");
+}
+
 void RunSim(const SimFlags& f) {
+  if (f.crdt_replicas > 0) return RunCrdtSim(f);
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
@@ -110,6 +145,18 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--speed-ratio", flags->sim.speeds.speed_ratio,
                   "Slowest / fastest device; times per step spread geometrically between them")
       ->capture_default_str();
+  cmd->add_option("--crdt-replicas", flags->crdt_replicas,
+                  "Instead of a federation: simulate this many CRDT replicas merging the same contributions "
+                  "(docs/crdt.md)");
+  cmd->add_option("--orderings", flags->crdt.orderings, "CRDT simulation: random delivery orders to try")
+      ->capture_default_str();
+  cmd->add_flag("--partition-heal", flags->crdt.partition_heal,
+                "CRDT simulation: split the replicas in two for a while, then heal the partition");
+  cmd->add_option("--crdt-contributions", flags->crdt.contributions, "CRDT simulation: contributions (one per author)")
+      ->capture_default_str();
+  cmd->add_option("--crdt-strategy", flags->crdt.strategies,
+                  "CRDT simulation: strategy to resolve with (repeat for several; default fedavg, median, "
+                  "trimmed_mean, ties, dare)");
   cmd->add_option("--max-tasks", flags->sim.max_tasks,
                   "Stop after this many training tasks (0 = run all --rounds versions)")
       ->capture_default_str();

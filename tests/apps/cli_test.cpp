@@ -85,6 +85,20 @@ TEST(CliTest, InvalidSettingsAreClearErrors) {
   EXPECT_NE(out.find("cannot get status"), std::string::npos) << out;
 }
 
+TEST(CliTest, CrdtReplicaSimulationEndsWithTheVerdictLine) {
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--crdt-replicas", "8", "--orderings", "2", "--crdt-contributions", "4",
+                             "--partition-heal"},
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ordering   1: replicas_identical=true"), std::string::npos) << out;
+  EXPECT_NE(out.find("\nreplicas_identical=true hash="), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--crdt-replicas", "1"}, &out), 1);
+  EXPECT_NE(out.find("at least 2"), std::string::npos) << out;
+}
+
 TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::string cfg = Temp("sim.toml");
@@ -168,6 +182,23 @@ TEST(MergeCliTest, MergesFilesWithWeightsAndStrategies) {
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "fedsomething", "--out", out, a, b}, &log), 1);
   EXPECT_NE(log.find("known: bulyan"), std::string::npos) << log;
   for (const auto& p : {a, b, c, out}) std::filesystem::remove(p);
+}
+
+TEST(MergeCliTest, CrdtMergeCountsDuplicatesOnceAndIgnoresOrder) {
+  const std::string a = Temp("ca.safetensors"), b = Temp("cb.safetensors"), out1 = Temp("c1.safetensors"),
+                    out2 = Temp("c2.safetensors");
+  WriteModel(a, "w", {1, 2});
+  WriteModel(b, "w", {3, 6});
+  std::string log;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out1, a, b, a}, &log), 0)
+      << log;
+  EXPECT_NE(log.find("2 distinct contributions of 3 files"), std::string::npos) << log;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out2, b, a}, &log), 0)
+      << log;
+  EXPECT_EQ(ReadFile(out1), ReadFile(out2));
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--out", out1, a, b, b}, &log), 0) << log;
+  EXPECT_EQ(ReadValues(out1, 2), (std::vector<float>{2.0f, 4.0f}));  // b once: the plain mean
+  for (const auto& p : {a, b, out1, out2}) std::filesystem::remove(p);
 }
 
 TEST(MergeCliTest, RefusesMismatchedFilesNamingTheFirstMismatch) {

@@ -135,6 +135,16 @@ TEST(CrdtReplicaTest, EveryDeliveryOrderGivesTheSameBytes) {
   }
 }
 
+TEST(CrdtReplicaTest, ResolveIsAPureFunctionOfTheSetEvenForStatefulStrategies) {
+  const AuthorKeys keys = Keys(2);
+  CrdtReplica r("r", &keys);
+  ASSERT_OK(r.Add(Make(0, 0)));
+  ASSERT_OK(r.Add(Make(1, 0)));
+  for (const char* s : {"fedavgm:momentum=0.9", "fedadam"}) {
+    EXPECT_EQ(r.Resolve(s, Base())->ContentSha256(), r.Resolve(s, Base())->ContentSha256()) << s;
+  }
+}
+
 TEST(CrdtReplicaTest, SyncCarriesContributionsAndRetractions) {
   const AuthorKeys keys = Keys(3);
   CrdtReplica a("a", &keys), b("b", &keys);
