@@ -7,12 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 filter=${1:-.}
-scripts/setup.sh >/dev/null
-if [ ! -f build-bench/build.ninja ]; then
-  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLEXUS_PROFILE=portable \
-    -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build build-bench -j2 --target aggregation_bench >/dev/null
+bench/build_bench.sh aggregation_bench
 out=$(mktemp)
 build-bench/bench/aggregation_bench --benchmark_filter="Copy|Triad|$filter" \
   --benchmark_out="$out" --benchmark_out_format=json >&2

@@ -4,12 +4,7 @@
 # contribution, and Merkle digest sync against set size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
-if [ ! -f build-bench/build.ninja ]; then
-  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLEXUS_PROFILE=portable \
-    -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build build-bench -j2 --target crdt_bench >/dev/null
+bench/build_bench.sh crdt_bench
 out=$(mktemp)
 build-bench/bench/crdt_bench --benchmark_out="$out" --benchmark_out_format=json >&2
 python3 - "$out" <<'PY'
