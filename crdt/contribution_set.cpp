@@ -9,6 +9,20 @@ std::string DotText(const Dot& d) { return d.replica + "/" + std::to_string(d.co
 
 }  // namespace
 
+ContributionSet ContributionSet::FromState(std::string replica, std::map<Dot, std::string> adds,
+                                           std::set<Dot> tombstones) {
+  ContributionSet s(std::move(replica));
+  s.adds_ = std::move(adds);
+  s.tombstones_ = std::move(tombstones);
+  for (const auto& [dot, id] : s.adds_) {
+    if (dot.replica == s.replica_) s.counter_ = std::max(s.counter_, dot.counter);
+  }
+  for (const Dot& dot : s.tombstones_) {
+    if (dot.replica == s.replica_) s.counter_ = std::max(s.counter_, dot.counter);
+  }
+  return s;
+}
+
 Dot ContributionSet::Add(const std::string& id) {
   Dot d{replica_, ++counter_};
   adds_.emplace(d, id);

@@ -24,6 +24,8 @@ struct Dot {
 class ContributionSet {
  public:
   explicit ContributionSet(std::string replica) : replica_(std::move(replica)) {}
+  // A state as saved: its adds and tombstones (see Join for how it merges into another).
+  static ContributionSet FromState(std::string replica, std::map<Dot, std::string> adds, std::set<Dot> tombstones);
 
   // Adds `id` with a fresh dot.
   Dot Add(const std::string& id);

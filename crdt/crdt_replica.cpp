@@ -1,7 +1,5 @@
 #include "crdt/crdt_replica.h"
 
-#include <set>
-
 #include "aggregators/registry.h"
 #include "crdt/merkle_digest.h"
 
@@ -40,14 +38,24 @@ Status CrdtReplica::JoinVerified(const ContributionSet& delta, const std::map<st
 
 Status CrdtReplica::Join(const CrdtReplica& other) { return JoinVerified(other.set_, other.store_); }
 
-Result<size_t> CrdtReplica::SyncFrom(const CrdtReplica& other) {
+Result<size_t> CrdtReplica::SyncFrom(SyncPeer& peer) {
   size_t node_hashes = 0;
-  const std::vector<std::string> missing =
-      MissingFrom(MerkleDigest(set_.Entries()), MerkleDigest(other.set_.Entries()), &node_hashes);
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> missing,
+                          MissingFrom(MerkleDigest(set_.Entries()), peer.digest(), &node_hashes));
   if (missing.empty()) return node_hashes;
-  PLEXUS_RETURN_IF_ERROR(
-      JoinVerified(other.set_.Select(std::set<std::string>(missing.begin(), missing.end())), other.store_));
+  PLEXUS_ASSIGN_OR_RETURN(StateDelta delta, peer.Fetch(missing));
+  PLEXUS_RETURN_IF_ERROR(JoinVerified(delta.set, delta.contributions));
   return node_hashes;
+}
+
+Result<size_t> CrdtReplica::SyncFrom(const CrdtReplica& other) {
+  LocalPeer peer(other);
+  return SyncFrom(peer);
+}
+
+const Contribution* CrdtReplica::Find(const std::string& id) const {
+  auto it = store_.find(id);
+  return it == store_.end() ? nullptr : &it->second;
 }
 
 std::string CrdtReplica::StateDigest() const { return MerkleDigest(set_.Entries()).Root(); }

@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "crdt/contribution.h"
 #include "crdt/contribution_set.h"
+#include "crdt/sync_peer.h"
 
 namespace plexus {
 
@@ -33,13 +34,23 @@ class CrdtReplica {
   // Full-state join: the other's set, and its contributions this replica lacks (each verified;
   // if any fails, nothing is joined).
   Status Join(const CrdtReplica& other);
-  // Delta-state sync from `other`: finds the entries this replica lacks with Merkle digests and
-  // joins only those, with the contributions they need. Returns the node hashes compared.
+  // Delta-state sync from a peer: finds the entries this replica lacks with Merkle digests and
+  // joins only those, with the contributions they need (verified; on any failure nothing is
+  // joined). Returns the node hashes compared.
+  Result<size_t> SyncFrom(SyncPeer& peer);
+  // The same with a replica in this process (through a LocalPeer).
   Result<size_t> SyncFrom(const CrdtReplica& other);
+  // Joins a saved or received state: its set and the contributions it references (verified).
+  Status Restore(const ContributionSet& set, const std::map<std::string, Contribution>& contributions) {
+    return JoinVerified(set, contributions);
+  }
 
   const std::string& replica_id() const { return id_; }
   const ContributionSet& set() const { return set_; }
   std::vector<std::string> LiveIds() const { return set_.Live(); }
+  // A held contribution (live or retracted), or nullptr.
+  const Contribution* Find(const std::string& id) const;
+  const std::map<std::string, Contribution>& contributions() const { return store_; }
   // Merkle root over the set's entries (adds and tombstones): equal iff the states are equal.
   std::string StateDigest() const;
   // SHA-256 over the sorted live ids: seeds stochastic strategies.

@@ -55,32 +55,44 @@ std::vector<std::string> MerkleDigest::EntriesUnder(const std::string& prefix) c
 
 namespace {
 
-void Descend(const MerkleDigest& mine, const MerkleDigest& theirs, const std::string& prefix,
-             std::vector<std::string>* out, size_t* node_hashes) {
-  const auto [their_hash, their_leaf] = theirs.Node(prefix);
+Status Descend(const MerkleDigest& mine, const DigestSource& theirs, const std::string& prefix,
+               std::vector<std::string>* out, size_t* node_hashes) {
+  PLEXUS_ASSIGN_OR_RETURN(auto their_node, theirs.node(prefix));
+  const auto [their_hash, their_leaf] = their_node;
   const auto [my_hash, my_leaf] = mine.Node(prefix);
   ++*node_hashes;
-  if (their_hash == my_hash || their_hash.empty()) return;
+  if (their_hash == my_hash || their_hash.empty()) return Status::Ok();
   if (their_leaf || my_leaf) {
     // Small enough on one side: compare the entries themselves.
     const std::vector<std::string> have = mine.EntriesUnder(prefix);
     const std::set<std::string> mine_set(have.begin(), have.end());
-    for (const std::string& e : theirs.EntriesUnder(prefix)) {
+    PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> theirs_under, theirs.entries_under(prefix));
+    for (const std::string& e : theirs_under) {
       if (!mine_set.count(e)) out->push_back(e);
     }
-    return;
+    return Status::Ok();
   }
-  for (char digit : std::string_view(kHex, 16)) Descend(mine, theirs, prefix + digit, out, node_hashes);
+  for (char digit : std::string_view(kHex, 16)) {
+    PLEXUS_RETURN_IF_ERROR(Descend(mine, theirs, prefix + digit, out, node_hashes));
+  }
+  return Status::Ok();
 }
 
 }  // namespace
 
-std::vector<std::string> MissingFrom(const MerkleDigest& mine, const MerkleDigest& theirs, size_t* node_hashes) {
+Result<std::vector<std::string>> MissingFrom(const MerkleDigest& mine, const DigestSource& theirs, size_t* node_hashes) {
   std::vector<std::string> out;
   size_t count = 0;
-  Descend(mine, theirs, "", &out, &count);
+  PLEXUS_RETURN_IF_ERROR(Descend(mine, theirs, "", &out, &count));
   if (node_hashes) *node_hashes = count;
   return out;
+}
+
+std::vector<std::string> MissingFrom(const MerkleDigest& mine, const MerkleDigest& theirs, size_t* node_hashes) {
+  DigestSource local{
+      [&](const std::string& prefix) -> Result<std::pair<std::string, bool>> { return theirs.Node(prefix); },
+      [&](const std::string& prefix) -> Result<std::vector<std::string>> { return theirs.EntriesUnder(prefix); }};
+  return *MissingFrom(mine, local, node_hashes);  // a local source cannot fail
 }
 
 }  // namespace plexus

@@ -7,10 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/status.h"
 
 namespace plexus {
 
@@ -38,8 +41,18 @@ class MerkleDigest {
   std::string root_;
 };
 
-// The entries `theirs` holds and `mine` does not. *node_hashes counts the node hashes compared
-// (the messages a network exchange would need, entry lists of differing leaves aside).
+// Where the other side's digest comes from: its node at a prefix, and its entries under one.
+// A remote peer answers these over the network; a local one from a MerkleDigest.
+struct DigestSource {
+  std::function<Result<std::pair<std::string, bool>>(const std::string& prefix)> node;
+  std::function<Result<std::vector<std::string>>(const std::string& prefix)> entries_under;
+};
+
+// The entries the other side holds and `mine` does not, asking only about subtrees whose hashes
+// differ. *node_hashes counts the node hashes compared (the messages a network exchange needs,
+// entry lists of differing leaves aside).
+Result<std::vector<std::string>> MissingFrom(const MerkleDigest& mine, const DigestSource& theirs, size_t* node_hashes);
+// The same against a digest at hand.
 std::vector<std::string> MissingFrom(const MerkleDigest& mine, const MerkleDigest& theirs, size_t* node_hashes);
 
 }  // namespace plexus

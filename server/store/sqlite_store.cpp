@@ -1,72 +1,14 @@
 #include "server/store/sqlite_store.h"
 
-#include <sqlite3.h>
-
 #include "core/safetensors.h"
+#include "server/store/sqlite_statement.h"
 
 namespace plexus {
 namespace {
 
-// Translates an SQLite result code into a Status, keeping SQLite's own message.
-Status SqliteError(sqlite3* db, int rc, const std::string& what) {
-  const std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  switch (rc) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED: return Status(StatusCode::kAborted, msg);
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return DataLossError(msg);
-    case SQLITE_CANTOPEN:
-    case SQLITE_IOERR:
-    case SQLITE_FULL: return UnavailableError(msg);
-    case SQLITE_CONSTRAINT: return AlreadyExistsError(msg);
-    default: return InternalError(msg);
-  }
-}
+using Stmt = SqliteStatement;
 
-// A prepared statement that finalizes itself.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Status prepared(const std::string& what) const { return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what); }
-  Stmt& Bind(int i, int64_t v) { sqlite3_bind_int64(s_, i, v); return *this; }
-  Stmt& Bind(int i, double v) { sqlite3_bind_double(s_, i, v); return *this; }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& BindBlob(int i, const std::string& v) {
-    sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& BindOptional(int i, const std::optional<double>& v) {
-    if (v) sqlite3_bind_double(s_, i, *v); else sqlite3_bind_null(s_, i);
-    return *this;
-  }
-  int Step() { return sqlite3_step(s_); }
-  int64_t Int(int c) const { return sqlite3_column_int64(s_, c); }
-  double Double(int c) const { return sqlite3_column_double(s_, c); }
-  bool IsNull(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
-  std::string Text(int c) const {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_blob(s_, c));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, c))) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* s_ = nullptr;
-  int rc_;
-};
-
-// Runs a statement that returns no rows.
-Status Run(sqlite3* db, Stmt& st, const std::string& what) {
-  PLEXUS_RETURN_IF_ERROR(st.prepared(what));
-  const int rc = st.Step();
-  return rc == SQLITE_DONE ? Status::Ok() : SqliteError(db, rc, what);
-}
+Status Run(sqlite3* db, Stmt& st, const std::string& what) { return RunStatement(db, st, what); }
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,31 +36,13 @@ CREATE TABLE IF NOT EXISTS accepted_updates (
 }  // namespace
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    Status s = SqliteError(db, rc, "open database '" + path + "'");
-    sqlite3_close(db);
-    return s;
-  }
-  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
-  sqlite3_busy_timeout(db, 5000);
-  Status s = store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;");
-  if (s.ok()) s = store->Exec(kSchema);
-  if (!s.ok()) return s.WithContext("open database '" + path + "'");
-  return store;
+  PLEXUS_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlite(path, kSchema));
+  return std::unique_ptr<SqliteStore>(new SqliteStore(db));
 }
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
 
-Status SqliteStore::Exec(const char* sql) {
-  char* err = nullptr;
-  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
-  if (rc == SQLITE_OK) return Status::Ok();
-  Status s = SqliteError(db_, rc, err ? err : "exec");
-  sqlite3_free(err);
-  return s;
-}
+Status SqliteStore::Exec(const char* sql) { return ExecSql(db_, sql); }
 
 Status SqliteStore::PutMeta(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -163,6 +163,34 @@ TEST(CrdtReplicaTest, SyncCarriesContributionsAndRetractions) {
   EXPECT_THAT(CrdtReplica("empty", &keys).Resolve("fedavg", Base()), StatusIs(StatusCode::kFailedPrecondition, "no live contributions"));
 }
 
+// A peer that ships a tampered copy of every contribution it is asked for.
+class TamperingPeer final : public SyncPeer {
+ public:
+  explicit TamperingPeer(const CrdtReplica& r) : inner_(r) {}
+  const DigestSource& digest() override { return inner_.digest(); }
+  Result<StateDelta> Fetch(const std::vector<std::string>& entries) override {
+    PLEXUS_ASSIGN_OR_RETURN(StateDelta d, inner_.Fetch(entries));
+    for (auto& [id, c] : d.contributions) c.delta.data()[0] += 1.0f;
+    return d;
+  }
+
+ private:
+  LocalPeer inner_;
+};
+
+TEST(CrdtReplicaTest, SyncFromALyingPeerJoinsNothing) {
+  const AuthorKeys keys = Keys(3);
+  CrdtReplica honest("honest", &keys), victim("victim", &keys);
+  ASSERT_OK(honest.Add(Make(0, 0)));
+  ASSERT_OK(honest.Add(Make(1, 0)));
+  ASSERT_OK(victim.Add(Make(2, 0)));
+  const std::string before = victim.StateDigest();
+  TamperingPeer liar(honest);
+  EXPECT_THAT(victim.SyncFrom(liar).status(), StatusIs(StatusCode::kInvalidArgument, "does not match its content"));
+  EXPECT_EQ(victim.StateDigest(), before);
+  EXPECT_EQ(victim.LiveIds().size(), 1u);
+}
+
 // Random histories of adds, retractions and joins over three replicas.
 struct History {
   std::vector<ContributionSet> states;
