@@ -182,7 +182,7 @@ TEST(FedBuffTest, PublishesEveryKStalenessWeighted) {
 }
 
 TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
-  for (const std::string& spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
+  for (const char* spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
                                   "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
                                   "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
     auto agg = Make(spec);
