@@ -37,6 +37,7 @@ struct ServerFlags {
   int threads = 1;
   std::string tls_cert, tls_key, tls_client_ca;
   bool insecure = false;
+  DoorLimits limits;
 };
 
 // Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
@@ -95,7 +96,7 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server =
-      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls));
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls, f.limits));
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
                tls.enabled() ? "mutual TLS" : "no TLS", f.mode, f.model, sync.rounds, engine->strategy_description());
 
@@ -165,6 +166,16 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_option("--max-update-norm", f->limits.max_update_norm,
+                  "Refuse updates whose L2 norm exceeds this (0: no bound)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--rate-limit", f->limits.requests_per_s, "Requests per second allowed per client (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--rate-burst", f->limits.burst, "Requests a client may make at once above its rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_flag("--insecure", f->insecure, "Allow listening on a non-loopback address without TLS");
   cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);

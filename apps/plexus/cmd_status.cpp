@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include <array>
+#include <map>
 
 #include "apps/plexus/commands.h"
 #include "client/grpc_transport.h"
@@ -35,6 +36,8 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                         {"updates_stale", r.updates_stale()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
+    j["refusals"] = nlohmann::json::object();
+    for (const auto& [code, count] : r.refusals()) j["refusals"][code] = count;
     j["schedule"] = nlohmann::json::array();
     for (const v1::ClientSchedule& c : r.schedule()) {
       j["schedule"].push_back({{"client_id", c.client_id()},
@@ -66,6 +69,12 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
               static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
               static_cast<long long>(r.updates_stale()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
+  if (!r.refusals().empty()) {
+    std::map<std::string, int64_t> sorted(r.refusals().begin(), r.refusals().end());
+    std::printf("refused calls    ");
+    for (const auto& [code, count] : sorted) std::printf(" %s %lld", code.c_str(), static_cast<long long>(count));
+    std::printf("\n");
+  }
   if (r.last_merged_size() > 0) {
     std::printf("last version      merged");
     for (const v1::MergedUpdate& m : r.last_merged()) {

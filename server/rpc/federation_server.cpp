@@ -1,15 +1,20 @@
 #include "server/rpc/federation_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "aggregators/simd_kernels.h"
 #include "core/clock.h"
 #include "core/safetensors.h"
+#include "server/rpc/rate_limiter.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
 namespace plexus {
@@ -26,15 +31,21 @@ grpc::Status ToGrpc(const Status& s) {
 
 class Service final : public v1::Federation::Service {
  public:
-  Service(Engine* engine, Store* store, ServerInfo info, bool mtls)
-      : engine_(engine), store_(store), info_(std::move(info)), mtls_(mtls) {}
+  Service(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits)
+      : engine_(engine),
+        store_(store),
+        info_(std::move(info)),
+        mtls_(mtls),
+        limits_(limits),
+        rate_(limits.requests_per_s, limits.burst, &clock_) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
     Result<std::string> claimed = Identity(ctx, req->client_id());
-    if (!claimed.ok()) return ToGrpc(claimed.status());
+    if (!claimed.ok()) return Refuse("join", claimed.status());
     std::lock_guard<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(*claimed); !limited.ok()) return RefuseLocked("join", limited);
     Result<std::string> id = engine_->Join({*claimed, req->num_examples(), req->device()});
-    if (!id.ok()) return ToGrpc(id.status());
+    if (!id.ok()) return RefuseLocked("join", id.status());
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
     active_clients_.insert(*id);
@@ -47,11 +58,12 @@ class Service final : public v1::Federation::Service {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(std::min<int64_t>(req->wait_ms(), kMaxPollWaitMs));
     Result<std::string> who = Identity(ctx, req->client_id());
-    if (!who.ok()) return ToGrpc(who.status());
+    if (!who.ok()) return Refuse("poll", who.status());
     std::unique_lock<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("poll", limited);
     while (true) {
       Result<PollAnswer> a = engine_->Poll(req->client_id());
-      if (!a.ok()) return ToGrpc(a.status());
+      if (!a.ok()) return RefuseLocked("poll", a.status());
       active_clients_.insert(req->client_id());
       if (a->kind == PollAnswer::Kind::kTask) {
         cv_.notify_all();  // this poll may have opened a round others are waiting for
@@ -109,35 +121,36 @@ class Service final : public v1::Federation::Service {
                             v1::UploadReply* rep) override {
     v1::UpdateChunk chunk;
     if (!reader->Read(&chunk) || chunk.part_case() != v1::UpdateChunk::kHeader) {
-      return Refuse(InvalidArgumentError("an upload must start with a header chunk"));
+      return Refuse("upload", InvalidArgumentError("an upload must start with a header chunk"));
     }
     const v1::UpdateHeader header = chunk.header();
     Result<std::string> who = Identity(ctx, header.client_id());
-    if (!who.ok()) return Refuse(who.status());
+    if (!who.ok()) return Refuse("upload", who.status());
     size_t limit;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (Status limited = RateLimited(header.client_id()); !limited.ok()) return RefuseLocked("upload", limited);
       limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
     }
     if (header.total_bytes() > limit) {
-      return Refuse(ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
+      return Refuse("upload", ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
     std::string payload;
     payload.reserve(header.total_bytes());
     while (reader->Read(&chunk)) {
-      if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse(InvalidArgumentError("a second header chunk"));
+      if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse("upload", InvalidArgumentError("a second header chunk"));
       if (payload.size() + chunk.data().size() > header.total_bytes()) {
-        return Refuse(InvalidArgumentError("update carries more bytes than its header announces"));
+        return Refuse("upload", InvalidArgumentError("update carries more bytes than its header announces"));
       }
       payload += chunk.data();
     }
     if (payload.size() != header.total_bytes()) {
-      return Refuse(InvalidArgumentError("update ended after " + std::to_string(payload.size()) + " of " +
+      return Refuse("upload", InvalidArgumentError("update ended after " + std::to_string(payload.size()) + " of " +
                                          std::to_string(header.total_bytes()) + " bytes"));
     }
     Result<ModelState> decoded = DecodeSafetensors(payload);
-    if (!decoded.ok()) return Refuse(decoded.status().WithContext("update for task " + header.task_id()));
+    if (!decoded.ok()) return Refuse("upload", decoded.status().WithContext("update for task " + header.task_id()));
 
     Update u;
     u.client_id = header.client_id();
@@ -150,14 +163,24 @@ class Service final : public v1::Federation::Service {
     u.delta = std::move(decoded).value();
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
       Status layout = u.delta.CheckSameLayout(engine_->model());
-      if (!layout.ok()) return Refuse(layout.WithContext("update for task " + header.task_id()));
+      if (!layout.ok()) return RefuseLocked("upload", layout.WithContext("update for task " + header.task_id()));
       u.delta.Subtract(engine_->model());
     } else if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32) {
-      return Refuse(InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
+      return RefuseLocked("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
+    }
+    if (limits_.max_update_norm > 0) {
+      // A NaN norm is left to the engine, which names the tensor and index.
+      const double norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
+      if (std::isfinite(norm) && norm > limits_.max_update_norm) {
+        return RefuseLocked("upload", InvalidArgumentError(fmt::format(
+                                          "update for task {} has L2 norm {:g}, above the server's bound of {:g} "
+                                          "(--max-update-norm)",
+                                          header.task_id(), norm, limits_.max_update_norm)));
+      }
     }
     const uint64_t version_before = engine_->model().version();
     Status s = engine_->Submit(u);
-    if (!s.ok()) return Refuse(s.WithContext("update from " + u.client_id));
+    if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + u.client_id));
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) {
       const RoundRecord& r = engine_->history().back();
@@ -197,6 +220,7 @@ class Service final : public v1::Federation::Service {
     }
     std::lock_guard<std::mutex> lock(mu_);
     rep->set_strategy(engine_->strategy_description());
+    for (const auto& [code, count] : refusals_) (*rep->mutable_refusals())[code] = count;
     if (!engine_->history().empty()) {
       for (const MergedUpdate& m : engine_->history().back().merged) {
         v1::MergedUpdate* out = rep->add_last_merged();
@@ -257,9 +281,23 @@ class Service final : public v1::Federation::Service {
     return cn;
   }
 
-  grpc::Status Refuse(const Status& s) {
-    spdlog::warn("refused upload: {}", s.ToString());
+  // Logs and counts a refusal; RefuseLocked when mu_ is already held.
+  grpc::Status Refuse(const char* call, const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return RefuseLocked(call, s);
+  }
+  grpc::Status RefuseLocked(const char* call, const Status& s) {
+    spdlog::warn("refused {}: {}", call, s.ToString());
+    ++refusals_[std::string(StatusCodeName(s.code()))];
     return ToGrpc(s);
+  }
+
+  // ResourceExhausted when `client` is over its request rate. Requires mu_.
+  Status RateLimited(const std::string& client) {
+    if (rate_.Allow(client)) return Status::Ok();
+    return ResourceExhaustedError(fmt::format(
+        "client '{}' is over the server's limit of {:g} requests per second; retry in {} ms", client,
+        limits_.requests_per_s, rate_.RetryAfterMs(client)));
   }
 
   // The current version is kept encoded; older versions come from the store.
@@ -280,7 +318,10 @@ class Service final : public v1::Federation::Service {
   Store* const store_;
   const ServerInfo info_;
   const bool mtls_;
+  const DoorLimits limits_;
   RealClock clock_;
+  RateLimiter rate_;                              // guarded by mu_
+  std::map<std::string, int64_t> refusals_;       // guarded by mu_; by status code name
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -293,8 +334,9 @@ class Service final : public v1::Federation::Service {
 
 class GrpcFederationServer final : public FederationServer {
  public:
-  GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls)
-      : service_(engine, store, info, tls.enabled()), tls_(tls) {}
+  GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls,
+                       const DoorLimits& limits)
+      : service_(engine, store, info, tls.enabled(), limits), tls_(tls) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
@@ -357,11 +399,11 @@ class GrpcFederationServer final : public FederationServer {
 
 Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, Engine* engine,
                                                                   Store* store, const ServerInfo& info,
-                                                                  const ServerTls& tls) {
+                                                                  const ServerTls& tls, const DoorLimits& limits) {
   if (tls.enabled() && (tls.key_pem.empty() || tls.client_ca_pem.empty())) {
     return InvalidArgumentError("mutual TLS needs a certificate, its key and the client CA");
   }
-  auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls);
+  auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));
   return std::unique_ptr<FederationServer>(std::move(server));
 }

@@ -20,6 +20,15 @@ struct ServerInfo {
   int64_t rounds_total = 0;
 };
 
+// Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite
+// values, known tasks). Refusals of every kind are logged and counted per status code in the
+// admin status.
+struct DoorLimits {
+  double max_update_norm = 0;       // refuse updates whose L2 norm exceeds this (0: no bound)
+  double requests_per_s = 100;      // per client, on average (0: no limit)
+  double burst = 200;               // per client, at once
+};
+
 // Mutual TLS: PEM contents. When set, every client must present a certificate signed by
 // `client_ca_pem`; its common name is the client's identity, and a client may only join, poll
 // and upload as itself (PERMISSION_DENIED otherwise).
@@ -34,7 +43,8 @@ class FederationServer {
  public:
   // Unavailable when the address cannot be bound.
   static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, Engine* engine, Store* store,
-                                                         const ServerInfo& info, const ServerTls& tls = {});
+                                                         const ServerInfo& info, const ServerTls& tls = {},
+                                                         const DoorLimits& limits = {});
   virtual ~FederationServer() = default;
 
   virtual int port() const = 0;

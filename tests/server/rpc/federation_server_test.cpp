@@ -22,6 +22,8 @@ using ::plexus::testing::StatusIs;
 
 class FederationServerTest : public ::testing::Test {
  protected:
+  // Door limits for the server SetUp starts; tests that need others set them first and call Restart.
+  DoorLimits limits_;
   void SetUp() override {
     SyncOptions o;
     o.rounds = 1;
@@ -29,7 +31,7 @@ class FederationServerTest : public ::testing::Test {
     o.min_clients = 2;
     model_ = *ModelState::Create({{"w", {4}}, {"b", {2}}});
     engine_ = *SyncEngine::Open(o, model_, &store_, &clock_, nullptr, nullptr);
-    server_ = *FederationServer::Start("127.0.0.1:0", engine_.get(), &store_, {"tiny", 1});
+    server_ = *FederationServer::Start("127.0.0.1:0", engine_.get(), &store_, {"tiny", 1}, {}, limits_);
     target_ = "127.0.0.1:" + std::to_string(server_->port());
     transport_ = MakeGrpcFederationTransport(target_);
     ASSERT_OK(transport_->Join("a", 10, "test"));
@@ -100,6 +102,15 @@ TEST_F(FederationServerTest, BadUploadsAreRefusedAndAcceptedOnesKept) {
 
   EXPECT_EQ(server_->status().updates_accepted, 1);
   EXPECT_EQ(server_->status().round_received, 1);
+  // Every refusal is counted by its status code in the admin status.
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::StatusReply status;
+  ASSERT_TRUE(stub->GetStatus(&ctx, v1::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.refusals().at("INVALID_ARGUMENT"), 3);
+  EXPECT_EQ(status.refusals().at("NOT_FOUND"), 2);
+  EXPECT_EQ(status.refusals().at("PERMISSION_DENIED"), 1);
+  EXPECT_EQ(status.refusals().at("RESOURCE_EXHAUSTED"), 1);
   ASSERT_OK(transport_->Upload(Header("b", task_b_), Delta(3.0f)));
   EXPECT_TRUE(server_->status().finished);
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);  // (1 + 3) / 2: the bad uploads left no trace
@@ -137,6 +148,52 @@ TEST_F(FederationServerTest, UploadWithoutHeaderOrShortPayloadIsRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("ended after 10 of 100 bytes"), std::string::npos) << s.error_message();
   }
+}
+
+class DoorLimitsTest : public FederationServerTest {
+ protected:
+  void SetUp() override {
+    limits_.requests_per_s = 0.001;
+    limits_.burst = 2;
+    FederationServerTest::SetUp();  // each client joined and polled: its burst is spent
+  }
+};
+
+TEST_F(DoorLimitsTest, NormBoundAndRateLimitRefuseWithClearMessages) {
+  // Uploads get their own check of the limit before anything is read.
+  EXPECT_THAT(transport_->Upload(Header("a", task_a_), Delta(3.0f)),
+              StatusIs(StatusCode::kResourceExhausted, "over the server's limit"));
+  EXPECT_THAT(transport_->Poll("b", 10), StatusIs(StatusCode::kResourceExhausted, "requests per second"));
+  EXPECT_EQ(server_->status().updates_accepted, 0);
+}
+
+TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
+  RealClock clock;
+  MemoryStore store;
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 1;
+  o.min_clients = 1;
+  const ModelState model = *ModelState::Create({{"w", {4}}});
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  DoorLimits limits;
+  limits.max_update_norm = 5.0;
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, limits);
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  UploadHeader h;
+  h.client_id = "a";
+  h.task_id = t.task_id;
+  h.num_examples = 10;
+  ModelState big = ModelState::ZerosLike(model);
+  for (float& x : big.data()) x = 3.0f;  // norm 6
+  EXPECT_THAT(transport->Upload(h, EncodeSafetensors(big)), StatusIs(StatusCode::kInvalidArgument, "above the server's bound of 5"));
+  ModelState small = ModelState::ZerosLike(model);
+  for (float& x : small.data()) x = 2.0f;  // norm 4
+  ASSERT_OK(transport->Upload(h, EncodeSafetensors(small)));
+  EXPECT_TRUE(server->status().finished);
+  server->Shutdown();
 }
 
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
