@@ -26,7 +26,7 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 
 class GrpcFederationTransport final : public FederationTransport {
  public:
-  GrpcFederationTransport(const std::string& target, const ClientTls& tls) {
+  GrpcFederationTransport(const std::string& target, const ClientTls& tls) : token_(tls.token) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -38,6 +38,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(In(10000));
     v1::JoinRequest req;
     req.set_client_id(client_id);
@@ -50,6 +51,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(In(wait_ms + 10000));
     v1::PollTaskRequest req;
     req.set_client_id(client_id);
@@ -84,6 +86,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) override {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(In(120000));
     v1::DownloadModelRequest req;
     req.set_version(version);
@@ -110,6 +113,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<uint64_t> Upload(const UploadHeader& h, std::string_view payload) override {
     grpc::ClientContext ctx;
+    Authorize(ctx);
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
     auto writer = stub_->UploadUpdate(&ctx, &rep);
@@ -135,6 +139,11 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
  private:
+  void Authorize(grpc::ClientContext& ctx) const {
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+  }
+
+  const std::string token_;
   std::unique_ptr<v1::Federation::Stub> stub_;
 };
 

@@ -11,12 +11,14 @@
 
 namespace plexus {
 
-// Mutual TLS for the client: PEM contents of the CA that signed the server's certificate, and
-// this client's certificate and key. All empty: an insecure channel.
+// How the client secures and authenticates its calls: PEM contents of the CA that signed the
+// server's certificate (TLS), this client's certificate and key (mutual TLS), and/or a bearer
+// token sent with every call (token authentication). All empty: an insecure channel.
 struct ClientTls {
   std::string ca_pem;
   std::string cert_pem;
   std::string key_pem;
+  std::string token;
   bool enabled() const { return !ca_pem.empty(); }
 };
 

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <thread>
 
 #include "apps/plexus/commands.h"
@@ -22,6 +23,7 @@ struct ClientFlags {
   double give_up_s = 300;
   double slowdown = 1.0;
   std::string tls_ca, tls_cert, tls_key;
+  std::string token_file;
   int threads = 1;
 };
 
@@ -42,13 +44,20 @@ void RunClient(const ClientFlags& f) {
   o.slowdown = f.slowdown;
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
   ClientTls tls;
-  const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
-  if (tls_flags != 0 && tls_flags != 3) throw CommandError("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key");
-  if (tls_flags == 3) {
-    tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
+  if (!f.token_file.empty()) {
+    tls.token = ReadFileForFlag(f.token_file, "--token-file");
+    while (!tls.token.empty() && std::isspace(static_cast<unsigned char>(tls.token.back()))) tls.token.pop_back();
+    if (tls.token.empty()) throw CommandError("--token-file " + f.token_file + " is empty");
+  }
+  if (!f.tls_cert.empty() || !f.tls_key.empty() || (!f.tls_ca.empty() && tls.token.empty())) {
+    const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
+    if (tls_flags != 3) {
+      throw CommandError("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key (or --tls-ca with --token-file)");
+    }
     tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
     tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
   }
+  if (!f.tls_ca.empty()) tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
   const int threads = f.threads;
   ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
@@ -82,6 +91,8 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that signed the server's certificate");
   cmd->add_option("--tls-cert", f->tls_cert, "This client's certificate (PEM); its name is the client's identity");
   cmd->add_option("--tls-key", f->tls_key, "This client's private key (PEM)");
+  cmd->add_option("--token-file", f->token_file,
+                  "File holding this client's token, for a server with token authentication (plexus tokens issue)");
   cmd->add_option("--slowdown", f->slowdown, "Make each task take this many times as long as training did (>= 1)")
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();

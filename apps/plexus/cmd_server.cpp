@@ -38,6 +38,7 @@ struct ServerFlags {
   std::string tls_cert, tls_key, tls_client_ca;
   bool insecure = false;
   DoorLimits limits;
+  std::string tokens_file;
 };
 
 // Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
@@ -57,12 +58,21 @@ void RunServer(const ServerFlags& f) {
   Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
   ServerTls tls;
+  DoorLimits limits = f.limits;
+  if (!f.tokens_file.empty()) {
+    limits.tokens = std::make_shared<const TokenRegistry>(
+        Take(TokenRegistry::Parse(ReadFileForFlag(f.tokens_file, "--tokens")), "--tokens " + f.tokens_file));
+  }
   const int tls_flags = !f.tls_cert.empty() + !f.tls_key.empty() + !f.tls_client_ca.empty();
-  if (tls_flags != 0 && tls_flags != 3) throw CommandError("mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca");
-  if (tls_flags == 3) {
+  const bool server_tls_only = tls_flags == 2 && f.tls_client_ca.empty() && limits.tokens;
+  if (tls_flags != 0 && tls_flags != 3 && !server_tls_only) {
+    throw CommandError("mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca (with --tokens, "
+                       "--tls-cert and --tls-key alone encrypt the channel)");
+  }
+  if (tls_flags > 0) {
     tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
     tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
-    tls.client_ca_pem = ReadFileForFlag(f.tls_client_ca, "--tls-client-ca");
+    if (!f.tls_client_ca.empty()) tls.client_ca_pem = ReadFileForFlag(f.tls_client_ca, "--tls-client-ca");
   } else if (!IsLoopback(f.listen) && !f.insecure) {
     throw CommandError("refusing to listen on " + f.listen +
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
@@ -96,9 +106,12 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server =
-      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls, f.limits));
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls, limits));
+  const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
+                         : tls.client_ca_pem.empty() ? "TLS, client tokens"
+                                                     : "mutual TLS";
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
-               tls.enabled() ? "mutual TLS" : "no TLS", f.mode, f.model, sync.rounds, engine->strategy_description());
+               security, f.mode, f.model, sync.rounds, engine->strategy_description());
 
   while (!StopRequested().load() && !server->status().finished) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -166,6 +179,9 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_option("--tokens", f->tokens_file,
+                  "Token authentication: file of 'CLIENT_NAME SHA256' lines (plexus tokens issue); clients "
+                  "then need --token-file");
   cmd->add_option("--max-update-norm", f->limits.max_update_norm,
                   "Refuse updates whose L2 norm exceeds this (0: no bound)")
       ->check(CLI::NonNegativeNumber)

@@ -49,5 +49,6 @@ void AddStatusCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
 void AddCertsCommand(CLI::App& app);
+void AddTokensCommand(CLI::App& app);
 
 }  // namespace plexus::cli

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   AddExportCommand(app);
   AddMergeCommand(app);
   AddCertsCommand(app);
+  AddTokensCommand(app);
 #endif
   AddClientCommand(app);
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).

@@ -267,18 +267,33 @@ class Service final : public v1::Federation::Service {
   }
 
  private:
-  // With mutual TLS the identity is the certificate's common name; a claimed id must match it
-  // (an empty claim at join takes it). Without TLS the claimed id is taken as is.
+  // With mutual TLS the identity is the certificate's common name, with token authentication
+  // the token's client; a claimed id must match it (an empty claim at join takes it). Without
+  // either the claimed id is taken as is.
   Result<std::string> Identity(grpc::ServerContext* ctx, const std::string& claimed) const {
-    if (!mtls_) return claimed;
-    auto names = ctx->auth_context()->FindPropertyValues("x509_common_name");
-    if (names.empty()) return Status(StatusCode::kUnauthenticated, "no client certificate common name");
-    const std::string cn(names[0].data(), names[0].size());
-    if (!claimed.empty() && claimed != cn) {
-      return Status(StatusCode::kPermissionDenied,
-                    "the client certificate is for '" + cn + "'; it cannot act as '" + claimed + "'");
+    std::string who;
+    if (mtls_) {
+      auto names = ctx->auth_context()->FindPropertyValues("x509_common_name");
+      if (names.empty()) return Status(StatusCode::kUnauthenticated, "no client certificate common name");
+      who.assign(names[0].data(), names[0].size());
+    } else if (limits_.tokens) {
+      const auto& metadata = ctx->client_metadata();
+      auto it = metadata.find("authorization");
+      const std::string value = it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+      if (value.rfind("Bearer ", 0) != 0) {
+        return Status(StatusCode::kUnauthenticated, "this server needs a client token (plexus client --token-file)");
+      }
+      std::optional<std::string> client = limits_.tokens->ClientFor(value.substr(7));
+      if (!client) return Status(StatusCode::kUnauthenticated, "unknown client token");
+      who = *client;
+    } else {
+      return claimed;
     }
-    return cn;
+    if (!claimed.empty() && claimed != who) {
+      return Status(StatusCode::kPermissionDenied, std::string(mtls_ ? "the client certificate is" : "the token is") +
+                                                       " for '" + who + "'; it cannot act as '" + claimed + "'");
+    }
+    return who;
   }
 
   // Logs and counts a refusal; RefuseLocked when mu_ is already held.
@@ -336,14 +351,16 @@ class GrpcFederationServer final : public FederationServer {
  public:
   GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls,
                        const DoorLimits& limits)
-      : service_(engine, store, info, tls.enabled(), limits), tls_(tls) {}
+      : service_(engine, store, info, tls.enabled() && !tls.client_ca_pem.empty(), limits), tls_(tls) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
     grpc::ServerBuilder builder;
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (tls_.enabled()) {
-      grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      grpc::SslServerCredentialsOptions ssl(tls_.client_ca_pem.empty()
+                                                ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                                : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
       ssl.pem_root_certs = tls_.client_ca_pem;
       ssl.pem_key_cert_pairs.push_back({tls_.key_pem, tls_.cert_pem});
       creds = grpc::SslServerCredentials(ssl);
@@ -400,8 +417,10 @@ class GrpcFederationServer final : public FederationServer {
 Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::string& listen, Engine* engine,
                                                                   Store* store, const ServerInfo& info,
                                                                   const ServerTls& tls, const DoorLimits& limits) {
-  if (tls.enabled() && (tls.key_pem.empty() || tls.client_ca_pem.empty())) {
-    return InvalidArgumentError("mutual TLS needs a certificate, its key and the client CA");
+  if (tls.enabled() && tls.key_pem.empty()) return InvalidArgumentError("TLS needs the certificate's key");
+  if (tls.enabled() && tls.client_ca_pem.empty() && !limits.tokens) {
+    return InvalidArgumentError("TLS without a client CA leaves clients unauthenticated: give the client CA "
+                                "(mutual TLS) or a token file");
   }
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "server/coordinator/engine.h"
+#include "server/rpc/token_registry.h"
 #include "server/store/store.h"
 
 namespace plexus {
@@ -27,11 +28,16 @@ struct DoorLimits {
   double max_update_norm = 0;       // refuse updates whose L2 norm exceeds this (0: no bound)
   double requests_per_s = 100;      // per client, on average (0: no limit)
   double burst = 200;               // per client, at once
+  // Token authentication (clients without certificates): every join, poll and upload must carry
+  // "authorization: Bearer TOKEN" metadata whose hash is listed; the token names the client.
+  // Null: no tokens. With mutual TLS the certificate decides instead.
+  std::shared_ptr<const TokenRegistry> tokens;
 };
 
-// Mutual TLS: PEM contents. When set, every client must present a certificate signed by
-// `client_ca_pem`; its common name is the client's identity, and a client may only join, poll
-// and upload as itself (PERMISSION_DENIED otherwise).
+// TLS: PEM contents. With `client_ca_pem` (mutual TLS) every client must present a certificate
+// signed by it; its common name is the client's identity, and a client may only join, poll and
+// upload as itself (PERMISSION_DENIED otherwise). Without it (only with token authentication)
+// the channel is encrypted and clients identify themselves by token.
 struct ServerTls {
   std::string cert_pem;
   std::string key_pem;

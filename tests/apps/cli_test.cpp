@@ -184,6 +184,22 @@ TEST(MergeCliTest, MergesFilesWithWeightsAndStrategies) {
   for (const auto& p : {a, b, c, out}) std::filesystem::remove(p);
 }
 
+TEST(TokensCliTest, IssueWritesTheTokenAndAppendsOnlyItsHash) {
+  const std::string hashes = Temp("tokens.txt"), token = Temp("alice.token");
+  std::string log;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log), 0)
+      << log;
+  const std::string secret = ReadFile(token);
+  EXPECT_EQ(secret.size(), 65u);  // 64 hex digits and a newline
+  const std::string listed = ReadFile(hashes);
+  EXPECT_EQ(listed.rfind("alice ", 0), 0u);
+  EXPECT_EQ(listed.find(secret.substr(0, 64)), std::string::npos);
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log), 1);
+  EXPECT_NE(log.find("listed twice"), std::string::npos) << log;
+  EXPECT_EQ(ReadFile(token), secret);  // the refused second issue changed nothing
+  for (const auto& p : {hashes, token}) std::filesystem::remove(p);
+}
+
 TEST(MergeCliTest, CrdtMergeCountsDuplicatesOnceAndIgnoresOrder) {
   const std::string a = Temp("ca.safetensors"), b = Temp("cb.safetensors"), out1 = Temp("c1.safetensors"),
                     out2 = Temp("c2.safetensors");

@@ -167,19 +167,33 @@ TEST_F(DoorLimitsTest, NormBoundAndRateLimitRefuseWithClearMessages) {
   EXPECT_EQ(server_->status().updates_accepted, 0);
 }
 
-TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
+// A one-round, one-client federation of a 4-value model served with the given door limits.
+struct OneClientServer {
+  explicit OneClientServer(const DoorLimits& limits) {
+    SyncOptions o;
+    o.rounds = 1;
+    o.clients_per_round = 1;
+    o.min_clients = 1;
+    engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+    server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, limits);
+    target = "127.0.0.1:" + std::to_string(server->port());
+  }
+  ~OneClientServer() { server->Shutdown(); }
+
   RealClock clock;
   MemoryStore store;
-  SyncOptions o;
-  o.rounds = 1;
-  o.clients_per_round = 1;
-  o.min_clients = 1;
   const ModelState model = *ModelState::Create({{"w", {4}}});
-  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  std::unique_ptr<SyncEngine> engine;
+  std::unique_ptr<FederationServer> server;
+  std::string target;
+};
+
+TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
   DoorLimits limits;
   limits.max_update_norm = 5.0;
-  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, limits);
-  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  OneClientServer fed(limits);
+  const ModelState& model = fed.model;
+  auto transport = MakeGrpcFederationTransport(fed.target);
   ASSERT_OK(transport->Join("a", 10, "test"));
   const Task t = transport->Poll("a", 1000)->task;
   UploadHeader h;
@@ -192,8 +206,38 @@ TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
   ModelState small = ModelState::ZerosLike(model);
   for (float& x : small.data()) x = 2.0f;  // norm 4
   ASSERT_OK(transport->Upload(h, EncodeSafetensors(small)));
-  EXPECT_TRUE(server->status().finished);
-  server->Shutdown();
+  EXPECT_TRUE(fed.server->status().finished);
+}
+
+TEST(TokenAuthTest, TokensNameTheClientAndEverythingElseIsRefused) {
+  DoorLimits limits;
+  limits.tokens = std::make_shared<const TokenRegistry>(
+      *TokenRegistry::Parse(TokenRegistry::EntryFor("alice", "secret-a") + "\n# a comment\n" +
+                            TokenRegistry::EntryFor("bob", "secret-b") + "\n"));
+  OneClientServer fed(limits);
+  const std::string target = fed.target;
+  auto transport_for = [&](const std::string& token) {
+    ClientTls auth;
+    auth.token = token;
+    return MakeGrpcFederationTransport(target, auth);
+  };
+  EXPECT_EQ(transport_for("secret-a")->Join("", 10, "test")->client_id, "alice");  // the token names the client
+  EXPECT_THAT(transport_for("")->Join("alice", 10, "test"), StatusIs(StatusCode::kUnauthenticated, "needs a client token"));
+  EXPECT_THAT(transport_for("guess")->Join("alice", 10, "test"), StatusIs(StatusCode::kUnauthenticated, "unknown client token"));
+  EXPECT_THAT(transport_for("secret-b")->Poll("alice", 10), StatusIs(StatusCode::kPermissionDenied, "cannot act as 'alice'"));
+  EXPECT_EQ(transport_for("secret-a")->Poll("alice", 1000)->kind, PollAnswer::Kind::kTask);
+}
+
+TEST(TokenRegistryTest, ParseRefusesMalformedAndDuplicateLines) {
+  EXPECT_EQ(TokenRegistry::Parse("")->size(), 0u);
+  EXPECT_THAT(TokenRegistry::Parse("alice\n").status(), StatusIs(StatusCode::kInvalidArgument, "line 1"));
+  EXPECT_THAT(TokenRegistry::Parse("\nalice ABC\n").status(), StatusIs(StatusCode::kInvalidArgument, "line 2"));
+  const std::string a = TokenRegistry::EntryFor("alice", "t1");
+  EXPECT_THAT(TokenRegistry::Parse(a + "\n" + TokenRegistry::EntryFor("alice", "t2")).status(),
+              StatusIs(StatusCode::kInvalidArgument, "listed twice"));
+  EXPECT_EQ(*TokenRegistry::Parse(a)->ClientFor("t1"), "alice");
+  EXPECT_FALSE(TokenRegistry::Parse(a)->ClientFor("t2").has_value());
+  EXPECT_EQ(a.find("t1"), std::string::npos);  // only the hash is stored
 }
 
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
