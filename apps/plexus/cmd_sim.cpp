@@ -95,10 +95,10 @@ void RunSim(const SimFlags& f) {
     std::fflush(stdout);
   }));
   std::printf("final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
-              "(%lld tasks trained, %lld updates refused; model sha256 %s)\n",
+              "(%lld tasks trained, %lld updates refused, peak memory %.0f MiB; model sha256 %s)\n",
               result.final_test_accuracy, result.rounds.size(), result.virtual_time_s, result.wall_time_s,
               static_cast<long long>(result.tasks_trained), static_cast<long long>(result.updates_refused),
-              result.final_model_sha256.c_str());
+              static_cast<double>(PeakRssBytes()) / (1 << 20), result.final_model_sha256.c_str());
 
   RunSummary s;
   s.mode = options.mode;

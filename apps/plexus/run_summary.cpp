@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -19,6 +21,12 @@ Status WriteFile(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+int64_t PeakRssBytes() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
+
 Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   nlohmann::json j;
   j["mode"] = s.mode;
@@ -35,6 +43,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["updates_stale"] = s.updates_stale;
   j["final_model_sha256"] = s.final_model_sha256;
   j["wall_time_s"] = s.wall_time_s;
+  j["peak_rss_bytes"] = PeakRssBytes();
   if (s.virtual_time_s) j["virtual_time_s"] = *s.virtual_time_s;
   if (s.tasks_trained) j["tasks_trained"] = *s.tasks_trained;
   j["final_test_accuracy"] = nullptr;

@@ -32,7 +32,10 @@ struct RunSummary {
   std::optional<int64_t> tasks_trained;  // simulator only
 };
 
+// Writes the summary, with the process's peak resident memory so far as "peak_rss_bytes".
 Status WriteSummaryJson(const std::string& path, const RunSummary& summary);
+// The process's peak resident set size, in bytes (0 if unknown).
+int64_t PeakRssBytes();
 Status WriteMetricsCsv(const std::string& path, const RunSummary& summary);
 
 }  // namespace plexus::cli

@@ -129,6 +129,7 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   EXPECT_EQ(field(summaries[0], "final_test_accuracy"), field(summaries[1], "final_test_accuracy"));
   EXPECT_EQ(field(summaries[0], "final_model_sha256"), field(summaries[1], "final_model_sha256"));
   EXPECT_NE(field(summaries[0], "wall_time_s"), "");
+  EXPECT_NE(field(summaries[0], "peak_rss_bytes"), "\"peak_rss_bytes\": 0");
   EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
   std::filesystem::remove(cfg);
 }
