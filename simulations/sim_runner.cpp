@@ -3,14 +3,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <queue>
+#include <algorithm>
 
 #include "compute/model_zoo.h"
 #include "core/clock.h"
 #include "core/rng.h"
 #include "server/store/memory_store.h"
+#include "simulations/attack.h"
 
 namespace plexus {
 namespace {
@@ -77,6 +80,10 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
                                 ") exceeds --clients (" + std::to_string(options.clients) + ")");
   }
   PLEXUS_RETURN_IF_ERROR(options.speeds.Validate());
+  PLEXUS_ASSIGN_OR_RETURN(AttackKind attack, ParseAttack(options.attack));
+  if (!(options.attackers >= 0.0 && options.attackers < 1.0)) {
+    return InvalidArgumentError("--attackers must lie in [0, 1)");
+  }
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 
@@ -96,6 +103,21 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     PLEXUS_ASSIGN_OR_RETURN(ids[i], engine->Join({name, static_cast<int64_t>(parts[i].size()), "virtual"}));
   }
 
+  // The malicious clients: a seeded choice of round(attackers x N).
+  std::vector<bool> malicious(n, false);
+  {
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    Rng pick = Rng::Derive(options.seed, 0xbadc0deULL);
+    pick.Shuffle(std::span<size_t>(order));
+    const auto count = attack == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(options.attackers * n));
+    for (size_t i = 0; i < count; ++i) malicious[order[i]] = true;
+  }
+  const size_t per_round = options.mode == "sync" ? static_cast<size_t>(options.sync.clients_per_round) : n;
+  const double alie_z =
+      AlieZ(per_round, static_cast<size_t>(std::llround(options.attackers * static_cast<double>(per_round))));
+  std::map<uint64_t, HonestStats> honest;  // by base version: what omniscient attackers see
+
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   uint64_t seq = 0;
   for (size_t i = 0; i < n; ++i) events.push({0, seq++, i, false});
@@ -104,6 +126,7 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
 
   SimResult result;
   result.strategy = engine->strategy_description();
+  result.attackers = std::count(malicious.begin(), malicious.end(), true);
   size_t reported = engine->history().size();
   auto report_new_versions = [&] {
     for (; reported < engine->history().size(); ++reported) {
@@ -131,6 +154,10 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     clock.SetMs(e.at_ms);
     const size_t i = e.client;
     if (e.finish) {
+      if (malicious[i]) {
+        Rng rng = Rng::Derive(options.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of[i]);
+        ApplyAttack(attack, honest[in_flight[i]->base_version], alie_z, rng, in_flight[i]->delta);
+      }
       Status s = engine->Submit(*in_flight[i]);
       in_flight[i].reset();
       if (!s.ok()) {
@@ -168,6 +195,10 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     u.metrics["train_loss"] = out.mean_loss;
     u.delta = std::move(out.weights);
     u.delta.Subtract(base);
+    if (!malicious[i] && attack != AttackKind::kNone) {
+      honest[base.version()].Add(u.delta.data());
+      while (honest.size() > 32) honest.erase(honest.begin());  // versions long gone
+    }
     in_flight[i] = std::move(u);
     const auto busy_ms = static_cast<int64_t>(std::llround(static_cast<double>(out.steps) * ms_per_step[i])) +
                          options.speeds.task_overhead_ms;

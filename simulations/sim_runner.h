@@ -44,6 +44,8 @@ struct SimOptions {
   DeviceSpeeds speeds;
   int64_t max_tasks = 0;          // stop once this many tasks were trained (0 = no budget); the
                                   // run then ends with the versions published by then
+  std::string attack = "none";    // what malicious clients send, see attack.h
+  double attackers = 0.0;         // fraction of the clients that are malicious, chosen by the seed
 };
 
 struct SimRound {
@@ -63,6 +65,7 @@ struct SimResult {
   double virtual_time_s = 0.0;
   int64_t tasks_trained = 0;
   int64_t updates_refused = 0;    // e.g. too stale, or past a sync round's close
+  int64_t attackers = 0;          // malicious clients
   std::string strategy;
 };
 

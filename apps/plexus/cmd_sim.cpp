@@ -79,12 +79,16 @@ void RunSim(const SimFlags& f) {
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
   std::printf("plexus sim: %s mode, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-              "device speeds %g..%g ms per step\n",
+              "device speeds %g..%g ms per step%s\n",
               options.mode.c_str(), static_cast<long long>(options.clients),
               options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
               static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
               static_cast<unsigned long long>(options.seed), options.speeds.ms_per_step,
-              options.speeds.ms_per_step * options.speeds.speed_ratio);
+              options.speeds.ms_per_step * options.speeds.speed_ratio,
+              options.attack == "none" ? ""
+                                       : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
+                                          "% attackers (" + options.attack + ")")
+                                             .c_str());
   std::fflush(stdout);
   SimResult result = Take(RunSimulation(options, train, trainer.get(), &evaluator, [&](const SimRound& r) {
     std::printf("round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
@@ -144,6 +148,10 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--speed-ratio", flags->sim.speeds.speed_ratio,
                   "Slowest / fastest device; times per step spread geometrically between them")
+      ->capture_default_str();
+  cmd->add_option("--attack", flags->sim.attack, "What malicious clients send: none, signflip, gaussian, ipm, alie")
+      ->capture_default_str();
+  cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();
   cmd->add_option("--crdt-replicas", flags->crdt_replicas,
                   "Instead of a federation: simulate this many CRDT replicas merging the same contributions "

@@ -5,17 +5,14 @@
 #include "aggregators/registry.h"
 #include "aggregators/staleness.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/vector_model.h"
 
 namespace plexus {
 namespace {
 
 using ::plexus::testing::StatusIs;
 
-ModelState Vec(std::vector<float> v) {
-  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(v.size())}}});
-  std::copy(v.begin(), v.end(), m.data().begin());
-  return m;
-}
+ModelState Vec(const std::vector<float>& v) { return ::plexus::testing::VectorModel(v); }
 
 Update U(const std::string& client, std::vector<float> delta, int64_t examples = 1, int64_t steps = 1) {
   Update u;

@@ -99,6 +99,24 @@ TEST_F(SimRunnerTest, TaskBudgetEndsTheRun) {
   EXPECT_EQ(r->rounds.size(), 3u);
 }
 
+TEST_F(SimRunnerTest, AttackersAreASeededFractionAndChangeTheResult) {
+  SimOptions o = TwoSpeeds("sync", 2);
+  o.clients = 10;
+  o.sync.clients_per_round = 10;
+  o.sync.min_clients = 10;
+  Result<SimResult> clean = Run(o);
+  o.attack = "signflip";
+  o.attackers = 0.2;
+  Result<SimResult> attacked = Run(o), again = Run(o);
+  ASSERT_OK(clean);
+  ASSERT_OK(attacked);
+  EXPECT_EQ(attacked->attackers, 2);
+  EXPECT_NE(attacked->final_model_sha256, clean->final_model_sha256);
+  EXPECT_EQ(attacked->final_model_sha256, again->final_model_sha256);
+  o.attackers = 1.0;
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--attackers"));
+}
+
 TEST(DeviceSpeedsTest, SpreadGeometricallyInASeededOrder) {
   DeviceSpeeds s;
   s.ms_per_step = 10;

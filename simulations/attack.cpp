@@ -1,0 +1,92 @@
+#include "simulations/attack.h"
+
+#include <cmath>
+
+namespace plexus {
+namespace {
+
+// Inverse of the standard normal CDF (Acklam's rational approximation, relative error < 1.2e-9).
+double NormalQuantile(double p) {
+  static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+                             1.383577518672690e+02, -3.066479806614716e+01, 2.506628277459239e+00};
+  static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
+                             6.680131188771972e+01, -1.328068155288572e+01};
+  static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
+                             -2.549732539343734e+00, 4.374664141464968e+00, 2.938163982698783e+00};
+  static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
+                             3.754408661907416e+00};
+  if (p <= 0) return -INFINITY;
+  if (p >= 1) return INFINITY;
+  if (p < 0.02425) {
+    const double q = std::sqrt(-2 * std::log(p));
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  if (p > 1 - 0.02425) return -NormalQuantile(1 - p);
+  const double q = p - 0.5, r = q * q;
+  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+}  // namespace
+
+Result<AttackKind> ParseAttack(const std::string& name) {
+  if (name == "none") return AttackKind::kNone;
+  if (name == "signflip") return AttackKind::kSignFlip;
+  if (name == "gaussian") return AttackKind::kGaussian;
+  if (name == "ipm") return AttackKind::kIpm;
+  if (name == "alie") return AttackKind::kAlie;
+  return InvalidArgumentError("unknown attack '" + name + "' (known: none, signflip, gaussian, ipm, alie)");
+}
+
+void HonestStats::Add(std::span<const float> delta) {
+  if (sum_.empty()) {
+    sum_.assign(delta.size(), 0.0);
+    sum_squares_.assign(delta.size(), 0.0);
+  }
+  for (size_t j = 0; j < delta.size(); ++j) {
+    sum_[j] += delta[j];
+    sum_squares_[j] += static_cast<double>(delta[j]) * delta[j];
+  }
+  ++count_;
+}
+
+double HonestStats::Std(size_t j) const {
+  const double mean = Mean(j);
+  return std::sqrt(std::max(0.0, sum_squares_[j] / static_cast<double>(count_) - mean * mean));
+}
+
+double AlieZ(size_t n, size_t f) {
+  const auto s = static_cast<double>(n / 2 + 1) - static_cast<double>(f);
+  const double p = (static_cast<double>(n) - s) / static_cast<double>(n);
+  return std::max(0.0, NormalQuantile(p));
+}
+
+void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta) {
+  std::span<float> x = delta.data();
+  const bool informed = honest.count() > 0;
+  switch (kind) {
+    case AttackKind::kNone:
+      return;
+    case AttackKind::kGaussian:
+      for (float& v : x) v = static_cast<float>(rng.Normal());
+      return;
+    case AttackKind::kIpm:
+      if (informed) {
+        for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(-0.5 * honest.Mean(j));
+        return;
+      }
+      break;
+    case AttackKind::kAlie:
+      if (informed) {
+        for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(honest.Mean(j) - alie_z * honest.Std(j));
+        return;
+      }
+      break;
+    case AttackKind::kSignFlip:
+      break;
+  }
+  for (float& v : x) v = -10.0f * v;
+}
+
+}  // namespace plexus

@@ -1,0 +1,50 @@
+// Attack: what the malicious clients of a simulation send instead of their honest update
+// (`plexus sim --attack KIND --attackers FRACTION`). Attackers train like everyone else and then
+// replace their delta:
+//   signflip  -10 x delta (their own honest update, reversed and boosted, so that a fifth of the
+//             clients outweighs the rest in a plain mean)
+//   gaussian  values drawn from N(0, 1) per coordinate, independent of the data
+//   ipm       -0.5 x the mean of the honest updates on the same model version (inner-product
+//             manipulation, Xie, Koyejo, Gupta 2020; omniscient attacker)
+//   alie      mean - z x std of the honest updates per coordinate, z chosen from the number of
+//             clients per round and of attackers so the value still looks typical ("a little is
+//             enough", Baruch, Baruch, Goldberg 2019; omniscient attacker)
+// Stateless apart from the honest statistics the simulator feeds in. Thread-compatible.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/rng.h"
+#include "core/status.h"
+
+namespace plexus {
+
+enum class AttackKind { kNone, kSignFlip, kGaussian, kIpm, kAlie };
+
+// InvalidArgument naming the kinds that exist.
+Result<AttackKind> ParseAttack(const std::string& name);
+
+// Per-coordinate running statistics of the honest updates on one model version.
+class HonestStats {
+ public:
+  void Add(std::span<const float> delta);
+  size_t count() const { return count_; }
+  double Mean(size_t j) const { return sum_[j] / static_cast<double>(count_); }
+  double Std(size_t j) const;
+
+ private:
+  std::vector<double> sum_, sum_squares_;
+  size_t count_ = 0;
+};
+
+// ALIE's z for n clients per round of which f are malicious: the largest z such that the
+// crafted value stays closer to the mean than at least n/2 + 1 - f honest values (Baruch et al.).
+double AlieZ(size_t n, size_t f);
+
+// Replaces `delta` (the attacker's honest update) by the attack. `honest` holds the honest
+// updates on the same version so far (ipm and alie fall back to the sign flip without any).
+void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta);
+
+}  // namespace plexus
