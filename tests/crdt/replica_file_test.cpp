@@ -1,4 +1,4 @@
-#include "crdt/replica_file.h"
+#include "crdt/store/replica_file.h"
 
 #include <sqlite3.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "crdt/replica_file.h"
+#include "crdt/store/replica_file.h"
 
 #include "core/safetensors.h"
 #include "server/store/sqlite_statement.h"
