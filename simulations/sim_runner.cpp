@@ -52,7 +52,15 @@ Result<std::unique_ptr<Engine>> OpenEngine(const SimOptions& o, const ModelState
 
 }  // namespace
 
+Result<DeviceSpeeds> DeviceSpeeds::Profile(const std::string& name) {
+  if (name == "uniform") return DeviceSpeeds{10.0, 1.0, 50, 0.0};
+  if (name == "heterogeneous") return DeviceSpeeds{10.0, 10.0, 100, 0.05};
+  if (name == "mobile") return DeviceSpeeds{30.0, 20.0, 500, 0.2};
+  return InvalidArgumentError("unknown device profile '" + name + "' (known: uniform, heterogeneous, mobile)");
+}
+
 Status DeviceSpeeds::Validate() const {
+  if (!(dropout >= 0 && dropout < 1)) return InvalidArgumentError("dropout must lie in [0, 1)");
   if (!(ms_per_step > 0)) return InvalidArgumentError("ms-per-step must be positive");
   if (!(speed_ratio >= 1)) return InvalidArgumentError("speed-ratio must be at least 1");
   if (task_overhead_ms < 0) return InvalidArgumentError("task-overhead-ms must not be negative");
@@ -181,6 +189,20 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     const ModelState& base = engine->model();
     if (base.version() != a.task.model_version) {
       return InternalError("simulation: task " + a.task.task_id + " names a version other than the current model");
+    }
+    if (options.speeds.dropout > 0 &&
+        Rng::Derive(options.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of[i]).Uniform() < options.speeds.dropout) {
+      // The device drops the task: silent for as long as it would have worked, then back.
+      ++tasks_of[i];
+      ++result.tasks_dropped;
+      const TaskHyperparams& hp = a.task.hyperparams;
+      const auto batches = static_cast<int64_t>((parts[i].size() + static_cast<size_t>(hp.batch_size) - 1) /
+                                                static_cast<size_t>(hp.batch_size));
+      const int64_t steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
+      const auto silent_ms = static_cast<int64_t>(std::llround(static_cast<double>(steps) * ms_per_step[i])) +
+                             options.speeds.task_overhead_ms;
+      events.push({e.at_ms + std::max<int64_t>(1, silent_ms), seq++, i, false});
+      continue;
     }
     DatasetView view{&train, parts[i]};
     const uint64_t batch_seed = Rng::Derive(options.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of[i]++).NextU64();

@@ -21,12 +21,19 @@
 namespace plexus {
 
 // Heterogeneous devices: client times per local step spread geometrically from ms_per_step (the
-// fastest) to ms_per_step x speed_ratio (the slowest), assigned to clients in a seeded order.
+// fastest) to ms_per_step x speed_ratio (the slowest), assigned to clients in a seeded order; a
+// task is abandoned with probability `dropout` (the client goes silent for as long as the task
+// would have taken, then polls again).
 struct DeviceSpeeds {
   double ms_per_step = 10.0;
   double speed_ratio = 1.0;        // slowest / fastest
   int64_t task_overhead_ms = 50;   // per task: model download and update upload
+  double dropout = 0.0;            // probability that a task is abandoned, in [0, 1)
 
+  // Named profiles: uniform (10 ms per step for everyone, 50 ms overhead, no dropouts),
+  // heterogeneous (10-100 ms per step, 100 ms overhead, 5% dropouts), mobile (30-600 ms per
+  // step, 500 ms overhead, 20% dropouts). InvalidArgument for another name.
+  static Result<DeviceSpeeds> Profile(const std::string& name);
   // InvalidArgument naming the bad field.
   Status Validate() const;
   // Time per local step of each of n clients.
@@ -64,6 +71,7 @@ struct SimResult {
   double wall_time_s = 0.0;
   double virtual_time_s = 0.0;
   int64_t tasks_trained = 0;
+  int64_t tasks_dropped = 0;      // abandoned by their (virtual) device
   int64_t updates_refused = 0;    // e.g. too stale, or past a sync round's close
   int64_t attackers = 0;          // malicious clients
   std::string strategy;

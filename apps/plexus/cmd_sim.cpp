@@ -28,6 +28,7 @@ struct SimFlags {
   const CLI::App* cmd = nullptr;  // to ask which flags were given
   CrdtSimOptions crdt;
   int64_t crdt_replicas = 0;
+  std::string devices;  // a named DeviceSpeeds profile; explicit device flags override its fields
 };
 
 // `plexus sim --crdt-replicas N`: the CRDT convergence simulation instead of a federation.
@@ -67,6 +68,15 @@ void RunSim(const SimFlags& f) {
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   Check(options.mode == "sync" ? options.sync.Validate() : options.async.Validate(), "invalid settings");
+  if (!f.devices.empty()) {
+    DeviceSpeeds p = Take(DeviceSpeeds::Profile(f.devices), "--devices");
+    const DeviceSpeeds& given = f.sim.speeds;
+    if (f.cmd->count("--ms-per-step")) p.ms_per_step = given.ms_per_step;
+    if (f.cmd->count("--speed-ratio")) p.speed_ratio = given.speed_ratio;
+    if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = given.task_overhead_ms;
+    if (f.cmd->count("--dropout")) p.dropout = given.dropout;
+    options.speeds = p;
+  }
   Check(options.speeds.Validate(), "invalid settings");
 
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
@@ -99,10 +109,11 @@ void RunSim(const SimFlags& f) {
     std::fflush(stdout);
   }));
   std::printf("final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
-              "(%lld tasks trained, %lld updates refused, peak memory %.0f MiB; model sha256 %s)\n",
+              "(%lld tasks trained, %lld dropped, %lld updates refused, peak memory %.0f MiB; model sha256 %s)\n",
               result.final_test_accuracy, result.rounds.size(), result.virtual_time_s, result.wall_time_s,
-              static_cast<long long>(result.tasks_trained), static_cast<long long>(result.updates_refused),
-              static_cast<double>(PeakRssBytes()) / (1 << 20), result.final_model_sha256.c_str());
+              static_cast<long long>(result.tasks_trained), static_cast<long long>(result.tasks_dropped),
+              static_cast<long long>(result.updates_refused), static_cast<double>(PeakRssBytes()) / (1 << 20),
+              result.final_model_sha256.c_str());
 
   RunSummary s;
   s.mode = options.mode;
@@ -165,6 +176,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--crdt-strategy", flags->crdt.strategies,
                   "CRDT simulation: strategy to resolve with (repeat for several; default fedavg, median, "
                   "trimmed_mean, ties, dare)");
+  cmd->add_option("--devices", flags->devices,
+                  "Device profile: uniform, heterogeneous or mobile (the device flags override its fields)");
+  cmd->add_option("--dropout", flags->sim.speeds.dropout, "Probability that a device abandons a task")
+      ->capture_default_str();
   cmd->add_option("--max-tasks", flags->sim.max_tasks,
                   "Stop after this many training tasks (0 = run all --rounds versions)")
       ->capture_default_str();

@@ -117,6 +117,28 @@ TEST_F(SimRunnerTest, AttackersAreASeededFractionAndChangeTheResult) {
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--attackers"));
 }
 
+TEST_F(SimRunnerTest, DroppedTasksCostTimeAndTheFederationStillFinishes) {
+  SimOptions o = TwoSpeeds("async", 10);
+  o.speeds.dropout = 0.5;
+  Result<SimResult> r = Run(o), again = Run(o);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->rounds.size(), 10u);
+  EXPECT_GT(r->tasks_dropped, 0);
+  EXPECT_GE(r->tasks_trained, 10);  // async, buffer 1: every task reported publishes
+  EXPECT_EQ(r->virtual_time_s, again->virtual_time_s);
+  EXPECT_GT(r->virtual_time_s, Run(TwoSpeeds("async", 10))->virtual_time_s);
+}
+
+TEST(DeviceSpeedsTest, NamedProfilesAndBadValues) {
+  EXPECT_DOUBLE_EQ(DeviceSpeeds::Profile("mobile")->dropout, 0.2);
+  EXPECT_DOUBLE_EQ(DeviceSpeeds::Profile("heterogeneous")->speed_ratio, 10.0);
+  EXPECT_THAT(DeviceSpeeds::Profile("tablet").status(),
+              ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "known: uniform, heterogeneous, mobile"));
+  DeviceSpeeds s;
+  s.dropout = 1.0;
+  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "dropout"));
+}
+
 TEST(DeviceSpeedsTest, SpreadGeometricallyInASeededOrder) {
   DeviceSpeeds s;
   s.ms_per_step = 10;
