@@ -22,7 +22,7 @@ class Robust final : public Aggregator {
     if (!begun_ || buffer_.size() == 0) return FailedPreconditionError(description_ + ": no updates to aggregate");
     PLEXUS_ASSIGN_OR_RETURN(std::vector<double> delta, rule_(buffer_.Sorted(), pool_));
     begun_ = false;
-    ModelState out = ApplyDelta(buffer_.base(), delta, pool_);
+    ModelState out = ApplyDelta(buffer_.base(), delta, 1.0, pool_);
     buffer_.Clear();
     return out;
   }

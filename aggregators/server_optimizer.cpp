@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "aggregators/simd_kernels.h"
+#include "aggregators/update_buffer.h"
 #include "aggregators/streaming_mean.h"
 
 namespace plexus {
@@ -26,15 +26,7 @@ class PlainStep final : public ServerOptimizer {
  public:
   explicit PlainStep(double lr) : lr_(lr) {}
   ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) override {
-    ModelState out = NextVersion(base);
-    float* x = out.data().data();
-    const float* b = base.data().data();
-    const double* s = sum.data();
-    const double k = lr_ * scale;
-    ForRanges(pool, sum.size(), [=](size_t begin, size_t end) {
-      simd::ApplyScaledSum(x + begin, b + begin, s + begin, k, end - begin);
-    });
-    return out;
+    return ApplyDelta(base, sum, lr_ * scale, pool);
   }
   std::string Describe() const override { return "lr=" + Num(lr_); }
 

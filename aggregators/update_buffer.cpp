@@ -58,14 +58,14 @@ std::span<const BufferedUpdate> UpdateBuffer::Sorted() {
   return std::span<const BufferedUpdate>(updates_.data(), size_);
 }
 
-ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, ThreadPool* pool) {
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, double scale, ThreadPool* pool) {
   ModelState out = ModelState::UninitializedLike(base);
   out.set_version(base.version() + 1);
   float* x = out.data().data();
   const float* b = base.data().data();
   const double* d = delta.data();
   ForRanges(pool, delta.size(), [=](size_t begin, size_t end) {
-    simd::ApplyScaledSum(x + begin, b + begin, d + begin, 1.0, end - begin);
+    simd::ApplyScaledSum(x + begin, b + begin, d + begin, scale, end - begin);
   });
   return out;
 }

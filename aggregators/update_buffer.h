@@ -50,7 +50,7 @@ class UpdateBuffer {
 // Validation shared by every aggregator's Fold.
 Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy);
 
-// base + delta (in double, rounded once), version base.version() + 1; on `pool` when given.
-ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, ThreadPool* pool);
+// base + scale x delta (in double, rounded once), version base.version() + 1; on `pool` when given.
+ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, double scale, ThreadPool* pool);
 
 }  // namespace plexus
