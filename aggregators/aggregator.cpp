@@ -7,4 +7,10 @@ Status Aggregator::FoldAll(std::span<const Update* const> updates) {
   return Status::Ok();
 }
 
+Result<ModelState> Aggregator::Aggregate(const ModelState& base, std::span<const Update* const> updates) {
+  PLEXUS_RETURN_IF_ERROR(Begin(base));
+  PLEXUS_RETURN_IF_ERROR(FoldAll(updates));
+  return Finalize();
+}
+
 }  // namespace plexus

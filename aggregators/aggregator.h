@@ -38,6 +38,12 @@ class Aggregator {
   // FailedPrecondition when nothing was folded.
   virtual Result<ModelState> Finalize() = 0;
 
+  // One whole aggregation: Begin(base), FoldAll(updates), Finalize() as one call, with the same
+  // result bits and errors. For callers that hold every update at once (offline merges, batch
+  // rounds); strategies may override it with a path that writes the new model block by block
+  // while reading the inputs, without model-sized intermediates.
+  virtual Result<ModelState> Aggregate(const ModelState& base, std::span<const Update* const> updates);
+
   // The strategy and its settings, e.g. "fedavg(weighted=true)", for logs and result files.
   virtual std::string Describe() const = 0;
 };

@@ -83,12 +83,41 @@ class Averaging final : public Aggregator {
 
   size_t num_folded() const override { return mean_.count(); }
 
+  // With a stateless step and no clipping the new model is written block by block during the one
+  // pass over the inputs: no copy of the base and no model-sized sum. Anything unusual (a
+  // refused update, a non-finite value) takes the three-call path, which reports it.
+  Result<ModelState> Aggregate(const ModelState& base, std::span<const Update* const> updates) override {
+    const std::optional<double> lr = step_->StatelessRate();
+    if (!lr || o_.clip_norm > 0 || updates.empty()) return Aggregator::Aggregate(base, updates);
+    std::vector<const float*> deltas;
+    std::vector<double> w;
+    double total_weight = 0.0, steps_weighted = 0.0;
+    for (const Update* u : updates) {
+      if (!u->delta.CheckSameLayout(base).ok() || (o_.weighted && u->num_examples <= 0) ||
+          (o_.normalize_by_steps && u->local_steps <= 0)) {
+        return Aggregator::Aggregate(base, updates);
+      }
+      const double weight = o_.weighted ? static_cast<double>(u->num_examples) : 1.0;
+      const double scale = o_.normalize_by_steps ? 1.0 / static_cast<double>(u->local_steps) : 1.0;
+      deltas.push_back(u->delta.data().data());
+      w.push_back(weight * scale);
+      total_weight += weight;
+      steps_weighted += weight * static_cast<double>(u->local_steps);
+    }
+    ModelState out = ModelState::UninitializedLike(base);
+    out.set_version(base.version() + 1);
+    if (!WriteWeightedSumStep(out.data().data(), base.data().data(), deltas, w,
+                              *lr * SumScale(total_weight, steps_weighted), base.num_params(), pool_)) {
+      return Aggregator::Aggregate(base, updates);
+    }
+    begun_ = false;
+    return out;
+  }
+
   Result<ModelState> Finalize() override {
     if (!begun_ || mean_.count() == 0) return FailedPreconditionError(o_.name + ": no updates to aggregate");
-    double scale = 1.0 / mean_.total_weight();
-    if (o_.normalize_by_steps) scale *= steps_weighted_ / mean_.total_weight();  // tau_eff
     begun_ = false;
-    return step_->Step(base_, mean_.sum(), scale, pool_);
+    return step_->Step(base_, mean_.sum(), SumScale(mean_.total_weight(), steps_weighted_), pool_);
   }
 
   std::string Describe() const override {
@@ -99,6 +128,13 @@ class Averaging final : public Aggregator {
   }
 
  private:
+  // What turns the weighted sum into the averaged delta.
+  double SumScale(double total_weight, double steps_weighted) const {
+    double scale = 1.0 / total_weight;
+    if (o_.normalize_by_steps) scale *= steps_weighted / total_weight;  // tau_eff
+    return scale;
+  }
+
   const AveragingOptions o_;
   std::unique_ptr<ServerOptimizer> step_;
   ThreadPool* const pool_;

@@ -29,6 +29,7 @@ class PlainStep final : public ServerOptimizer {
     return ApplyDelta(base, sum, lr_ * scale, pool);
   }
   std::string Describe() const override { return "lr=" + Num(lr_); }
+  std::optional<double> StatelessRate() const override { return lr_; }
 
  private:
   const double lr_;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ class ServerOptimizer {
   // Runs on `pool` when given. REQUIRES: sum.size() == base.num_params().
   virtual ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) = 0;
   virtual std::string Describe() const = 0;
+  // The rate lr when the step is x + lr * d and keeps no state (callers may then fuse the step
+  // into their last pass over the inputs); nullopt otherwise.
+  virtual std::optional<double> StatelessRate() const { return std::nullopt; }
 };
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr);

@@ -1,12 +1,39 @@
 #include "aggregators/streaming_mean.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
 #include "aggregators/simd_kernels.h"
 
 namespace plexus {
+namespace {
+
+// 32 Ki doubles (256 KiB, in L2) per block: long enough runs through each input for the
+// prefetchers, while four inputs per pass keep the traffic to the block low.
+constexpr size_t kBlock = 32768;
+
+// acc[0, len) (+)= sum_i w[i] deltas[i][b, b + len), four inputs per pass, in input order;
+// `first` overwrites acc instead of adding to it. Returns whether the block's sum is finite:
+// weights are finite and positive (and acc finite when added to), so it turns non-finite
+// exactly when some input holds a NaN or infinity there.
+bool SumBlock(double* acc, bool first, std::span<const float* const> deltas, const double* w, size_t b, size_t len) {
+  const size_t n = deltas.size();
+  size_t i = 0;
+  if (first) {
+    simd::StoreScaled(acc, deltas[0] + b, len, w[0]);
+    i = 1;
+  }
+  for (; i + 4 <= n; i += 4) {
+    const float* rows[4] = {deltas[i] + b, deltas[i + 1] + b, deltas[i + 2] + b, deltas[i + 3] + b};
+    simd::AccumulateScaled4(acc, rows, &w[i], len);
+  }
+  for (; i < n; ++i) simd::AccumulateScaled(acc, deltas[i] + b, len, w[i]);
+  return !simd::AnyNonFinite(acc, len);
+}
+
+}  // namespace
 
 void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn, size_t min_chunk) {
   if (pool) {
@@ -40,9 +67,6 @@ void StreamingMean::Fold(std::span<const float> delta, double weight, double sca
 
 size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
                                 std::span<const double> scales) {
-  // 32 Ki doubles (256 KiB, in L2) per block: long enough runs through each input for the
-  // prefetchers, while four inputs per pass keep the traffic to the block low.
-  constexpr size_t kBlock = 32768;
   const size_t n = deltas.size();
   if (n == 0) return 0;
   std::vector<double> w(n);
@@ -55,21 +79,8 @@ size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<
     for (size_t b = begin; b < end; b += kBlock) {
       const size_t len = std::min(kBlock, end - b);
       double* acc = next_.data() + b;
-      size_t i = 0;
-      if (count_ == 0) {
-        simd::StoreScaled(acc, deltas[0] + b, len, w[0]);
-        i = 1;
-      } else {
-        std::copy(sum_.data() + b, sum_.data() + b + len, acc);
-      }
-      for (; i + 4 <= n; i += 4) {
-        const float* rows[4] = {deltas[i] + b, deltas[i + 1] + b, deltas[i + 2] + b, deltas[i + 3] + b};
-        simd::AccumulateScaled4(acc, rows, &w[i], len);
-      }
-      for (; i < n; ++i) simd::AccumulateScaled(acc, deltas[i] + b, len, w[i]);
-      // Weights are finite and positive and the running sum is finite, so the block's sum turns
-      // non-finite exactly when some input holds a NaN or infinity there; only then look closer.
-      if (simd::AnyNonFinite(acc, len)) {
+      if (count_ > 0) std::copy(sum_.data() + b, sum_.data() + b + len, acc);
+      if (!SumBlock(acc, count_ == 0, deltas, w.data(), b, len)) {  // only then look closer
         for (size_t k = 0; k < n; ++k) local[k] |= static_cast<uint8_t>(simd::AnyNonFinite(deltas[k] + b, len));
       }
     }
@@ -83,6 +94,24 @@ size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<
   for (size_t i = 0; i < n; ++i) total_weight_ += weights[i];
   count_ += n;
   return n;
+}
+
+bool WriteWeightedSumStep(float* out, const float* base, std::span<const float* const> deltas,
+                          std::span<const double> w, double k, size_t num_params, ThreadPool* pool) {
+  std::atomic<bool> finite{true};
+  ForRanges(pool, num_params, [&](size_t begin, size_t end) {
+    thread_local std::vector<double> acc;  // pages stay mapped from one round to the next
+    acc.resize(kBlock);
+    for (size_t b = begin; b < end && finite.load(std::memory_order_relaxed); b += kBlock) {
+      const size_t len = std::min(kBlock, end - b);
+      if (!SumBlock(acc.data(), true, deltas, w.data(), b, len)) {
+        finite = false;
+        return;
+      }
+      simd::ApplyScaledSum(out + b, base + b, acc.data(), k, len);
+    }
+  });
+  return finite;
 }
 
 std::vector<double> StreamingMean::Mean() const {

@@ -42,6 +42,14 @@ class StreamingMean {
   size_t count_ = 0;
 };
 
+// out = base + k x (w[0] deltas[0] + w[1] deltas[1] + ...), computed block by block with each
+// block's sum in a cache-sized buffer: one pass over the inputs and no model-sized intermediate.
+// The same bits as FoldBatch into an empty StreamingMean followed by ApplyDelta(base, sum, k).
+// Returns false when some input holds a non-finite value (out is then partly written).
+// REQUIRES: w parallel to deltas; out, base and each delta num_params long.
+bool WriteWeightedSumStep(float* out, const float* base, std::span<const float* const> deltas,
+                          std::span<const double> w, double k, size_t num_params, ThreadPool* pool);
+
 // Runs fn(begin, end) over [0, n), on the pool when there is one; ranges shorter than
 // min_chunk items are not split (use 1 when each item is a large block of work).
 void ForRanges(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn, size_t min_chunk = 1 << 14);

@@ -52,8 +52,14 @@ const Inputs& GetInputs(size_t n, size_t p) {
   return *in;
 }
 
-// Folds the n updates as one batch (FoldAll), or one by one as a server does when they arrive
-// over time (one_by_one).
+// Aggregates the n updates in one call (Aggregate, as offline merges and batch rounds do), or
+// folds them one by one as a server does when they arrive over time (one_by_one).
+Result<ModelState> FoldOneByOne(Aggregator& agg, const Inputs& in) {
+  (void)agg.Begin(in.base);
+  for (const Update& u : in.updates) (void)agg.Fold(u);
+  return agg.Finalize();
+}
+
 void RunStrategy(benchmark::State& state, const char* spec, bool one_by_one) {
   const auto n = static_cast<size_t>(state.range(0));
   const auto p = static_cast<size_t>(state.range(1));
@@ -67,13 +73,7 @@ void RunStrategy(benchmark::State& state, const char* spec, bool one_by_one) {
   (void)agg->FoldAll(batch);
   (void)agg->Finalize();
   for (auto _ : state) {
-    (void)agg->Begin(in.base);
-    if (one_by_one) {
-      for (const Update& u : in.updates) (void)agg->Fold(u);
-    } else {
-      (void)agg->FoldAll(batch);
-    }
-    Result<ModelState> out = agg->Finalize();
+    Result<ModelState> out = one_by_one ? FoldOneByOne(*agg, in) : agg->Aggregate(in.base, batch);
     if (!out.ok()) {
       state.SkipWithError(out.status().ToString().c_str());
       return;

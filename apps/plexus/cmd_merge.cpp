@@ -82,18 +82,19 @@ void RunMerge(const MergeFlags& f) {
                 merged.ContentSha256().c_str());
     return;
   }
-  Check(agg->Begin(base));
+  std::vector<Update> updates(models.size());
+  std::vector<const Update*> ptrs;
   for (size_t i = 0; i < models.size(); ++i) {
-    Update u;
+    Update& u = updates[i];
     u.client_id = f.inputs[i];  // canonical order: by path
     u.task_id = "merge";
     u.num_examples = weights[i];
     u.local_steps = 1;
     u.delta = std::move(models[i]);
     if (!f.base.empty()) u.delta.Subtract(base);
-    Check(agg->Fold(u), f.inputs[i]);
+    ptrs.push_back(&u);
   }
-  ModelState merged = Take(agg->Finalize());
+  ModelState merged = Take(agg->Aggregate(base, ptrs));
   merged.set_version(0);
   Check(WriteSafetensorsFile(f.out, merged));
   std::printf("merged %zu files with %s into %s (%zu parameters, sha256 %s)\n", f.inputs.size(),

@@ -231,6 +231,41 @@ TEST(FoldAllTest, MatchesFoldingOneByOneAndStopsAtTheFirstBadUpdate) {
   }
 }
 
+TEST(AggregateTest, OneCallGivesTheBitsAndErrorsOfBeginFoldAllFinalize) {
+  const size_t dims = 100003;  // several cache blocks, split over two threads, with a ragged end
+  std::vector<Update> ups;
+  for (int i = 0; i < 7; ++i) {
+    std::vector<float> d(dims);
+    for (size_t j = 0; j < dims; ++j) d[j] = std::sin(static_cast<float>(i * dims + j)) * (1.0f + i);
+    ups.push_back(U("c" + std::to_string(i), d, 1 + 3 * i, 1 + i));
+  }
+  ModelState base = Vec(std::vector<float>(dims, 0.25f));
+  base.set_version(4);
+  ThreadPool pool(2);
+  std::vector<const Update*> ptrs;
+  for (const Update& u : ups) ptrs.push_back(&u);
+  for (const char* spec : {"fedavg", "fedavg:weighted=false", "fednova", "fedavgm", "median"}) {
+    auto three = *MakeAggregator(spec, &pool);
+    auto one = *MakeAggregator(spec, &pool);
+    ASSERT_OK(three->Begin(base));
+    ASSERT_OK(three->FoldAll(ptrs));
+    ModelState expected = *three->Finalize();
+    Result<ModelState> got = one->Aggregate(base, ptrs);
+    ASSERT_OK(got.status());
+    EXPECT_EQ(got->version(), 5u) << spec;
+    EXPECT_EQ(*got, expected) << spec;
+
+    std::vector<Update> bad = ups;
+    bad[5].delta.data()[dims - 1] = INFINITY;
+    std::vector<const Update*> bad_ptrs;
+    for (const Update& u : bad) bad_ptrs.push_back(&u);
+    EXPECT_THAT(one->Aggregate(base, bad_ptrs), StatusIs(StatusCode::kInvalidArgument, "client c5")) << spec;
+    EXPECT_THAT(one->Aggregate(base, {}), StatusIs(StatusCode::kFailedPrecondition, "no updates")) << spec;
+    bad[5] = U("c5", {1, 2});
+    EXPECT_THAT(one->Aggregate(base, bad_ptrs), StatusIs(StatusCode::kInvalidArgument, "c5")) << spec;
+  }
+}
+
 }  // namespace
 }  // namespace plexus
 
