@@ -24,6 +24,8 @@ struct Dataset {
 struct DatasetView {
   const Dataset* data = nullptr;
   std::vector<uint32_t> indices;
+  // When set, example k's label reads as label_map[labels[k]] (simulated label-flipping attackers).
+  const uint8_t* label_map = nullptr;
 
   static DatasetView All(const Dataset& d);
   // The first min(n, size) examples; n == 0 means all.

@@ -158,4 +158,71 @@ Result<std::vector<std::vector<uint32_t>>> PartitionIndices(const std::vector<ui
   return InvalidArgumentError("unknown partition kind");
 }
 
+Result<SampledPartition> SampledPartition::Make(const std::vector<uint8_t>& labels, const PartitionSpec& spec,
+                                                int64_t examples, uint64_t seed) {
+  if (labels.empty()) return InvalidArgumentError("cannot sample partitions from an empty data set");
+  if (examples <= 0) return InvalidArgumentError("examples per client must be positive");
+  SampledPartition p;
+  p.spec_ = spec;
+  p.examples_ = examples;
+  p.seed_ = seed;
+  uint8_t max_label = 0;
+  for (uint8_t y : labels) max_label = std::max(max_label, y);
+  p.label_begin_.assign(size_t{max_label} + 2, 0);
+  for (uint8_t y : labels) ++p.label_begin_[size_t{y} + 1];
+  for (size_t c = 1; c < p.label_begin_.size(); ++c) p.label_begin_[c] += p.label_begin_[c - 1];
+  p.by_label_.resize(labels.size());
+  std::vector<size_t> next(p.label_begin_.begin(), p.label_begin_.end() - 1);
+  for (size_t i = 0; i < labels.size(); ++i) p.by_label_[next[labels[i]]++] = static_cast<uint32_t>(i);
+  return p;
+}
+
+std::vector<uint32_t> SampledPartition::For(uint64_t client) const {
+  Rng rng = Rng::Derive(seed_ ^ 0x5a3b1edULL, client);
+  const size_t k = static_cast<size_t>(examples_);
+  const size_t n = by_label_.size();
+  std::vector<uint32_t> out;
+  out.reserve(k);
+  switch (spec_.kind) {
+    case PartitionSpec::Kind::kIid:
+      for (size_t i = 0; i < k; ++i) out.push_back(static_cast<uint32_t>(rng.Below(n)));
+      break;
+    case PartitionSpec::Kind::kDirichlet: {
+      const size_t classes = label_begin_.size() - 1;
+      std::vector<double> cumulative(classes);
+      double total = 0.0;
+      for (size_t c = 0; c < classes; ++c) {
+        const bool present = label_begin_[c + 1] > label_begin_[c];
+        total += present ? rng.Gamma(spec_.alpha) : 0.0;
+        cumulative[c] = total;
+      }
+      for (size_t i = 0; i < k; ++i) {
+        // A tiny alpha can round every draw to zero: fall back to uniform over the data then.
+        size_t c = 0;
+        if (total > 0) {
+          const double u = rng.Uniform() * total;
+          c = static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
+          c = std::min(c, classes - 1);
+          while (label_begin_[c + 1] == label_begin_[c]) c = (c + 1) % classes;
+          out.push_back(by_label_[label_begin_[c] + rng.Below(label_begin_[c + 1] - label_begin_[c])]);
+        } else {
+          out.push_back(static_cast<uint32_t>(rng.Below(n)));
+        }
+      }
+      break;
+    }
+    case PartitionSpec::Kind::kShards: {
+      const size_t shards = static_cast<size_t>(std::max<int64_t>(1, spec_.shards));
+      const size_t shard_len = std::max<size_t>(1, std::min(n, k / shards));
+      for (size_t s = 0; s < shards && out.size() < k; ++s) {
+        const size_t start = rng.Below(n - shard_len + 1);
+        for (size_t j = 0; j < shard_len && out.size() < k; ++j) out.push_back(by_label_[start + j]);
+      }
+      while (out.size() < k) out.push_back(by_label_[rng.Below(n)]);  // k not a multiple of S
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace plexus

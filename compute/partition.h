@@ -32,4 +32,26 @@ Result<std::vector<std::vector<uint32_t>>> PartitionIndices(const std::vector<ui
                                                             const PartitionSpec& spec, int64_t num_clients,
                                                             uint64_t seed);
 
+// A partition drawn with replacement, for populations larger than the data can split: client c
+// gets `examples` indices from its own seeded stream, materialised only when asked for (a million
+// clients cost nothing until they train). iid: uniform over the data; dirichlet:A: the client's
+// own class proportions ~ Dir_10(A), then uniform within each class; shards:S: S label-sorted
+// shards of examples/S consecutive examples each, chosen at random. Samples of different
+// clients overlap. Immutable after Make; thread-safe.
+class SampledPartition {
+ public:
+  // InvalidArgument for empty labels or a non-positive example count.
+  static Result<SampledPartition> Make(const std::vector<uint8_t>& labels, const PartitionSpec& spec,
+                                       int64_t examples, uint64_t seed);
+  std::vector<uint32_t> For(uint64_t client) const;
+  int64_t examples_per_client() const { return examples_; }
+
+ private:
+  PartitionSpec spec_;
+  int64_t examples_ = 0;
+  uint64_t seed_ = 0;
+  std::vector<uint32_t> by_label_;       // example indices sorted by label (stable)
+  std::vector<size_t> label_begin_;      // by_label_[label_begin_[c], label_begin_[c + 1]) hold class c
+};
+
 }  // namespace plexus

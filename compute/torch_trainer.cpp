@@ -55,7 +55,7 @@ class TorchTrainer final : public Trainer {
       if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
       const int64_t b = in_epoch * o.batch_size;
       const int64_t e = std::min(n, b + o.batch_size);
-      auto [x, y] = Batch(*data.data, order, b, e);
+      auto [x, y] = Batch(*data.data, order, b, e, data.label_map);
       opt.zero_grad();
       torch::Tensor loss = F::cross_entropy(forward_(params, x), y);
       if (o.prox_mu > 0) {
@@ -90,7 +90,7 @@ class TorchTrainer final : public Trainer {
     double loss_sum = 0.0;
     for (int64_t b = 0; b < n; b += 1000) {
       const int64_t e = std::min(n, b + 1000);
-      auto [x, y] = Batch(*data.data, data.indices, b, e);
+      auto [x, y] = Batch(*data.data, data.indices, b, e, data.label_map);
       torch::Tensor logits = forward_(params, x);
       loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
       correct += logits.argmax(1).eq(y).sum().item<int64_t>();
@@ -127,7 +127,7 @@ class TorchTrainer final : public Trainer {
   }
 
   static std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b,
-                                                       int64_t e) {
+                                                       int64_t e, const uint8_t* label_map) {
     const int64_t ppi = d.pixels_per_image();
     torch::Tensor x = torch::empty({e - b, ppi}, torch::kFloat32);
     torch::Tensor y = torch::empty({e - b}, torch::kInt64);
@@ -136,7 +136,7 @@ class TorchTrainer final : public Trainer {
     for (int64_t i = b; i < e; ++i) {
       const uint32_t k = idx[static_cast<size_t>(i)];
       std::memcpy(xp + (i - b) * ppi, d.pixels.data() + static_cast<size_t>(k) * ppi, ppi * sizeof(float));
-      yp[i - b] = d.labels[k];
+      yp[i - b] = label_map ? label_map[d.labels[k]] : d.labels[k];
     }
     return {x, y};
   }

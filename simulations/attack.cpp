@@ -34,9 +34,10 @@ Result<AttackKind> ParseAttack(const std::string& name) {
   if (name == "none") return AttackKind::kNone;
   if (name == "signflip") return AttackKind::kSignFlip;
   if (name == "gaussian") return AttackKind::kGaussian;
+  if (name == "labelflip") return AttackKind::kLabelFlip;
   if (name == "ipm") return AttackKind::kIpm;
   if (name == "alie") return AttackKind::kAlie;
-  return InvalidArgumentError("unknown attack '" + name + "' (known: none, signflip, gaussian, ipm, alie)");
+  return InvalidArgumentError("unknown attack '" + name + "' (known: none, signflip, gaussian, labelflip, ipm, alie)");
 }
 
 void HonestStats::Add(std::span<const float> delta) {
@@ -67,6 +68,7 @@ void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng&
   const bool informed = honest.count() > 0;
   switch (kind) {
     case AttackKind::kNone:
+    case AttackKind::kLabelFlip:  // the poison was in the training data
       return;
     case AttackKind::kGaussian:
       for (float& v : x) v = static_cast<float>(rng.Normal());

@@ -4,6 +4,8 @@
 //   signflip  -10 x delta (their own honest update, reversed and boosted, so that a fifth of the
 //             clients outweighs the rest in a plain mean)
 //   gaussian  values drawn from N(0, 1) per coordinate, independent of the data
+//   labelflip the honest training run on poisoned data: label y reads as 9 - y (FlippedLabel);
+//             the update is sent as trained
 //   ipm       -0.5 x the mean of the honest updates on the same model version (inner-product
 //             manipulation, Xie, Koyejo, Gupta 2020; omniscient attacker)
 //   alie      mean - z x std of the honest updates per coordinate, z chosen from the number of
@@ -12,6 +14,7 @@
 // Stateless apart from the honest statistics the simulator feeds in. Thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,7 +24,10 @@
 
 namespace plexus {
 
-enum class AttackKind { kNone, kSignFlip, kGaussian, kIpm, kAlie };
+enum class AttackKind { kNone, kSignFlip, kGaussian, kLabelFlip, kIpm, kAlie };
+
+// The label map of label-flipping attackers over the ten classes: y -> 9 - y.
+inline constexpr uint8_t kFlippedLabels[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
 
 // InvalidArgument naming the kinds that exist.
 Result<AttackKind> ParseAttack(const std::string& name);

@@ -2,9 +2,12 @@
 // virtual clients in virtual time, with a ManualClock and a MemoryStore, no sockets and no
 // threads, so the same seed gives the same result bit for bit. A discrete-event loop: a client
 // polls; when it gets a task it trains at once through the Trainer (on the model the task names)
-// and its update is submitted when its virtual device would have finished, local steps x its
-// time per step plus a fixed overhead for the transfers; then it polls again. Engine deadlines
-// fire from ticks every 100 virtual ms. Borrows trainer, evaluator and data. Single-threaded.
+// and its update is submitted when its virtual device would have finished (download + local
+// compute + upload); then it polls again. A client told to wait is parked at no cost and polls
+// again when the engine's poll epoch moves (or every half client timeout, to stay connected),
+// so idle clients cost a few hundred bytes each: a million fit in a few hundred MB. Engine
+// deadlines fire from ticks every 100 virtual ms. Borrows trainer, evaluator and data.
+// Single-threaded.
 #pragma once
 
 #include <functional>
@@ -20,24 +23,36 @@
 
 namespace plexus {
 
-// Heterogeneous devices: client times per local step spread geometrically from ms_per_step (the
-// fastest) to ms_per_step x speed_ratio (the slowest), assigned to clients in a seeded order; a
-// task is abandoned with probability `dropout` (the client goes silent for as long as the task
-// would have taken, then polls again).
-struct DeviceSpeeds {
+// Virtual devices. Compute: each client's time per local step is either spread geometrically
+// from ms_per_step (the fastest) to ms_per_step x speed_ratio (the slowest), assigned in a seeded
+// order, or, when speed_sigma > 0, log-normal: ms_per_step x exp(speed_sigma x Z), so ms_per_step
+// is the median. Network: every transfer pays latency_ms, the model download num_params x 4 bytes
+// at down_mbps and the update upload the same at up_mbps (0 = instantaneous), plus a fixed
+// task_overhead_ms per task. Reliability: a task is abandoned with probability `dropout` (the
+// client goes silent for as long as the task would have taken); with mean_on_s and mean_off_s
+// set, each client alternates between exponential on and off periods with those means, polls
+// only while on, and loses a task whose on period ends before the task does.
+struct DeviceModel {
   double ms_per_step = 10.0;
-  double speed_ratio = 1.0;        // slowest / fastest
-  int64_t task_overhead_ms = 50;   // per task: model download and update upload
+  double speed_ratio = 1.0;        // slowest / fastest (geometric spread)
+  double speed_sigma = 0.0;        // log-normal spread; replaces speed_ratio when > 0
+  int64_t task_overhead_ms = 50;   // per task
+  double latency_ms = 0.0;         // per transfer (one download, one upload per task)
+  double down_mbps = 0.0;          // megabits per second; 0 = transfers take no time
+  double up_mbps = 0.0;
   double dropout = 0.0;            // probability that a task is abandoned, in [0, 1)
+  double mean_on_s = 0.0;          // availability periods; both 0 = always available
+  double mean_off_s = 0.0;
 
-  // Named profiles: uniform (10 ms per step for everyone, 50 ms overhead, no dropouts),
-  // heterogeneous (10-100 ms per step, 100 ms overhead, 5% dropouts), mobile (30-600 ms per
-  // step, 500 ms overhead, 20% dropouts). InvalidArgument for another name.
-  static Result<DeviceSpeeds> Profile(const std::string& name);
+  // Named profiles (docs/simulation.md has the table): uniform, heterogeneous, mobile.
+  // InvalidArgument for another name.
+  static Result<DeviceModel> Profile(const std::string& name);
   // InvalidArgument naming the bad field.
   Status Validate() const;
   // Time per local step of each of n clients.
   std::vector<double> Assign(size_t n, uint64_t seed) const;
+  // Virtual milliseconds of one task: download, `steps` local steps at `ms_per_step`, upload.
+  double TaskMs(int64_t steps, double ms_per_step, size_t model_bytes) const;
 };
 
 struct SimOptions {
@@ -48,10 +63,13 @@ struct SimOptions {
   std::string mode = "sync";      // sync | async | semiasync
   SyncOptions sync;               // sync mode; its rounds and task also apply to the other modes
   AsyncOptions async;             // async and semiasync modes (rounds and task as in `sync`)
-  DeviceSpeeds speeds;
+  DeviceModel devices;
+  int64_t examples_per_client = 0;  // > 0: every client samples this many examples with
+                                    // replacement (SampledPartition); 0: split the data among
+                                    // the clients when it gives each at least 10, else sample 50
   int64_t max_tasks = 0;          // stop once this many tasks were trained (0 = no budget); the
                                   // run then ends with the versions published by then
-  std::string attack = "none";    // what malicious clients send, see attack.h
+  std::string attack = "none";    // what malicious clients do, see attack.h
   double attackers = 0.0;         // fraction of the clients that are malicious, chosen by the seed
 };
 
@@ -59,6 +77,8 @@ struct SimRound {
   RoundRecord record;
   double wall_time_s = 0.0;       // real time since the simulation started
   double virtual_time_s = 0.0;    // simulated time when the version was published
+  int64_t bytes_down = 0;         // model bytes sent to clients so far (tasks handed out)
+  int64_t bytes_up = 0;           // update bytes received so far
 };
 
 struct SimResult {
@@ -71,9 +91,10 @@ struct SimResult {
   double wall_time_s = 0.0;
   double virtual_time_s = 0.0;
   int64_t tasks_trained = 0;
-  int64_t tasks_dropped = 0;      // abandoned by their (virtual) device
+  int64_t tasks_dropped = 0;      // abandoned by their (virtual) device, or lost when it went off
   int64_t updates_refused = 0;    // e.g. too stale, or past a sync round's close
   int64_t attackers = 0;          // malicious clients
+  int64_t examples_per_client = 0;  // > 0 when partitions were sampled with replacement
   std::string strategy;
 };
 

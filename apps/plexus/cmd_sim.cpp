@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
@@ -28,8 +29,47 @@ struct SimFlags {
   const CLI::App* cmd = nullptr;  // to ask which flags were given
   CrdtSimOptions crdt;
   int64_t crdt_replicas = 0;
-  std::string devices;  // a named DeviceSpeeds profile; explicit device flags override its fields
+  std::string devices;  // a named DeviceModel profile; explicit device flags override its fields
+  std::string plot;     // PNG of accuracy against round and virtual time
 };
+
+// The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
+// they override the named profile's value.
+template <typename T>
+struct DeviceFlag {
+  const char* name;
+  T DeviceModel::*field;
+  const char* help;
+};
+constexpr DeviceFlag<double> kDeviceDoubles[] = {
+    {"--ms-per-step", &DeviceModel::ms_per_step,
+     "Milliseconds per local step: the fastest device (geometric spread) or the median (log-normal)"},
+    {"--speed-ratio", &DeviceModel::speed_ratio, "Slowest / fastest device; times per step spread geometrically"},
+    {"--speed-sigma", &DeviceModel::speed_sigma,
+     "Log-normal spread of the times per step (replaces --speed-ratio when > 0)"},
+    {"--latency-ms", &DeviceModel::latency_ms, "Network latency per transfer (one download, one upload per task)"},
+    {"--down-mbps", &DeviceModel::down_mbps, "Download bandwidth in Mbit/s (0 = unlimited)"},
+    {"--up-mbps", &DeviceModel::up_mbps, "Upload bandwidth in Mbit/s (0 = unlimited)"},
+    {"--dropout", &DeviceModel::dropout, "Probability that a device abandons a task"},
+    {"--mean-on-s", &DeviceModel::mean_on_s, "Availability: mean length of a device's on periods (0 = always on)"},
+    {"--mean-off-s", &DeviceModel::mean_off_s, "Availability: mean length of a device's off periods"},
+};
+
+std::string DescribeDevices(const DeviceModel& d) {
+  char buf[400];
+  int len = d.speed_sigma > 0
+                ? std::snprintf(buf, sizeof buf, "%g ms per step (median, log-normal sigma %g)", d.ms_per_step, d.speed_sigma)
+                : std::snprintf(buf, sizeof buf, "%g..%g ms per step", d.ms_per_step, d.ms_per_step * d.speed_ratio);
+  if (d.down_mbps > 0 || d.up_mbps > 0 || d.latency_ms > 0) {
+    len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g/%g Mbit/s down/up, %g ms latency",
+                         d.down_mbps, d.up_mbps, d.latency_ms);
+  }
+  if (d.dropout > 0) len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g dropout", d.dropout);
+  if (d.mean_on_s > 0) {
+    std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", on %g s / off %g s", d.mean_on_s, d.mean_off_s);
+  }
+  return buf;
+}
 
 // `plexus sim --crdt-replicas N`: the CRDT convergence simulation instead of a federation.
 void RunCrdtSim(const SimFlags& f) {
@@ -69,15 +109,15 @@ void RunSim(const SimFlags& f) {
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   Check(options.mode == "sync" ? options.sync.Validate() : options.async.Validate(), "invalid settings");
   if (!f.devices.empty()) {
-    DeviceSpeeds p = Take(DeviceSpeeds::Profile(f.devices), "--devices");
-    const DeviceSpeeds& given = f.sim.speeds;
-    if (f.cmd->count("--ms-per-step")) p.ms_per_step = given.ms_per_step;
-    if (f.cmd->count("--speed-ratio")) p.speed_ratio = given.speed_ratio;
-    if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = given.task_overhead_ms;
-    if (f.cmd->count("--dropout")) p.dropout = given.dropout;
-    options.speeds = p;
+    DeviceModel p = Take(DeviceModel::Profile(f.devices), "--devices");
+    for (const DeviceFlag<double>& d : kDeviceDoubles) {
+      if (f.cmd->count(d.name)) p.*d.field = f.sim.devices.*d.field;
+    }
+    if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = f.sim.devices.task_overhead_ms;
+    options.devices = p;
   }
-  Check(options.speeds.Validate(), "invalid settings");
+  Check(options.devices.Validate(), "invalid settings");
+  if (!f.plot.empty()) CheckPlotterPresent();
 
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
@@ -88,24 +128,28 @@ void RunSim(const SimFlags& f) {
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
+  const DeviceModel& dev = options.devices;
   std::printf("plexus sim: %s mode, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-              "device speeds %g..%g ms per step%s\n",
+              "devices: %s%s\n",
               options.mode.c_str(), static_cast<long long>(options.clients),
               options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
               static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-              static_cast<unsigned long long>(options.seed), options.speeds.ms_per_step,
-              options.speeds.ms_per_step * options.speeds.speed_ratio,
+              static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
               options.attack == "none" ? ""
                                        : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
                                           "% attackers (" + options.attack + ")")
                                              .c_str());
   std::fflush(stdout);
   SimResult result = Take(RunSimulation(options, train, trainer.get(), &evaluator, [&](const SimRound& r) {
+    // ETA from the real time per version so far (the first versions include the setup).
+    const double done = static_cast<double>(r.record.model_version);
+    const double eta = done > 0 ? r.wall_time_s / done * (static_cast<double>(options.sync.rounds) - done) : 0.0;
     std::printf("round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
-                "virtual %.1f s  real %.1f s\n",
+                "virtual %.1f s  real %.1f s  eta %.0f s\n",
                 static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
                 static_cast<long long>(r.record.num_updates), r.record.mean_train_loss,
-                r.record.test_accuracy.value_or(0.0), r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s);
+                r.record.test_accuracy.value_or(0.0), r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s,
+                eta);
     std::fflush(stdout);
   }));
   std::printf("final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
@@ -128,6 +172,8 @@ void RunSim(const SimFlags& f) {
     s.rounds.push_back(r.record);
     s.round_wall_time_s.push_back(r.wall_time_s);
     s.round_virtual_time_s.push_back(r.virtual_time_s);
+    s.round_bytes_down.push_back(r.bytes_down);
+    s.round_bytes_up.push_back(r.bytes_up);
   }
   s.model_version = result.model_version;
   s.final_model_sha256 = result.final_model_sha256;
@@ -138,6 +184,13 @@ void RunSim(const SimFlags& f) {
   if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
   if (!f.model_out.empty()) Check(WriteSafetensorsFile(f.model_out, result.final_model));
+  if (!f.plot.empty()) {
+    // The plot reads a metrics file: the one asked for, or one next to the picture.
+    const std::string csv = f.metrics_out.empty() ? f.plot + ".csv" : f.metrics_out;
+    if (f.metrics_out.empty()) Check(WriteMetricsCsv(csv, s));
+    PlotAccuracy({csv}, f.plot);
+    std::printf("plot written to %s\n", f.plot.c_str());
+  }
 }
 
 }  // namespace
@@ -155,12 +208,11 @@ void AddSimCommand(CLI::App& app) {
   AddFederationFlags(cmd, &flags->sim.sync);
   cmd->add_option("--min-clients", flags->sim.sync.min_clients,
                   "sync: fewest updates to close a round (default: clients-per-round)");
-  cmd->add_option("--ms-per-step", flags->sim.speeds.ms_per_step, "Fastest virtual device: milliseconds per local step")
-      ->capture_default_str();
-  cmd->add_option("--speed-ratio", flags->sim.speeds.speed_ratio,
-                  "Slowest / fastest device; times per step spread geometrically between them")
-      ->capture_default_str();
-  cmd->add_option("--attack", flags->sim.attack, "What malicious clients send: none, signflip, gaussian, ipm, alie")
+  for (const DeviceFlag<double>& d : kDeviceDoubles) {
+    cmd->add_option(d.name, flags->sim.devices.*d.field, d.help)->capture_default_str();
+  }
+  cmd->add_option("--attack", flags->sim.attack,
+                  "What malicious clients do: none, signflip, gaussian, labelflip, ipm, alie")
       ->capture_default_str();
   cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();
@@ -178,14 +230,17 @@ void AddSimCommand(CLI::App& app) {
                   "trimmed_mean, ties, dare)");
   cmd->add_option("--devices", flags->devices,
                   "Device profile: uniform, heterogeneous or mobile (the device flags override its fields)");
-  cmd->add_option("--dropout", flags->sim.speeds.dropout, "Probability that a device abandons a task")
-      ->capture_default_str();
   cmd->add_option("--max-tasks", flags->sim.max_tasks,
                   "Stop after this many training tasks (0 = run all --rounds versions)")
       ->capture_default_str();
-  cmd->add_option("--task-overhead-ms", flags->sim.speeds.task_overhead_ms,
-                  "Virtual milliseconds per task for model download and update upload")
+  cmd->add_option("--task-overhead-ms", flags->sim.devices.task_overhead_ms,
+                  "Fixed virtual milliseconds per task, on top of compute and transfers")
       ->capture_default_str();
+  cmd->add_option("--examples-per-client", flags->sim.examples_per_client,
+                  "Sample this many training examples per client with replacement (0: split the data when it "
+                  "gives each client at least 10, else sample 50)")
+      ->capture_default_str();
+  cmd->add_option("--plot", flags->plot, "Draw accuracy against round and virtual time into this PNG (gnuplot)");
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out, "Write per-round metrics to this CSV file");
   cmd->add_option("--summary-out", flags->summary_out, "Write the run summary to this JSON file");
@@ -194,6 +249,7 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--threads", flags->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
+  AddScenarioOption(cmd);
   cmd->callback([flags, cmd] {
     flags->cmd = cmd;
     RunSim(*flags);

@@ -36,6 +36,8 @@ std::string ReadFileForFlag(const std::string& path, const std::string& flag);
 // Adds `--config FILE` (TOML) to a subcommand: every flag may be given there, flags on the
 // command line win.
 void AddConfigOption(CLI::App* cmd);
+// --scenario FILE: the same as --config, under the name simulation users look for.
+void AddScenarioOption(CLI::App* cmd);
 
 // Returns the command line (argv as strings) with the flags of the subcommand's --config file
 // appended, except those the command line sets itself. Throws CommandError for a malformed file
@@ -45,6 +47,7 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
 void AddServerCommand(CLI::App& app);
 void AddClientCommand(CLI::App& app);
 void AddSimCommand(CLI::App& app);
+void AddPlotCommand(CLI::App& app);
 void AddStatusCommand(CLI::App& app);
 void AddExportCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);

@@ -33,6 +33,11 @@ void AddConfigOption(CLI::App* cmd) {
   cmd->add_option("--config", "TOML file with flag values (flags on the command line win)")->check(CLI::ExistingFile);
 }
 
+void AddScenarioOption(CLI::App* cmd) {
+  cmd->add_option("--scenario", "TOML scenario: flag values as in --config (see simulations/scenarios/)")
+      ->check(CLI::ExistingFile);
+}
+
 std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args) {
   if (args.size() < 2) return args;
   CLI::App* cmd = nullptr;
@@ -48,7 +53,7 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
     if (a.rfind("--", 0) != 0) continue;
     const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     given.insert(name);
-    if (name == "config") file = a.find('=') != std::string::npos ? a.substr(a.find('=') + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+    if (name == "config" || name == "scenario") file = a.find('=') != std::string::npos ? a.substr(a.find('=') + 1) : (i + 1 < args.size() ? args[i + 1] : "");
   }
   if (file.empty()) return args;
 
@@ -65,7 +70,8 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
   for (const auto& [k, node] : table) {
     std::string key(k.str());
     for (char& c : key) c = c == '_' ? '-' : c;
-    const CLI::Option* opt = key == "config" ? nullptr : cmd->get_option_no_throw("--" + key);
+    if (key == "description") continue;  // for people reading the file
+    const CLI::Option* opt = key == "config" || key == "scenario" ? nullptr : cmd->get_option_no_throw("--" + key);
     if (!opt) {
       throw CommandError("config '" + file + "': '" + std::string(k.str()) + "' is not a flag of 'plexus " + args[1] +
                          "' (see plexus " + args[1] + " --help)");

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
 #ifdef PLEXUS_WITH_SERVER
   AddServerCommand(app);
   AddSimCommand(app);
+  AddPlotCommand(app);
   AddStatusCommand(app);
   AddExportCommand(app);
   AddMergeCommand(app);

@@ -57,6 +57,8 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
     if (i < s.round_wall_time_s.size()) row["wall_time_s"] = s.round_wall_time_s[i];
     if (i < s.round_virtual_time_s.size()) row["virtual_time_s"] = s.round_virtual_time_s[i];
+    if (i < s.round_bytes_down.size()) row["bytes_down"] = s.round_bytes_down[i];
+    if (i < s.round_bytes_up.size()) row["bytes_up"] = s.round_bytes_up[i];
     if (!r.merged.empty()) {
       double staleness = 0.0;
       for (const MergedUpdate& m : r.merged) staleness += static_cast<double>(m.staleness);
@@ -74,18 +76,21 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   std::string csv =
-      "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s\n";
+      "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
+      "bytes_down,bytes_up\n";
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s\n",
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
                   r.test_accuracy ? std::to_string(*r.test_accuracy).c_str() : "",
                   r.test_loss ? std::to_string(*r.test_loss).c_str() : "",
                   i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "",
-                  i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "");
+                  i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "",
+                  i < s.round_bytes_down.size() ? std::to_string(s.round_bytes_down[i]).c_str() : "",
+                  i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "");
     csv += line;
   }
   return WriteFile(path, csv);

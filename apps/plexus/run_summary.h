@@ -22,6 +22,8 @@ struct RunSummary {
   std::vector<RoundRecord> rounds;
   std::vector<double> round_wall_time_s;     // optional, parallel to rounds
   std::vector<double> round_virtual_time_s;  // simulator only, parallel to rounds
+  std::vector<int64_t> round_bytes_down;     // simulator only: model bytes sent so far
+  std::vector<int64_t> round_bytes_up;       // simulator only: update bytes received so far
   uint64_t model_version = 0;
   int64_t updates_accepted = 0;
   int64_t updates_refused = 0;

@@ -131,6 +131,7 @@ Status AsyncEngine::Submit(const Update& update) {
   auto end_task = [&](bool arrived) {
     tasks_.erase(update.task_id);
     task_of_client_.erase(update.client_id);
+    ++poll_epoch_;
     if (compass_ && !arrived) compass_->Abandon(update.client_id);
   };
   if (update.base_version != task.base_version) {
@@ -226,6 +227,7 @@ Status AsyncEngine::Publish() {
     return sticky_error_;
   }
   model_ = std::move(next).value();
+  ++poll_epoch_;
   model_sha256_ = rec.model_sha256;
   buffered_examples_ = 0;
   buffered_loss_ = 0.0;
@@ -244,6 +246,7 @@ Status AsyncEngine::Tick() {
       task_of_client_.erase(it->second.client_id);
       if (compass_) compass_->Abandon(it->second.client_id);
       it = tasks_.erase(it);
+      ++poll_epoch_;
     } else {
       ++it;
     }

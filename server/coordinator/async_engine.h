@@ -72,6 +72,7 @@ class AsyncEngine final : public Engine {
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return history_; }
   std::string strategy_description() const override { return description_; }
+  uint64_t poll_epoch() const override { return poll_epoch_; }
 
  private:
   struct OpenTask {
@@ -113,6 +114,7 @@ class AsyncEngine final : public Engine {
   std::vector<Update> late_;                        // arrived after their group closed
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
+  uint64_t poll_epoch_ = 0;
   int64_t updates_stale_ = 0;
   Status sticky_error_;
 };

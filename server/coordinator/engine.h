@@ -54,6 +54,10 @@ class Engine {
   // Published versions so far, oldest first (including those before a restart).
   virtual const std::vector<RoundRecord>& history() const = 0;
   virtual std::string strategy_description() const = 0;
+  // Moves whenever a Poll may answer differently than before (a round opened or closed, a
+  // version was published, a task slot freed), so a caller that holds idle clients back instead
+  // of letting them poll on a timer (the simulator) knows when to let them poll again.
+  virtual uint64_t poll_epoch() const = 0;
 };
 
 }  // namespace plexus

@@ -134,6 +134,7 @@ void SyncEngine::MaybeStartRound() {
     return;
   }
   open_ = std::move(r);
+  ++poll_epoch_;
 }
 
 size_t SyncEngine::WaitFor(const std::map<std::string, std::string>& selected) const {
@@ -242,6 +243,7 @@ Status SyncEngine::Tick() {
 void SyncEngine::AbandonRound() {
   ++attempts_;
   open_.reset();
+  ++poll_epoch_;
   idle_since_ms_ = clock_->NowMs();
 }
 
@@ -271,6 +273,7 @@ Status SyncEngine::CloseRound() {
   model_ = std::move(next).value();
   model_sha256_ = rec.model_sha256;
   open_.reset();
+  ++poll_epoch_;
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
   sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);

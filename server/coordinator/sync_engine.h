@@ -89,6 +89,7 @@ class SyncEngine final : public Engine {
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return history_; }
   std::string strategy_description() const override { return strategy_description_; }
+  uint64_t poll_epoch() const override { return poll_epoch_; }
 
  private:
   struct OpenRound {
@@ -136,6 +137,7 @@ class SyncEngine final : public Engine {
   std::vector<RoundRecord> history_;
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
+  uint64_t poll_epoch_ = 0;
   Status sticky_error_;
 };
 

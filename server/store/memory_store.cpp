@@ -17,7 +17,7 @@ Result<std::string> MemoryStore::GetMeta(const std::string& key) {
 
 Status MemoryStore::PutClient(const ClientRecord& client) {
   std::lock_guard<std::mutex> lock(mu_);
-  clients_[client.id] = client;
+  if (keep_recovery_data_) clients_[client.id] = client;
   return Status::Ok();
 }
 
@@ -77,6 +77,7 @@ Status MemoryStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
     return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
                                    " is not the open round");
   }
+  if (!keep_recovery_data_) return Status::Ok();
   Update kept = update;
   kept.metrics.clear();
   if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) kept.metrics["train_loss"] = it->second;

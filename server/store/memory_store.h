@@ -12,6 +12,12 @@ namespace plexus {
 
 class MemoryStore final : public Store {
  public:
+  // What exists only for recovery after a restart: client records and the accepted updates of
+  // the open round. The simulator, whose server never restarts, keeps neither
+  // (keep_recovery_data = false): a million clients would hold a record each and a round of a
+  // thousand clients a thousand updates. Lists of them are then empty.
+  explicit MemoryStore(bool keep_recovery_data = true) : keep_recovery_data_(keep_recovery_data) {}
+
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
   Status PutClient(const ClientRecord& client) override;
@@ -31,6 +37,7 @@ class MemoryStore final : public Store {
  private:
   Status PutCheckpointLocked(const ModelState& model);
 
+  const bool keep_recovery_data_;
   std::mutex mu_;
   std::map<std::string, std::string> meta_;      // guarded by mu_
   std::map<std::string, ClientRecord> clients_;  // guarded by mu_

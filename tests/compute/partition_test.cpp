@@ -85,5 +85,37 @@ TEST(PartitionTest, RefusesImpossibleSplits) {
               StatusIs(StatusCode::kInvalidArgument, "positive"));
 }
 
+TEST(SampledPartitionTest, DrawsWithReplacementReproduciblyPerClient) {
+  const std::vector<uint8_t> labels = Labels(1000);
+  const PartitionSpec iid = *PartitionSpec::Parse("iid");
+  SampledPartition p = *SampledPartition::Make(labels, iid, 30, 7);
+  EXPECT_EQ(p.For(999999).size(), 30u);
+  EXPECT_EQ(p.For(5), SampledPartition::Make(labels, iid, 30, 7)->For(5));  // any process, same client, same data
+  EXPECT_NE(p.For(5), p.For(6));
+  for (uint32_t i : p.For(123456)) EXPECT_LT(i, 1000u);
+  EXPECT_THAT(SampledPartition::Make(labels, iid, 0, 7).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "positive"));
+  EXPECT_THAT(SampledPartition::Make({}, iid, 5, 7).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "empty"));
+}
+
+TEST(SampledPartitionTest, DirichletAndShardsSkewLabels) {
+  const std::vector<uint8_t> labels = Labels(10000);
+  auto classes_of = [&](const std::vector<uint32_t>& idx) {
+    std::set<uint8_t> c;
+    for (uint32_t i : idx) c.insert(labels[i]);
+    return c.size();
+  };
+  SampledPartition dir = *SampledPartition::Make(labels, *PartitionSpec::Parse("dirichlet:0.05"), 200, 1);
+  SampledPartition shards = *SampledPartition::Make(labels, *PartitionSpec::Parse("shards:2"), 200, 1);
+  SampledPartition iid = *SampledPartition::Make(labels, *PartitionSpec::Parse("iid"), 200, 1);
+  size_t dir_classes = 0, iid_classes = 0;
+  for (uint64_t c = 0; c < 20; ++c) {
+    dir_classes += classes_of(dir.For(c));
+    iid_classes += classes_of(iid.For(c));
+    EXPECT_LE(classes_of(shards.For(c)), 4u);  // two label-sorted runs of 100 span at most 2 classes each
+  }
+  EXPECT_LT(dir_classes, 20u * 4);
+  EXPECT_EQ(iid_classes, 20u * 10);
+}
+
 }  // namespace
 }  // namespace plexus

@@ -31,6 +31,10 @@ TEST(AttackTest, EachAttackTransformsTheUpdateAsDefined) {
   d = Vec({1, -2});
   ApplyAttack(AttackKind::kIpm, HonestStats(), 0.0, rng, d);  // nothing known yet: sign flip
   EXPECT_EQ(d, Vec({-10, 20}));
+  d = Vec({1, -2});
+  ApplyAttack(AttackKind::kLabelFlip, TwoHonest(), 0.0, rng, d);  // poisoned in training, sent as is
+  EXPECT_EQ(d, Vec({1, -2}));
+  EXPECT_EQ(kFlippedLabels[3], 6);
   ModelState a = Vec({0, 0}), b = Vec({0, 0});
   Rng r1(5), r2(5);
   ApplyAttack(AttackKind::kGaussian, TwoHonest(), 0.0, r1, a);
@@ -45,7 +49,9 @@ TEST(AttackTest, AlieZFollowsTheNormalQuantile) {
 }
 
 TEST(AttackTest, UnknownAttackIsNamed) {
-  EXPECT_THAT(ParseAttack("labelflip").status(), StatusIs(StatusCode::kInvalidArgument, "known: none, signflip"));
+  EXPECT_THAT(ParseAttack("minmax").status(),
+              StatusIs(StatusCode::kInvalidArgument, "known: none, signflip, gaussian, labelflip, ipm, alie"));
+  EXPECT_EQ(*ParseAttack("labelflip"), AttackKind::kLabelFlip);
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // times can be checked to the millisecond.
 #include "simulations/sim_runner.h"
 
+#include "compute/model_zoo.h"
+
 #include <algorithm>
+#include <cmath>
 
 #include "tests/testing/status_matchers.h"
 
@@ -45,9 +48,9 @@ SimOptions TwoSpeeds(const std::string& mode, int64_t versions) {
   o.sync.task.local_steps = 10;
   o.async.buffer_size = 1;
   o.async.staleness = "constant";
-  o.speeds.ms_per_step = 10;
-  o.speeds.speed_ratio = 4;
-  o.speeds.task_overhead_ms = 0;
+  o.devices.ms_per_step = 10;
+  o.devices.speed_ratio = 4;
+  o.devices.task_overhead_ms = 0;
   return o;
 }
 
@@ -63,8 +66,9 @@ TEST_F(SimRunnerTest, SyncRoundsWaitForTheSlowestClient) {
   ASSERT_OK(r);
   ASSERT_EQ(r->rounds.size(), 2u);
   EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, 0.4);
-  // The slow client polls again at 0.4 s and starts round 2 at once; the fast one is told to
-  // wait and comes back at 0.5 s; the round closes when the slow one is done at 0.8 s.
+  // The slow client polls again at 0.4 s and starts round 2 at once; the fast one, parked since
+  // it was told to wait, polls again as the round opens; the round closes when the slow one is
+  // done at 0.8 s.
   EXPECT_DOUBLE_EQ(r->rounds[1].virtual_time_s, 0.8);
   EXPECT_EQ(r->tasks_trained, 4);
 }
@@ -119,7 +123,7 @@ TEST_F(SimRunnerTest, AttackersAreASeededFractionAndChangeTheResult) {
 
 TEST_F(SimRunnerTest, DroppedTasksCostTimeAndTheFederationStillFinishes) {
   SimOptions o = TwoSpeeds("async", 10);
-  o.speeds.dropout = 0.5;
+  o.devices.dropout = 0.5;
   Result<SimResult> r = Run(o), again = Run(o);
   ASSERT_OK(r);
   EXPECT_EQ(r->rounds.size(), 10u);
@@ -129,18 +133,128 @@ TEST_F(SimRunnerTest, DroppedTasksCostTimeAndTheFederationStillFinishes) {
   EXPECT_GT(r->virtual_time_s, Run(TwoSpeeds("async", 10))->virtual_time_s);
 }
 
-TEST(DeviceSpeedsTest, NamedProfilesAndBadValues) {
-  EXPECT_DOUBLE_EQ(DeviceSpeeds::Profile("mobile")->dropout, 0.2);
-  EXPECT_DOUBLE_EQ(DeviceSpeeds::Profile("heterogeneous")->speed_ratio, 10.0);
-  EXPECT_THAT(DeviceSpeeds::Profile("tablet").status(),
-              ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "known: uniform, heterogeneous, mobile"));
-  DeviceSpeeds s;
-  s.dropout = 1.0;
-  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "dropout"));
+TEST_F(SimRunnerTest, TransfersAddLatencyAndBandwidthTime) {
+  SimOptions o = TwoSpeeds("sync", 2);
+  o.devices.latency_ms = 50;
+  o.devices.down_mbps = 100;
+  o.devices.up_mbps = 50;
+  Result<SimResult> r = Run(o);
+  ASSERT_OK(r);
+  ASSERT_EQ(r->rounds.size(), 2u);
+  const auto bytes = static_cast<int64_t>(InitModel(o.model, 0)->num_params() * sizeof(float));
+  const double megabits = static_cast<double>(bytes) * 8 / 1e6;
+  // The slow client's compute, two latencies, the download and the upload (rounded to the ms).
+  const double task_s = std::round(400 + 100 + megabits / 100 * 1000 + megabits / 50 * 1000) / 1000;
+  EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, task_s);
+  EXPECT_DOUBLE_EQ(r->rounds[1].virtual_time_s, 2 * task_s);
+  EXPECT_EQ(r->rounds[1].bytes_down, 4 * bytes);
+  EXPECT_EQ(r->rounds[1].bytes_up, 4 * bytes);
 }
 
-TEST(DeviceSpeedsTest, SpreadGeometricallyInASeededOrder) {
-  DeviceSpeeds s;
+TEST_F(SimRunnerTest, PopulationsLargerThanTheDataSampleWithReplacement) {
+  SimOptions o = TwoSpeeds("sync", 3);
+  o.clients = 5000;  // 100 examples: 50 sampled per client
+  o.sync.clients_per_round = 20;
+  o.sync.min_clients = 20;
+  Result<SimResult> a = Run(o), b = Run(o);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->examples_per_client, 50);
+  ASSERT_EQ(a->rounds.size(), 3u);
+  EXPECT_EQ(a->rounds[0].record.num_examples, 20 * 50);
+  EXPECT_EQ(a->final_model_sha256, b->final_model_sha256);
+  EXPECT_EQ(a->tasks_trained, 60);  // idle clients were parked, not trained
+}
+
+TEST_F(SimRunnerTest, AvailabilityPeriodsAreDeterministicAndCostTime) {
+  SimOptions o = TwoSpeeds("async", 20);
+  o.clients = 10;
+  o.devices.mean_on_s = 0.5;
+  o.devices.mean_off_s = 0.5;
+  Result<SimResult> a = Run(o), b = Run(o);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ(a->rounds.size(), 20u);
+  EXPECT_GT(a->tasks_dropped, 0);  // tasks cut short by an off period
+  EXPECT_EQ(a->virtual_time_s, b->virtual_time_s);
+  EXPECT_EQ(a->final_model_sha256, b->final_model_sha256);
+}
+
+// Records whether each training run saw flipped labels.
+class LabelCheckingTrainer final : public Trainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    if (data.label_map) {
+      ++flipped;
+      if (data.label_map[0] != 9 || data.label_map[9] != 0) return InternalError("not the flipped labels");
+    }
+    TrainOutcome out;
+    out.weights = start;
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = o.local_steps;
+    return out;
+  }
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+  int flipped = 0;
+};
+
+TEST_F(SimRunnerTest, LabelFlippersTrainOnFlippedLabels) {
+  SimOptions o = TwoSpeeds("sync", 2);
+  o.clients = 10;
+  o.sync.clients_per_round = 10;
+  o.sync.min_clients = 10;
+  o.attack = "labelflip";
+  o.attackers = 0.3;
+  LabelCheckingTrainer trainer;
+  Result<SimResult> r = RunSimulation(o, data_, &trainer, nullptr, nullptr);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->attackers, 3);
+  EXPECT_EQ(trainer.flipped, 3 * 2);  // three attackers, two rounds
+}
+
+TEST(DeviceModelTest, NamedProfilesAndBadValues) {
+  EXPECT_DOUBLE_EQ(DeviceModel::Profile("mobile")->dropout, 0.1);
+  EXPECT_GT(DeviceModel::Profile("mobile")->mean_off_s, 0.0);
+  EXPECT_GT(DeviceModel::Profile("heterogeneous")->speed_sigma, 0.0);
+  EXPECT_EQ(DeviceModel::Profile("uniform")->down_mbps, 0.0);
+  EXPECT_THAT(DeviceModel::Profile("tablet").status(),
+              ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "known: uniform, heterogeneous, mobile"));
+  DeviceModel s;
+  s.dropout = 1.0;
+  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "dropout"));
+  s = DeviceModel{};
+  s.mean_on_s = 10;
+  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "mean-off-s"));
+  s = DeviceModel{};
+  s.up_mbps = -1;
+  EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "up-mbps"));
+}
+
+TEST(DeviceModelTest, TaskTimeIsDownloadComputeAndUpload) {
+  DeviceModel d;
+  d.task_overhead_ms = 50;
+  d.latency_ms = 30;
+  d.down_mbps = 8;
+  d.up_mbps = 4;
+  // 1,000,000 bytes = 8 Mbit: 1 s down, 2 s up; 10 steps of 20 ms; two latencies; the overhead.
+  EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60 + 1000 + 2000);
+  d.down_mbps = d.up_mbps = 0;  // unlimited
+  EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60);
+}
+
+TEST(DeviceModelTest, LogNormalSpeedsHaveTheirMedianAndSpread) {
+  DeviceModel d;
+  d.ms_per_step = 20;
+  d.speed_sigma = 0.5;
+  std::vector<double> v = d.Assign(20001, 3);
+  EXPECT_EQ(v, d.Assign(20001, 3));
+  std::sort(v.begin(), v.end());
+  EXPECT_NEAR(v[10000], 20.0, 0.5);                  // the median
+  EXPECT_NEAR(v[16827] / v[10000], std::exp(0.5), 0.03);  // one sigma above (84.1st percentile)
+}
+
+TEST(DeviceModelTest, SpreadGeometricallyInASeededOrder) {
+  DeviceModel s;
   s.ms_per_step = 10;
   s.speed_ratio = 4;
   std::vector<double> v = s.Assign(3, 7);
