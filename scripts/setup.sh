@@ -9,7 +9,7 @@ packages=(
   libssl-dev libsqlite3-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  dataset-fashion-mnist
+  dataset-fashion-mnist gnuplot-nox
 )
 
 missing=()

@@ -187,20 +187,27 @@ std::string ClientName(size_t i) {
 
 }  // namespace
 
+Status SimOptions::Validate() const {
+  if (clients <= 0) return InvalidArgumentError("--clients must be positive");
+  if (mode != "sync" && mode != "async" && mode != "semiasync") {
+    return InvalidArgumentError("unknown mode '" + mode + "' (sync, async or semiasync)");
+  }
+  if (mode == "sync" && sync.clients_per_round > clients) {
+    return InvalidArgumentError("--clients-per-round (" + std::to_string(sync.clients_per_round) +
+                                ") exceeds --clients (" + std::to_string(clients) + ")");
+  }
+  if (examples_per_client < 0) return InvalidArgumentError("--examples-per-client must not be negative");
+  PLEXUS_RETURN_IF_ERROR(devices.Validate());
+  PLEXUS_RETURN_IF_ERROR(ParseAttack(attack).status());
+  if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
+  return Status::Ok();
+}
+
 Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, Trainer* trainer,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
-  if (options.clients <= 0) return InvalidArgumentError("--clients must be positive");
-  if (options.mode == "sync" && options.sync.clients_per_round > options.clients) {
-    return InvalidArgumentError("--clients-per-round (" + std::to_string(options.sync.clients_per_round) +
-                                ") exceeds --clients (" + std::to_string(options.clients) + ")");
-  }
-  if (options.examples_per_client < 0) return InvalidArgumentError("--examples-per-client must not be negative");
+  PLEXUS_RETURN_IF_ERROR(options.Validate());
   const DeviceModel& dev = options.devices;
-  PLEXUS_RETURN_IF_ERROR(dev.Validate());
-  PLEXUS_ASSIGN_OR_RETURN(AttackKind attack, ParseAttack(options.attack));
-  if (!(options.attackers >= 0.0 && options.attackers < 1.0)) {
-    return InvalidArgumentError("--attackers must lie in [0, 1)");
-  }
+  const AttackKind attack = *ParseAttack(options.attack);
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
 

@@ -71,6 +71,11 @@ struct SimOptions {
                                   // run then ends with the versions published by then
   std::string attack = "none";    // what malicious clients do, see attack.h
   double attackers = 0.0;         // fraction of the clients that are malicious, chosen by the seed
+
+  // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
+  // clients, an unknown mode or attack, bad device values); the engine options are checked
+  // when the engine opens.
+  Status Validate() const;
 };
 
 struct SimRound {

@@ -6,6 +6,7 @@
 #include "apps/plexus/commands.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
+#include "aggregators/registry.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
 #include "core/model_state.h"
@@ -31,6 +32,7 @@ struct SimFlags {
   int64_t crdt_replicas = 0;
   std::string devices;  // a named DeviceModel profile; explicit device flags override its fields
   std::string plot;     // PNG of accuracy against round and virtual time
+  bool dry_run = false;
 };
 
 // The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
@@ -116,9 +118,24 @@ void RunSim(const SimFlags& f) {
     if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = f.sim.devices.task_overhead_ms;
     options.devices = p;
   }
-  Check(options.devices.Validate(), "invalid settings");
+  Check(options.Validate(), "invalid settings");
+  const std::string& strategy = options.mode == "sync" ? options.sync.strategy : options.async.strategy;
+  Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
 
+  const DeviceModel& dev = options.devices;
+  std::printf("plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
+              "devices: %s%s\n",
+              options.mode.c_str(), strategy.c_str(), static_cast<long long>(options.clients),
+              options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
+              static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
+              static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
+              options.attack == "none" ? ""
+                                       : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
+                                          "% attackers (" + options.attack + ")")
+                                             .c_str());
+  std::fflush(stdout);
+  if (f.dry_run) return;  // the settings are valid: nothing more to do
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
   if (f.train_subset) {
@@ -128,18 +145,7 @@ void RunSim(const SimFlags& f) {
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
-  const DeviceModel& dev = options.devices;
-  std::printf("plexus sim: %s mode, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-              "devices: %s%s\n",
-              options.mode.c_str(), static_cast<long long>(options.clients),
-              options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
-              static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-              static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
-              options.attack == "none" ? ""
-                                       : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
-                                          "% attackers (" + options.attack + ")")
-                                             .c_str());
-  std::fflush(stdout);
+
   SimResult result = Take(RunSimulation(options, train, trainer.get(), &evaluator, [&](const SimRound& r) {
     // ETA from the real time per version so far (the first versions include the setup).
     const double done = static_cast<double>(r.record.model_version);
@@ -240,6 +246,7 @@ void AddSimCommand(CLI::App& app) {
                   "Sample this many training examples per client with replacement (0: split the data when it "
                   "gives each client at least 10, else sample 50)")
       ->capture_default_str();
+  cmd->add_flag("--dry-run", flags->dry_run, "Check the settings (flags and --scenario), print them and exit");
   cmd->add_option("--plot", flags->plot, "Draw accuracy against round and virtual time into this PNG (gnuplot)");
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out, "Write per-round metrics to this CSV file");

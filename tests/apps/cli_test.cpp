@@ -85,6 +85,69 @@ TEST(CliTest, InvalidSettingsAreClearErrors) {
   EXPECT_NE(out.find("cannot get status"), std::string::npos) << out;
 }
 
+TEST(CliTest, EveryShippedScenarioIsValid) {
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(PLEXUS_SCENARIO_DIR)) {
+    if (entry.path().extension() != ".toml") continue;
+    ++seen;
+    std::string out;
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", entry.path().string(), "--dry-run"}, &out), 0)
+        << entry.path() << out;
+    EXPECT_NE(out.find("plexus sim: "), std::string::npos) << out;
+  }
+  EXPECT_GE(seen, 5);
+  // Flags on the command line win over the scenario's fields.
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--scenario", std::string(PLEXUS_SCENARIO_DIR) + "/million_clients.toml",
+                             "--clients", "5000", "--dry-run"},
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("5000 clients, 1000 per round"), std::string::npos) << out;
+}
+
+TEST(CliTest, BadScenariosAreClearErrors) {
+  const std::string sc = Temp("scenario.toml");
+  std::string out;
+  WriteFile(sc, "description = \"x\"\nclients = 10\nattack = \"minmax\"\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("unknown attack 'minmax'"), std::string::npos) << out;
+  WriteFile(sc, "attack = \"alie\"\nattackers = 1.5\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("--attackers must lie in [0, 1)"), std::string::npos) << out;
+  WriteFile(sc, "devices = \"mobile\"\nmean-on-s = 0\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("mean-on-s and mean-off-s"), std::string::npos) << out;
+  WriteFile(sc, "devices = \"satellite\"\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("unknown device profile 'satellite'"), std::string::npos) << out;
+  WriteFile(sc, "strategy = \"krum:f=x\"\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("--strategy"), std::string::npos) << out;
+  WriteFile(sc, "clients = [1, 2]\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
+  EXPECT_NE(out.find("must be a string, number or boolean"), std::string::npos) << out;
+  std::filesystem::remove(sc);
+}
+
+TEST(CliTest, PlotDrawsSeveralRunsAndRefusesOtherFiles) {
+  const std::string a = Temp("run_a.csv"), b = Temp("run_b.csv"), png = Temp("acc.png");
+  const std::string header = "round,model_version,updates,test_accuracy,virtual_time_s\n";
+  WriteFile(a, header + "1,1,5,0.5,1.5\n2,2,5,0.7,3.0\n");
+  WriteFile(b, header + "1,1,5,0.4,2.5\n2,2,5,0.6,5.0\n");
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"plot", a, b, "--out", png}, &out), 0) << out;
+  EXPECT_NE(out.find("plot of 2 run(s)"), std::string::npos) << out;
+  const std::string bytes = ReadFile(png);
+  ASSERT_GT(bytes.size(), 8u);
+  EXPECT_EQ(bytes.substr(1, 3), "PNG");
+  WriteFile(b, "x,y\n1,2\n");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"plot", a, b, "--out", png}, &out), 1);
+  EXPECT_NE(out.find("has no column 'round'"), std::string::npos) << out;
+  for (const std::string& f : {a, b, png}) std::filesystem::remove(f);
+}
+
 TEST(CliTest, CrdtReplicaSimulationEndsWithTheVerdictLine) {
   std::string out;
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
