@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Plexus needs, builds the portable subset (core, aggregators, coordinator: no
 # LibTorch, gRPC or SQLite, so the dependency rules are checked by the build) and the full
-# project, and runs the unit and integration tests of both.
+# project, runs the unit and integration tests of both, then the fuzz targets for 20 s each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,3 +13,6 @@ ctest --test-dir build-portable --output-on-failure -L 'unit|integration'
 echo "== full build"
 scripts/build.sh build full
 ctest --test-dir build --output-on-failure -j2 -L 'unit|integration'
+
+echo "== fuzz targets (scripts/fuzz.sh: clang, ASan, UBSan)"
+scripts/fuzz.sh 20
