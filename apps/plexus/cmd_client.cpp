@@ -45,9 +45,7 @@ void RunClient(const ClientFlags& f) {
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
   ClientTls tls;
   if (!f.token_file.empty()) {
-    tls.token = ReadFileForFlag(f.token_file, "--token-file");
-    while (!tls.token.empty() && std::isspace(static_cast<unsigned char>(tls.token.back()))) tls.token.pop_back();
-    if (tls.token.empty()) throw CommandError("--token-file " + f.token_file + " is empty");
+    tls.token = ReadTokenFile(f.token_file);
   }
   if (!f.tls_cert.empty() || !f.tls_key.empty() || (!f.tls_ca.empty() && tls.token.empty())) {
     const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();

@@ -10,6 +10,7 @@
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
+#include "core/safetensors.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 #include "server/rpc/federation_server.h"
@@ -25,6 +26,7 @@ struct ServerFlags {
   std::string listen = "127.0.0.1:50051";
   std::string db = "plexus.db";
   std::string model = "mlp";
+  std::string initial_model;  // safetensors file to start from instead of a fresh --model
   SyncOptions sync;
   double round_deadline_s = 300;
   double selection_wait_s = 2;
@@ -39,6 +41,8 @@ struct ServerFlags {
   bool insecure = false;
   DoorLimits limits;
   std::string tokens_file;
+  std::string revoked_file;
+  std::vector<std::string> admins;
 };
 
 // Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
@@ -59,6 +63,8 @@ void RunServer(const ServerFlags& f) {
 
   ServerTls tls;
   DoorLimits limits = f.limits;
+  if (!f.revoked_file.empty()) limits.revoked = Take(RevocationList::Open(f.revoked_file), "--revoked");
+  limits.admins.insert(f.admins.begin(), f.admins.end());
   if (!f.tokens_file.empty()) {
     limits.tokens = std::make_shared<const TokenRegistry>(
         Take(TokenRegistry::Parse(ReadFileForFlag(f.tokens_file, "--tokens")), "--tokens " + f.tokens_file));
@@ -95,7 +101,8 @@ void RunServer(const ServerFlags& f) {
     evaluator = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, f.test_subset));
   }
   RealClock clock;
-  ModelState initial = Take(InitModel(f.model, f.seed));
+  ModelState initial = f.initial_model.empty() ? Take(InitModel(f.model, f.seed))
+                                                : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
   std::unique_ptr<Engine> engine;
   if (f.mode == "sync") {
     engine = Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
@@ -159,6 +166,10 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--db", f->db, "SQLite database with the federation's state (resumed if it exists)")
       ->capture_default_str();
   cmd->add_option("--model", f->model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  cmd->add_option("--initial-model", f->initial_model,
+                  "Start from this model (safetensors) instead of a freshly initialized --model; its layout must "
+                  "be the --model's for evaluation and for real clients (a database that holds a model wins)")
+      ->check(CLI::ExistingFile);
   AddFederationFlags(cmd, &f->sync);
   cmd->add_option("--min-clients", f->sync.min_clients, "Fewest clients to start a round and to close it (M)")
       ->capture_default_str();
@@ -179,6 +190,13 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_option("--revoked", f->revoked_file,
+                  "File of revoked client names, one per line: refused although their certificate or token is "
+                  "valid; re-read when it changes")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--admins", f->admins,
+                  "Client names allowed to read the status (needs mutual TLS or --tokens; default: anyone)")
+      ->delimiter(',');
   cmd->add_option("--tokens", f->tokens_file,
                   "Token authentication: file of 'CLIENT_NAME SHA256' lines (plexus tokens issue); clients "
                   "then need --token-file");

@@ -16,6 +16,7 @@ namespace {
 void RunStatus(const std::string& server, bool json, double timeout_s, const ClientTls& tls) {
   auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, ChannelCredentialsFor(tls)));
   grpc::ClientContext ctx;
+  if (!tls.token.empty()) ctx.AddMetadata("authorization", "Bearer " + tls.token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   v1::StatusReply r;
   grpc::Status s = stub->GetStatus(&ctx, v1::StatusRequest(), &r);
@@ -99,7 +100,7 @@ void AddStatusCommand(CLI::App& app) {
   auto server = std::make_shared<std::string>("127.0.0.1:50051");
   auto json = std::make_shared<bool>(false);
   auto timeout = std::make_shared<double>(5.0);
-  auto tls_files = std::make_shared<std::array<std::string, 3>>();
+  auto tls_files = std::make_shared<std::array<std::string, 4>>();
   CLI::App* cmd = app.add_subcommand("status", "Show a running server's federation status");
   cmd->add_option("--server", *server, "Server address, HOST:PORT")->capture_default_str();
   cmd->add_flag("--json", *json, "Print JSON");
@@ -107,14 +108,14 @@ void AddStatusCommand(CLI::App& app) {
   cmd->add_option("--tls-ca", (*tls_files)[0], "CA certificate (PEM) for a server with mutual TLS");
   cmd->add_option("--tls-cert", (*tls_files)[1], "Client certificate (PEM)");
   cmd->add_option("--tls-key", (*tls_files)[2], "Client private key (PEM)");
+  cmd->add_option("--token-file", (*tls_files)[3], "Client token, for a server with token authentication");
   AddConfigOption(cmd);
   cmd->callback([=] {
     ClientTls tls;
-    if (!(*tls_files)[0].empty()) {
-      tls.ca_pem = ReadFileForFlag((*tls_files)[0], "--tls-ca");
-      tls.cert_pem = ReadFileForFlag((*tls_files)[1], "--tls-cert");
-      tls.key_pem = ReadFileForFlag((*tls_files)[2], "--tls-key");
-    }
+    if (!(*tls_files)[0].empty()) tls.ca_pem = ReadFileForFlag((*tls_files)[0], "--tls-ca");
+    if (!(*tls_files)[1].empty()) tls.cert_pem = ReadFileForFlag((*tls_files)[1], "--tls-cert");
+    if (!(*tls_files)[2].empty()) tls.key_pem = ReadFileForFlag((*tls_files)[2], "--tls-key");
+    if (!(*tls_files)[3].empty()) tls.token = ReadTokenFile((*tls_files)[3]);
     RunStatus(*server, *json, *timeout, tls);
   });
 }

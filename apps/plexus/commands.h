@@ -32,6 +32,8 @@ void InstallStopHandlers();
 
 // The contents of a file; throws CommandError naming `flag` when it cannot be read.
 std::string ReadFileForFlag(const std::string& path, const std::string& flag);
+// A client token file's contents without trailing whitespace; CommandError when empty.
+std::string ReadTokenFile(const std::string& path);
 
 // Adds `--config FILE` (TOML) to a subcommand: every flag may be given there, flags on the
 // command line win.

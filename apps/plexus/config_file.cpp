@@ -4,6 +4,7 @@
 // on the command line win and CLI11 validates config values exactly as it validates flags.
 #include <toml++/toml.h>
 
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -89,6 +90,13 @@ std::string ReadFileForFlag(const std::string& path, const std::string& flag) {
   std::stringstream buf;
   buf << in.rdbuf();
   return buf.str();
+}
+
+std::string ReadTokenFile(const std::string& path) {
+  std::string token = ReadFileForFlag(path, "--token-file");
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) throw CommandError("--token-file " + path + " is empty");
+  return token;
 }
 
 void Check(const Status& s, const std::string& context) {

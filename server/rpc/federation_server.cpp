@@ -192,7 +192,15 @@ class Service final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStatus(grpc::ServerContext*, const v1::StatusRequest*, v1::StatusReply* rep) override {
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
+    if (!limits_.admins.empty()) {
+      Result<std::string> who = Identity(ctx, "");
+      if (!who.ok()) return Refuse("status", who.status());
+      if (!limits_.admins.count(*who)) {
+        return Refuse("status", Status(StatusCode::kPermissionDenied,
+                                       "the status is for this server's admins; '" + *who + "' is not one"));
+      }
+    }
     const EngineStatus s = status();
     rep->set_mode(s.mode);
     rep->set_round(s.round);
@@ -287,11 +295,14 @@ class Service final : public v1::Federation::Service {
       if (!client) return Status(StatusCode::kUnauthenticated, "unknown client token");
       who = *client;
     } else {
-      return claimed;
+      who = claimed;  // nothing proves the name: revocation by name is all there is
     }
     if (!claimed.empty() && claimed != who) {
       return Status(StatusCode::kPermissionDenied, std::string(mtls_ ? "the client certificate is" : "the token is") +
                                                        " for '" + who + "'; it cannot act as '" + claimed + "'");
+    }
+    if (limits_.revoked && !who.empty() && limits_.revoked->Revoked(who)) {
+      return Status(StatusCode::kPermissionDenied, "client '" + who + "' is revoked on this server");
     }
     return who;
   }
@@ -421,6 +432,10 @@ Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::str
   if (tls.enabled() && tls.client_ca_pem.empty() && !limits.tokens) {
     return InvalidArgumentError("TLS without a client CA leaves clients unauthenticated: give the client CA "
                                 "(mutual TLS) or a token file");
+  }
+  const bool proven_identities = !tls.client_ca_pem.empty() || limits.tokens;
+  if (!limits.admins.empty() && !proven_identities) {
+    return InvalidArgumentError("an admin list needs proven client identities: mutual TLS or a token file");
   }
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));

@@ -7,10 +7,12 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/status.h"
 #include "server/coordinator/engine.h"
+#include "server/rpc/revocation_list.h"
 #include "server/rpc/token_registry.h"
 #include "server/store/store.h"
 
@@ -32,6 +34,11 @@ struct DoorLimits {
   // "authorization: Bearer TOKEN" metadata whose hash is listed; the token names the client.
   // Null: no tokens. With mutual TLS the certificate decides instead.
   std::shared_ptr<const TokenRegistry> tokens;
+  // Identities refused on every call although their certificate or token is valid; null: none.
+  std::shared_ptr<RevocationList> revoked;
+  // When not empty, only these identities may read the admin status (needs mutual TLS or tokens,
+  // so that identities are proven). Empty: the status is open to every caller.
+  std::set<std::string> admins;
 };
 
 // TLS: PEM contents. With `client_ca_pem` (mutual TLS) every client must present a certificate

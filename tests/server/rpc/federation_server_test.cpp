@@ -7,7 +7,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "client/grpc_transport.h"
 #include "core/safetensors.h"
@@ -226,6 +231,64 @@ TEST(TokenAuthTest, TokensNameTheClientAndEverythingElseIsRefused) {
   EXPECT_THAT(transport_for("guess")->Join("alice", 10, "test"), StatusIs(StatusCode::kUnauthenticated, "unknown client token"));
   EXPECT_THAT(transport_for("secret-b")->Poll("alice", 10), StatusIs(StatusCode::kPermissionDenied, "cannot act as 'alice'"));
   EXPECT_EQ(transport_for("secret-a")->Poll("alice", 1000)->kind, PollAnswer::Kind::kTask);
+}
+
+// A status call as `plexus status` makes it, with a client token.
+grpc::Status StatusAs(const std::string& target, const std::string& token) {
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  v1::StatusReply r;
+  return stub->GetStatus(&ctx, v1::StatusRequest(), &r);
+}
+
+TEST(RevocationTest, RevokedClientsAreRefusedAndTheListIsReadAgainWhenItChanges) {
+  const std::string path = ::testing::TempDir() + "/revoked_" + std::to_string(::getpid());
+  std::ofstream(path) << "# revoked clients\nmallory\n";
+  DoorLimits limits;
+  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(
+      TokenRegistry::EntryFor("alice", "secret-a") + "\n" + TokenRegistry::EntryFor("mallory", "secret-m") + "\n"));
+  limits.revoked = *RevocationList::Open(path, /*recheck_ms=*/0);
+  OneClientServer fed(limits);
+  ClientTls as_alice, as_mallory;
+  as_alice.token = "secret-a";
+  as_mallory.token = "secret-m";
+  auto alice = MakeGrpcFederationTransport(fed.target, as_alice);
+  auto mallory = MakeGrpcFederationTransport(fed.target, as_mallory);
+  EXPECT_THAT(mallory->Join("", 10, "test"), StatusIs(StatusCode::kPermissionDenied, "'mallory' is revoked"));
+  ASSERT_OK(alice->Join("", 10, "test"));
+
+  // Revoking alice while the server runs: her next call is refused.
+  std::ofstream(path) << "mallory\nalice\n";
+  std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
+  EXPECT_THAT(alice->Poll("alice", 10), StatusIs(StatusCode::kPermissionDenied, "'alice' is revoked"));
+  EXPECT_THAT(RevocationList::Open(path + ".missing").status(), StatusIs(StatusCode::kNotFound, "does not exist"));
+  std::ofstream(path) << "two names\n";
+  EXPECT_THAT(RevocationList::Open(path).status(), StatusIs(StatusCode::kInvalidArgument, "line 1"));
+  std::filesystem::remove(path);
+}
+
+TEST(AdminTest, OnlyAdminsReadTheStatusWhenAnAdminListIsGiven) {
+  DoorLimits limits;
+  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(
+      TokenRegistry::EntryFor("alice", "secret-a") + "\n" + TokenRegistry::EntryFor("ops", "secret-o") + "\n"));
+  limits.admins = {"ops"};
+  OneClientServer fed(limits);
+  EXPECT_TRUE(StatusAs(fed.target, "secret-o").ok());
+  const grpc::Status alice = StatusAs(fed.target, "secret-a");
+  EXPECT_EQ(alice.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(alice.error_message().find("'alice' is not one"), std::string::npos) << alice.error_message();
+  EXPECT_EQ(StatusAs(fed.target, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // Without proven identities an admin list would be meaningless: refused at start.
+  DoorLimits open;
+  open.admins = {"ops"};
+  MemoryStore store;
+  RealClock clock;
+  SyncOptions o;
+  auto engine = *SyncEngine::Open(o, *ModelState::Create({{"w", {4}}}), &store, &clock, nullptr, nullptr);
+  EXPECT_THAT(FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, open).status(),
+              StatusIs(StatusCode::kInvalidArgument, "needs proven client identities"));
 }
 
 TEST(TokenRegistryTest, ParseRefusesMalformedAndDuplicateLines) {

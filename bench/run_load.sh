@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Load and ingest throughput of `plexus server` on 127.0.0.1 (docs/benchmarks.md), with
+# bench/federation_load as the clients (lightweight: no training, real gRPC client runtime):
+#   load:       1,000 concurrent clients, sync rounds of all 1,000, the MLP (636 KB updates);
+#   throughput: 10 and 100 clients uploading 4 MB updates and 10 uploading 40 MB (a model of 1e6
+#               or 1e7 float32 parameters given to the server with --initial-model), async mode
+#               with a FedBuff buffer of one update per client (no per-update durability, see
+#               docs/security.md).
+# Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
+# the whole run: joins, downloads and aggregation included), errors, the server's peak RSS.
+# usage: bench/run_load.sh [load|throughput|all]   (default all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+scripts/setup.sh >/dev/null
+scripts/build.sh build full >/dev/null
+cmake -DPLEXUS_BUILD_BENCH=ON build >/dev/null
+cmake --build build -j2 --target federation_load >/dev/null
+ulimit -n 65536 2>/dev/null || true
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+port=$((20000 + RANDOM % 20000))
+
+# run NAME CLIENTS SERVER_FLAGS...: one federation; appends a table row to $work/rows.
+run() {
+  local name=$1 clients=$2; shift 2
+  echo "== $name" >&2
+  build/apps/plexus/plexus server --listen 127.0.0.1:$port --db "$work/$name.db" --no-eval --rate-limit 0 \
+    --linger-s 30 --summary-out "$work/$name.json" "$@" >"$work/$name.server.log" 2>&1 &
+  local pid=$!
+  sleep 1
+  build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" >"$work/$name.load.json"
+  wait $pid
+  python3 - "$name" "$work/$name.load.json" "$work/$name.json" >>"$work/rows" <<'PY'
+import json, sys
+name, load, server = sys.argv[1], json.loads(open(sys.argv[2]).read()), json.load(open(sys.argv[3]))
+print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s']:.0f} | "
+      f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['refused']} refused, {load['errors']} errors | "
+      f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB |")
+PY
+  port=$((port + 1))
+}
+
+model() {  # model PARAMS FILE: a safetensors model of PARAMS zeros
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+n, path = int(float(sys.argv[1])), sys.argv[2]
+header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header)
+    f.write(bytes(4 * n))
+PY
+}
+
+: >"$work/rows"
+if [ "$what" = load ] || [ "$what" = all ]; then
+  run load-1000-sync 1000 --clients-per-round 1000 --min-clients 1000 --rounds 3 --selection-wait-s 30
+  run load-1000-async 1000 --mode async --buffer-size 100 --rounds 30
+fi
+if [ "$what" = throughput ] || [ "$what" = all ]; then
+  model 1e6 "$work/model-1e6.safetensors"
+  model 1e7 "$work/model-1e7.safetensors"
+  # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
+  # encoded updates (each client caches the model, trains a copy, encodes the delta).
+  for run_spec in "10 1e6" "100 1e6" "10 1e7"; do
+    read -r n p <<<"$run_spec"
+    run "ingest-$n-clients-$p" "$n" --initial-model "$work/model-$p.safetensors" --mode async --buffer-size "$n" \
+      --rounds 5
+  done
+fi
+echo "| run | clients | updates | updates/s | update bytes/s | errors | wall time | server peak RSS |"
+echo "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+cat "$work/rows"

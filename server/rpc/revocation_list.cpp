@@ -1,0 +1,60 @@
+#include "server/rpc/revocation_list.h"
+
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace plexus {
+
+Result<std::shared_ptr<RevocationList>> RevocationList::Open(const std::string& path, int64_t recheck_ms) {
+  if (!std::filesystem::exists(path)) return NotFoundError("revocation list '" + path + "' does not exist");
+  std::shared_ptr<RevocationList> list(new RevocationList(path, recheck_ms));
+  std::lock_guard<std::mutex> lock(list->mu_);
+  PLEXUS_RETURN_IF_ERROR(list->Load());
+  list->checked_at_ = std::chrono::steady_clock::now();
+  return list;
+}
+
+Status RevocationList::Load() {
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(path_, ec);
+  std::ifstream in(path_);
+  if (ec || !in) return NotFoundError("cannot read revocation list '" + path_ + "'");
+  std::set<std::string> names;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string name, extra;
+    if (!(words >> name)) continue;
+    if (words >> extra) {
+      return InvalidArgumentError("revocation list '" + path_ + "' line " + std::to_string(number) +
+                                  ": one client name per line");
+    }
+    names.insert(name);
+  }
+  names_ = std::move(names);
+  mtime_ = mtime;
+  return Status::Ok();
+}
+
+bool RevocationList::Revoked(const std::string& client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - checked_at_ >= std::chrono::milliseconds(recheck_ms_)) {
+    checked_at_ = now;
+    std::error_code ec;
+    if (std::filesystem::last_write_time(path_, ec) != mtime_ || ec) {
+      Status loaded = Load();
+      if (loaded.ok()) {
+        spdlog::info("revocation list {} reloaded: {} client(s) revoked", path_, names_.size());
+      } else {
+        spdlog::warn("revocation list kept as it was: {}", loaded.ToString());
+      }
+    }
+  }
+  return names_.count(client) > 0;
+}
+
+}  // namespace plexus
