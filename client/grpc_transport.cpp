@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
 namespace plexus {
@@ -111,7 +112,37 @@ class GrpcFederationTransport final : public FederationTransport {
     return Status::Ok();
   }
 
+  // Uploads larger than a chunk first ask how much of them the server holds from an interrupted
+  // attempt and send only the rest; a resume the server cannot match is retried from byte 0.
   Result<uint64_t> Upload(const UploadHeader& h, std::string_view payload) override {
+    uint64_t offset = 0;
+    if (payload.size() > kChunkBytes) {
+      Result<uint64_t> held = HeldBytes(h, payload.size());
+      if (held.ok() && *held < payload.size()) offset = *held;
+    }
+    Result<uint64_t> r = UploadFrom(h, payload, offset);
+    if (offset > 0 && !r.ok() &&
+        (r.status().code() == StatusCode::kAborted || r.status().code() == StatusCode::kFailedPrecondition)) {
+      r = UploadFrom(h, payload, 0);
+    }
+    return r;
+  }
+
+ private:
+  Result<uint64_t> HeldBytes(const UploadHeader& h, size_t total) {
+    grpc::ClientContext ctx;
+    Authorize(ctx);
+    ctx.set_deadline(In(10000));
+    v1::UploadStatusRequest req;
+    req.set_client_id(h.client_id);
+    req.set_task_id(h.task_id);
+    req.set_total_bytes(total);
+    v1::UploadStatusReply rep;
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->UploadStatus(&ctx, req, &rep), "upload status of task " + h.task_id));
+    return static_cast<uint64_t>(rep.received_bytes());
+  }
+
+  Result<uint64_t> UploadFrom(const UploadHeader& h, std::string_view payload, uint64_t offset) {
     grpc::ClientContext ctx;
     Authorize(ctx);
     ctx.set_deadline(In(120000));
@@ -127,8 +158,13 @@ class GrpcFederationTransport final : public FederationTransport {
     for (const auto& [k, v] : h.metrics) (*hdr->mutable_metrics())[k] = v;
     hdr->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
     hdr->set_total_bytes(payload.size());
+    if (offset > 0) {
+      hdr->set_offset(offset);
+      hdr->set_payload_sha256(
+          Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload.data()), payload.size())));
+    }
     bool ok = writer->Write(first);
-    for (size_t off = 0; ok && off < payload.size(); off += kChunkBytes) {
+    for (size_t off = offset; ok && off < payload.size(); off += kChunkBytes) {
       v1::UpdateChunk c;
       c.set_data(std::string(payload.substr(off, kChunkBytes)));
       ok = writer->Write(c);
@@ -138,7 +174,6 @@ class GrpcFederationTransport final : public FederationTransport {
     return static_cast<uint64_t>(rep.accepted_for_version());
   }
 
- private:
   void Authorize(grpc::ClientContext& ctx) const {
     if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
   }

@@ -1,5 +1,7 @@
-// GrpcFederationTransport: FederationTransport over the plexus.v1.Federation gRPC service
-// (insecure channel for now). Thread-compatible.
+// GrpcFederationTransport: FederationTransport over the plexus.v1.Federation gRPC service, in
+// the clear or with TLS / mutual TLS / bearer tokens. Downloads resume from the bytes already
+// received; uploads larger than one chunk resume from the bytes the server kept of an interrupted
+// attempt (checked by SHA-256). Thread-compatible.
 #pragma once
 
 #include <memory>

@@ -35,6 +35,7 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                         {"updates_accepted", r.updates_accepted()},
                         {"updates_refused", r.updates_refused()},
                         {"updates_stale", r.updates_stale()},
+                        {"uploads_resumed", r.uploads_resumed()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
     j["refusals"] = nlohmann::json::object();
@@ -66,9 +67,9 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
               static_cast<long long>(r.known_clients()));
   std::printf("in progress       %lld updates in, %lld tasks out\n", static_cast<long long>(r.round_received()),
               static_cast<long long>(r.round_selected()));
-  std::printf("updates           %lld accepted, %lld refused (%lld as stale)\n",
+  std::printf("updates           %lld accepted, %lld refused (%lld as stale); %lld uploads resumed\n",
               static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
-              static_cast<long long>(r.updates_stale()));
+              static_cast<long long>(r.updates_stale()), static_cast<long long>(r.uploads_resumed()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
   if (!r.refusals().empty()) {
     std::map<std::string, int64_t> sorted(r.refusals().begin(), r.refusals().end());

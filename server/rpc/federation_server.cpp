@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -137,6 +140,19 @@ class Service final : public v1::Federation::Service {
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
     std::string payload;
+    const uint64_t offset = header.offset();
+    if (offset > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::optional<std::string> held = TakePartialLocked(header.client_id(), header.task_id(), header.total_bytes());
+      if (!held || held->size() != offset || header.payload_sha256().empty()) {
+        return RefuseLocked("upload", FailedPreconditionError(
+                                          "nothing to resume at byte " + std::to_string(offset) + " of task " +
+                                          header.task_id() + " (the server holds " +
+                                          std::to_string(held ? held->size() : 0) +
+                                          " bytes; a resume also needs payload_sha256): upload from byte 0"));
+      }
+      payload = std::move(*held);
+    }
     payload.reserve(header.total_bytes());
     while (reader->Read(&chunk)) {
       if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse("upload", InvalidArgumentError("a second header chunk"));
@@ -146,8 +162,21 @@ class Service final : public v1::Federation::Service {
       payload += chunk.data();
     }
     if (payload.size() != header.total_bytes()) {
-      return Refuse("upload", InvalidArgumentError("update ended after " + std::to_string(payload.size()) + " of " +
-                                         std::to_string(header.total_bytes()) + " bytes"));
+      // A dropped link or a client that stopped early: keep what came, so that it resumes.
+      const std::string received = std::to_string(payload.size());
+      std::lock_guard<std::mutex> lock(mu_);
+      KeepPartialLocked(header.client_id(), header.task_id(), header.total_bytes(), std::move(payload));
+      return RefuseLocked("upload", InvalidArgumentError("update ended after " + received + " of " +
+                                                          std::to_string(header.total_bytes()) +
+                                                          " bytes (kept: resume from byte " + received + ")"));
+    }
+    if (offset > 0) {
+      if (Sha256Hex(payload) != header.payload_sha256()) {
+        return Refuse("upload", Status(StatusCode::kAborted, "the resumed update of task " + header.task_id() +
+                                                                 " does not match its SHA-256: upload from byte 0"));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      ++uploads_resumed_;
     }
     Result<ModelState> decoded = DecodeSafetensors(payload);
     if (!decoded.ok()) return Refuse("upload", decoded.status().WithContext("update for task " + header.task_id()));
@@ -192,6 +221,19 @@ class Service final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UploadStatus(grpc::ServerContext* ctx, const v1::UploadStatusRequest* req,
+                            v1::UploadStatusReply* rep) override {
+    Result<std::string> who = Identity(ctx, req->client_id());
+    if (!who.ok()) return Refuse("upload status", who.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("upload status", limited);
+    auto it = partial_.find(req->client_id());
+    const bool same = it != partial_.end() && it->second.task_id == req->task_id() &&
+                      it->second.total_bytes == req->total_bytes();
+    rep->set_received_bytes(same ? it->second.payload.size() : 0);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
     if (!limits_.admins.empty()) {
       Result<std::string> who = Identity(ctx, "");
@@ -229,6 +271,7 @@ class Service final : public v1::Federation::Service {
     std::lock_guard<std::mutex> lock(mu_);
     rep->set_strategy(engine_->strategy_description());
     for (const auto& [code, count] : refusals_) (*rep->mutable_refusals())[code] = count;
+    rep->set_uploads_resumed(uploads_resumed_);
     if (!engine_->history().empty()) {
       for (const MergedUpdate& m : engine_->history().back().merged) {
         v1::MergedUpdate* out = rep->add_last_merged();
@@ -318,6 +361,48 @@ class Service final : public v1::Federation::Service {
     return ToGrpc(s);
   }
 
+  // Interrupted uploads, at most one per client (a newer one replaces it) and kPartialBudget
+  // bytes in all (the oldest go first), for up to kPartialTtl.
+  static constexpr size_t kPartialBudget = size_t{1} << 30;
+  static constexpr std::chrono::minutes kPartialTtl{10};
+  struct PartialUpload {
+    std::string task_id;
+    uint64_t total_bytes = 0;
+    std::string payload;
+    std::chrono::steady_clock::time_point kept_at;
+  };
+  void KeepPartialLocked(const std::string& client, const std::string& task, uint64_t total, std::string payload) {
+    DropPartialLocked(client);
+    if (payload.empty() || payload.size() > kPartialBudget) return;
+    const auto now = std::chrono::steady_clock::now();
+    while (partial_bytes_ + payload.size() > kPartialBudget || (!partial_.empty() && OldestPartial()->second.kept_at + kPartialTtl < now)) {
+      DropPartialLocked(OldestPartial()->first);
+    }
+    partial_bytes_ += payload.size();
+    partial_[client] = PartialUpload{task, total, std::move(payload), now};
+  }
+  std::optional<std::string> TakePartialLocked(const std::string& client, const std::string& task, uint64_t total) {
+    auto it = partial_.find(client);
+    if (it == partial_.end() || it->second.task_id != task || it->second.total_bytes != total ||
+        it->second.kept_at + kPartialTtl < std::chrono::steady_clock::now()) {
+      return std::nullopt;
+    }
+    std::string payload = std::move(it->second.payload);
+    DropPartialLocked(client);
+    return payload;
+  }
+  void DropPartialLocked(const std::string& client) {
+    auto it = partial_.find(client);
+    if (it == partial_.end()) return;
+    partial_bytes_ -= it->second.payload.size();
+    partial_.erase(it);
+  }
+  std::map<std::string, PartialUpload>::iterator OldestPartial() {
+    return std::min_element(partial_.begin(), partial_.end(), [](const auto& a, const auto& b) {
+      return a.second.kept_at < b.second.kept_at;
+    });
+  }
+
   // ResourceExhausted when `client` is over its request rate. Requires mu_.
   Status RateLimited(const std::string& client) {
     if (rate_.Allow(client)) return Status::Ok();
@@ -348,6 +433,9 @@ class Service final : public v1::Federation::Service {
   RealClock clock_;
   RateLimiter rate_;                              // guarded by mu_
   std::map<std::string, int64_t> refusals_;       // guarded by mu_; by status code name
+  std::map<std::string, PartialUpload> partial_;  // guarded by mu_; by client id
+  size_t partial_bytes_ = 0;                      // guarded by mu_
+  int64_t uploads_resumed_ = 0;                   // guarded by mu_
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "client/grpc_transport.h"
 #include "core/safetensors.h"
@@ -289,6 +290,157 @@ TEST(AdminTest, OnlyAdminsReadTheStatusWhenAnAdminListIsGiven) {
   auto engine = *SyncEngine::Open(o, *ModelState::Create({{"w", {4}}}), &store, &clock, nullptr, nullptr);
   EXPECT_THAT(FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, open).status(),
               StatusIs(StatusCode::kInvalidArgument, "needs proven client identities"));
+}
+
+// A federation of one client on a model whose updates take three 1 MiB chunks.
+struct BigModelServer {
+  BigModelServer() {
+    SyncOptions o;
+    o.rounds = 1;
+    o.clients_per_round = 1;
+    o.min_clients = 1;
+    engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+    server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"big", 1});
+    target = "127.0.0.1:" + std::to_string(server->port());
+    stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  }
+  ~BigModelServer() { server->Shutdown(); }
+
+  int64_t UploadsResumed() {
+    grpc::ClientContext ctx;
+    v1::StatusReply r;
+    EXPECT_TRUE(stub->GetStatus(&ctx, v1::StatusRequest(), &r).ok());
+    return r.uploads_resumed();
+  }
+  // How many bytes of the upload the server holds, once it has noticed the broken stream.
+  uint64_t HeldBytes(const Task& t, size_t total) {
+    for (int i = 0; i < 200; ++i) {
+      grpc::ClientContext ctx;
+      v1::UploadStatusRequest req;
+      req.set_client_id("a");
+      req.set_task_id(t.task_id);
+      req.set_total_bytes(total);
+      v1::UploadStatusReply rep;
+      EXPECT_TRUE(stub->UploadStatus(&ctx, req, &rep).ok());
+      if (rep.received_bytes() > 0) return rep.received_bytes();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  }
+  // Starts an upload of `payload` and, after `chunks` chunks of 1 MiB, breaks the link (cancel:
+  // the injected disconnect; how much of what was sent arrives is up to the network) or ends
+  // the stream early (exactly those chunks arrive).
+  void UploadAndDisconnect(const Task& t, const std::string& payload, int chunks, bool cancel = false) {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk c;
+    v1::UpdateHeader* h = c.mutable_header();
+    h->set_client_id("a");
+    h->set_task_id(t.task_id);
+    h->set_base_version(t.model_version);
+    h->set_num_examples(10);
+    h->set_local_steps(1);
+    h->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
+    h->set_total_bytes(payload.size());
+    ASSERT_TRUE(w->Write(c));
+    for (int i = 0; i < chunks; ++i) {
+      v1::UpdateChunk d;
+      d.set_data(payload.substr(static_cast<size_t>(i) << 20, size_t{1} << 20));
+      ASSERT_TRUE(w->Write(d));
+    }
+    if (cancel) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the chunks reach the server
+      ctx.TryCancel();
+    } else {
+      w->WritesDone();
+    }
+    (void)w->Finish();
+  }
+
+  RealClock clock;
+  MemoryStore store;
+  const ModelState model = *ModelState::Create({{"w", {600000}}});  // 2.4 MB: three chunks
+  std::unique_ptr<SyncEngine> engine;
+  std::unique_ptr<FederationServer> server;
+  std::string target;
+  std::unique_ptr<v1::Federation::Stub> stub;
+};
+
+TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
+  BigModelServer fed;
+  auto transport = MakeGrpcFederationTransport(fed.target);
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(fed.model);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 7) * 0.25f;
+  const std::string payload = EncodeSafetensors(delta);
+
+  fed.UploadAndDisconnect(t, payload, 2, /*cancel=*/true);
+  const uint64_t held = fed.HeldBytes(t, payload.size());
+  ASSERT_GT(held, 0u);
+  ASSERT_LE(held, size_t{2} << 20);
+  UploadHeader h;
+  h.client_id = "a";
+  h.task_id = t.task_id;
+  h.base_version = t.model_version;
+  h.num_examples = 10;
+  h.local_steps = 1;
+  ASSERT_OK(transport->Upload(h, payload));
+  EXPECT_EQ(fed.UploadsResumed(), 1);
+  ASSERT_TRUE(fed.server->status().finished);
+  EXPECT_EQ(fed.engine->model().data()[6], 1.5f);  // base 0 + the one delta, assembled right
+  EXPECT_EQ(fed.engine->model().data()[599999], static_cast<float>(599999 % 7) * 0.25f);
+}
+
+TEST(UploadResumeTest, ResumesThatDoNotMatchAreRefusedAndTheClientStartsOver) {
+  BigModelServer fed;
+  auto transport = MakeGrpcFederationTransport(fed.target);
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(fed.model);
+  const std::string payload = EncodeSafetensors(delta);
+
+  // A resume with nothing held, and one whose bytes do not hash to what it claims.
+  auto resume = [&](uint64_t offset, const std::string& sha) {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = fed.stub->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk c;
+    v1::UpdateHeader* h = c.mutable_header();
+    h->set_client_id("a");
+    h->set_task_id(t.task_id);
+    h->set_num_examples(10);
+    h->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
+    h->set_total_bytes(payload.size());
+    h->set_offset(offset);
+    h->set_payload_sha256(sha);
+    w->Write(c);
+    v1::UpdateChunk d;
+    d.set_data(payload.substr(offset));
+    w->Write(d);
+    w->WritesDone();
+    return w->Finish();
+  };
+  grpc::Status none = resume(1 << 20, Sha256Hex(payload));
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(none.error_message().find("upload from byte 0"), std::string::npos) << none.error_message();
+  fed.UploadAndDisconnect(t, payload, 1);
+  ASSERT_EQ(fed.HeldBytes(t, payload.size()), size_t{1} << 20);
+  grpc::Status forged = resume(1 << 20, std::string(64, '0'));
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(fed.UploadsResumed(), 0);
+
+  // The client runtime's transport: the held bytes are gone, so it uploads everything.
+  fed.UploadAndDisconnect(t, std::string(payload.size(), 'x'), 1);  // a different payload's first chunk
+  ASSERT_EQ(fed.HeldBytes(t, payload.size()), size_t{1} << 20);
+  UploadHeader h;
+  h.client_id = "a";
+  h.task_id = t.task_id;
+  h.num_examples = 10;
+  h.local_steps = 1;
+  ASSERT_OK(transport->Upload(h, payload));  // resume refused (hash), then from byte 0
+  EXPECT_TRUE(fed.server->status().finished);
 }
 
 TEST(TokenRegistryTest, ParseRefusesMalformedAndDuplicateLines) {
