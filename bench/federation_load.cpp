@@ -4,6 +4,7 @@
 // joins, long polls, model downloads, update uploads, validation and aggregation. Prints one JSON
 // line with the updates per second, the update bytes ingested per second and the error count.
 // usage: federation_load --server HOST:PORT --clients N
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -53,6 +54,8 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "federation_load: --clients must be positive\n");
     return 2;
   }
+  // stdout carries the result line only; the clients' warnings (refused updates) go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("load"));
   spdlog::set_level(spdlog::level::warn);
   Dataset one;
   one.labels = {0};

@@ -29,8 +29,10 @@ run() {
     --linger-s 30 --summary-out "$work/$name.json" "$@" >"$work/$name.server.log" 2>&1 &
   local pid=$!
   sleep 1
-  build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" >"$work/$name.load.json"
+  build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" >"$work/$name.load.json" \
+    2>"$work/$name.load.log"
   wait $pid
+  echo "   $(grep -c 'refused' "$work/$name.load.log" || true) warnings from the clients" >&2
   python3 - "$name" "$work/$name.load.json" "$work/$name.json" >>"$work/rows" <<'PY'
 import json, sys
 name, load, server = sys.argv[1], json.loads(open(sys.argv[2]).read()), json.load(open(sys.argv[3]))

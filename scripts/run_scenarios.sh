@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the scenarios of simulations/scenarios/ and prints the results table of docs/simulation.md:
 # final and best test accuracy, the round and virtual time at which 80% and 85% were first
-# reached, wall time and peak memory per run; draws every run's accuracy curves into one plot.
+# reached, and peak memory per run (real times are in each summary JSON); draws every run's
+# accuracy curves into one plot.
 # usage: scripts/run_scenarios.sh [RUN...]   (default: all runs below; runs/scenarios/ keeps each
 #        run's summary JSON and metrics CSV, and accuracy.png)
 # A RUN is NAME or NAME:extra-flags, e.g. "modes_heterogeneous:--mode async".
@@ -48,12 +49,12 @@ def first(rows, target):
         if (r.get("test_accuracy") or 0) >= target:
             return f"{r['round']} / {r.get('virtual_time_s', 0):.0f} s"
     return "-"
-print("| run | clients | strategy | final acc. | best acc. | 80% at (round / virtual) | 85% at (round / virtual) | wall time | peak memory |")
-print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| run | clients | strategy | final acc. | best acc. | 80% at (round / virtual) | 85% at (round / virtual) | peak memory |")
+print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
 for n in names:
     s = json.load(open(os.path.join(out, n + ".json")))
     rows = s["rounds"]
     best = max((r.get("test_accuracy") or 0) for r in rows)
     print(f"| {n} | {s['clients']:,} | {s['strategy']} | {s['final_test_accuracy']:.3f} | {best:.3f} | "
-          f"{first(rows, 0.80)} | {first(rows, 0.85)} | {s['wall_time_s']:.0f} s | {s['peak_rss_bytes'] / 2**20:.0f} MiB |")
+          f"{first(rows, 0.80)} | {first(rows, 0.85)} | {s['peak_rss_bytes'] / 2**20:.0f} MiB |")
 PY

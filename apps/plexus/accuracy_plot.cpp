@@ -53,7 +53,7 @@ void PlotAccuracy(const std::vector<std::string>& metrics_csvs, const std::strin
   }
   const std::string time_column = all_virtual ? "virtual_time_s" : "wall_time_s";
   std::ostringstream gp;
-  gp << "set terminal pngcairo size 1400,500 font ',11'\n"
+  gp << "set terminal pngcairo size 1400,500 font ',11' noenhanced\n"
      << "set output " << Quoted(png) << "\n"
      << "set datafile separator ','\n"
      << "set key bottom right\nset grid\nset yrange [0:1]\nset ylabel 'test accuracy'\n"
