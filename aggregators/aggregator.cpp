@@ -7,6 +7,12 @@ Status Aggregator::FoldAll(std::span<const Update* const> updates) {
   return Status::Ok();
 }
 
+Status Aggregator::RestoreState(std::string_view state) {
+  if (state.empty()) return Status::Ok();
+  return InvalidArgumentError(Describe() + " keeps no state between rounds, but " + std::to_string(state.size()) +
+                              " bytes of state were stored");
+}
+
 Result<ModelState> Aggregator::Aggregate(const ModelState& base, std::span<const Update* const> updates) {
   PLEXUS_RETURN_IF_ERROR(Begin(base));
   PLEXUS_RETURN_IF_ERROR(FoldAll(updates));

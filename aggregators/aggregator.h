@@ -7,6 +7,7 @@
 #pragma once
 
 #include <span>
+#include <string_view>
 #include <string>
 
 #include "core/model_state.h"
@@ -46,6 +47,14 @@ class Aggregator {
 
   // The strategy and its settings, e.g. "fedavg(weighted=true)", for logs and result files.
   virtual std::string Describe() const = 0;
+
+  // What the strategy carries from one aggregation to the next (server optimizer moments), as
+  // bytes that the coordinator commits with each round, so that a restarted server continues
+  // where it stopped; empty for stateless strategies. RestoreState takes what SaveState gave:
+  // empty bytes leave the strategy fresh; InvalidArgument for the state of another strategy or
+  // model size (the strategy is unchanged then).
+  virtual std::string SaveState() const { return {}; }
+  virtual Status RestoreState(std::string_view state);
 };
 
 }  // namespace plexus

@@ -120,6 +120,11 @@ class Averaging final : public Aggregator {
     return step_->Step(base_, mean_.sum(), SumScale(mean_.total_weight(), steps_weighted_), pool_);
   }
 
+  std::string SaveState() const override { return step_->SaveState(); }
+  Status RestoreState(std::string_view state) override {
+    return step_->RestoreState(state).WithContext(o_.name);
+  }
+
   std::string Describe() const override {
     std::string opt = step_->Describe();
     std::string params = o_.params;

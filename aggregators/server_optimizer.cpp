@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <initializer_list>
 
 #include "aggregators/update_buffer.h"
 #include "aggregators/streaming_mean.h"
@@ -14,6 +16,35 @@ ModelState NextVersion(const ModelState& base) {
   ModelState out = ModelState::UninitializedLike(base);
   out.set_version(base.version() + 1);
   return out;
+}
+
+// State bytes: a tag line, the vector length, then the vectors' doubles (host byte order: the
+// state only travels between runs of the same server).
+std::string PackState(const std::string& tag, std::initializer_list<const std::vector<double>*> vectors) {
+  if ((*vectors.begin())->empty()) return {};
+  const uint64_t n = (*vectors.begin())->size();
+  std::string out = tag + "\n";
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  for (const std::vector<double>* v : vectors) out.append(reinterpret_cast<const char*>(v->data()), n * sizeof(double));
+  return out;
+}
+
+Status UnpackState(std::string_view bytes, const std::string& tag, std::initializer_list<std::vector<double>*> vectors) {
+  const std::string head = tag + "\n";
+  uint64_t n = 0;
+  if (bytes.substr(0, head.size()) != head || bytes.size() < head.size() + sizeof n) {
+    return InvalidArgumentError("the stored server optimizer state is not " + tag + " state");
+  }
+  std::memcpy(&n, bytes.data() + head.size(), sizeof n);
+  const size_t expected = head.size() + sizeof n + vectors.size() * n * sizeof(double);
+  if (bytes.size() != expected) return InvalidArgumentError("the stored " + tag + " state is truncated or too long");
+  const char* p = bytes.data() + head.size() + sizeof n;
+  for (std::vector<double>* v : vectors) {
+    v->resize(n);
+    std::memcpy(v->data(), p, n * sizeof(double));
+    p += n * sizeof(double);
+  }
+  return Status::Ok();
 }
 
 std::string Num(double v) {
@@ -54,6 +85,14 @@ class MomentumStep final : public ServerOptimizer {
     return out;
   }
   std::string Describe() const override { return "lr=" + Num(lr_) + ",momentum=" + Num(beta_); }
+  std::string SaveState() const override { return PackState("plexus.momentum.v1", {&v_}); }
+  Status RestoreState(std::string_view state) override {
+    if (state.empty()) return Status::Ok();
+    std::vector<double> v;
+    PLEXUS_RETURN_IF_ERROR(UnpackState(state, "plexus.momentum.v1", {&v}));
+    v_ = std::move(v);
+    return Status::Ok();
+  }
 
  private:
   const double lr_, beta_;
@@ -93,14 +132,32 @@ class AdaptiveStep final : public ServerOptimizer {
     return "lr=" + Num(lr_) + ",beta1=" + Num(b1_) + (kind_ == AdaptiveKind::kAdagrad ? "" : ",beta2=" + Num(b2_)) +
            ",tau=" + Num(tau_);
   }
+  std::string SaveState() const override { return PackState(Tag(), {&m_, &v_}); }
+  Status RestoreState(std::string_view state) override {
+    if (state.empty()) return Status::Ok();
+    std::vector<double> m, v;
+    PLEXUS_RETURN_IF_ERROR(UnpackState(state, Tag(), {&m, &v}));
+    m_ = std::move(m);
+    v_ = std::move(v);
+    return Status::Ok();
+  }
 
  private:
+  std::string Tag() const {
+    return kind_ == AdaptiveKind::kAdagrad ? "plexus.fedadagrad.v1" : kind_ == AdaptiveKind::kAdam ? "plexus.fedadam.v1" : "plexus.fedyogi.v1";
+  }
+
   const AdaptiveKind kind_;
   const double lr_, b1_, b2_, tau_;
   std::vector<double> m_, v_;
 };
 
 }  // namespace
+
+Status ServerOptimizer::RestoreState(std::string_view state) {
+  if (state.empty()) return Status::Ok();
+  return InvalidArgumentError("the server step " + Describe() + " keeps no state, but state was stored");
+}
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr) { return std::make_unique<PlainStep>(lr); }
 std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum) {

@@ -2,7 +2,7 @@
 // momentum (FedAvgM: v = beta v + d; x += lr * v) and the adaptive FedOpt family (FedAdagrad,
 // FedAdam, FedYogi; Reddi et al., ICLR 2021: m = b1 m + (1 - b1) d, v per variant,
 // x += lr * m / (sqrt(v) + tau), v starting at tau^2). Optimizer state lives in memory across
-// rounds and starts from zero after a restart (it is not checkpointed).
+// rounds; SaveState/RestoreState let the coordinator commit it with each round.
 // Thread-compatible.
 #pragma once
 
@@ -10,9 +10,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model_state.h"
+#include "core/status.h"
 #include "core/thread_pool.h"
 
 namespace plexus {
@@ -28,6 +30,10 @@ class ServerOptimizer {
   // The rate lr when the step is x + lr * d and keeps no state (callers may then fuse the step
   // into their last pass over the inputs); nullopt otherwise.
   virtual std::optional<double> StatelessRate() const { return std::nullopt; }
+  // The optimizer's state (momentum, moments) as bytes, empty when it has none yet; RestoreState
+  // takes them back (see Aggregator::SaveState). Thread-compatible.
+  virtual std::string SaveState() const { return {}; }
+  virtual Status RestoreState(std::string_view state);
 };
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr);

@@ -221,7 +221,7 @@ Status AsyncEngine::Publish() {
   merged_.clear();
   rec.num_examples = buffered_examples_;
   rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
-  Status committed = store_->CommitRound(rec, *next);
+  Status committed = store_->CommitRound(rec, *next, /*aggregator_state=*/{});  // FedBuff's step is stateless
   if (!committed.ok()) {
     sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(rec.model_version));
     return sticky_error_;

@@ -19,6 +19,7 @@ Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial
   PLEXUS_ASSIGN_OR_RETURN(std::vector<ClientRecord> clients, store->ListClients());
   for (const ClientRecord& c : clients) r.client_ids.push_back(c.id);
   PLEXUS_ASSIGN_OR_RETURN(r.history, store->ListRounds());
+  PLEXUS_ASSIGN_OR_RETURN(r.aggregator_state, store->AggregatorState());
   return r;
 }
 

@@ -70,6 +70,7 @@ struct RestoredState {
   ModelState model;
   std::vector<std::string> client_ids;
   std::vector<RoundRecord> history;
+  std::string aggregator_state;  // committed with the newest round (Aggregator::SaveState)
 };
 
 // FailedPrecondition when the store holds a model of another layout.

@@ -61,6 +61,8 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->model_sha256_ = e->model_.ContentSha256();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
+  PLEXUS_RETURN_IF_ERROR(e->aggregator_->RestoreState(restored.aggregator_state)
+                             .WithContext("restore the strategy's state (was --strategy changed?)"));
   e->idle_since_ms_ = clock->NowMs();
   PLEXUS_RETURN_IF_ERROR(e->RestoreOpenRound().WithContext("restore the open round"));
   return e;
@@ -263,7 +265,7 @@ Status SyncEngine::CloseRound() {
   rec.num_examples = open_->examples;
   rec.attempts = attempts_ + 1;
   rec.mean_train_loss = open_->loss_count ? open_->loss_sum / static_cast<double>(open_->loss_count) : 0.0;
-  Status committed = store_->CommitRound(rec, *next);
+  Status committed = store_->CommitRound(rec, *next, aggregator_->SaveState());
   if (!committed.ok()) {
     // Memory and disk would disagree from here on: stop accepting state changes.
     sticky_error_ = committed.WithContext("checkpoint of round " + std::to_string(rec.round));

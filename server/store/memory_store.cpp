@@ -44,7 +44,7 @@ Status MemoryStore::PutCheckpoint(const ModelState& model) {
   return PutCheckpointLocked(model);
 }
 
-Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& model) {
+Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) {
   if (model.version() != round.model_version) {
     return InvalidArgumentError("round " + std::to_string(round.round) + " publishes version " +
                                 std::to_string(round.model_version) + " but the checkpoint has version " +
@@ -54,9 +54,15 @@ Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& mode
   if (rounds_.count(round.round)) return AlreadyExistsError("round " + std::to_string(round.round) + " is already committed");
   PLEXUS_RETURN_IF_ERROR(PutCheckpointLocked(model));
   rounds_[round.round] = round;
+  aggregator_state_ = aggregator_state;
   open_round_.reset();
   accepted_.clear();
   return Status::Ok();
+}
+
+Result<std::string> MemoryStore::AggregatorState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return aggregator_state_;
 }
 
 Status MemoryStore::PutOpenRound(const OpenRoundRecord& round) {

@@ -23,7 +23,8 @@ class MemoryStore final : public Store {
   Status PutClient(const ClientRecord& client) override;
   Result<std::vector<ClientRecord>> ListClients() override;
   Status PutCheckpoint(const ModelState& model) override;
-  Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) override;
+  Result<std::string> AggregatorState() override;
   Status PutOpenRound(const OpenRoundRecord& round) override;
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
   Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;
@@ -43,6 +44,7 @@ class MemoryStore final : public Store {
   std::map<std::string, ClientRecord> clients_;  // guarded by mu_
   std::map<uint64_t, RoundRecord> rounds_;       // guarded by mu_
   std::map<uint64_t, ModelState> checkpoints_;   // guarded by mu_
+  std::string aggregator_state_;                 // guarded by mu_
   std::optional<OpenRoundRecord> open_round_;    // guarded by mu_
   std::map<std::string, Update> accepted_;       // guarded by mu_; by client id, of open_round_
 };

@@ -12,6 +12,8 @@ Status Run(sqlite3* db, Stmt& st, const std::string& what) { return RunStatement
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS aggregator_state (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,
+                                             state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, num_examples INTEGER NOT NULL, device TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS checkpoints (
   version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL);
@@ -104,7 +106,7 @@ Status SqliteStore::PutCheckpoint(const ModelState& model) {
   return PutCheckpointLocked(model);
 }
 
-Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model) {
+Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, std::string_view aggregator_state) {
   if (model.version() != r.model_version) {
     return InvalidArgumentError("round " + std::to_string(r.round) + " publishes version " +
                                 std::to_string(r.model_version) + " but the checkpoint has version " +
@@ -130,6 +132,11 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model) {
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(i)).Bind(3, m.client_id).Bind(4, m.task_id);
     st.Bind(5, static_cast<int64_t>(m.staleness)).Bind(6, static_cast<int64_t>(m.group)).BindOptional(7, m.ms_per_step);
     s = Run(db_, st, "record merged update of round " + std::to_string(r.round));
+  }
+  if (s.ok()) {
+    Stmt st(db_, "INSERT OR REPLACE INTO aggregator_state(id, version, state) VALUES(0,?,?)");
+    st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
+    s = Run(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
   if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
   if (!s.ok()) {
@@ -307,6 +314,16 @@ Result<std::optional<ModelState>> SqliteStore::LatestCheckpoint() {
   if (st.IsNull(0)) return std::optional<ModelState>();
   PLEXUS_ASSIGN_OR_RETURN(ModelState m, CheckpointLocked(static_cast<uint64_t>(st.Int(0))));
   return std::optional<ModelState>(std::move(m));
+}
+
+Result<std::string> SqliteStore::AggregatorState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt st(db_, "SELECT state FROM aggregator_state WHERE id = 0");
+  PLEXUS_RETURN_IF_ERROR(st.prepared("strategy state"));
+  const int rc = st.Step();
+  if (rc == SQLITE_DONE) return std::string();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "strategy state");
+  return st.Text(0);
 }
 
 Result<ModelState> SqliteStore::Checkpoint(uint64_t version) {

@@ -25,7 +25,8 @@ class SqliteStore final : public Store {
   Status PutClient(const ClientRecord& client) override;
   Result<std::vector<ClientRecord>> ListClients() override;
   Status PutCheckpoint(const ModelState& model) override;
-  Status CommitRound(const RoundRecord& round, const ModelState& model) override;
+  Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) override;
+  Result<std::string> AggregatorState() override;
   Status PutOpenRound(const OpenRoundRecord& round) override;
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
   Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;

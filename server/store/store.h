@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model_state.h"
@@ -73,10 +74,13 @@ class Store {
   // AlreadyExists when that version is already stored with different content.
   virtual Status PutCheckpoint(const ModelState& model) = 0;
 
-  // Stores the round record and the checkpoint of round.model_version atomically, and forgets
-  // the open round and its accepted updates in the same transaction.
-  // REQUIRES: model.version() == round.model_version.
-  virtual Status CommitRound(const RoundRecord& round, const ModelState& model) = 0;
+  // Stores the round record, the checkpoint of round.model_version and the strategy's state
+  // after the round (server optimizer moments; empty for stateless strategies, replacing any
+  // earlier state) atomically, and forgets the open round and its accepted updates in the same
+  // transaction. REQUIRES: model.version() == round.model_version.
+  virtual Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) = 0;
+  // The strategy state committed with the newest round; empty when none was.
+  virtual Result<std::string> AggregatorState() = 0;
 
   // Records the round in progress, replacing any earlier one, and drops accepted updates that
   // belong to another (round, attempt).

@@ -16,7 +16,10 @@ class StoreWrapper : public Store {
   Status PutClient(const ClientRecord& c) override { return target_->PutClient(c); }
   Result<std::vector<ClientRecord>> ListClients() override { return target_->ListClients(); }
   Status PutCheckpoint(const ModelState& m) override { return target_->PutCheckpoint(m); }
-  Status CommitRound(const RoundRecord& r, const ModelState& m) override { return target_->CommitRound(r, m); }
+  Status CommitRound(const RoundRecord& r, const ModelState& m, std::string_view state) override {
+    return target_->CommitRound(r, m, state);
+  }
+  Result<std::string> AggregatorState() override { return target_->AggregatorState(); }
   Status PutOpenRound(const OpenRoundRecord& r) override { return target_->PutOpenRound(r); }
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override { return target_->GetOpenRound(); }
   Status PutAcceptedUpdate(uint64_t r, int64_t a, const Update& u) override { return target_->PutAcceptedUpdate(r, a, u); }

@@ -72,10 +72,10 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   r.num_selected = 4;
   r.num_updates = 3;
   r.num_dropped = 1;
-  ASSERT_OK(store_->CommitRound(r, Model(1, 2.0f)));
-  EXPECT_THAT(store_->CommitRound(r, Model(1, 2.0f)), StatusIs(StatusCode::kAlreadyExists, "round 1"));
+  ASSERT_OK(store_->CommitRound(r, Model(1, 2.0f), ""));
+  EXPECT_THAT(store_->CommitRound(r, Model(1, 2.0f), ""), StatusIs(StatusCode::kAlreadyExists, "round 1"));
   r.round = 2;
-  EXPECT_THAT(store_->CommitRound(r, Model(5, 2.0f)), StatusIs(StatusCode::kInvalidArgument, "version"));
+  EXPECT_THAT(store_->CommitRound(r, Model(5, 2.0f), ""), StatusIs(StatusCode::kInvalidArgument, "version"));
   ASSERT_OK(store_->SetRoundEvaluation(1, 0.8, 0.5));
   EXPECT_THAT(store_->SetRoundEvaluation(9, 0.8, 0.5), StatusIs(StatusCode::kNotFound, "round 9"));
 
@@ -91,21 +91,38 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   EXPECT_EQ(*store_->CheckpointVersions(), (std::vector<uint64_t>{0, 1}));
 }
 
+TEST_P(StoreConformanceTest, StrategyStateIsCommittedWithItsRound) {
+  EXPECT_EQ(*store_->AggregatorState(), "");
+  ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  const std::string state("moments\0\x01\xff", 10);  // binary, with a NUL inside
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f), state));
+  EXPECT_EQ(*store_->AggregatorState(), state);
+  EXPECT_FALSE(store_->CommitRound(r, Model(1, 1.0f), "other").ok());  // refused: nothing changes
+  EXPECT_EQ(*store_->AggregatorState(), state);
+  r.round = 2;
+  r.model_version = 2;
+  ASSERT_OK(store_->CommitRound(r, Model(2, 2.0f), ""));  // a stateless step replaces it
+  EXPECT_EQ(*store_->AggregatorState(), "");
+}
+
 TEST_P(StoreConformanceTest, MergedUpdatesTravelWithTheirRound) {
   ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
   RoundRecord r;
   r.round = 1;
   r.model_version = 1;
   r.merged = {{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}};
-  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f)));
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f), ""));
   r.round = 2;
   r.model_version = 2;
   r.merged = {};
-  ASSERT_OK(store_->CommitRound(r, Model(2, 2.0f)));
+  ASSERT_OK(store_->CommitRound(r, Model(2, 2.0f), ""));
   r.round = 3;
   r.model_version = 3;
   r.merged = {{"c", "t-c", 1, 0, std::nullopt}};
-  ASSERT_OK(store_->CommitRound(r, Model(3, 3.0f)));
+  ASSERT_OK(store_->CommitRound(r, Model(3, 3.0f), ""));
   auto rounds = *store_->ListRounds();
   ASSERT_EQ(rounds.size(), 3u);
   EXPECT_EQ(rounds[0].merged, (std::vector<MergedUpdate>{{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}}));
@@ -140,7 +157,7 @@ TEST_P(StoreConformanceTest, OpenRoundAndAcceptedUpdates) {
   RoundRecord r;
   r.round = 1;
   r.model_version = 1;
-  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f)));
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f), ""));
   EXPECT_FALSE(store_->GetOpenRound()->has_value());
   EXPECT_TRUE(store_->ListAcceptedUpdates(1, 1)->empty());
 }
@@ -169,9 +186,15 @@ TEST(SqliteStoreTest, SurvivesReopen) {
     m.data()[1] = 4.0f;
     ASSERT_OK(s->PutCheckpoint(m));
     ASSERT_OK(s->PutClient({"c", 1, ""}));
+    RoundRecord r;
+    r.round = 1;
+    r.model_version = 1;
+    m.set_version(1);
+    ASSERT_OK(s->CommitRound(r, m, "momentum"));
   }
   auto s = *SqliteStore::Open(path);
   EXPECT_EQ((*s->LatestCheckpoint())->data()[1], 4.0f);
+  EXPECT_EQ(*s->AggregatorState(), "momentum");
   EXPECT_EQ(s->ListClients()->size(), 1u);
   for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
