@@ -5,7 +5,8 @@
 #   throughput: 10 and 100 clients uploading 4 MB updates and 10 uploading 40 MB (a model of 1e6
 #               or 1e7 float32 parameters given to the server with --initial-model), async mode
 #               with a FedBuff buffer of one update per client (no per-update durability, see
-#               docs/security.md).
+#               docs/security.md); the last run again with 2 uploads received at once
+#               instead of 8 (--max-concurrent-uploads).
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
 # the whole run: joins, downloads and aggregation included), errors, the server's peak RSS.
 # usage: bench/run_load.sh [load|throughput|all]   (default all)
@@ -64,10 +65,11 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   model 1e7 "$work/model-1e7.safetensors"
   # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
   # encoded updates (each client caches the model, trains a copy, encodes the delta).
-  for run_spec in "10 1e6" "100 1e6" "10 1e7"; do
-    read -r n p <<<"$run_spec"
-    run "ingest-$n-clients-$p" "$n" --initial-model "$work/model-$p.safetensors" --mode async --buffer-size "$n" \
-      --rounds 5
+  for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2"; do
+    read -r n p slots <<<"$run_spec"
+    slots=${slots:-8}
+    run "ingest-$n-clients-$p-$slots-uploads" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
+      --buffer-size "$n" --rounds 5 --max-concurrent-uploads "$slots"
   done
 fi
 echo "| run | clients | updates | updates/s | update bytes/s | errors | wall time | server peak RSS |"

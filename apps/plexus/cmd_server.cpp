@@ -103,6 +103,12 @@ void RunServer(const ServerFlags& f) {
   RealClock clock;
   ModelState initial = f.initial_model.empty() ? Take(InitModel(f.model, f.seed))
                                                 : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
+  if (!f.initial_model.empty()) {
+    if (Status same = initial.CheckSameLayout(Take(InitModel(f.model, f.seed))); !same.ok()) {
+      spdlog::warn("--initial-model is not a '{}' model ({}): evaluation fails and real clients cannot train it; "
+                   "fine for load tests", f.model, same.message());
+    }
+  }
   std::unique_ptr<Engine> engine;
   if (f.mode == "sync") {
     engine = Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
@@ -206,6 +212,9 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rate-limit", f->limits.requests_per_s, "Requests per second allowed per client (0: no limit)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-concurrent-uploads", f->limits.max_concurrent_uploads,
+                  "Uploads received and decoded at once (the others wait; bounds server memory; 0: no bound)")
       ->capture_default_str();
   cmd->add_option("--rate-burst", f->limits.burst, "Requests a client may make at once above its rate")
       ->check(CLI::PositiveNumber)

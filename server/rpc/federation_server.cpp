@@ -139,6 +139,7 @@ class Service final : public v1::Federation::Service {
       return Refuse("upload", ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
+    UploadSlot slot(this);
     std::string payload;
     const uint64_t offset = header.offset();
     if (offset > 0) {
@@ -361,6 +362,26 @@ class Service final : public v1::Federation::Service {
     return ToGrpc(s);
   }
 
+  // Holds one of limits_.max_concurrent_uploads places while an upload is received and decoded.
+  class UploadSlot {
+   public:
+    explicit UploadSlot(Service* s) : s_(s) {
+      if (s_->limits_.max_concurrent_uploads <= 0) return;
+      std::unique_lock<std::mutex> lock(s_->upload_mu_);
+      s_->upload_cv_.wait(lock, [this] { return s_->uploads_receiving_ < s_->limits_.max_concurrent_uploads; });
+      ++s_->uploads_receiving_;
+    }
+    ~UploadSlot() {
+      if (s_->limits_.max_concurrent_uploads <= 0) return;
+      std::lock_guard<std::mutex> lock(s_->upload_mu_);
+      --s_->uploads_receiving_;
+      s_->upload_cv_.notify_one();
+    }
+
+   private:
+    Service* const s_;
+  };
+
   // Interrupted uploads, at most one per client (a newer one replaces it) and kPartialBudget
   // bytes in all (the oldest go first), for up to kPartialTtl.
   static constexpr size_t kPartialBudget = size_t{1} << 30;
@@ -436,6 +457,9 @@ class Service final : public v1::Federation::Service {
   std::map<std::string, PartialUpload> partial_;  // guarded by mu_; by client id
   size_t partial_bytes_ = 0;                      // guarded by mu_
   int64_t uploads_resumed_ = 0;                   // guarded by mu_
+  std::mutex upload_mu_;
+  std::condition_variable upload_cv_;
+  int uploads_receiving_ = 0;                     // guarded by upload_mu_
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -30,6 +30,10 @@ struct DoorLimits {
   double max_update_norm = 0;       // refuse updates whose L2 norm exceeds this (0: no bound)
   double requests_per_s = 100;      // per client, on average (0: no limit)
   double burst = 200;               // per client, at once
+  // Uploads received and decoded at once; the others wait before reading their payload (its
+  // bytes wait in the transport's flow control), so the server holds a few models' worth of
+  // uploads whatever the number of clients. 0: no bound.
+  int max_concurrent_uploads = 8;
   // Token authentication (clients without certificates): every join, poll and upload must carry
   // "authorization: Bearer TOKEN" metadata whose hash is listed; the token names the client.
   // Null: no tokens. With mutual TLS the certificate decides instead.
