@@ -1,6 +1,7 @@
 #include "aggregators/averaging.h"
 
 #include <cmath>
+#include <optional>
 
 #include "aggregators/simd_kernels.h"
 #include "aggregators/streaming_mean.h"
@@ -60,17 +61,15 @@ class Averaging final : public Aggregator {
     double steps_weighted = 0.0;
     for (size_t i = 0; i < updates.size(); ++i) {
       const Update& u = *updates[i];
-      Status ok = u.delta.CheckSameLayout(base_);
-      if (ok.ok() && o_.weighted && u.num_examples <= 0) ok = InvalidArgumentError("bad example count");
-      if (ok.ok() && o_.normalize_by_steps && u.local_steps <= 0) ok = InvalidArgumentError("no local steps");
-      if (!ok.ok()) {  // fold the valid prefix, then report this update exactly as Fold would
+      const std::optional<Share> share = BatchShare(u, base_);
+      if (!share) {  // fold the valid prefix, then report this update exactly as Fold would
         PLEXUS_RETURN_IF_ERROR(FoldAll(updates.first(i)));
         return Fold(u);
       }
       deltas.push_back(u.delta.data().data());
-      weights.push_back(o_.weighted ? static_cast<double>(u.num_examples) : 1.0);
-      scales.push_back(o_.normalize_by_steps ? 1.0 / static_cast<double>(u.local_steps) : 1.0);
-      steps_weighted += weights.back() * static_cast<double>(u.local_steps);
+      weights.push_back(share->weight);
+      scales.push_back(share->scale);
+      steps_weighted += share->weight * static_cast<double>(u.local_steps);
     }
     const size_t bad = mean_.FoldBatch(deltas, weights, scales);
     if (bad < updates.size()) {
@@ -93,16 +92,12 @@ class Averaging final : public Aggregator {
     std::vector<double> w;
     double total_weight = 0.0, steps_weighted = 0.0;
     for (const Update* u : updates) {
-      if (!u->delta.CheckSameLayout(base).ok() || (o_.weighted && u->num_examples <= 0) ||
-          (o_.normalize_by_steps && u->local_steps <= 0)) {
-        return Aggregator::Aggregate(base, updates);
-      }
-      const double weight = o_.weighted ? static_cast<double>(u->num_examples) : 1.0;
-      const double scale = o_.normalize_by_steps ? 1.0 / static_cast<double>(u->local_steps) : 1.0;
+      const std::optional<Share> share = BatchShare(*u, base);
+      if (!share) return Aggregator::Aggregate(base, updates);
       deltas.push_back(u->delta.data().data());
-      w.push_back(weight * scale);
-      total_weight += weight;
-      steps_weighted += weight * static_cast<double>(u->local_steps);
+      w.push_back(share->weight * share->scale);
+      total_weight += share->weight;
+      steps_weighted += share->weight * static_cast<double>(u->local_steps);
     }
     ModelState out = ModelState::UninitializedLike(base);
     out.set_version(base.version() + 1);
@@ -133,6 +128,20 @@ class Averaging final : public Aggregator {
   }
 
  private:
+  // An update's weight (examples, or 1) and scale (1 / local steps for FedNova, else 1) when the
+  // batch paths can take it as it is; nullopt for a wrong layout or a missing example or step
+  // count, which Fold reports with its message (finiteness is checked on the sums).
+  struct Share {
+    double weight, scale;
+  };
+  std::optional<Share> BatchShare(const Update& u, const ModelState& base) const {
+    if (!u.delta.CheckSameLayout(base).ok()) return std::nullopt;
+    if (o_.weighted && u.num_examples <= 0) return std::nullopt;
+    if (o_.normalize_by_steps && u.local_steps <= 0) return std::nullopt;
+    return Share{o_.weighted ? static_cast<double>(u.num_examples) : 1.0,
+                 o_.normalize_by_steps ? 1.0 / static_cast<double>(u.local_steps) : 1.0};
+  }
+
   // What turns the weighted sum into the averaged delta.
   double SumScale(double total_weight, double steps_weighted) const {
     double scale = 1.0 / total_weight;

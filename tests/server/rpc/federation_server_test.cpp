@@ -327,13 +327,8 @@ struct BigModelServer {
     }
     return 0;
   }
-  // Starts an upload of `payload` and, after `chunks` chunks of 1 MiB, breaks the link (cancel:
-  // the injected disconnect; how much of what was sent arrives is up to the network) or ends
-  // the stream early (exactly those chunks arrive).
-  void UploadAndDisconnect(const Task& t, const std::string& payload, int chunks, bool cancel = false) {
-    grpc::ClientContext ctx;
-    v1::UploadReply rep;
-    auto w = stub->UploadUpdate(&ctx, &rep);
+  // The first chunk of client a's upload for task t.
+  static v1::UpdateChunk HeaderChunk(const Task& t, size_t total_bytes) {
     v1::UpdateChunk c;
     v1::UpdateHeader* h = c.mutable_header();
     h->set_client_id("a");
@@ -342,8 +337,17 @@ struct BigModelServer {
     h->set_num_examples(10);
     h->set_local_steps(1);
     h->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
-    h->set_total_bytes(payload.size());
-    ASSERT_TRUE(w->Write(c));
+    h->set_total_bytes(total_bytes);
+    return c;
+  }
+  // Starts an upload of `payload` and, after `chunks` chunks of 1 MiB, breaks the link (cancel:
+  // the injected disconnect; how much of what was sent arrives is up to the network) or ends
+  // the stream early (exactly those chunks arrive).
+  void UploadAndDisconnect(const Task& t, const std::string& payload, int chunks, bool cancel = false) {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub->UploadUpdate(&ctx, &rep);
+    ASSERT_TRUE(w->Write(HeaderChunk(t, payload.size())));
     for (int i = 0; i < chunks; ++i) {
       v1::UpdateChunk d;
       d.set_data(payload.substr(static_cast<size_t>(i) << 20, size_t{1} << 20));
@@ -406,13 +410,8 @@ TEST(UploadResumeTest, ResumesThatDoNotMatchAreRefusedAndTheClientStartsOver) {
     grpc::ClientContext ctx;
     v1::UploadReply rep;
     auto w = fed.stub->UploadUpdate(&ctx, &rep);
-    v1::UpdateChunk c;
+    v1::UpdateChunk c = BigModelServer::HeaderChunk(t, payload.size());
     v1::UpdateHeader* h = c.mutable_header();
-    h->set_client_id("a");
-    h->set_task_id(t.task_id);
-    h->set_num_examples(10);
-    h->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
-    h->set_total_bytes(payload.size());
     h->set_offset(offset);
     h->set_payload_sha256(sha);
     w->Write(c);
