@@ -120,7 +120,10 @@ Result<PartitionSpec> PartitionSpec::Parse(std::string_view text) {
   if (name == "shards" && !arg.empty()) {
     spec.kind = Kind::kShards;
     PLEXUS_ASSIGN_OR_RETURN(double s, ParseNumber(arg, "shard count"));
-    if (s < 1 || s != std::floor(s)) return InvalidArgumentError("shards per client must be a positive integer");
+    // Beyond 2^31 shards per client no data set could fill them; the bound also keeps the cast defined.
+    if (s < 1 || s != std::floor(s) || s > 2147483647.0) {
+      return InvalidArgumentError("shards per client must be an integer from 1 to 2147483647");
+    }
     spec.shards = static_cast<int64_t>(s);
     return spec;
   }

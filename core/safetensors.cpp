@@ -89,7 +89,7 @@ Result<ModelState> DecodeSafetensors(std::string_view bytes) {
         return Malformed("shape of '" + e.name + "' has a non-integer or negative dimension");
       }
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 40) / dim) return Malformed("shape of '" + e.name + "' is too large");
+      if (dim > (uint64_t{1} << 40) || (dim != 0 && numel > (uint64_t{1} << 40) / dim)) return Malformed("shape of '" + e.name + "' is too large");
       numel *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }

@@ -34,6 +34,8 @@ TEST(PartitionTest, ParsesSpecs) {
   EXPECT_THAT(PartitionSpec::Parse("random"), StatusIs(StatusCode::kInvalidArgument, "unknown partition 'random'"));
   EXPECT_THAT(PartitionSpec::Parse("dirichlet:-1"), StatusIs(StatusCode::kInvalidArgument, "positive"));
   EXPECT_THAT(PartitionSpec::Parse("shards:1.5"), StatusIs(StatusCode::kInvalidArgument, "integer"));
+  EXPECT_THAT(PartitionSpec::Parse("shards:366666666666666666666666666"),
+              StatusIs(StatusCode::kInvalidArgument, "from 1 to 2147483647"));
 }
 
 TEST(PartitionTest, IidIsBalancedAndCoversEverything) {
