@@ -11,6 +11,7 @@ packages=(
   libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   dataset-fashion-mnist gnuplot-nox
   clang-14 libclang-rt-14-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

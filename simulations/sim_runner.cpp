@@ -203,7 +203,7 @@ Status SimOptions::Validate() const {
   return Status::Ok();
 }
 
-Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, Trainer* trainer,
+Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
   PLEXUS_RETURN_IF_ERROR(options.Validate());
   const DeviceModel& dev = options.devices;
@@ -244,14 +244,12 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   uint64_t seq = 0;
   for (size_t i = 0; i < n; ++i) events.push({0, seq++, i, false});
-  // A task on its way. It is trained when its device would finish, so that what is held is the
-  // model of each live version rather than one update per busy client (a thousand busy clients
-  // would hold a thousand updates); omniscient attacks (ipm, alie) need every honest update of a
-  // version as soon as it is handed out, and train at hand-out instead.
+  // A task on its way: its training job is started at hand-out and finished when its device
+  // would be done (the runner decides when and where it trains). Omniscient attacks (ipm, alie)
+  // need every honest update of a version as soon as it is handed out, and finish at once.
   struct InFlight {
     Task task;
     std::shared_ptr<const ModelState> base;
-    uint64_t batch_seed = 0;
     std::optional<Update> update;  // once trained
   };
   const bool train_at_handout = attack == AttackKind::kIpm || attack == AttackKind::kAlie;
@@ -278,10 +276,8 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
   result.attackers = std::count(malicious.begin(), malicious.end(), true);
   result.examples_per_client = data.sampled_examples();
   int64_t bytes_down = 0, bytes_up = 0;
-  auto run_task = [&](size_t i, const InFlight& f) -> Result<Update> {
-    DatasetView view{&train, data.Indices(i)};
-    if (malicious[i] && attack == AttackKind::kLabelFlip) view.label_map = kFlippedLabels;
-    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, trainer->Train(*f.base, view, TrainOptionsFor(f.task.hyperparams, f.batch_seed)));
+  auto finish_task = [&](size_t i, const InFlight& f) -> Result<Update> {
+    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, runner->Finish(i));
     ++result.tasks_trained;
     Update u;
     u.client_id = ClientName(i);
@@ -352,7 +348,7 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     if (e.finish) {
       auto it = in_flight.find(i);
       if (!it->second.update) {
-        PLEXUS_ASSIGN_OR_RETURN(Update trained, run_task(i, it->second));
+        PLEXUS_ASSIGN_OR_RETURN(Update trained, finish_task(i, it->second));
         it->second.update = std::move(trained);
       }
       Update& u = *it->second.update;
@@ -413,11 +409,13 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     if (!current_base || current_base->version() != base.version()) {
       current_base = std::make_shared<const ModelState>(base);
     }
-    InFlight f{a.task, current_base,
-               Rng::Derive(options.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of[i]++).NextU64(), std::nullopt};
+    const uint64_t batch_seed = Rng::Derive(options.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of[i]++).NextU64();
+    PLEXUS_RETURN_IF_ERROR(runner->Start(i, {current_base, data.Indices(i), malicious[i] && attack == AttackKind::kLabelFlip,
+                                             TrainOptionsFor(a.task.hyperparams, batch_seed)}));
+    InFlight f{a.task, current_base, std::nullopt};
     ++handed_out;
     if (train_at_handout) {
-      PLEXUS_ASSIGN_OR_RETURN(Update trained, run_task(i, f));
+      PLEXUS_ASSIGN_OR_RETURN(Update trained, finish_task(i, f));
       f.update = std::move(trained);
     }
     in_flight[i] = std::move(f);

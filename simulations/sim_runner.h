@@ -1,12 +1,12 @@
 // The in-process simulator: runs the real coordinator engine (sync, async or semiasync) with N
 // virtual clients in virtual time, with a ManualClock and a MemoryStore, no sockets and no
 // threads, so the same seed gives the same result bit for bit. A discrete-event loop: a client
-// polls; when it gets a task it trains at once through the Trainer (on the model the task names)
-// and its update is submitted when its virtual device would have finished (download + local
-// compute + upload); then it polls again. A client told to wait is parked at no cost and polls
+// polls; when it gets a task its training job goes to the TaskRunner (on the model the task
+// names) and its update is submitted when its virtual device would have finished (download +
+// local compute + upload); then it polls again. A client told to wait is parked at no cost and polls
 // again when the engine's poll epoch moves (or every half client timeout, to stay connected),
 // so idle clients cost a few hundred bytes each: a million fit in a few hundred MB. Engine
-// deadlines fire from ticks every 100 virtual ms. Borrows trainer, evaluator and data.
+// deadlines fire from ticks every 100 virtual ms. Borrows runner, evaluator and data.
 // Single-threaded.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include "compute/dataset.h"
 #include "compute/partition.h"
 #include "compute/trainer.h"
+#include "simulations/task_runner.h"
 #include "core/status.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
@@ -105,7 +106,7 @@ struct SimResult {
 
 // InvalidArgument for inconsistent options (e.g. more clients per round than clients).
 // `on_round` (optional) is called after each published version, for progress output.
-Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, Trainer* trainer,
+Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round);
 
 }  // namespace plexus

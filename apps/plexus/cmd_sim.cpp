@@ -12,6 +12,7 @@
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "simulations/crdt_sim.h"
+#include "simulations/mpi_task_runner.h"
 #include "simulations/sim_runner.h"
 
 namespace plexus::cli {
@@ -103,8 +104,29 @@ void RunCrdtSim(const SimFlags& f) {
   if (!identical) throw CommandError("replicas diverged");
 }
 
+void RunFederationSim(const SimFlags& f, const MpiSession* mpi);
+
 void RunSim(const SimFlags& f) {
-  if (f.crdt_replicas > 0) return RunCrdtSim(f);
+  if (f.crdt_replicas > 0) {
+    if (LaunchedWithSeveralMpiRanks()) throw CommandError("--crdt-replicas runs in one process, not under mpirun");
+    return RunCrdtSim(f);
+  }
+  if (!LaunchedWithSeveralMpiRanks()) return RunFederationSim(f, nullptr);
+#if PLEXUS_WITH_MPI
+  std::unique_ptr<MpiSession> mpi = Take(MpiSession::Start(), "mpirun");
+  try {
+    RunFederationSim(f, mpi.get());
+  } catch (const std::exception& e) {
+    mpi->Abort(e.what());
+  }
+#else
+  throw CommandError("started by mpirun, but this plexus was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+}
+
+// The federation on rank 0 (or alone); with `mpi`, ranks above 0 only train.
+void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
+  const bool training_rank = mpi && mpi->rank() > 0;
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
@@ -124,29 +146,41 @@ void RunSim(const SimFlags& f) {
   if (!f.plot.empty()) CheckPlotterPresent();
 
   const DeviceModel& dev = options.devices;
-  std::printf("plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-              "devices: %s%s\n",
-              options.mode.c_str(), strategy.c_str(), static_cast<long long>(options.clients),
-              options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
-              static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-              static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
-              options.attack == "none" ? ""
-                                       : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
-                                          "% attackers (" + options.attack + ")")
-                                             .c_str());
-  std::fflush(stdout);
+  if (!training_rank) {
+    std::printf("plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
+                "devices: %s%s\n",
+                options.mode.c_str(), strategy.c_str(), static_cast<long long>(options.clients),
+                options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
+                static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
+                static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
+                options.attack == "none" ? ""
+                                         : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
+                                            "% attackers (" + options.attack + ")")
+                                               .c_str());
+    if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
+    std::fflush(stdout);
+  }
   if (f.dry_run) return;  // the settings are valid: nothing more to do
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
-  Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
   if (f.train_subset) {
     train.labels.resize(std::min(train.size(), f.train_subset));
     train.pixels.resize(train.size() * static_cast<size_t>(train.pixels_per_image()));
   }
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
+#if PLEXUS_WITH_MPI
+  if (training_rank) return Check(ServeMpiTrainingJobs(trainer.get(), train), "MPI training rank");
+  std::unique_ptr<MpiTaskRunner> spread;
+  if (mpi) spread = std::make_unique<MpiTaskRunner>(mpi, trainer.get(), &train);
+#endif
+  LocalTaskRunner local(trainer.get(), &train);
+  TaskRunner* runner = &local;
+#if PLEXUS_WITH_MPI
+  if (spread) runner = spread.get();
+#endif
+  Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
-
-  SimResult result = Take(RunSimulation(options, train, trainer.get(), &evaluator, [&](const SimRound& r) {
+  SimResult result = Take(RunSimulation(options, train, runner, &evaluator, [&](const SimRound& r) {
     // ETA from the real time per version so far (the first versions include the setup).
     const double done = static_cast<double>(r.record.model_version);
     const double eta = done > 0 ? r.wall_time_s / done * (static_cast<double>(options.sync.rounds) - done) : 0.0;
@@ -205,7 +239,8 @@ void AddSimCommand(CLI::App& app) {
   auto flags = std::make_shared<SimFlags>();
   flags->sim.sync.rounds = 20;
   flags->sim.sync.clients_per_round = 5;
-  CLI::App* cmd = app.add_subcommand("sim", "Run a simulated federation in one process (virtual clients, no sockets)");
+  CLI::App* cmd = app.add_subcommand(
+      "sim", "Run a simulated federation in virtual time (virtual clients, no sockets; under mpirun the training is spread over the ranks)");
   cmd->add_option("--clients", flags->sim.clients, "Virtual clients (N)")->capture_default_str();
   cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   cmd->add_option("--partition", flags->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
@@ -254,7 +289,7 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--model-out", flags->model_out, "Write the final model to this .safetensors file");
   cmd->add_option("--train-subset", flags->train_subset, "Use only the first N training examples (0 = all)");
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
-  cmd->add_option("--threads", flags->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "LibTorch and OpenBLAS threads per process (equal counts give equal bits)")->check(CLI::Range(1, 256))->capture_default_str();
   AddConfigOption(cmd);
   AddScenarioOption(cmd);
   cmd->callback([flags, cmd] {

@@ -162,6 +162,13 @@ TEST(CliTest, CrdtReplicaSimulationEndsWithTheVerdictLine) {
   EXPECT_NE(out.find("at least 2"), std::string::npos) << out;
 }
 
+// `"key": value` as it stands in a summary JSON file.
+std::string JsonField(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\"");
+  EXPECT_NE(at, std::string::npos) << key;
+  return json.substr(at, json.find_first_of(",\n", at) - at);
+}
+
 TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::string cfg = Temp("sim.toml");
@@ -183,18 +190,54 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
     std::filesystem::remove(summary);
     std::filesystem::remove(csv);
   }
-  auto field = [](const std::string& json, const std::string& key) {
-    const size_t at = json.find("\"" + key + "\"");
-    EXPECT_NE(at, std::string::npos) << key;
-    return json.substr(at, json.find_first_of(",\n", at) - at);
-  };
-  EXPECT_EQ(field(summaries[0], "rounds_completed"), "\"rounds_completed\": 2");
-  EXPECT_EQ(field(summaries[0], "final_test_accuracy"), field(summaries[1], "final_test_accuracy"));
-  EXPECT_EQ(field(summaries[0], "final_model_sha256"), field(summaries[1], "final_model_sha256"));
-  EXPECT_NE(field(summaries[0], "wall_time_s"), "");
-  EXPECT_NE(field(summaries[0], "peak_rss_bytes"), "\"peak_rss_bytes\": 0");
+  EXPECT_EQ(JsonField(summaries[0], "rounds_completed"), "\"rounds_completed\": 2");
+  EXPECT_EQ(JsonField(summaries[0], "final_test_accuracy"), JsonField(summaries[1], "final_test_accuracy"));
+  EXPECT_EQ(JsonField(summaries[0], "final_model_sha256"), JsonField(summaries[1], "final_model_sha256"));
+  EXPECT_NE(JsonField(summaries[0], "wall_time_s"), "");
+  EXPECT_NE(JsonField(summaries[0], "peak_rss_bytes"), "\"peak_rss_bytes\": 0");
   EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
   std::filesystem::remove(cfg);
+}
+
+// `mpirun -np 2 plexus sim` spreads the training over two ranks and ends with the model the
+// single-process run ends with, bit for bit (sync with label flippers, whose flag travels with
+// the job, and async, where tasks on several versions are in flight).
+TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
+#ifndef PLEXUS_MPIEXEC
+  GTEST_SKIP() << "built without MPI";
+#else
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::vector<std::string> common = {"--clients", "8", "--train-subset", "4000", "--test-subset", "500",
+                                           "--rounds", "3", "--seed", "5"};
+  const std::vector<std::vector<std::string>> settings = {
+      {"--clients-per-round", "4", "--attack", "labelflip", "--attackers", "0.25"},
+      {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"}};
+  for (const std::vector<std::string>& extra : settings) {
+    std::vector<std::string> sim = {"sim"};
+    sim.insert(sim.end(), common.begin(), common.end());
+    sim.insert(sim.end(), extra.begin(), extra.end());
+    std::string hashes[2];
+    for (int ranks : {1, 2}) {
+      const std::string summary = Temp("mpi" + std::to_string(ranks) + ".json");
+      std::vector<std::string> args = sim;
+      args.insert(args.end(), {"--summary-out", summary});
+      std::string out;
+      int rc = 0;
+      if (ranks == 1) {
+        rc = RunToCompletion(PLEXUS_BINARY, args, &out);
+      } else {
+        std::vector<std::string> mpirun = {"--allow-run-as-root", "--oversubscribe", "-np", "2", PLEXUS_BINARY};
+        mpirun.insert(mpirun.end(), args.begin(), args.end());
+        rc = RunToCompletion(PLEXUS_MPIEXEC, mpirun, &out);
+        EXPECT_NE(out.find("spread over 2 MPI ranks"), std::string::npos) << out;
+      }
+      ASSERT_EQ(rc, 0) << out;
+      hashes[ranks - 1] = JsonField(ReadFile(summary), "final_model_sha256");
+      std::filesystem::remove(summary);
+    }
+    EXPECT_EQ(hashes[0], hashes[1]) << sim[sim.size() - 2];
+  }
+#endif
 }
 
 }  // namespace

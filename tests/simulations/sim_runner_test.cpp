@@ -56,7 +56,10 @@ SimOptions TwoSpeeds(const std::string& mode, int64_t versions) {
 
 class SimRunnerTest : public ::testing::Test {
  protected:
-  Result<SimResult> Run(const SimOptions& o) { return RunSimulation(o, data_, &trainer_, nullptr, nullptr); }
+  Result<SimResult> Run(const SimOptions& o) {
+    LocalTaskRunner runner(&trainer_, &data_);
+    return RunSimulation(o, data_, &runner, nullptr, nullptr);
+  }
   Dataset data_ = Synthetic(100);
   StepCountingTrainer trainer_;
 };
@@ -206,7 +209,8 @@ TEST_F(SimRunnerTest, LabelFlippersTrainOnFlippedLabels) {
   o.attack = "labelflip";
   o.attackers = 0.3;
   LabelCheckingTrainer trainer;
-  Result<SimResult> r = RunSimulation(o, data_, &trainer, nullptr, nullptr);
+  LocalTaskRunner runner(&trainer, &data_);
+  Result<SimResult> r = RunSimulation(o, data_, &runner, nullptr, nullptr);
   ASSERT_OK(r);
   EXPECT_EQ(r->attackers, 3);
   EXPECT_EQ(trainer.flipped, 3 * 2);  // three attackers, two rounds
@@ -265,6 +269,23 @@ TEST(DeviceModelTest, SpreadGeometricallyInASeededOrder) {
   EXPECT_DOUBLE_EQ(v[2], 40.0);
   s.speed_ratio = 0.5;
   EXPECT_THAT(s.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "speed-ratio"));
+}
+
+TEST(LocalTaskRunnerTest, TrainsAtFinishOnTheJobsDataAndLabels) {
+  const Dataset data = Synthetic(20);
+  StepCountingTrainer trainer;
+  LocalTaskRunner runner(&trainer, &data);
+  auto base = std::make_shared<const ModelState>(*InitModel("mlp", 1));
+  TrainOptions options;
+  options.local_steps = 7;
+  ASSERT_OK(runner.Start(3, {base, {0, 1, 2, 3, 4}, false, options}));
+  EXPECT_THAT(runner.Start(3, {base, {0}, false, options}), testing::StatusIs(StatusCode::kInternal, "started twice"));
+  Result<TrainOutcome> out = runner.Finish(3);
+  ASSERT_OK(out);
+  EXPECT_EQ(out->num_examples, 5);
+  EXPECT_EQ(out->steps, 7);
+  EXPECT_FLOAT_EQ(out->weights.data()[0], base->data()[0] + 0.01f);
+  EXPECT_THAT(runner.Finish(3), testing::StatusIs(StatusCode::kNotFound, "no training job 3"));
 }
 
 }  // namespace

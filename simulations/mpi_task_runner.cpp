@@ -1,0 +1,323 @@
+#include "simulations/mpi_task_runner.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <string>
+#include <type_traits>
+
+#include "core/safetensors.h"
+
+namespace plexus {
+namespace {
+
+// Message tags. From rank 0: a base model, a job, a fetch, stop; to rank 0: an outcome.
+enum Tag : int { kBase = 1, kJob = 2, kFetch = 3, kStop = 4, kOutcome = 5 };
+
+// Fixed-width fields appended to a byte string, read back in the same order. Both ends are
+// the same binary on the same kind of machine, so host byte order is fine.
+class Writer {
+ public:
+  template <typename T>
+  Writer& Put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+    return *this;
+  }
+  Writer& PutBytes(std::string_view b) {
+    Put<uint64_t>(b.size());
+    bytes_.append(b);
+    return *this;
+  }
+  std::string Take() { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : rest_(bytes) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (rest_.size() < sizeof(T)) return false;
+    std::memcpy(v, rest_.data(), sizeof(T));
+    rest_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetBytes(std::string_view* b) {
+    uint64_t n = 0;
+    if (!Get(&n) || rest_.size() < n) return false;
+    *b = rest_.substr(0, n);
+    rest_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return rest_.empty(); }
+
+ private:
+  std::string_view rest_;
+};
+
+Status MpiError(const char* call, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return InternalError(std::string(call) + " failed: " + std::string(text, static_cast<size_t>(len)));
+}
+
+// Receives the next message from `source` with `tag` (MPI_ANY_TAG: any), whatever its size.
+Status Receive(int source, int tag, int* got_tag, std::string* bytes) {
+  MPI_Status st;
+  if (int rc = MPI_Probe(source, tag, MPI_COMM_WORLD, &st); rc != MPI_SUCCESS) return MpiError("MPI_Probe", rc);
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  bytes->resize(static_cast<size_t>(count));
+  if (int rc = MPI_Recv(bytes->data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      rc != MPI_SUCCESS) {
+    return MpiError("MPI_Recv", rc);
+  }
+  *got_tag = st.MPI_TAG;
+  return Status::Ok();
+}
+
+std::string EncodeJob(uint64_t key, const TrainJob& job) {
+  const TrainOptions& o = job.options;
+  Writer w;
+  w.Put(key).Put(o.local_epochs).Put(o.local_steps).Put(o.batch_size).Put(o.learning_rate).Put(o.momentum);
+  w.Put(o.prox_mu).Put(o.seed).Put<uint8_t>(job.flip_labels);
+  w.PutBytes({reinterpret_cast<const char*>(job.indices.data()), job.indices.size() * sizeof(uint32_t)});
+  return w.Take();
+}
+
+bool DecodeJob(std::string_view bytes, uint64_t* key, TrainJob* job) {
+  Reader r(bytes);
+  TrainOptions& o = job->options;
+  uint8_t flip = 0;
+  std::string_view indices;
+  if (!(r.Get(key) && r.Get(&o.local_epochs) && r.Get(&o.local_steps) && r.Get(&o.batch_size) &&
+        r.Get(&o.learning_rate) && r.Get(&o.momentum) && r.Get(&o.prox_mu) && r.Get(&o.seed) && r.Get(&flip) &&
+        r.GetBytes(&indices) && r.done() && indices.size() % sizeof(uint32_t) == 0)) {
+    return false;
+  }
+  job->flip_labels = flip != 0;
+  job->indices.resize(indices.size() / sizeof(uint32_t));
+  std::memcpy(job->indices.data(), indices.data(), indices.size());
+  return true;
+}
+
+// An outcome: ok, examples, steps, loss and the weights; or not ok and the error's code and text.
+std::string EncodeOutcome(const Result<TrainOutcome>& r) {
+  Writer w;
+  if (!r.ok()) {
+    w.Put<uint8_t>(0).Put(static_cast<int32_t>(r.status().code())).PutBytes(r.status().message());
+    return w.Take();
+  }
+  w.Put<uint8_t>(1).Put(r->num_examples).Put(r->steps).Put(r->mean_loss).PutBytes(EncodeSafetensors(r->weights));
+  return w.Take();
+}
+
+Result<TrainOutcome> DecodeOutcome(std::string_view bytes, int rank) {
+  const std::string from = "training rank " + std::to_string(rank);
+  Reader r(bytes);
+  uint8_t ok = 0;
+  if (!r.Get(&ok)) return InternalError(from + " sent an empty outcome");
+  if (!ok) {
+    int32_t code = 0;
+    std::string_view message;
+    if (!r.Get(&code) || !r.GetBytes(&message)) return InternalError(from + " sent a malformed error");
+    return Status(static_cast<StatusCode>(code), std::string(message)).WithContext(from);
+  }
+  TrainOutcome out;
+  std::string_view weights;
+  if (!(r.Get(&out.num_examples) && r.Get(&out.steps) && r.Get(&out.mean_loss) && r.GetBytes(&weights) && r.done())) {
+    return InternalError(from + " sent a malformed outcome");
+  }
+  PLEXUS_ASSIGN_OR_RETURN(out.weights, DecodeSafetensors(weights));
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MpiSession>> MpiSession::Start() {
+  if (int rc = MPI_Init(nullptr, nullptr); rc != MPI_SUCCESS) return MpiError("MPI_Init", rc);
+  // Errors come back as codes (turned into Status), not as the default abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<MpiSession>(new MpiSession(rank, size));
+}
+
+void MpiSession::Abort(std::string_view why) const {
+  std::fprintf(stderr, "plexus: error (MPI rank %d of %d): %.*s\n", rank_, size_, static_cast<int>(why.size()), why.data());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return; this tells the compiler so
+}
+
+MpiSession::~MpiSession() {
+  if (std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Finalize();
+}
+
+// Nonblocking sends of jobs, fetches and stops (small: they go out at once), so that rank 0 need
+// not wait for a busy rank to take its next job; each send's bytes live here until MPI is done.
+struct MpiTaskRunner::Outbox {
+  struct Send {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::string bytes;
+  };
+  std::deque<Send> sends;  // deque: elements stay put while others are added
+
+  Status Post(int rank, Tag tag, std::string bytes) {
+    Send& s = sends.emplace_back();
+    s.bytes = std::move(bytes);
+    if (int rc = MPI_Isend(s.bytes.data(), static_cast<int>(s.bytes.size()), MPI_BYTE, rank, tag, MPI_COMM_WORLD,
+                           &s.request);
+        rc != MPI_SUCCESS) {
+      sends.pop_back();
+      return MpiError("MPI_Isend", rc);
+    }
+    // Release what is done from the front (sends complete roughly in order).
+    while (!sends.empty()) {
+      int done = 0;
+      MPI_Test(&sends.front().request, &done, MPI_STATUS_IGNORE);
+      if (!done) break;
+      sends.pop_front();
+    }
+    return Status::Ok();
+  }
+  void WaitAll() {
+    for (Send& s : sends) MPI_Wait(&s.request, MPI_STATUS_IGNORE);
+    sends.clear();
+  }
+};
+
+MpiTaskRunner::MpiTaskRunner(const MpiSession* session, Trainer* trainer, const Dataset* train)
+    : size_(session->size()), local_(trainer, train), rank_base_(static_cast<size_t>(session->size())),
+      outbox_(std::make_unique<Outbox>()) {}
+
+MpiTaskRunner::~MpiTaskRunner() {
+  for (int r = 1; r < size_; ++r) (void)outbox_->Post(r, kStop, {});
+  outbox_->WaitAll();
+}
+
+Status MpiTaskRunner::Start(uint64_t key, TrainJob job) {
+  const int rank = static_cast<int>(dealt_++ % static_cast<uint64_t>(size_));
+  if (rank == 0) return local_.Start(key, std::move(job));
+  if (!remote_.emplace(key, Remote{rank, job.base}).second) {
+    return InternalError("training job " + std::to_string(key) + " started twice");
+  }
+  std::shared_ptr<const ModelState>& held = rank_base_[static_cast<size_t>(rank)];
+  if (held != job.base) {
+    // A blocking send: a model is too large to go out at once, and a nonblocking send would
+    // only move while this rank is inside MPI, not while it trains its own share.
+    const std::string model = EncodeSafetensors(*job.base);
+    if (int rc = MPI_Send(model.data(), static_cast<int>(model.size()), MPI_BYTE, rank, kBase, MPI_COMM_WORLD);
+        rc != MPI_SUCCESS) {
+      return MpiError("MPI_Send", rc);
+    }
+    held = job.base;
+  }
+  return outbox_->Post(rank, kJob, EncodeJob(key, job));
+}
+
+Result<TrainOutcome> MpiTaskRunner::Finish(uint64_t key) {
+  auto it = remote_.find(key);
+  if (it == remote_.end()) return local_.Finish(key);
+  const Remote job = std::move(it->second);
+  remote_.erase(it);
+  PLEXUS_RETURN_IF_ERROR(outbox_->Post(job.rank, kFetch, Writer().Put(key).Take()));
+  // The rank answers fetches in the order they were sent, and this is the only one outstanding.
+  int tag = 0;
+  std::string bytes;
+  PLEXUS_RETURN_IF_ERROR(Receive(job.rank, kOutcome, &tag, &bytes));
+  PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, DecodeOutcome(bytes, job.rank));
+  out.weights.set_version(job.base->version());
+  return out;
+}
+
+Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
+  // Everything rank 0 sent is taken in as soon as this rank is between jobs; a fetch goes first
+  // (its job is trained next if it is not yet), so rank 0 never waits for jobs dealt after the
+  // one it needs. Jobs otherwise train in the order they came.
+  std::shared_ptr<const ModelState> base;
+  std::map<uint64_t, TrainJob> queued;       // by key; each holds the base it came after
+  std::deque<uint64_t> arrival;              // keys of `queued`, oldest first
+  std::deque<uint64_t> fetches;              // asked for, not yet answered
+  std::map<uint64_t, std::string> outcomes;  // trained, not yet fetched
+  bool stop = false;
+  auto take_in = [&](bool wait) -> Status {
+    for (bool block = wait;; block = false) {
+      int pending = 1;
+      // Open MPI's probe looks before it polls the wire, so a message that is there only
+      // shows on the second look; without it a fetch would wait one more job.
+      for (int look = 0; !block && look < 2 && (look == 0 || !pending); ++look) {
+        MPI_Iprobe(0, MPI_ANY_TAG, MPI_COMM_WORLD, &pending, MPI_STATUS_IGNORE);
+      }
+      if (!pending) return Status::Ok();
+      int tag = 0;
+      std::string bytes;
+      PLEXUS_RETURN_IF_ERROR(Receive(0, MPI_ANY_TAG, &tag, &bytes));
+      switch (tag) {
+        case kBase: {
+          PLEXUS_ASSIGN_OR_RETURN(ModelState m, DecodeSafetensors(bytes));
+          base = std::make_shared<const ModelState>(std::move(m));
+          break;
+        }
+        case kJob: {
+          uint64_t key = 0;
+          TrainJob job;
+          if (!DecodeJob(bytes, &key, &job) || !base) return InternalError("malformed training job from rank 0");
+          job.base = base;
+          queued[key] = std::move(job);
+          arrival.push_back(key);
+          break;
+        }
+        case kFetch: {
+          uint64_t key = 0;
+          if (Reader r(bytes); !r.Get(&key) || (!queued.count(key) && !outcomes.count(key))) {
+            return InternalError("rank 0 fetched a job this rank does not hold");
+          }
+          fetches.push_back(key);
+          break;
+        }
+        case kStop: stop = true; break;
+        default: return InternalError("unknown message tag " + std::to_string(tag) + " from rank 0");
+      }
+    }
+  };
+  auto train_now = [&](uint64_t key) {
+    auto it = queued.find(key);
+    outcomes[key] = EncodeOutcome(TrainJobWith(trainer, train, it->second));
+    queued.erase(it);
+    arrival.erase(std::find(arrival.begin(), arrival.end(), key));
+  };
+  for (;;) {
+    PLEXUS_RETURN_IF_ERROR(take_in(/*wait=*/false));
+    if (!fetches.empty()) {
+      const uint64_t key = fetches.front();
+      if (!outcomes.count(key)) train_now(key);
+      const std::string& out = outcomes[key];
+      if (int rc = MPI_Send(out.data(), static_cast<int>(out.size()), MPI_BYTE, 0, kOutcome, MPI_COMM_WORLD);
+          rc != MPI_SUCCESS) {
+        return MpiError("MPI_Send", rc);
+      }
+      outcomes.erase(key);
+      fetches.pop_front();
+    } else if (!arrival.empty()) {
+      train_now(arrival.front());
+    } else if (stop) {
+      return Status::Ok();
+    } else {
+      PLEXUS_RETURN_IF_ERROR(take_in(/*wait=*/true));
+    }
+  }
+}
+
+}  // namespace plexus
