@@ -1,15 +1,21 @@
 #include "simulations/crdt_sim.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <memory>
 
 #include "core/rng.h"
 #include "crdt/crdt_replica.h"
+#include "simulations/event_network.h"
 
 namespace plexus {
 namespace {
 
-constexpr int64_t kMaxGossipRounds = 500;
+constexpr double kMaxGossipRounds = 500;
+constexpr double kPartitionIntervals = 10;
+constexpr uint64_t kHashBytes = 32;
+constexpr uint64_t kContributionOverheadBytes = 256;  // author, counters, signature, framing
 
 ModelState Layout() { return *ModelState::Create({{"w", {64, 32}}, {"b", {32}}}); }
 
@@ -28,6 +34,9 @@ Result<std::vector<CrdtOrdering>> RunCrdtSimulation(const CrdtSimOptions& o,
   if (o.orderings < 1) return InvalidArgumentError("--orderings must be at least 1");
   if (o.contributions < 2) return InvalidArgumentError("--crdt-contributions must be at least 2");
   if (o.strategies.empty()) return InvalidArgumentError("no strategies to resolve");
+  if (!(o.gossip_interval_ms > 0) || !(o.latency_ms >= 0) || !(o.mbps >= 0)) {
+    return InvalidArgumentError("gossip interval must be positive, latency and bandwidth not negative");
+  }
 
   // The authors, their keys and their signed contributions: the same in every ordering.
   AuthorKeys keys;
@@ -77,46 +86,94 @@ Result<std::vector<CrdtOrdering>> RunCrdtSimulation(const CrdtSimOptions& o,
 
     CrdtOrdering result;
     result.ordering = k;
+    EventNetwork net;
+    for (size_t r = 0; r < n; ++r) net.AddNode({o.latency_ms, o.mbps, o.mbps});
+    const double interval = o.gossip_interval_ms;
+    Status failure;
+    auto fail = [&](const Status& s) {
+      if (failure.ok()) failure = s;
+      net.Stop();
+    };
+    // Deliveries: three at the start of every interval, interleaved with gossip.
     size_t next_event = 0;
-    bool converged = false;
-    const int64_t partition_rounds = o.partition_heal ? 10 : 0;
-    for (int64_t round = 0;; ++round) {
-      // Delays: a few deliveries per round, interleaved with gossip.
-      for (size_t d = 0; d < 3 && next_event < events.size(); ++d, ++next_event) {
-        const Event& e = events[next_event];
-        if (e.retract) {
-          (void)replicas[e.replica]->Retract(contributions[e.index].Id());  // NotFound if already gone
-        } else {
-          PLEXUS_RETURN_IF_ERROR(replicas[e.replica]->Add(contributions[e.index]).status());
-        }
+    auto deliver = [&](size_t i) {
+      const Event& e = events[i];
+      if (e.retract) {
+        (void)replicas[e.replica]->Retract(contributions[e.index].Id());  // NotFound if already gone
+      } else if (Status s = replicas[e.replica]->Add(contributions[e.index]).status(); !s.ok()) {
+        fail(s);
       }
-      // Gossip: every replica pulls from one random peer (inside its half while partitioned).
-      const bool partitioned = round < partition_rounds;
-      for (size_t r = 0; r < n; ++r) {
-        size_t peer;
-        if (partitioned) {
-          const size_t half = n / 2, lo = r < half ? 0 : half, size = r < half ? half : n - half;
-          if (size < 2) continue;
-          peer = lo + (r - lo + 1 + rng.Below(size - 1)) % size;
-        } else {
-          peer = (r + 1 + rng.Below(n - 1)) % n;
-        }
-        PLEXUS_ASSIGN_OR_RETURN(size_t hashes, replicas[r]->SyncFrom(*replicas[peer]));
-        result.node_hashes += static_cast<int64_t>(hashes);
-      }
-      result.gossip_rounds = round + 1;
-      if (next_event < events.size() || partitioned) continue;
-      const std::string digest = replicas[0]->StateDigest();
-      converged = true;
-      for (const auto& r : replicas) converged = converged && r->StateDigest() == digest;
-      if (converged && !after_convergence.empty()) {
-        events.insert(events.end(), after_convergence.begin(), after_convergence.end());
-        after_convergence.clear();
-        continue;
-      }
-      if (converged) break;
-      if (round >= kMaxGossipRounds) break;  // reported as not identical below
+      next_event = std::max(next_event, i + 1);
+    };
+    for (size_t i = 0; i < events.size(); ++i) net.After(static_cast<double>(i / 3) * interval, [&, i] { deliver(i); });
+    bool healed = !o.partition_heal;
+    if (o.partition_heal) {
+      std::vector<uint32_t> half(n);
+      for (size_t r = 0; r < n; ++r) half[r] = r < n / 2 ? 0 : 1;
+      net.Partition(std::move(half));
+      net.After(kPartitionIntervals * interval, [&] {
+        net.Heal();
+        healed = true;
+      });
     }
+    // Gossip: every interval (from a random phase) a replica sends its digest to a random peer;
+    // a peer whose state differs answers with what the sync ships: the digest nodes compared and
+    // the contributions the asker lacks, as they stood when the question arrived.
+    std::vector<std::function<void()>> gossip(n);
+    for (size_t r = 0; r < n; ++r) {
+      gossip[r] = [&, r] {
+        const size_t peer = (r + 1 + rng.Below(n - 1)) % n;
+        net.Send(static_cast<uint32_t>(r), static_cast<uint32_t>(peer), kHashBytes, [&, r, peer] {
+          if (replicas[peer]->StateDigest() == replicas[r]->StateDigest()) return;
+          auto snapshot = std::make_shared<const CrdtReplica>(*replicas[peer]);
+          CrdtReplica probe = *replicas[r];
+          Result<size_t> hashes = probe.SyncFrom(*snapshot);
+          if (!hashes.ok()) return fail(hashes.status());
+          uint64_t bytes = *hashes * kHashBytes;
+          for (const auto& [id, c] : probe.contributions()) {
+            if (!replicas[r]->Find(id)) bytes += c.delta.num_params() * sizeof(float) + kContributionOverheadBytes;
+          }
+          net.Send(static_cast<uint32_t>(peer), static_cast<uint32_t>(r), bytes, [&, r, snapshot] {
+            Result<size_t> compared = replicas[r]->SyncFrom(*snapshot);
+            if (!compared.ok()) return fail(compared.status());
+            result.node_hashes += static_cast<int64_t>(*compared);
+          });
+        });
+        net.After(interval, gossip[r]);
+      };
+      net.After(rng.Uniform() * interval, gossip[r]);
+    }
+    // Every interval, once everything was delivered and the partition healed: have all replicas
+    // the same state? Then the poisoned contribution is retracted, and after the next agreement
+    // the run ends.
+    bool converged = false;
+    std::function<void()> check = [&] {
+      if (next_event >= events.size() && healed) {
+        const std::string digest = replicas[0]->StateDigest();
+        bool same = true;
+        for (const auto& r : replicas) same = same && r->StateDigest() == digest;
+        if (same && !after_convergence.empty()) {
+          for (const Event& e : after_convergence) {
+            events.push_back(e);
+            deliver(events.size() - 1);
+          }
+          after_convergence.clear();
+        } else if (same) {
+          converged = true;
+          return net.Stop();
+        }
+      }
+      if (net.now_ms() >= kMaxGossipRounds * interval) return net.Stop();  // reported as not identical
+      net.After(interval, check);
+    };
+    net.After(interval / 2, check);
+    net.Run();
+    PLEXUS_RETURN_IF_ERROR(failure);
+    result.converged_s = net.now_ms() / 1000.0;
+    result.gossip_rounds = static_cast<int64_t>(std::ceil(net.now_ms() / interval));
+    result.messages = net.messages_delivered();
+    result.bytes = net.bytes_delivered();
+    result.messages_lost = net.messages_lost();
 
     result.identical = converged;
     for (const std::string& strategy : o.strategies) {

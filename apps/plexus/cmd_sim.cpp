@@ -85,10 +85,12 @@ void RunCrdtSim(const SimFlags& f) {
               static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
   std::vector<CrdtOrdering> results = Take(RunCrdtSimulation(o, [&](const CrdtOrdering& r) {
-    std::printf("ordering %3lld: replicas_identical=%s  gossip_rounds=%lld  merkle_node_hashes=%lld  live=%lld ",
+    std::printf("ordering %3lld: replicas_identical=%s  gossip_rounds=%lld  converged_s=%.1f  messages=%lld  "
+                "mbytes=%.2f  lost=%lld  merkle_node_hashes=%lld  live=%lld ",
                 static_cast<long long>(r.ordering), r.identical ? "true" : "false",
-                static_cast<long long>(r.gossip_rounds), static_cast<long long>(r.node_hashes),
-                static_cast<long long>(r.live));
+                static_cast<long long>(r.gossip_rounds), r.converged_s, static_cast<long long>(r.messages),
+                static_cast<double>(r.bytes) / 1e6, static_cast<long long>(r.messages_lost),
+                static_cast<long long>(r.node_hashes), static_cast<long long>(r.live));
     for (size_t i = 0; i < r.hashes.size(); ++i) {
       std::printf(" %s=%s", o.strategies[i].c_str(), r.hashes[i].substr(0, 12).c_str());
     }
@@ -264,6 +266,14 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--partition-heal", flags->crdt.partition_heal,
                 "CRDT simulation: split the replicas in two for a while, then heal the partition");
+  cmd->add_option("--gossip-interval-ms", flags->crdt.gossip_interval_ms,
+                  "CRDT simulation: virtual milliseconds between a replica's syncs")
+      ->capture_default_str();
+  cmd->add_option("--crdt-latency-ms", flags->crdt.latency_ms, "CRDT simulation: latency of each replica's link")
+      ->capture_default_str();
+  cmd->add_option("--crdt-mbps", flags->crdt.mbps,
+                  "CRDT simulation: up and down bandwidth of each replica's link in Mbit/s (0 = unlimited)")
+      ->capture_default_str();
   cmd->add_option("--crdt-contributions", flags->crdt.contributions, "CRDT simulation: contributions (one per author)")
       ->capture_default_str();
   cmd->add_option("--crdt-strategy", flags->crdt.strategies,
