@@ -10,7 +10,7 @@ scripts/build.sh build full >/dev/null
 out=runs/compare-attacks
 mkdir -p "$out"
 strategies=(fedavg median trimmed_mean:beta=0.2 krum:f=2 geomed:iters=10)
-attacks=(none signflip gaussian labelflip ipm alie)
+attacks=(none signflip gaussian labelflip ipm alie minmax)
 for s in "${strategies[@]}"; do
   for a in "${attacks[@]}"; do
     name="${s%%:*}-$a"

@@ -1,5 +1,6 @@
 #include "simulations/attack.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace plexus {
@@ -28,6 +29,49 @@ double NormalQuantile(double p) {
          (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
 }
 
+double Distance(std::span<const float> a, std::span<const float> b) {
+  double sum = 0.0;
+  for (size_t j = 0; j < a.size(); ++j) {
+    const double d = static_cast<double>(a[j]) - b[j];
+    sum += d * d;
+  }
+  return std::sqrt(sum);
+}
+
+// Min-max: the largest gamma (to a relative 1e-5) for which mean + gamma x p stays within
+// `bound` of every honest update: doubling from 10, then bisection.
+void MinMax(const HonestStats& honest, std::span<float> x) {
+  const size_t p = x.size();
+  std::vector<float> mean(p), direction(p), crafted(p);
+  for (size_t j = 0; j < p; ++j) {
+    mean[j] = static_cast<float>(honest.Mean(j));
+    direction[j] = static_cast<float>(-honest.Std(j));
+  }
+  const double bound = honest.MaxPairwiseDistance();
+  auto craft = [&](double gamma) {
+    for (size_t j = 0; j < p; ++j) crafted[j] = static_cast<float>(mean[j] + gamma * direction[j]);
+  };
+  auto within = [&] {
+    for (const std::vector<float>& u : honest.updates()) {
+      if (Distance(crafted, u) > bound) return false;
+    }
+    return true;
+  };
+  // gamma = 0 (the mean) is always within: the mean lies in the honest updates' convex hull.
+  double lo = 0.0, hi = 10.0;
+  for (craft(hi); within() && hi < 1e6; craft(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1e-5 * std::max(1.0, lo)) {
+    const double mid = (lo + hi) / 2;
+    craft(mid);
+    (within() ? lo : hi) = mid;
+  }
+  craft(lo);
+  std::copy(crafted.begin(), crafted.end(), x.begin());
+}
+
 }  // namespace
 
 Result<AttackKind> ParseAttack(const std::string& name) {
@@ -37,7 +81,9 @@ Result<AttackKind> ParseAttack(const std::string& name) {
   if (name == "labelflip") return AttackKind::kLabelFlip;
   if (name == "ipm") return AttackKind::kIpm;
   if (name == "alie") return AttackKind::kAlie;
-  return InvalidArgumentError("unknown attack '" + name + "' (known: none, signflip, gaussian, labelflip, ipm, alie)");
+  if (name == "minmax") return AttackKind::kMinMax;
+  return InvalidArgumentError("unknown attack '" + name +
+                              "' (known: none, signflip, gaussian, labelflip, ipm, alie, minmax)");
 }
 
 void HonestStats::Add(std::span<const float> delta) {
@@ -50,6 +96,20 @@ void HonestStats::Add(std::span<const float> delta) {
     sum_squares_[j] += static_cast<double>(delta[j]) * delta[j];
   }
   ++count_;
+  if (keep_updates_) updates_.emplace_back(delta.begin(), delta.end());
+}
+
+double HonestStats::MaxPairwiseDistance() const {
+  if (distance_count_ != updates_.size()) {
+    max_distance_ = 0.0;
+    for (size_t a = 0; a < updates_.size(); ++a) {
+      for (size_t b = a + 1; b < updates_.size(); ++b) {
+        max_distance_ = std::max(max_distance_, Distance(updates_[a], updates_[b]));
+      }
+    }
+    distance_count_ = updates_.size();
+  }
+  return max_distance_;
 }
 
 double HonestStats::Std(size_t j) const {
@@ -84,6 +144,9 @@ void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng&
         for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(honest.Mean(j) - alie_z * honest.Std(j));
         return;
       }
+      break;
+    case AttackKind::kMinMax:
+      if (honest.updates().size() >= 2) return MinMax(honest, x);
       break;
     case AttackKind::kSignFlip:
       break;

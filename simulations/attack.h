@@ -11,6 +11,10 @@
 //   alie      mean - z x std of the honest updates per coordinate, z chosen from the number of
 //             clients per round and of attackers so the value still looks typical ("a little is
 //             enough", Baruch, Baruch, Goldberg 2019; omniscient attacker)
+//   minmax    mean + gamma x p with p = -std of the honest updates per coordinate and gamma the
+//             largest value (doubling, then bisection) that keeps the crafted update's distance to every
+//             honest update within the largest distance between two honest updates (Shejwalkar
+//             and Houmansadr 2021, "min-max"; omniscient attacker)
 // Stateless apart from the honest statistics the simulator feeds in. Thread-compatible.
 #pragma once
 
@@ -24,7 +28,7 @@
 
 namespace plexus {
 
-enum class AttackKind { kNone, kSignFlip, kGaussian, kLabelFlip, kIpm, kAlie };
+enum class AttackKind { kNone, kSignFlip, kGaussian, kLabelFlip, kIpm, kAlie, kMinMax };
 
 // The label map of label-flipping attackers over the ten classes: y -> 9 - y.
 inline constexpr uint8_t kFlippedLabels[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
@@ -32,17 +36,28 @@ inline constexpr uint8_t kFlippedLabels[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
 // InvalidArgument naming the kinds that exist.
 Result<AttackKind> ParseAttack(const std::string& name);
 
-// Per-coordinate running statistics of the honest updates on one model version.
+// Per-coordinate running statistics of the honest updates on one model version, and, when
+// asked (min-max needs their distances), the updates themselves.
 class HonestStats {
  public:
+  explicit HonestStats(bool keep_updates = false) : keep_updates_(keep_updates) {}
   void Add(std::span<const float> delta);
   size_t count() const { return count_; }
   double Mean(size_t j) const { return sum_[j] / static_cast<double>(count_); }
   double Std(size_t j) const;
+  // Empty unless kept.
+  const std::vector<std::vector<float>>& updates() const { return updates_; }
+  // The largest Euclidean distance between two kept updates (0 with fewer than two); computed
+  // once per count.
+  double MaxPairwiseDistance() const;
 
  private:
+  bool keep_updates_;
   std::vector<double> sum_, sum_squares_;
   size_t count_ = 0;
+  std::vector<std::vector<float>> updates_;
+  mutable size_t distance_count_ = 0;  // the count max_distance_ was computed for
+  mutable double max_distance_ = 0.0;
 };
 
 // ALIE's z for n clients per round of which f are malicious: the largest z such that the
@@ -50,7 +65,8 @@ class HonestStats {
 double AlieZ(size_t n, size_t f);
 
 // Replaces `delta` (the attacker's honest update) by the attack. `honest` holds the honest
-// updates on the same version so far (ipm and alie fall back to the sign flip without any).
+// updates on the same version so far (ipm and alie fall back to the sign flip without any,
+// minmax with fewer than two kept).
 void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta);
 
 }  // namespace plexus

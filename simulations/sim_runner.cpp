@@ -245,14 +245,15 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
   uint64_t seq = 0;
   for (size_t i = 0; i < n; ++i) events.push({0, seq++, i, false});
   // A task on its way: its training job is started at hand-out and finished when its device
-  // would be done (the runner decides when and where it trains). Omniscient attacks (ipm, alie)
+  // would be done (the runner decides when and where it trains). Omniscient attacks (ipm, alie, minmax)
   // need every honest update of a version as soon as it is handed out, and finish at once.
   struct InFlight {
     Task task;
     std::shared_ptr<const ModelState> base;
     std::optional<Update> update;  // once trained
   };
-  const bool train_at_handout = attack == AttackKind::kIpm || attack == AttackKind::kAlie;
+  const bool train_at_handout =
+      attack == AttackKind::kIpm || attack == AttackKind::kAlie || attack == AttackKind::kMinMax;
   std::map<size_t, InFlight> in_flight;
   std::shared_ptr<const ModelState> current_base;  // shared by the tasks handed out on it
   int64_t handed_out = 0;
@@ -289,7 +290,8 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     u.delta = std::move(out.weights);
     u.delta.Subtract(*f.base);
     if (!malicious[i] && train_at_handout) {
-      honest[f.base->version()].Add(u.delta.data());
+      honest.try_emplace(f.base->version(), /*keep_updates=*/attack == AttackKind::kMinMax)
+          .first->second.Add(u.delta.data());
       while (honest.size() > 32) honest.erase(honest.begin());  // versions long gone
     }
     return u;

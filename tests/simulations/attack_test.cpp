@@ -1,5 +1,8 @@
 #include "simulations/attack.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
 
@@ -43,14 +46,44 @@ TEST(AttackTest, EachAttackTransformsTheUpdateAsDefined) {
   EXPECT_NE(a, Vec({0, 0}));
 }
 
+TEST(AttackTest, MinMaxGoesAsFarAlongMinusStdAsTheHonestSpreadAllows) {
+  HonestStats honest(/*keep_updates=*/true);
+  honest.Add(Vec({1, 2}).data());
+  honest.Add(Vec({3, 2}).data());
+  EXPECT_DOUBLE_EQ(honest.MaxPairwiseDistance(), 2.0);
+  // mean (2, 2) + gamma x (-1, 0): distances |1 - gamma| and 1 + gamma, at most 2: gamma = 1.
+  Rng rng(1);
+  ModelState d = Vec({7, 7});
+  ApplyAttack(AttackKind::kMinMax, honest, 0.0, rng, d);
+  EXPECT_NEAR(d.data()[0], 1.0, 1e-4);
+  EXPECT_NEAR(d.data()[1], 2.0, 1e-6);
+  honest.Add(Vec({2, 5}).data());  // a wider spread: the crafted update ends on the bound
+  const double bound = std::sqrt(10.0);
+  EXPECT_DOUBLE_EQ(honest.MaxPairwiseDistance(), bound);
+  d = Vec({7, 7});
+  ApplyAttack(AttackKind::kMinMax, honest, 0.0, rng, d);
+  double farthest = 0.0;
+  for (const std::vector<float>& u : honest.updates()) {
+    farthest = std::max<double>(farthest, std::hypot(d.data()[0] - u[0], d.data()[1] - u[1]));
+  }
+  EXPECT_LE(farthest, bound + 1e-5);
+  EXPECT_GE(farthest, bound - 1e-3);
+  EXPECT_LT(d.data()[0], 2.0);  // moved against the spread in both coordinates
+  EXPECT_LT(d.data()[1], 3.0);
+  d = Vec({1, -2});
+  ApplyAttack(AttackKind::kMinMax, TwoHonest(), 0.0, rng, d);  // updates not kept: sign flip
+  EXPECT_EQ(d, Vec({-10, 20}));
+}
+
 TEST(AttackTest, AlieZFollowsTheNormalQuantile) {
   EXPECT_NEAR(AlieZ(10, 2), 0.2533, 1e-3);  // s = 4, p = 0.6
   EXPECT_NEAR(AlieZ(50, 10), 0.4677, 1e-3);  // s = 16, p = 0.68
 }
 
 TEST(AttackTest, UnknownAttackIsNamed) {
-  EXPECT_THAT(ParseAttack("minmax").status(),
-              StatusIs(StatusCode::kInvalidArgument, "known: none, signflip, gaussian, labelflip, ipm, alie"));
+  EXPECT_THAT(ParseAttack("minsum").status(),
+              StatusIs(StatusCode::kInvalidArgument, "known: none, signflip, gaussian, labelflip, ipm, alie, minmax"));
+  EXPECT_EQ(*ParseAttack("minmax"), AttackKind::kMinMax);
   EXPECT_EQ(*ParseAttack("labelflip"), AttackKind::kLabelFlip);
 }
 
