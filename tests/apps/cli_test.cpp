@@ -110,9 +110,9 @@ TEST(CliTest, EveryShippedScenarioIsValid) {
 TEST(CliTest, BadScenariosAreClearErrors) {
   const std::string sc = Temp("scenario.toml");
   std::string out;
-  WriteFile(sc, "description = \"x\"\nclients = 10\nattack = \"minmax\"\n");
+  WriteFile(sc, "description = \"x\"\nclients = 10\nattack = \"minsum\"\n");
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
-  EXPECT_NE(out.find("unknown attack 'minmax'"), std::string::npos) << out;
+  EXPECT_NE(out.find("unknown attack 'minsum'"), std::string::npos) << out;
   WriteFile(sc, "attack = \"alie\"\nattackers = 1.5\n");
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--scenario", sc, "--dry-run"}, &out), 1);
   EXPECT_NE(out.find("--attackers must lie in [0, 1)"), std::string::npos) << out;
