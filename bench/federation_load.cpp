@@ -3,7 +3,10 @@
 // their "training" adds 0.001 to every weight (no LibTorch), so what is measured is the server:
 // joins, long polls, model downloads, update uploads, validation and aggregation. Prints one JSON
 // line with the updates per second, the update bytes ingested per second and the error count.
-// usage: federation_load --server HOST:PORT --clients N
+// With --upload-only the clients skip the client runtime: each joins, polls and uploads one
+// pre-encoded delta (encoded once, from the model downloaded once) for every task, so nearly all
+// the CPU goes to the server's receiving, decoding, validating and aggregating.
+// usage: federation_load --server HOST:PORT --clients N [--upload-only]
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -12,12 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "client/client_runtime.h"
 #include "client/grpc_transport.h"
+#include "core/safetensors.h"
 
 namespace plexus {
 namespace {
@@ -39,14 +44,67 @@ class AddConstantTrainer final : public Trainer {
   Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
 };
 
+// The delta every --upload-only client sends: 0.001 for every weight of the served model,
+// downloaded and encoded by whichever client gets a task first.
+class SharedDelta {
+ public:
+  Result<std::string_view> Get(FederationTransport* transport, uint64_t version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (payload_.empty()) {
+      std::string bytes;
+      uint64_t total = 0;
+      PLEXUS_RETURN_IF_ERROR(transport->Download(version, &bytes, &total));
+      PLEXUS_ASSIGN_OR_RETURN(ModelState model, DecodeSafetensors(bytes));
+      for (float& x : model.data()) x = 0.001f;
+      payload_ = EncodeSafetensors(model);
+    }
+    return std::string_view(payload_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::string payload_;
+};
+
+// One --upload-only client: polls and uploads the shared delta until the federation finishes.
+Status UploadOnly(const std::string& server, const std::string& id, SharedDelta* delta,
+                  std::atomic<int64_t>* completed, std::atomic<int64_t>* refused) {
+  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server);
+  // The server may still be starting (loading a large --initial-model): retry for a while.
+  Status joined = transport->Join(id, 1, "load").status();
+  for (int tries = 0; joined.code() == StatusCode::kUnavailable && tries < 100; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    joined = transport->Join(id, 1, "load").status();
+  }
+  PLEXUS_RETURN_IF_ERROR(joined);
+  for (;;) {
+    PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, transport->Poll(id, 30000));
+    if (a.kind == PollAnswer::Kind::kFinished) return Status::Ok();
+    if (a.kind != PollAnswer::Kind::kTask) continue;
+    PLEXUS_ASSIGN_OR_RETURN(std::string_view payload, delta->Get(transport.get(), a.task.model_version));
+    UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
+    Result<uint64_t> up = transport->Upload(h, payload);
+    g_update_bytes += static_cast<int64_t>(payload.size());
+    if (up.ok()) {
+      ++*completed;
+    } else if (up.status().code() == StatusCode::kFailedPrecondition) {
+      ++*refused;  // too stale, or the federation finished meanwhile
+    } else {
+      return up.status();
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   std::string server = "127.0.0.1:50051";
   int clients = 10;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--server")) server = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--clients")) clients = std::atoi(argv[i + 1]);
+  bool upload_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--upload-only")) upload_only = true;
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--server")) server = argv[++i];
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--clients")) clients = std::atoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: federation_load --server HOST:PORT --clients N\n");
+      std::fprintf(stderr, "usage: federation_load --server HOST:PORT --clients N [--upload-only]\n");
       return 2;
     }
   }
@@ -63,8 +121,16 @@ int Main(int argc, char** argv) {
   std::atomic<int64_t> completed{0}, refused{0}, errors{0};
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
+  SharedDelta delta;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
+      if (upload_only) {
+        if (Status s = UploadOnly(server, "load-" + std::to_string(c), &delta, &completed, &refused); !s.ok()) {
+          ++errors;
+          spdlog::error("load-{}: {}", c, s.ToString());
+        }
+        return;
+      }
       std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server);
       ClientOptions o;
       o.client_id = "load-" + std::to_string(c);

@@ -6,7 +6,9 @@
 #               or 1e7 float32 parameters given to the server with --initial-model), async mode
 #               with a FedBuff buffer of one update per client (no per-update durability, see
 #               docs/security.md); the last run again with 2 uploads received at once
-#               instead of 8 (--max-concurrent-uploads).
+#               instead of 8 (--max-concurrent-uploads); then the same three federations with
+#               --upload-only clients (one pre-encoded delta, no download or client runtime), so
+#               that nearly all the CPU is the server's ingest.
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
 # the whole run: joins, downloads and aggregation included), errors, the server's peak RSS.
 # usage: bench/run_load.sh [load|throughput|all]   (default all)
@@ -30,8 +32,8 @@ run() {
     --linger-s 30 --summary-out "$work/$name.json" "$@" >"$work/$name.server.log" 2>&1 &
   local pid=$!
   sleep 1
-  build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" >"$work/$name.load.json" \
-    2>"$work/$name.load.log"
+  build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" ${LOAD_FLAGS:-} \
+    >"$work/$name.load.json" 2>"$work/$name.load.log"
   wait $pid
   echo "   $(grep -c 'refused' "$work/$name.load.log" || true) warnings from the clients" >&2
   python3 - "$name" "$work/$name.load.json" "$work/$name.json" >>"$work/rows" <<'PY'
@@ -65,10 +67,13 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   model 1e7 "$work/model-1e7.safetensors"
   # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
   # encoded updates (each client caches the model, trains a copy, encodes the delta).
-  for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2"; do
-    read -r n p slots <<<"$run_spec"
+  for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2" "10 1e6 8 only" "100 1e6 8 only" "10 1e7 8 only"; do
+    read -r n p slots only <<<"$run_spec"
     slots=${slots:-8}
-    run "ingest-$n-clients-$p-$slots-uploads" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
+    name="ingest-$n-clients-$p-$slots-uploads"
+    LOAD_FLAGS=""
+    if [ -n "${only:-}" ]; then name="upload-only-$n-clients-$p"; LOAD_FLAGS="--upload-only"; fi
+    run "$name" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
       --buffer-size "$n" --rounds 5 --max-concurrent-uploads "$slots"
   done
 fi

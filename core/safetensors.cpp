@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace plexus {
@@ -36,17 +37,9 @@ std::string EncodeSafetensors(const ModelState& model) {
   return out;
 }
 
-Result<ModelState> DecodeSafetensors(std::string_view bytes) {
-  if (bytes.size() < 8) return Malformed("shorter than the 8-byte header length");
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > kMaxSafetensorsHeaderBytes || header_len > bytes.size() - 8) {
-    return Malformed("header length " + std::to_string(header_len) + " exceeds the " +
-                     std::to_string(bytes.size()) + "-byte input or the limit");
-  }
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_len), nullptr, /*allow_exceptions=*/false);
+Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data_bytes) {
+  nlohmann::json header = nlohmann::json::parse(header_json, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return Malformed("header is not a JSON object");
-  const std::string_view payload = bytes.substr(8 + header_len);
 
   struct Entry {
     std::string name;
@@ -99,8 +92,8 @@ Result<ModelState> DecodeSafetensors(std::string_view bytes) {
     }
     e.begin = (*offsets)[0].get<uint64_t>();
     e.end = (*offsets)[1].get<uint64_t>();
-    if (e.begin > e.end || e.end > payload.size()) {
-      return Malformed("data_offsets of '" + e.name + "' lie outside the " + std::to_string(payload.size()) + "-byte data");
+    if (e.begin > e.end || e.end > data_bytes) {
+      return Malformed("data_offsets of '" + e.name + "' lie outside the " + std::to_string(data_bytes) + "-byte data");
     }
     if (e.end - e.begin != numel * sizeof(float)) {
       return Malformed("tensor '" + e.name + "' has " + std::to_string(e.end - e.begin) + " bytes for " +
@@ -117,14 +110,71 @@ Result<ModelState> DecodeSafetensors(std::string_view bytes) {
     if (e.begin != expected) return Malformed("tensor '" + e.name + "' overlaps another or leaves a gap");
     expected = e.end;
   }
-  if (expected != payload.size()) return Malformed("data section has trailing bytes");
+  if (expected != data_bytes) return Malformed("data section has trailing bytes");
 
   std::vector<TensorSpec> specs;
   specs.reserve(entries.size());
   for (const Entry& e : entries) specs.push_back({e.name, e.shape});
-  PLEXUS_ASSIGN_OR_RETURN(ModelState model, ModelState::Create(specs, version));
+  return ModelState::Create(specs, version);
+}
+
+Result<ModelState> DecodeSafetensors(std::string_view bytes) {
+  if (bytes.size() < 8) return Malformed("shorter than the 8-byte header length");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (header_len > kMaxSafetensorsHeaderBytes || header_len > bytes.size() - 8) {
+    return Malformed("header length " + std::to_string(header_len) + " exceeds the " +
+                     std::to_string(bytes.size()) + "-byte input or the limit");
+  }
+  const std::string_view payload = bytes.substr(8 + header_len);
+  PLEXUS_ASSIGN_OR_RETURN(ModelState model, SafetensorsLayout(bytes.substr(8, header_len), payload.size()));
   if (!payload.empty()) std::memcpy(model.data().data(), payload.data(), payload.size());
   return model;
+}
+
+Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
+  if (bytes.size() > total_bytes_ - received_) {
+    return Malformed("the stream carries more than its announced " + std::to_string(total_bytes_) + " bytes");
+  }
+  received_ += bytes.size();
+  // The header first: its 8-byte length, then the JSON, then the model is laid out.
+  while (!model_ && !bytes.empty()) {
+    const size_t want = (header_.size() < 8 ? 8 : 8 + header_len_) - header_.size();
+    const size_t take = std::min(bytes.size(), want);
+    header_.append(bytes.substr(0, take));
+    bytes.remove_prefix(take);
+    if (header_.size() == 8 && take == want) {
+      std::memcpy(&header_len_, header_.data(), 8);
+      if (header_len_ > kMaxSafetensorsHeaderBytes || header_len_ > total_bytes_ - 8) {
+        return Malformed("header length " + std::to_string(header_len_) + " exceeds the " +
+                         std::to_string(total_bytes_) + "-byte input or the limit");
+      }
+    }
+    if (header_.size() >= 8 && header_.size() == 8 + header_len_) {
+      PLEXUS_ASSIGN_OR_RETURN(ModelState m, SafetensorsLayout(std::string_view(header_).substr(8),
+                                                              total_bytes_ - header_.size()));
+      model_.emplace(std::move(m));
+    }
+  }
+  if (!bytes.empty()) {
+    std::memcpy(reinterpret_cast<char*>(model_->data().data()) + data_received_, bytes.data(), bytes.size());
+    data_received_ += bytes.size();
+  }
+  return Status::Ok();
+}
+
+Result<ModelState> SafetensorsStreamDecoder::Finish() && {
+  if (received_ != total_bytes_ || !model_) {
+    return Malformed("stream ended after " + std::to_string(received_) + " of " + std::to_string(total_bytes_) +
+                     " bytes");
+  }
+  return std::move(*model_);
+}
+
+std::string SafetensorsStreamDecoder::ReceivedSha256() const {
+  std::string bytes = header_;
+  if (model_) bytes.append(reinterpret_cast<const char*>(model_->data().data()), data_received_);
+  return Sha256Hex(bytes);
 }
 
 Result<ModelState> ReadSafetensorsFile(const std::string& path) {

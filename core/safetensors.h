@@ -6,6 +6,7 @@
 // Stateless functions; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,36 @@ std::string EncodeSafetensors(const ModelState& model);
 
 // InvalidArgument on malformed bytes, unsupported dtypes or inconsistent offsets.
 Result<ModelState> DecodeSafetensors(std::string_view bytes);
+
+// The model a header (the JSON after the 8-byte length) describes for a data section of
+// `data_bytes`, values unspecified; the same checks as DecodeSafetensors.
+Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data_bytes);
+
+// Decodes a safetensors stream of a known length as it arrives, piece by piece: once the header
+// is in, the model is laid out and the data bytes go straight into its values, so a received
+// model is held once (not as bytes and then as a model). Keeps what came, so an interrupted
+// stream can resume. Thread-compatible.
+class SafetensorsStreamDecoder {
+ public:
+  explicit SafetensorsStreamDecoder(uint64_t total_bytes) : total_bytes_(total_bytes) {}
+  // InvalidArgument for a malformed header or more bytes than announced; the decoder is then
+  // of no further use.
+  Status Append(std::string_view bytes);
+  uint64_t received() const { return received_; }
+  // The model, once every announced byte came. InvalidArgument before.
+  Result<ModelState> Finish() &&;
+  // SHA-256 (lower-case hex) of the bytes received so far, rebuilt from the header and the
+  // model's values (for checking a resumed stream against the sender's hash).
+  std::string ReceivedSha256() const;
+
+ private:
+  uint64_t total_bytes_;
+  uint64_t received_ = 0;
+  uint64_t header_len_ = 0;
+  uint64_t data_received_ = 0;
+  std::string header_;  // the 8-byte length and the JSON, as received
+  std::optional<ModelState> model_;
+};
 
 // NotFound when the file is missing; InvalidArgument when it is malformed.
 Result<ModelState> ReadSafetensorsFile(const std::string& path);

@@ -1,6 +1,9 @@
-// libFuzzer target: the safetensors decoder, the format of every model and update that crosses
-// the network (UploadUpdate decodes each update with it) or the disk. Whatever the bytes, decoding
-// returns an error or a model; a decoded model encodes and decodes back to itself.
+// libFuzzer target: the safetensors decoders, the format of every model and update that crosses
+// the network (UploadUpdate decodes each update as its chunks arrive) or the disk. Whatever the
+// bytes, decoding returns an error or a model; a decoded model encodes and decodes back to
+// itself; and the stream decoder, fed the same bytes in pieces (their size set by the first
+// byte), agrees with the whole decoder.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -8,13 +11,24 @@
 #include "core/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  if (size < 1) return 0;
+  const size_t piece = 1 + data[0] % 64;
+  const std::string_view bytes(reinterpret_cast<const char*>(data + 1), size - 1);
   plexus::Result<plexus::ModelState> model = plexus::DecodeSafetensors(bytes);
+
+  plexus::SafetensorsStreamDecoder stream(bytes.size());
+  bool stream_ok = true;
+  for (size_t at = 0; at < bytes.size() && stream_ok; at += piece) {
+    stream_ok = stream.Append(bytes.substr(at, std::min(piece, bytes.size() - at))).ok();
+  }
+  plexus::Result<plexus::ModelState> streamed =
+      stream_ok ? std::move(stream).Finish() : plexus::Result<plexus::ModelState>(plexus::InvalidArgumentError("x"));
+  if (streamed.ok() != model.ok()) std::abort();
   if (!model.ok()) return 0;
-  (void)model->CheckFinite();
-  (void)model->ContentSha256();
-  plexus::Result<plexus::ModelState> again = plexus::DecodeSafetensors(plexus::EncodeSafetensors(*model));
   // NaN payloads compare unequal to themselves: compare the bytes instead.
+  if (streamed->ContentSha256() != model->ContentSha256() || streamed->version() != model->version()) std::abort();
+  (void)model->CheckFinite();
+  plexus::Result<plexus::ModelState> again = plexus::DecodeSafetensors(plexus::EncodeSafetensors(*model));
   if (!again.ok() || again->ContentSha256() != model->ContentSha256()) std::abort();
   return 0;
 }

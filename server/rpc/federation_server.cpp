@@ -140,46 +140,49 @@ class Service final : public v1::Federation::Service {
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
     UploadSlot slot(this);
-    std::string payload;
+    // Each chunk goes straight into the decoded model: the update is held once while it arrives.
+    std::optional<SafetensorsStreamDecoder> stream;
     const uint64_t offset = header.offset();
     if (offset > 0) {
       std::lock_guard<std::mutex> lock(mu_);
-      std::optional<std::string> held = TakePartialLocked(header.client_id(), header.task_id(), header.total_bytes());
-      if (!held || held->size() != offset || header.payload_sha256().empty()) {
+      stream = TakePartialLocked(header.client_id(), header.task_id(), header.total_bytes());
+      if (!stream || stream->received() != offset || header.payload_sha256().empty()) {
         return RefuseLocked("upload", FailedPreconditionError(
                                           "nothing to resume at byte " + std::to_string(offset) + " of task " +
                                           header.task_id() + " (the server holds " +
-                                          std::to_string(held ? held->size() : 0) +
+                                          std::to_string(stream ? stream->received() : 0) +
                                           " bytes; a resume also needs payload_sha256): upload from byte 0"));
       }
-      payload = std::move(*held);
+    } else {
+      stream.emplace(header.total_bytes());
     }
-    payload.reserve(header.total_bytes());
     while (reader->Read(&chunk)) {
       if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse("upload", InvalidArgumentError("a second header chunk"));
-      if (payload.size() + chunk.data().size() > header.total_bytes()) {
+      if (stream->received() + chunk.data().size() > header.total_bytes()) {
         return Refuse("upload", InvalidArgumentError("update carries more bytes than its header announces"));
       }
-      payload += chunk.data();
+      if (Status s = stream->Append(chunk.data()); !s.ok()) {
+        return Refuse("upload", s.WithContext("update for task " + header.task_id()));
+      }
     }
-    if (payload.size() != header.total_bytes()) {
+    if (stream->received() != header.total_bytes()) {
       // A dropped link or a client that stopped early: keep what came, so that it resumes.
-      const std::string received = std::to_string(payload.size());
+      const std::string received = std::to_string(stream->received());
       std::lock_guard<std::mutex> lock(mu_);
-      KeepPartialLocked(header.client_id(), header.task_id(), header.total_bytes(), std::move(payload));
+      KeepPartialLocked(header.client_id(), header.task_id(), header.total_bytes(), std::move(*stream));
       return RefuseLocked("upload", InvalidArgumentError("update ended after " + received + " of " +
                                                           std::to_string(header.total_bytes()) +
                                                           " bytes (kept: resume from byte " + received + ")"));
     }
     if (offset > 0) {
-      if (Sha256Hex(payload) != header.payload_sha256()) {
+      if (stream->ReceivedSha256() != header.payload_sha256()) {
         return Refuse("upload", Status(StatusCode::kAborted, "the resumed update of task " + header.task_id() +
                                                                  " does not match its SHA-256: upload from byte 0"));
       }
       std::lock_guard<std::mutex> lock(mu_);
       ++uploads_resumed_;
     }
-    Result<ModelState> decoded = DecodeSafetensors(payload);
+    Result<ModelState> decoded = std::move(*stream).Finish();
     if (!decoded.ok()) return Refuse("upload", decoded.status().WithContext("update for task " + header.task_id()));
 
     Update u;
@@ -231,7 +234,7 @@ class Service final : public v1::Federation::Service {
     auto it = partial_.find(req->client_id());
     const bool same = it != partial_.end() && it->second.task_id == req->task_id() &&
                       it->second.total_bytes == req->total_bytes();
-    rep->set_received_bytes(same ? it->second.payload.size() : 0);
+    rep->set_received_bytes(same ? it->second.stream.received() : 0);
     return grpc::Status::OK;
   }
 
@@ -388,34 +391,36 @@ class Service final : public v1::Federation::Service {
   static constexpr std::chrono::minutes kPartialTtl{10};
   struct PartialUpload {
     std::string task_id;
-    uint64_t total_bytes = 0;
-    std::string payload;
+    uint64_t total_bytes = 0;  // what it holds once its header is in (the model is laid out whole)
+    SafetensorsStreamDecoder stream;
     std::chrono::steady_clock::time_point kept_at;
   };
-  void KeepPartialLocked(const std::string& client, const std::string& task, uint64_t total, std::string payload) {
+  void KeepPartialLocked(const std::string& client, const std::string& task, uint64_t total,
+                         SafetensorsStreamDecoder stream) {
     DropPartialLocked(client);
-    if (payload.empty() || payload.size() > kPartialBudget) return;
+    if (stream.received() == 0 || total > kPartialBudget) return;
     const auto now = std::chrono::steady_clock::now();
-    while (partial_bytes_ + payload.size() > kPartialBudget || (!partial_.empty() && OldestPartial()->second.kept_at + kPartialTtl < now)) {
+    while (partial_bytes_ + total > kPartialBudget || (!partial_.empty() && OldestPartial()->second.kept_at + kPartialTtl < now)) {
       DropPartialLocked(OldestPartial()->first);
     }
-    partial_bytes_ += payload.size();
-    partial_[client] = PartialUpload{task, total, std::move(payload), now};
+    partial_bytes_ += total;
+    partial_.insert_or_assign(client, PartialUpload{task, total, std::move(stream), now});
   }
-  std::optional<std::string> TakePartialLocked(const std::string& client, const std::string& task, uint64_t total) {
+  std::optional<SafetensorsStreamDecoder> TakePartialLocked(const std::string& client, const std::string& task,
+                                                            uint64_t total) {
     auto it = partial_.find(client);
     if (it == partial_.end() || it->second.task_id != task || it->second.total_bytes != total ||
         it->second.kept_at + kPartialTtl < std::chrono::steady_clock::now()) {
       return std::nullopt;
     }
-    std::string payload = std::move(it->second.payload);
+    SafetensorsStreamDecoder stream = std::move(it->second.stream);
     DropPartialLocked(client);
-    return payload;
+    return stream;
   }
   void DropPartialLocked(const std::string& client) {
     auto it = partial_.find(client);
     if (it == partial_.end()) return;
-    partial_bytes_ -= it->second.payload.size();
+    partial_bytes_ -= it->second.total_bytes;
     partial_.erase(it);
   }
   std::map<std::string, PartialUpload>::iterator OldestPartial() {

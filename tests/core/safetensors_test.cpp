@@ -1,5 +1,6 @@
 #include "core/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -65,6 +66,39 @@ TEST(SafetensorsTest, EveryTruncationIsRefusedCleanly) {
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_FALSE(DecodeSafetensors(std::string_view(bytes).substr(0, n)).ok()) << n;
   }
+}
+
+TEST(SafetensorsStreamDecoderTest, AnySplitIntoPiecesDecodesLikeTheWhole) {
+  const ModelState m = Sample();
+  const std::string bytes = EncodeSafetensors(m);
+  for (size_t piece = 1; piece <= bytes.size(); ++piece) {
+    SafetensorsStreamDecoder d(bytes.size());
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      ASSERT_OK(d.Append(std::string_view(bytes).substr(at, piece)));
+      EXPECT_EQ(d.ReceivedSha256(), Sha256Hex(bytes.substr(0, std::min(bytes.size(), at + piece))));
+    }
+    Result<ModelState> back = std::move(d).Finish();
+    ASSERT_OK(back);
+    EXPECT_EQ(*back, m) << piece;
+    EXPECT_EQ(back->version(), 7u);
+  }
+}
+
+TEST(SafetensorsStreamDecoderTest, RefusesWhatTheWholeDecoderRefuses) {
+  const std::string bytes = EncodeSafetensors(Sample());
+  SafetensorsStreamDecoder early(bytes.size());
+  ASSERT_OK(early.Append(std::string_view(bytes).substr(0, 20)));
+  EXPECT_THAT(std::move(early).Finish(), StatusIs(StatusCode::kInvalidArgument, "ended after 20 of"));
+  SafetensorsStreamDecoder longer(bytes.size());
+  EXPECT_THAT(longer.Append(bytes + "x"), StatusIs(StatusCode::kInvalidArgument, "more than its announced"));
+  SafetensorsStreamDecoder huge(100);
+  EXPECT_THAT(huge.Append(std::string(8, '\xff')), StatusIs(StatusCode::kInvalidArgument, "header length"));
+  const std::string f16 = HandMade(R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "abcd");
+  SafetensorsStreamDecoder wrong(f16.size());
+  EXPECT_THAT(wrong.Append(f16), StatusIs(StatusCode::kInvalidArgument, "F32 only"));
+  const std::string empty_header = HandMade("", "");
+  SafetensorsStreamDecoder none(empty_header.size());
+  EXPECT_THAT(none.Append(empty_header), StatusIs(StatusCode::kInvalidArgument, "not a JSON object"));
 }
 
 TEST(SafetensorsTest, FileRoundTripAndMissingFile) {
