@@ -7,7 +7,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <queue>
+#include <limits>
 #include <algorithm>
 
 #include "compute/model_zoo.h"
@@ -15,19 +15,12 @@
 #include "core/rng.h"
 #include "server/store/memory_store.h"
 #include "simulations/attack.h"
+#include "simulations/event_network.h"
 
 namespace plexus {
 namespace {
 
 constexpr int64_t kTickMs = 100;
-
-struct Event {
-  int64_t at_ms = 0;
-  uint64_t seq = 0;      // ties in time go in the order the events were made
-  size_t client = 0;
-  bool finish = false;   // submit the client's update (else: the client polls)
-  bool operator>(const Event& o) const { return at_ms != o.at_ms ? at_ms > o.at_ms : seq > o.seq; }
-};
 
 Result<std::unique_ptr<Engine>> OpenEngine(const SimOptions& o, const ModelState& initial, Store* store,
                                            const Clock* clock, ModelEvaluator* evaluator) {
@@ -198,88 +191,210 @@ Status SimOptions::Validate() const {
   }
   if (examples_per_client < 0) return InvalidArgumentError("--examples-per-client must not be negative");
   PLEXUS_RETURN_IF_ERROR(devices.Validate());
+  if (!(server_mbps >= 0)) return InvalidArgumentError("--server-mbps must not be negative (0 = unlimited)");
   PLEXUS_RETURN_IF_ERROR(ParseAttack(attack).status());
   if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
   return Status::Ok();
 }
 
-Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
-                                ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
-  PLEXUS_RETURN_IF_ERROR(options.Validate());
-  const DeviceModel& dev = options.devices;
-  const AttackKind attack = *ParseAttack(options.attack);
-  const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+namespace {
 
-  PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(options.model, options.seed));
-  PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(options, train));
-  ManualClock clock;
-  MemoryStore store(/*keep_recovery_data=*/false);
-  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenEngine(options, initial, &store, &clock, evaluator));
-
-  const size_t n = static_cast<size_t>(options.clients);
-  const size_t model_bytes = initial.num_params() * sizeof(float);
-  const std::vector<double> ms_per_step = dev.Assign(n, options.seed);
-  Availability availability(dev, n, options.seed);
-  for (size_t i = 0; i < n; ++i) {
-    PLEXUS_ASSIGN_OR_RETURN(std::string id, engine->Join({ClientName(i), data.examples(i), "virtual"}));
-    if (id != ClientName(i)) return InternalError("simulation: the engine renamed client " + ClientName(i));
-  }
-
-  // The malicious clients: a seeded choice of round(attackers x N).
-  std::vector<bool> malicious(n, false);
-  {
-    std::vector<size_t> order(n);
+// One federation in virtual time, on an EventNetwork: node 0 is the server, node i + 1 client i
+// (with the device's latency and bandwidth; the server's link per SimOptions::server_mbps). A
+// task is a model download (a message from the server), the local steps (a timer) and the update
+// upload (a message to the server); the update is submitted when its last byte arrives. Engine
+// deadlines fire from a tick every 100 virtual ms. Handlers capture `this` and a client index
+// only, so an event costs no allocation.
+class FederationSim {
+ public:
+  FederationSim(const SimOptions& o, const Dataset& train, TaskRunner* runner, ClientData data, Engine* engine,
+                ManualClock* clock, size_t model_bytes, const std::function<void(const SimRound&)>& on_round)
+      : o_(o), dev_(o.devices), attack_(*ParseAttack(o.attack)), train_(train), runner_(runner),
+        data_(std::move(data)), engine_(engine), clock_(clock), model_bytes_(model_bytes), on_round_(on_round),
+        n_(static_cast<size_t>(o.clients)), ms_per_step_(dev_.Assign(n_, o.seed)), availability_(dev_, n_, o.seed),
+        train_at_handout_(attack_ == AttackKind::kIpm || attack_ == AttackKind::kAlie ||
+                          attack_ == AttackKind::kMinMax),
+        tasks_of_(n_, 0) {
+    net_.AddNode({0.0, o.server_mbps, o.server_mbps});
+    for (size_t i = 0; i < n_; ++i) net_.AddNode({dev_.latency_ms, dev_.up_mbps, dev_.down_mbps});
+    // The malicious clients: a seeded choice of round(attackers x N).
+    malicious_.assign(n_, false);
+    std::vector<size_t> order(n_);
     std::iota(order.begin(), order.end(), size_t{0});
-    Rng pick = Rng::Derive(options.seed, 0xbadc0deULL);
+    Rng pick = Rng::Derive(o.seed, 0xbadc0deULL);
     pick.Shuffle(std::span<size_t>(order));
-    const auto count = attack == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(options.attackers * n));
-    for (size_t i = 0; i < count; ++i) malicious[order[i]] = true;
+    const auto count = attack_ == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(o.attackers * n_));
+    for (size_t i = 0; i < count; ++i) malicious_[order[i]] = true;
+    const size_t per_round = o.mode == "sync" ? static_cast<size_t>(o.sync.clients_per_round) : n_;
+    alie_z_ = AlieZ(per_round, static_cast<size_t>(std::llround(o.attackers * static_cast<double>(per_round))));
+    const int64_t timeout_ms = o.mode == "sync" ? o.sync.client_timeout_ms : o.async.client_timeout_ms;
+    wave_ms_ = std::max<int64_t>(kTickMs, timeout_ms / 2);
+    next_wave_ms_ = static_cast<double>(wave_ms_);
+    parked_epoch_ = engine_->poll_epoch();
+    reported_ = engine_->history().size();
   }
-  const size_t per_round = options.mode == "sync" ? static_cast<size_t>(options.sync.clients_per_round) : n;
-  const double alie_z =
-      AlieZ(per_round, static_cast<size_t>(std::llround(options.attackers * static_cast<double>(per_round))));
-  std::map<uint64_t, HonestStats> honest;  // by base version: what omniscient attackers see
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  uint64_t seq = 0;
-  for (size_t i = 0; i < n; ++i) events.push({0, seq++, i, false});
-  // A task on its way: its training job is started at hand-out and finished when its device
-  // would be done (the runner decides when and where it trains). Omniscient attacks (ipm, alie, minmax)
-  // need every honest update of a version as soon as it is handed out, and finish at once.
+  Result<SimResult> Run() {
+    start_ = std::chrono::steady_clock::now();
+    result_.strategy = engine_->strategy_description();
+    result_.attackers = std::count(malicious_.begin(), malicious_.end(), true);
+    result_.examples_per_client = data_.sampled_examples();
+    net_.After(0.0, [this] { Tick(); });  // ticks first at equal times: deadlines before polls
+    for (size_t i = 0; i < n_; ++i) Schedule(0.0, i);
+    net_.Run();
+    PLEXUS_RETURN_IF_ERROR(failure_);
+    ReportNewVersions();
+    result_.final_model = engine_->model();
+    result_.model_version = result_.final_model.version();
+    result_.final_model_sha256 = result_.final_model.ContentSha256();
+    if (!result_.rounds.empty() && result_.rounds.back().record.test_accuracy) {
+      result_.final_test_accuracy = *result_.rounds.back().record.test_accuracy;
+      result_.final_test_loss = *result_.rounds.back().record.test_loss;
+    }
+    result_.wall_time_s = Elapsed();
+    result_.virtual_time_s = net_.now_ms() / 1000.0;
+    return std::move(result_);
+  }
+
+ private:
+  // A task on its way: its training job was started at hand-out and is finished when its upload
+  // arrives (the runner decides when and where it trains). Omniscient attacks (ipm, alie,
+  // minmax) need every honest update of a version as soon as it is handed out, and finish at once.
   struct InFlight {
     Task task;
     std::shared_ptr<const ModelState> base;
     std::optional<Update> update;  // once trained
   };
-  const bool train_at_handout =
-      attack == AttackKind::kIpm || attack == AttackKind::kAlie || attack == AttackKind::kMinMax;
-  std::map<size_t, InFlight> in_flight;
-  std::shared_ptr<const ModelState> current_base;  // shared by the tasks handed out on it
-  int64_t handed_out = 0;
-  std::vector<uint32_t> tasks_of(n, 0);
-  std::vector<uint32_t> parked;             // told to wait; they poll again when the epoch moves
-  uint64_t parked_epoch = engine->poll_epoch();
-  const int64_t client_timeout_ms = options.mode == "sync" ? options.sync.client_timeout_ms : options.async.client_timeout_ms;
-  const int64_t wave_ms = std::max<int64_t>(kTickMs, client_timeout_ms / 2);
-  int64_t next_wave_ms = wave_ms;
-  auto wake_parked = [&](int64_t now) {
-    for (uint32_t i : parked) events.push({now, seq++, i, false});
-    parked.clear();
-    parked_epoch = engine->poll_epoch();
-  };
-  auto wake_if_epoch_moved = [&](int64_t now) {
-    if (engine->poll_epoch() != parked_epoch) wake_parked(now);
-  };
 
-  SimResult result;
-  result.strategy = engine->strategy_description();
-  result.attackers = std::count(malicious.begin(), malicious.end(), true);
-  result.examples_per_client = data.sampled_examples();
-  int64_t bytes_down = 0, bytes_up = 0;
-  auto finish_task = [&](size_t i, const InFlight& f) -> Result<Update> {
-    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, runner->Finish(i));
-    ++result.tasks_trained;
+  EventNetwork::NodeId Node(size_t i) const { return static_cast<EventNetwork::NodeId>(i + 1); }
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  bool BudgetSpent() const { return o_.max_tasks > 0 && handed_out_ >= o_.max_tasks; }
+  // Client i polls `delay_ms` from now.
+  void Schedule(double delay_ms, size_t i) {
+    ++pending_;
+    net_.After(delay_ms, [this, i] {
+      --pending_;
+      Guard(ClientPolls(i));
+    });
+  }
+  // Every handler ends here: an error stops the run, as does the end of the federation.
+  void Guard(const Status& s) {
+    if (!s.ok() && failure_.ok()) failure_ = s;
+    if (!s.ok() || engine_->finished()) net_.Stop();
+  }
+  void SetClock() { clock_->SetMs(std::llround(net_.now_ms())); }
+
+  void WakeParked() {
+    for (uint32_t i : parked_) Schedule(0.0, i);
+    parked_.clear();
+    parked_epoch_ = engine_->poll_epoch();
+  }
+  void WakeIfEpochMoved() {
+    if (engine_->poll_epoch() != parked_epoch_) WakeParked();
+  }
+  void ReportNewVersions() {
+    for (; reported_ < engine_->history().size(); ++reported_) {
+      SimRound r{engine_->history()[reported_], Elapsed(), net_.now_ms() / 1000.0, bytes_down_, bytes_up_};
+      result_.rounds.push_back(r);
+      if (on_round_) on_round_(r);
+    }
+  }
+
+  // Engine deadlines fire from ticks; a tick may also move the epoch, and every half client
+  // timeout the parked clients poll anyway (so that they stay connected).
+  void Tick() {
+    if (engine_->finished()) return net_.Stop();
+    SetClock();
+    if (Status s = engine_->Tick(); !s.ok()) return Guard(s);
+    ReportNewVersions();
+    if (net_.now_ms() >= next_wave_ms_) {
+      next_wave_ms_ += static_cast<double>(wave_ms_);
+      WakeParked();
+    }
+    WakeIfEpochMoved();
+    if (engine_->finished()) return net_.Stop();
+    if (pending_ == 0 && parked_.empty() && !BudgetSpent()) {
+      return Guard(InternalError("simulation: every client stopped before the federation finished"));
+    }
+    if (pending_ == 0 && BudgetSpent()) return net_.Stop();  // the budget is spent and nothing is under way
+    net_.After(static_cast<double>(kTickMs), [this] { Tick(); });
+  }
+
+  Status ClientPolls(size_t i) {
+    if (engine_->finished() || BudgetSpent()) return Status::Ok();  // the client stops
+    const double now = net_.now_ms();
+    double on_until = std::numeric_limits<double>::infinity();
+    if (!availability_.always_on()) {
+      int64_t until = 0;
+      const bool on = availability_.On(i, static_cast<int64_t>(std::ceil(now)), &until);
+      if (!on) {
+        Schedule(static_cast<double>(until) - now, i);  // off: back when the next on period starts
+        return Status::Ok();
+      }
+      on_until = static_cast<double>(until);
+    }
+    SetClock();
+    PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine_->Poll(ClientName(i)));
+    if (a.kind == PollAnswer::Kind::kWait) {
+      WakeIfEpochMoved();  // e.g. this very poll opened a round
+      parked_.push_back(static_cast<uint32_t>(i));
+      return Status::Ok();
+    }
+    if (a.kind != PollAnswer::Kind::kTask) return Status::Ok();  // finished: the client stops
+    WakeIfEpochMoved();
+    const ModelState& base = engine_->model();
+    if (base.version() != a.task.model_version) {
+      return InternalError("simulation: task " + a.task.task_id + " names a version other than the current model");
+    }
+    bytes_down_ += static_cast<int64_t>(model_bytes_);
+    const TaskHyperparams& hp = a.task.hyperparams;
+    const int64_t batches = (data_.examples(i) + hp.batch_size - 1) / hp.batch_size;
+    const int64_t steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
+    const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
+    const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_);
+    const bool drops = dev_.dropout > 0 &&
+                       Rng::Derive(o_.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of_[i]).Uniform() < dev_.dropout;
+    if (drops || now + planned_ms > on_until) {
+      // The device abandons the task (or goes off first): silent for as long as it would have
+      // worked, or until it is back on, then it polls again.
+      ++tasks_of_[i];
+      ++result_.tasks_dropped;
+      const double back = drops ? now + std::max(1.0, planned_ms) : on_until;
+      Schedule(std::max(back, now + 1.0) - now, i);
+      return Status::Ok();
+    }
+    if (!current_base_ || current_base_->version() != base.version()) {
+      current_base_ = std::make_shared<const ModelState>(base);
+    }
+    const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
+    PLEXUS_RETURN_IF_ERROR(runner_->Start(i, {current_base_, data_.Indices(i),
+                                              malicious_[i] && attack_ == AttackKind::kLabelFlip,
+                                              TrainOptionsFor(a.task.hyperparams, batch_seed)}));
+    InFlight f{a.task, current_base_, std::nullopt};
+    ++handed_out_;
+    if (train_at_handout_) {
+      PLEXUS_ASSIGN_OR_RETURN(Update trained, FinishTraining(i, f));
+      f.update = std::move(trained);
+    }
+    in_flight_[i] = std::move(f);
+    // Download, local steps, upload; the update is submitted when the upload has arrived.
+    ++pending_;
+    net_.Send(0, Node(i), model_bytes_, [this, i, compute_ms] {
+      net_.After(compute_ms, [this, i] {
+        net_.Send(Node(i), 0, model_bytes_, [this, i] {
+          --pending_;
+          Guard(UpdateArrives(i));
+        });
+      });
+    });
+    return Status::Ok();
+  }
+
+  Result<Update> FinishTraining(size_t i, const InFlight& f) {
+    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, runner_->Finish(i));
+    ++result_.tasks_trained;
     Update u;
     u.client_id = ClientName(i);
     u.task_id = f.task.task_id;
@@ -289,151 +404,95 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     u.metrics["train_loss"] = out.mean_loss;
     u.delta = std::move(out.weights);
     u.delta.Subtract(*f.base);
-    if (!malicious[i] && train_at_handout) {
-      honest.try_emplace(f.base->version(), /*keep_updates=*/attack == AttackKind::kMinMax)
+    if (!malicious_[i] && train_at_handout_) {
+      honest_.try_emplace(f.base->version(), /*keep_updates=*/attack_ == AttackKind::kMinMax)
           .first->second.Add(u.delta.data());
-      while (honest.size() > 32) honest.erase(honest.begin());  // versions long gone
+      while (honest_.size() > 32) honest_.erase(honest_.begin());  // versions long gone
     }
     return u;
-  };
-  size_t reported = engine->history().size();
-  auto report_new_versions = [&] {
-    for (; reported < engine->history().size(); ++reported) {
-      SimRound r{engine->history()[reported], elapsed(), static_cast<double>(clock.NowMs()) / 1000.0, bytes_down,
-                 bytes_up};
-      result.rounds.push_back(r);
-      if (on_round) on_round(r);
-    }
-  };
+  }
 
-  // Engine deadlines fire from ticks; a tick may also move the epoch, and every half client
-  // timeout the parked clients poll anyway (so that they stay connected).
-  int64_t next_tick_ms = 0;
-  // Runs the ticks up to `until_ms`, stopping early after one that woke parked clients (their
-  // polls come first).
-  auto tick_through = [&](int64_t until_ms) -> Status {
-    while (next_tick_ms <= until_ms && !engine->finished()) {
-      const int64_t now = next_tick_ms;
-      next_tick_ms += kTickMs;
-      clock.SetMs(now);
-      PLEXUS_RETURN_IF_ERROR(engine->Tick());
-      report_new_versions();
-      const size_t woken = parked.size();
-      if (now >= next_wave_ms) {
-        next_wave_ms += wave_ms;
-        wake_parked(now);
-      }
-      wake_if_epoch_moved(now);
-      if (woken > 0 && parked.empty()) break;
+  Status UpdateArrives(size_t i) {
+    if (engine_->finished()) return Status::Ok();
+    SetClock();
+    auto it = in_flight_.find(i);
+    if (!it->second.update) {
+      PLEXUS_ASSIGN_OR_RETURN(Update trained, FinishTraining(i, it->second));
+      it->second.update = std::move(trained);
     }
+    Update& u = *it->second.update;
+    if (malicious_[i]) {
+      Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of_[i]);
+      ApplyAttack(attack_, honest_[u.base_version], alie_z_, rng, u.delta);
+    }
+    Status s = engine_->Submit(u);
+    in_flight_.erase(it);
+    bytes_up_ += static_cast<int64_t>(model_bytes_);
+    if (!s.ok()) {
+      // Expected in a federation (too stale, the round closed without it); anything else is a bug.
+      if (s.code() != StatusCode::kFailedPrecondition && s.code() != StatusCode::kNotFound) {
+        return s.WithContext("simulated client " + ClientName(i));
+      }
+      ++result_.updates_refused;
+    }
+    ReportNewVersions();
+    WakeIfEpochMoved();
+    Schedule(0.0, i);
     return Status::Ok();
-  };
-  while (!engine->finished()) {
-    const bool budget_spent = options.max_tasks > 0 && handed_out >= options.max_tasks;
-    if (events.empty() && !parked.empty() && !budget_spent) {
-      PLEXUS_RETURN_IF_ERROR(tick_through(next_tick_ms));  // nobody busy: wait for a tick's news
-      continue;
-    }
-    if (events.empty()) {
-      if (budget_spent) break;
-      return InternalError("simulation: every client stopped before the federation finished");
-    }
-    const int64_t at_ms = events.top().at_ms;
-    PLEXUS_RETURN_IF_ERROR(tick_through(at_ms));
-    if (engine->finished()) break;
-    if (events.top().at_ms < at_ms) continue;  // a tick woke clients before this event
-    const Event e = events.top();
-    events.pop();
-    if (engine->finished()) break;
-    clock.SetMs(e.at_ms);
-    const size_t i = e.client;
-    if (e.finish) {
-      auto it = in_flight.find(i);
-      if (!it->second.update) {
-        PLEXUS_ASSIGN_OR_RETURN(Update trained, finish_task(i, it->second));
-        it->second.update = std::move(trained);
-      }
-      Update& u = *it->second.update;
-      if (malicious[i]) {
-        Rng rng = Rng::Derive(options.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of[i]);
-        ApplyAttack(attack, honest[u.base_version], alie_z, rng, u.delta);
-      }
-      Status s = engine->Submit(u);
-      in_flight.erase(it);
-      bytes_up += static_cast<int64_t>(model_bytes);
-      if (!s.ok()) {
-        // Expected in a federation (too stale, the round closed without it); anything else is a bug.
-        if (s.code() != StatusCode::kFailedPrecondition && s.code() != StatusCode::kNotFound) {
-          return s.WithContext("simulated client " + ClientName(i));
-        }
-        ++result.updates_refused;
-      }
-      report_new_versions();
-      wake_if_epoch_moved(e.at_ms);
-      events.push({e.at_ms, seq++, i, false});
-      continue;
-    }
-    if (budget_spent) continue;  // the client stops
-    int64_t on_until = INT64_MAX;
-    if (!availability.always_on() && !availability.On(i, e.at_ms, &on_until)) {
-      events.push({on_until, seq++, i, false});  // off: back when the next on period starts
-      continue;
-    }
-    PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine->Poll(ClientName(i)));
-    if (a.kind == PollAnswer::Kind::kWait) {
-      wake_if_epoch_moved(e.at_ms);  // e.g. this very poll opened a round
-      parked.push_back(static_cast<uint32_t>(i));
-      continue;
-    }
-    if (a.kind != PollAnswer::Kind::kTask) continue;  // finished: the client stops
-    wake_if_epoch_moved(e.at_ms);
-    const ModelState& base = engine->model();
-    if (base.version() != a.task.model_version) {
-      return InternalError("simulation: task " + a.task.task_id + " names a version other than the current model");
-    }
-    bytes_down += static_cast<int64_t>(model_bytes);
-    const TaskHyperparams& hp = a.task.hyperparams;
-    const int64_t examples = data.examples(i);
-    const int64_t batches = (examples + hp.batch_size - 1) / hp.batch_size;
-    const int64_t planned_steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
-    const auto planned_ms = static_cast<int64_t>(std::llround(dev.TaskMs(planned_steps, ms_per_step[i], model_bytes)));
-    const bool drops = dev.dropout > 0 &&
-                       Rng::Derive(options.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of[i]).Uniform() < dev.dropout;
-    if (drops || e.at_ms + planned_ms > on_until) {
-      // The device abandons the task (or goes off first): silent for as long as it would have
-      // worked, or until it is back on, then it polls again.
-      ++tasks_of[i];
-      ++result.tasks_dropped;
-      const int64_t back = drops ? e.at_ms + std::max<int64_t>(1, planned_ms) : on_until;
-      events.push({std::max(back, e.at_ms + 1), seq++, i, false});
-      continue;
-    }
-    if (!current_base || current_base->version() != base.version()) {
-      current_base = std::make_shared<const ModelState>(base);
-    }
-    const uint64_t batch_seed = Rng::Derive(options.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of[i]++).NextU64();
-    PLEXUS_RETURN_IF_ERROR(runner->Start(i, {current_base, data.Indices(i), malicious[i] && attack == AttackKind::kLabelFlip,
-                                             TrainOptionsFor(a.task.hyperparams, batch_seed)}));
-    InFlight f{a.task, current_base, std::nullopt};
-    ++handed_out;
-    if (train_at_handout) {
-      PLEXUS_ASSIGN_OR_RETURN(Update trained, finish_task(i, f));
-      f.update = std::move(trained);
-    }
-    in_flight[i] = std::move(f);
-    events.push({e.at_ms + std::max<int64_t>(1, planned_ms), seq++, i, true});
   }
-  report_new_versions();
-  result.final_model = engine->model();
-  result.model_version = result.final_model.version();
-  result.final_model_sha256 = result.final_model.ContentSha256();
-  if (!result.rounds.empty() && result.rounds.back().record.test_accuracy) {
-    result.final_test_accuracy = *result.rounds.back().record.test_accuracy;
-    result.final_test_loss = *result.rounds.back().record.test_loss;
+
+  const SimOptions& o_;
+  const DeviceModel& dev_;
+  const AttackKind attack_;
+  const Dataset& train_;
+  TaskRunner* const runner_;
+  const ClientData data_;
+  Engine* const engine_;
+  ManualClock* const clock_;
+  const size_t model_bytes_;
+  const std::function<void(const SimRound&)>& on_round_;
+  const size_t n_;
+  const std::vector<double> ms_per_step_;
+  Availability availability_;
+  const bool train_at_handout_;
+  std::vector<uint32_t> tasks_of_;
+  std::vector<bool> malicious_;
+  double alie_z_ = 0.0;
+  std::map<uint64_t, HonestStats> honest_;  // by base version: what omniscient attackers see
+
+  EventNetwork net_;
+  int64_t pending_ = 0;                     // client events scheduled (polls, tasks under way)
+  std::vector<uint32_t> parked_;            // told to wait; they poll again when the epoch moves
+  uint64_t parked_epoch_ = 0;
+  int64_t wave_ms_ = 0;
+  double next_wave_ms_ = 0.0;
+  std::map<size_t, InFlight> in_flight_;
+  std::shared_ptr<const ModelState> current_base_;  // shared by the tasks handed out on it
+  int64_t handed_out_ = 0;
+  int64_t bytes_down_ = 0, bytes_up_ = 0;
+  size_t reported_ = 0;
+  Status failure_;
+  SimResult result_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
+                                ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
+  PLEXUS_RETURN_IF_ERROR(options.Validate());
+  PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(options.model, options.seed));
+  PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(options, train));
+  ManualClock clock;
+  MemoryStore store(/*keep_recovery_data=*/false);
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenEngine(options, initial, &store, &clock, evaluator));
+  for (size_t i = 0; i < static_cast<size_t>(options.clients); ++i) {
+    PLEXUS_ASSIGN_OR_RETURN(std::string id, engine->Join({ClientName(i), data.examples(i), "virtual"}));
+    if (id != ClientName(i)) return InternalError("simulation: the engine renamed client " + ClientName(i));
   }
-  result.wall_time_s = elapsed();
-  result.virtual_time_s = static_cast<double>(clock.NowMs()) / 1000.0;
-  return result;
+  FederationSim sim(options, train, runner, std::move(data), engine.get(), &clock,
+                    initial.num_params() * sizeof(float), on_round);
+  return sim.Run();
 }
 
 }  // namespace plexus

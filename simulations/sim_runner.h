@@ -1,13 +1,14 @@
 // The in-process simulator: runs the real coordinator engine (sync, async or semiasync) with N
 // virtual clients in virtual time, with a ManualClock and a MemoryStore, no sockets and no
-// threads, so the same seed gives the same result bit for bit. A discrete-event loop: a client
-// polls; when it gets a task its training job goes to the TaskRunner (on the model the task
-// names) and its update is submitted when its virtual device would have finished (download +
-// local compute + upload); then it polls again. A client told to wait is parked at no cost and polls
-// again when the engine's poll epoch moves (or every half client timeout, to stay connected),
-// so idle clients cost a few hundred bytes each: a million fit in a few hundred MB. Engine
-// deadlines fire from ticks every 100 virtual ms. Borrows runner, evaluator and data.
-// Single-threaded.
+// threads, so the same seed gives the same result bit for bit. It runs on the general event core
+// (simulations/event_network.h): the server and every client are nodes with links, and a task is
+// a model download (a message), the local steps (a timer) and the update upload (a message); a
+// client polls; when it gets a task its training job goes to the TaskRunner (on the model the
+// task names) and its update is submitted when the upload has arrived; then it polls again. A
+// client told to wait is parked at no cost and polls again when the engine's poll epoch moves
+// (or every half client timeout, to stay connected), so idle clients cost a few hundred bytes
+// each: a million fit in a few hundred MB. Engine deadlines fire from ticks every 100 virtual
+// ms. Borrows runner, evaluator and data. Single-threaded.
 #pragma once
 
 #include <functional>
@@ -65,6 +66,7 @@ struct SimOptions {
   SyncOptions sync;               // sync mode; its rounds and task also apply to the other modes
   AsyncOptions async;             // async and semiasync modes (rounds and task as in `sync`)
   DeviceModel devices;
+  double server_mbps = 0.0;       // the server's link, each way, shared by all transfers (0 = unlimited)
   int64_t examples_per_client = 0;  // > 0: every client samples this many examples with
                                     // replacement (SampledPartition); 0: split the data among
                                     // the clients when it gives each at least 10, else sample 50

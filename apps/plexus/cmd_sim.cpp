@@ -284,6 +284,9 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--max-tasks", flags->sim.max_tasks,
                   "Stop after this many training tasks (0 = run all --rounds versions)")
       ->capture_default_str();
+  cmd->add_option("--server-mbps", flags->sim.server_mbps,
+                  "Bandwidth of the server's link in Mbit/s each way, shared by every transfer (0 = unlimited)")
+      ->capture_default_str();
   cmd->add_option("--task-overhead-ms", flags->sim.devices.task_overhead_ms,
                   "Fixed virtual milliseconds per task, on top of compute and transfers")
       ->capture_default_str();

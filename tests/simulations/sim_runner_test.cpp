@@ -146,12 +146,26 @@ TEST_F(SimRunnerTest, TransfersAddLatencyAndBandwidthTime) {
   ASSERT_EQ(r->rounds.size(), 2u);
   const auto bytes = static_cast<int64_t>(InitModel(o.model, 0)->num_params() * sizeof(float));
   const double megabits = static_cast<double>(bytes) * 8 / 1e6;
-  // The slow client's compute, two latencies, the download and the upload (rounded to the ms).
-  const double task_s = std::round(400 + 100 + megabits / 100 * 1000 + megabits / 50 * 1000) / 1000;
-  EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, task_s);
-  EXPECT_DOUBLE_EQ(r->rounds[1].virtual_time_s, 2 * task_s);
+  // The slow client's compute, two latencies, the download and the upload.
+  const double task_s = (400 + 100 + megabits / 100 * 1000 + megabits / 50 * 1000) / 1000;
+  EXPECT_NEAR(r->rounds[0].virtual_time_s, task_s, 1e-9);
+  EXPECT_NEAR(r->rounds[1].virtual_time_s, 2 * task_s, 1e-9);
   EXPECT_EQ(r->rounds[1].bytes_down, 4 * bytes);
   EXPECT_EQ(r->rounds[1].bytes_up, 4 * bytes);
+}
+
+TEST_F(SimRunnerTest, TheServersLinkIsSharedByEveryTransfer) {
+  SimOptions o = TwoSpeeds("sync", 1);
+  o.server_mbps = 10;
+  Result<SimResult> r = Run(o);
+  ASSERT_OK(r);
+  ASSERT_EQ(r->rounds.size(), 1u);
+  const double transfer_ms = static_cast<double>(InitModel(o.model, 0)->num_params() * sizeof(float)) * 8 / 1e6 / 10 * 1000;
+  // Both downloads leave the server one after the other; the slow client's 400 ms of steps come
+  // after its own download at the earliest, and its upload after them.
+  EXPECT_GE(r->rounds[0].virtual_time_s, (400 + 2 * transfer_ms) / 1000 - 1e-9);
+  o.server_mbps = -1;
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--server-mbps"));
 }
 
 TEST_F(SimRunnerTest, PopulationsLargerThanTheDataSampleWithReplacement) {
