@@ -1,9 +1,12 @@
 // The plexus command as a user runs it: help, config files, and clear errors on bad input.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 #include "tests/integration/process.h"
 
@@ -169,6 +172,23 @@ std::string JsonField(const std::string& json, const std::string& key) {
   return json.substr(at, json.find_first_of(",\n", at) - at);
 }
 
+// A CSV file with one column taken out (by its header name).
+std::string WithoutColumn(const std::string& csv, const std::string& name) {
+  std::istringstream in(csv);
+  std::string line, out;
+  int drop = -1;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    if (drop < 0) drop = static_cast<int>(std::find(cells.begin(), cells.end(), name) - cells.begin());
+    if (drop < static_cast<int>(cells.size())) cells.erase(cells.begin() + drop);
+    for (const std::string& c : cells) out += c + ",";
+    out += "\n";
+  }
+  return out;
+}
+
 TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::string cfg = Temp("sim.toml");
@@ -196,6 +216,9 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   EXPECT_NE(JsonField(summaries[0], "wall_time_s"), "");
   EXPECT_NE(JsonField(summaries[0], "peak_rss_bytes"), "\"peak_rss_bytes\": 0");
   EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
+  // The metrics files are identical but for the real time each version took.
+  EXPECT_NE(WithoutColumn(csvs[0], "wall_time_s"), WithoutColumn(csvs[0], "virtual_time_s"));
+  EXPECT_EQ(WithoutColumn(csvs[0], "wall_time_s"), WithoutColumn(csvs[1], "wall_time_s"));
   std::filesystem::remove(cfg);
 }
 
