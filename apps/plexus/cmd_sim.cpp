@@ -58,7 +58,7 @@ constexpr DeviceFlag<double> kDeviceDoubles[] = {
     {"--mean-off-s", &DeviceModel::mean_off_s, "Availability: mean length of a device's off periods"},
 };
 
-std::string DescribeDevices(const DeviceModel& d) {
+std::string DescribeDevices(const DeviceModel& d, double server_mbps) {
   char buf[400];
   int len = d.speed_sigma > 0
                 ? std::snprintf(buf, sizeof buf, "%g ms per step (median, log-normal sigma %g)", d.ms_per_step, d.speed_sigma)
@@ -69,8 +69,10 @@ std::string DescribeDevices(const DeviceModel& d) {
   }
   if (d.dropout > 0) len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g dropout", d.dropout);
   if (d.mean_on_s > 0) {
-    std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", on %g s / off %g s", d.mean_on_s, d.mean_off_s);
+    len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", on %g s / off %g s", d.mean_on_s,
+                         d.mean_off_s);
   }
+  if (server_mbps > 0) std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", server link %g Mbit/s", server_mbps);
   return buf;
 }
 
@@ -154,7 +156,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
                 options.mode.c_str(), strategy.c_str(), static_cast<long long>(options.clients),
                 options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
                 static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-                static_cast<unsigned long long>(options.seed), DescribeDevices(dev).c_str(),
+                static_cast<unsigned long long>(options.seed), DescribeDevices(dev, options.server_mbps).c_str(),
                 options.attack == "none" ? ""
                                          : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
                                             "% attackers (" + options.attack + ")")
