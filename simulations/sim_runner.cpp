@@ -67,6 +67,7 @@ Status DeviceModel::Validate() const {
   if (task_overhead_ms < 0) return InvalidArgumentError("task-overhead-ms must not be negative");
   if (!(latency_ms >= 0)) return InvalidArgumentError("latency-ms must not be negative");
   if (!(down_mbps >= 0) || !(up_mbps >= 0)) return InvalidArgumentError("down-mbps and up-mbps must not be negative (0 = unlimited)");
+  if (!(bandwidth_sigma >= 0 && bandwidth_sigma <= 5)) return InvalidArgumentError("bandwidth-sigma must lie in [0, 5]");
   if (!(mean_on_s >= 0) || !(mean_off_s >= 0) || ((mean_on_s > 0) != (mean_off_s > 0))) {
     return InvalidArgumentError("mean-on-s and mean-off-s must both be positive (or both 0 for always available)");
   }
@@ -92,11 +93,15 @@ std::vector<double> DeviceModel::Assign(size_t n, uint64_t seed) const {
   return out;
 }
 
-double DeviceModel::TaskMs(int64_t steps, double step_ms, size_t model_bytes) const {
+double DeviceModel::BandwidthFactor(size_t i, uint64_t seed) const {
+  return bandwidth_sigma > 0 ? std::exp(bandwidth_sigma * Rng::Derive(seed ^ 0xba4dULL, i).Normal()) : 1.0;
+}
+
+double DeviceModel::TaskMs(int64_t steps, double step_ms, size_t model_bytes, double bandwidth_factor) const {
   const double megabits = static_cast<double>(model_bytes) * 8.0 / 1e6;
   double ms = static_cast<double>(steps) * step_ms + static_cast<double>(task_overhead_ms) + 2.0 * latency_ms;
-  if (down_mbps > 0) ms += megabits / down_mbps * 1000.0;
-  if (up_mbps > 0) ms += megabits / up_mbps * 1000.0;
+  if (down_mbps > 0) ms += megabits / (down_mbps * bandwidth_factor) * 1000.0;
+  if (up_mbps > 0) ms += megabits / (up_mbps * bandwidth_factor) * 1000.0;
   return ms;
 }
 
@@ -216,7 +221,10 @@ class FederationSim {
                           attack_ == AttackKind::kMinMax),
         tasks_of_(n_, 0) {
     net_.AddNode({0.0, o.server_mbps, o.server_mbps});
-    for (size_t i = 0; i < n_; ++i) net_.AddNode({dev_.latency_ms, dev_.up_mbps, dev_.down_mbps});
+    for (size_t i = 0; i < n_; ++i) {
+      const double f = dev_.BandwidthFactor(i, o.seed);
+      net_.AddNode({dev_.latency_ms, dev_.up_mbps * f, dev_.down_mbps * f});
+    }
     // The malicious clients: a seeded choice of round(attackers x N).
     malicious_.assign(n_, false);
     std::vector<size_t> order(n_);
@@ -353,7 +361,7 @@ class FederationSim {
     const int64_t batches = (data_.examples(i) + hp.batch_size - 1) / hp.batch_size;
     const int64_t steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
     const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
-    const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_);
+    const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_, dev_.BandwidthFactor(i, o_.seed));
     const bool drops = dev_.dropout > 0 &&
                        Rng::Derive(o_.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of_[i]).Uniform() < dev_.dropout;
     if (drops || now + planned_ms > on_until) {

@@ -30,7 +30,8 @@ namespace plexus {
 // order, or, when speed_sigma > 0, log-normal: ms_per_step x exp(speed_sigma x Z), so ms_per_step
 // is the median. Network: every transfer pays latency_ms, the model download num_params x 4 bytes
 // at down_mbps and the update upload the same at up_mbps (0 = instantaneous), plus a fixed
-// task_overhead_ms per task. Reliability: a task is abandoned with probability `dropout` (the
+// task_overhead_ms per task; with bandwidth_sigma > 0 each client's bandwidths (both ways) are
+// scaled by its own log-normal factor exp(bandwidth_sigma x Z), median 1. Reliability: a task is abandoned with probability `dropout` (the
 // client goes silent for as long as the task would have taken); with mean_on_s and mean_off_s
 // set, each client alternates between exponential on and off periods with those means, polls
 // only while on, and loses a task whose on period ends before the task does.
@@ -42,6 +43,7 @@ struct DeviceModel {
   double latency_ms = 0.0;         // per transfer (one download, one upload per task)
   double down_mbps = 0.0;          // megabits per second; 0 = transfers take no time
   double up_mbps = 0.0;
+  double bandwidth_sigma = 0.0;    // log-normal spread of the clients' bandwidths; 0 = all alike
   double dropout = 0.0;            // probability that a task is abandoned, in [0, 1)
   double mean_on_s = 0.0;          // availability periods; both 0 = always available
   double mean_off_s = 0.0;
@@ -53,8 +55,11 @@ struct DeviceModel {
   Status Validate() const;
   // Time per local step of each of n clients.
   std::vector<double> Assign(size_t n, uint64_t seed) const;
-  // Virtual milliseconds of one task: download, `steps` local steps at `ms_per_step`, upload.
-  double TaskMs(int64_t steps, double ms_per_step, size_t model_bytes) const;
+  // Client i's bandwidth factor: exp(bandwidth_sigma x Z) from a seeded draw (1 when sigma is 0).
+  double BandwidthFactor(size_t i, uint64_t seed) const;
+  // Virtual milliseconds of one task: download, `steps` local steps at `ms_per_step`, upload, at
+  // the bandwidths times `bandwidth_factor`.
+  double TaskMs(int64_t steps, double ms_per_step, size_t model_bytes, double bandwidth_factor = 1.0) const;
 };
 
 struct SimOptions {

@@ -53,6 +53,8 @@ constexpr DeviceFlag<double> kDeviceDoubles[] = {
     {"--latency-ms", &DeviceModel::latency_ms, "Network latency per transfer (one download, one upload per task)"},
     {"--down-mbps", &DeviceModel::down_mbps, "Download bandwidth in Mbit/s (0 = unlimited)"},
     {"--up-mbps", &DeviceModel::up_mbps, "Upload bandwidth in Mbit/s (0 = unlimited)"},
+    {"--bandwidth-sigma", &DeviceModel::bandwidth_sigma,
+     "Log-normal spread of the clients' bandwidths around --down-mbps/--up-mbps (0 = all alike)"},
     {"--dropout", &DeviceModel::dropout, "Probability that a device abandons a task"},
     {"--mean-on-s", &DeviceModel::mean_on_s, "Availability: mean length of a device's on periods (0 = always on)"},
     {"--mean-off-s", &DeviceModel::mean_off_s, "Availability: mean length of a device's off periods"},
@@ -66,6 +68,10 @@ std::string DescribeDevices(const DeviceModel& d, double server_mbps) {
   if (d.down_mbps > 0 || d.up_mbps > 0 || d.latency_ms > 0) {
     len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g/%g Mbit/s down/up, %g ms latency",
                          d.down_mbps, d.up_mbps, d.latency_ms);
+    if (d.bandwidth_sigma > 0) {
+      len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), " (bandwidth log-normal sigma %g)",
+                           d.bandwidth_sigma);
+    }
   }
   if (d.dropout > 0) len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g dropout", d.dropout);
   if (d.mean_on_s > 0) {

@@ -154,6 +154,22 @@ TEST_F(SimRunnerTest, TransfersAddLatencyAndBandwidthTime) {
   EXPECT_EQ(r->rounds[1].bytes_up, 4 * bytes);
 }
 
+TEST_F(SimRunnerTest, ClientsBandwidthsSpreadDeterministically) {
+  SimOptions o = TwoSpeeds("async", 6);
+  o.devices.latency_ms = 10;
+  o.devices.down_mbps = 10;
+  o.devices.up_mbps = 10;
+  Result<SimResult> alike = Run(o);
+  o.devices.bandwidth_sigma = 1.0;
+  Result<SimResult> spread = Run(o), again = Run(o);
+  ASSERT_OK(alike);
+  ASSERT_OK(spread);
+  ASSERT_OK(again);
+  EXPECT_NE(spread->virtual_time_s, alike->virtual_time_s);
+  EXPECT_EQ(spread->virtual_time_s, again->virtual_time_s);
+  EXPECT_EQ(spread->final_model_sha256, again->final_model_sha256);
+}
+
 TEST_F(SimRunnerTest, TheServersLinkIsSharedByEveryTransfer) {
   SimOptions o = TwoSpeeds("sync", 1);
   o.server_mbps = 10;
@@ -256,8 +272,23 @@ TEST(DeviceModelTest, TaskTimeIsDownloadComputeAndUpload) {
   d.up_mbps = 4;
   // 1,000,000 bytes = 8 Mbit: 1 s down, 2 s up; 10 steps of 20 ms; two latencies; the overhead.
   EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60 + 1000 + 2000);
+  EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000, 2.0), 200 + 50 + 60 + 500 + 1000);  // twice the bandwidth
   d.down_mbps = d.up_mbps = 0;  // unlimited
   EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60);
+}
+
+TEST(DeviceModelTest, BandwidthFactorsAreLogNormalPerClient) {
+  DeviceModel d;
+  EXPECT_EQ(d.BandwidthFactor(5, 1), 1.0);  // no spread: every client alike
+  d.bandwidth_sigma = 1.0;
+  std::vector<double> f;
+  for (size_t i = 0; i < 20001; ++i) f.push_back(d.BandwidthFactor(i, 3));
+  EXPECT_EQ(f[7], d.BandwidthFactor(7, 3));
+  EXPECT_NE(f[7], d.BandwidthFactor(7, 4));
+  std::nth_element(f.begin(), f.begin() + 10000, f.end());
+  EXPECT_NEAR(f[10000], 1.0, 0.05);  // the median
+  d.bandwidth_sigma = 6;
+  EXPECT_THAT(d.Validate(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "bandwidth-sigma"));
 }
 
 TEST(DeviceModelTest, LogNormalSpeedsHaveTheirMedianAndSpread) {
