@@ -1,14 +1,14 @@
 #include "simulations/sim_runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <limits>
-#include <algorithm>
 
 #include "compute/model_zoo.h"
 #include "core/clock.h"
