@@ -20,15 +20,12 @@ Status FedBuffBuffer::Begin(const ModelState& base) {
   return merge_->Begin(base);
 }
 
-Result<bool> FedBuffBuffer::Add(const Update& update, uint64_t staleness) {
+Result<bool> FedBuffBuffer::Add(Update update, uint64_t staleness) {
   const auto s = static_cast<float>(staleness_.Weight(staleness));
-  if (s == 1.0f) {
-    PLEXUS_RETURN_IF_ERROR(merge_->Fold(update));  // x * 1 is x: no scaled copy of the model needed
-  } else {
-    Update scaled = update;
-    for (float& x : scaled.delta.data()) x *= s;
-    PLEXUS_RETURN_IF_ERROR(merge_->Fold(scaled));
+  if (s != 1.0f) {
+    for (float& x : update.delta.data()) x *= s;
   }
+  PLEXUS_RETURN_IF_ERROR(merge_->Fold(update));
   return static_cast<int64_t>(merge_->num_folded()) >= options_.buffer_size;
 }
 

@@ -27,9 +27,9 @@ class FedBuffBuffer {
                                                        std::unique_ptr<Aggregator> merge);
 
   Status Begin(const ModelState& base);
-  // Folds the staleness-weighted update; returns true when the buffer is full. A refused update
-  // (see Aggregator::Fold) leaves the buffer unchanged.
-  Result<bool> Add(const Update& update, uint64_t staleness);
+  // Folds the staleness-weighted update (weighted in place: the buffer takes it); returns true
+  // when the buffer is full. A refused update (see Aggregator::Fold) leaves the buffer unchanged.
+  Result<bool> Add(Update update, uint64_t staleness);
   size_t size() const { return merge_->num_folded(); }
   // The new model; FailedPrecondition when the buffer is empty. Call Begin() before the next Add.
   Result<ModelState> Flush();

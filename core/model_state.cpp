@@ -156,6 +156,12 @@ std::string Sha256Hex(std::span<const unsigned char> bytes) {
   return h.HexDigest();
 }
 
+std::string Sha256Hex(std::initializer_list<std::string_view> pieces) {
+  Sha256 h;
+  for (std::string_view p : pieces) h.Add(p.data(), p.size());
+  return h.HexDigest();
+}
+
 std::string Sha256Hex(const std::string& bytes) {
   return Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
 }

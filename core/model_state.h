@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -97,8 +99,9 @@ class ModelState {
   uint64_t version_ = 0;
 };
 
-// Lower-case hex SHA-256 of arbitrary bytes.
+// Lower-case hex SHA-256 of arbitrary bytes, or of pieces of bytes one after the other.
 std::string Sha256Hex(std::span<const unsigned char> bytes);
 std::string Sha256Hex(const std::string& bytes);
+std::string Sha256Hex(std::initializer_list<std::string_view> pieces);
 
 }  // namespace plexus

@@ -172,9 +172,9 @@ Result<ModelState> SafetensorsStreamDecoder::Finish() && {
 }
 
 std::string SafetensorsStreamDecoder::ReceivedSha256() const {
-  std::string bytes = header_;
-  if (model_) bytes.append(reinterpret_cast<const char*>(model_->data().data()), data_received_);
-  return Sha256Hex(bytes);
+  const std::string_view data =
+      model_ ? std::string_view(reinterpret_cast<const char*>(model_->data().data()), data_received_) : std::string_view();
+  return Sha256Hex({std::string_view(header_), data});
 }
 
 Result<ModelState> ReadSafetensorsFile(const std::string& path) {

@@ -433,7 +433,7 @@ class FederationSim {
       Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of_[i]);
       ApplyAttack(attack_, honest_[u.base_version], alie_z_, rng, u.delta);
     }
-    Status s = engine_->Submit(u);
+    Status s = engine_->Submit(std::move(u));
     in_flight_.erase(it);
     bytes_up_ += static_cast<int64_t>(model_bytes_);
     if (!s.ok()) {

@@ -107,7 +107,7 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   return answer;
 }
 
-Status AsyncEngine::Submit(const Update& update) {
+Status AsyncEngine::Submit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
@@ -150,7 +150,7 @@ Status AsyncEngine::Submit(const Update& update) {
   }
   if (!compass_) {
     end_task(true);
-    PLEXUS_RETURN_IF_ERROR(Fold(update));
+    PLEXUS_RETURN_IF_ERROR(Fold(std::move(update)));
     return buffer_->size() >= static_cast<size_t>(options_.buffer_size) ? Publish() : Status::Ok();
   }
   // Semi-asynchronous: validate now, so that a bad update is refused to its sender, then hold it.
@@ -163,31 +163,36 @@ Status AsyncEngine::Submit(const Update& update) {
   const CompassScheduler::ArrivalResult arrival = compass_->Arrive(update.client_id, clock_->NowMs());
   switch (arrival.kind) {
     case CompassScheduler::Arrival::kUngrouped:
-      PLEXUS_RETURN_IF_ERROR(Fold(update));
+      PLEXUS_RETURN_IF_ERROR(Fold(std::move(update)));
       return Publish();
     case CompassScheduler::Arrival::kLate:
-      late_.push_back(update);
+      late_.push_back(std::move(update));
       return Status::Ok();
     case CompassScheduler::Arrival::kOnTime:
-      held_[arrival.group].push_back(update);
+      held_[arrival.group].push_back(std::move(update));
       return arrival.group_complete ? PublishGroup(arrival.group) : Status::Ok();
   }
   return Status::Ok();
 }
 
-Status AsyncEngine::Fold(const Update& update, uint64_t group) {
+Status AsyncEngine::Fold(Update update, uint64_t group) {
   const uint64_t staleness = model_.version() - update.base_version;
-  Result<bool> added = buffer_->Add(update, staleness);
+  MergedUpdate merged{update.client_id, update.task_id, staleness, group,
+                      compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt};
+  const int64_t examples = update.num_examples;
+  const auto loss = update.metrics.find("train_loss");
+  const std::optional<double> train_loss =
+      loss != update.metrics.end() ? std::optional<double>(loss->second) : std::nullopt;
+  Result<bool> added = buffer_->Add(std::move(update), staleness);
   if (!added.ok()) {
     ++updates_refused_;
     return added.status();
   }
-  merged_.push_back({update.client_id, update.task_id, staleness, group,
-                     compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt});
+  merged_.push_back(std::move(merged));
   ++updates_accepted_;
-  buffered_examples_ += update.num_examples;
-  if (auto l = update.metrics.find("train_loss"); l != update.metrics.end()) {
-    buffered_loss_ += l->second;
+  buffered_examples_ += examples;
+  if (train_loss) {
+    buffered_loss_ += *train_loss;
     ++buffered_loss_count_;
   }
   return Status::Ok();
@@ -200,7 +205,7 @@ Status AsyncEngine::PublishGroup(uint64_t group) {
   const size_t on_time = updates.size();
   for (Update& u : late_) updates.push_back(std::move(u));
   late_.clear();
-  for (size_t i = 0; i < updates.size(); ++i) (void)Fold(updates[i], i < on_time ? group : 0);
+  for (size_t i = 0; i < updates.size(); ++i) (void)Fold(std::move(updates[i]), i < on_time ? group : 0);
   return buffer_->size() > 0 ? Publish() : Status::Ok();
 }
 

@@ -62,7 +62,7 @@ class AsyncEngine final : public Engine {
   // FailedPrecondition: staler than max_staleness (counted in status().updates_stale), a base
   // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
   // Fold. A refused update changes nothing but ends its task; the client polls for a new one.
-  Status Submit(const Update& update) override;
+  Status Submit(Update update) override;
   // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
   // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;
@@ -85,7 +85,7 @@ class AsyncEngine final : public Engine {
   AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
   // Folds `update` into the buffer with its staleness now and notes it for the version's record;
   // counts it accepted or refused.
-  Status Fold(const Update& update, uint64_t group = 0);
+  Status Fold(Update update, uint64_t group = 0);
   Status Publish();
   // Semi-asynchronous: merges the group's held updates and the late ones, then publishes.
   Status PublishGroup(uint64_t group);

@@ -43,8 +43,9 @@ class Engine {
   virtual Result<std::string> Join(const ClientRecord& client) = 0;
   // NotFound for an unknown client.
   virtual Result<PollAnswer> Poll(const std::string& client_id) = 0;
-  // Accepts one update; a refused update changes nothing (codes in each engine's header).
-  virtual Status Submit(const Update& update) = 0;
+  // Accepts one update; a refused update changes nothing else (codes in each engine's header).
+  // Takes the update: callers that are done with it move it in, so it is not copied.
+  virtual Status Submit(Update update) = 0;
   // Applies deadlines. Returns the sticky error, if any.
   virtual Status Tick() = 0;
 

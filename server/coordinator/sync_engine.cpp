@@ -178,7 +178,7 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   return answer;
 }
 
-Status SyncEngine::Submit(const Update& update) {
+Status SyncEngine::Submit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;

@@ -78,7 +78,7 @@ class SyncEngine final : public Engine {
   // another client; FailedPrecondition: stale base version or finished federation;
   // InvalidArgument: wrong layout, non-finite values or a bad example count. A refused update
   // changes nothing. A repeated submission of an accepted task returns OK and is ignored.
-  Status Submit(const Update& update) override;
+  Status Submit(Update update) override;
 
   // Applies the round deadline. Call periodically (the server does, the simulator does at each
   // event). Returns the sticky error, if any.

@@ -212,8 +212,8 @@ class Service final : public v1::Federation::Service {
       }
     }
     const uint64_t version_before = engine_->model().version();
-    Status s = engine_->Submit(u);
-    if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + u.client_id));
+    Status s = engine_->Submit(std::move(u));
+    if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) {
       const RoundRecord& r = engine_->history().back();

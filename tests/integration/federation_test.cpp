@@ -181,7 +181,9 @@ std::vector<RoundRecord> FederationTest::RunSixClientsTwoSlow(ChildProcess& serv
   if (!store.ok()) return {};
   std::vector<RoundRecord> rounds = *(*store)->ListRounds();
   EXPECT_EQ(rounds.size(), versions);
-  if (rounds.size() >= 2) EXPECT_GT(*rounds.back().test_accuracy, *rounds.front().test_accuracy);
+  if (rounds.size() >= 2) {
+    EXPECT_GT(*rounds.back().test_accuracy, *rounds.front().test_accuracy);
+  }
   return rounds;
 }
 
