@@ -22,6 +22,7 @@
 
 #include "client/client_runtime.h"
 #include "client/grpc_transport.h"
+#include "core/memory_tuning.h"
 #include "core/safetensors.h"
 
 namespace plexus {
@@ -96,6 +97,8 @@ Status UploadOnly(const std::string& server, const std::string& id, SharedDelta*
 }
 
 int Main(int argc, char** argv) {
+  KeepLargeAllocations();  // as the server does: its threads, too, mostly move model-sized buffers
+  ServeFromOneArena();
   std::string server = "127.0.0.1:50051";
   int clients = 10;
   bool upload_only = false;

@@ -11,4 +11,10 @@ void KeepLargeAllocations() {
 #endif
 }
 
+void ServeFromOneArena() {
+#ifdef M_ARENA_MAX
+  mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 }  // namespace plexus

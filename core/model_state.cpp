@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -55,6 +56,12 @@ class Sha256 {
 }  // namespace
 
 Result<ModelState> ModelState::Create(const std::vector<TensorSpec>& tensors, uint64_t version) {
+  PLEXUS_ASSIGN_OR_RETURN(ModelState m, CreateUninitialized(tensors, version));
+  std::fill(m.data_.begin(), m.data_.end(), 0.0f);
+  return m;
+}
+
+Result<ModelState> ModelState::CreateUninitialized(const std::vector<TensorSpec>& tensors, uint64_t version) {
   ModelState m;
   std::set<std::string> seen;
   size_t offset = 0;
@@ -69,7 +76,7 @@ Result<ModelState> ModelState::Create(const std::vector<TensorSpec>& tensors, ui
     m.slots_.push_back(TensorSlot{t.name, t.shape, offset, numel});
     offset += numel;
   }
-  m.data_.assign(offset, 0.0f);
+  m.data_.resize(offset);
   m.version_ = version;
   return m;
 }

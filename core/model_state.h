@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/large_blocks.h"
 #include "core/status.h"
 
 namespace plexus {
@@ -30,15 +31,24 @@ struct TensorSlot {
   size_t numel = 0;
 };
 
-// Leaves new floats uninitialized where std::allocator would zero them, so that a buffer every
-// value of which is about to be written costs no extra pass over memory.
+// The allocator of model buffers: leaves new floats uninitialized where std::allocator would zero
+// them, so that a buffer every value of which is about to be written costs no extra pass over
+// memory, and takes model-sized buffers from the large-block cache (core/large_blocks.h).
 template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
+struct ModelBufferAllocator : std::allocator<T> {
   template <typename U>
   struct rebind {
-    using other = DefaultInitAllocator<U>;
+    using other = ModelBufferAllocator<U>;
   };
   using std::allocator<T>::allocator;
+  T* allocate(size_t n) {
+    if (n * sizeof(T) >= kLargeBlockBytes) return static_cast<T*>(AllocateLargeBlock(n * sizeof(T)));
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) >= kLargeBlockBytes) return FreeLargeBlock(p, n * sizeof(T));
+    std::allocator<T>::deallocate(p, n);
+  }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -56,6 +66,8 @@ class ModelState {
   // A zero-filled model with the given tensors, in order. Fails on empty or duplicate names and
   // negative dimensions.
   static Result<ModelState> Create(const std::vector<TensorSpec>& tensors, uint64_t version = 0);
+  // As Create, values unspecified: for callers that write every value (decoders).
+  static Result<ModelState> CreateUninitialized(const std::vector<TensorSpec>& tensors, uint64_t version = 0);
 
   // A zero-filled model with the same layout as `other`, version 0.
   static ModelState ZerosLike(const ModelState& other);
@@ -95,7 +107,7 @@ class ModelState {
 
  private:
   std::vector<TensorSlot> slots_;
-  std::vector<float, DefaultInitAllocator<float>> data_;
+  std::vector<float, ModelBufferAllocator<float>> data_;
   uint64_t version_ = 0;
 };
 

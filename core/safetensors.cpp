@@ -115,7 +115,7 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
   std::vector<TensorSpec> specs;
   specs.reserve(entries.size());
   for (const Entry& e : entries) specs.push_back({e.name, e.shape});
-  return ModelState::Create(specs, version);
+  return ModelState::CreateUninitialized(specs, version);  // the caller writes every value
 }
 
 Result<ModelState> DecodeSafetensors(std::string_view bytes) {

@@ -10,6 +10,7 @@
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
+#include "core/memory_tuning.h"
 #include "core/safetensors.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
@@ -54,6 +55,7 @@ bool IsLoopback(const std::string& listen) {
 
 void RunServer(const ServerFlags& f) {
   const auto started = std::chrono::steady_clock::now();
+  ServeFromOneArena();
   SyncOptions sync = f.sync;
   sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
   sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
