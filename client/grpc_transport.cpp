@@ -21,6 +21,18 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Status(c, what + ": " + s.error_message());
 }
 
+constexpr char kUploadUpdatePath[] = "/plexus.v1.Federation/UploadUpdate";
+
+// The protobuf field header of UpdateChunk.data (field 2, length-delimited) for n bytes.
+std::string DataFieldHeader(size_t n) {
+  std::string out(1, '\x12');
+  do {
+    out.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+    n >>= 7;
+  } while (n > 0);
+  return out;
+}
+
 std::chrono::system_clock::time_point In(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
 }
@@ -34,7 +46,10 @@ class GrpcFederationTransport final : public FederationTransport {
     // Reconnect quickly after a server restart.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(target, ChannelCredentialsFor(tls), args));
+    channel_ = grpc::CreateCustomChannel(target, ChannelCredentialsFor(tls), args);
+    stub_ = v1::Federation::NewStub(channel_);
+    upload_method_ = std::make_unique<grpc::internal::RpcMethod>(
+        kUploadUpdatePath, grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
   }
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
@@ -147,7 +162,13 @@ class GrpcFederationTransport final : public FederationTransport {
     Authorize(ctx);
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
-    auto writer = stub_->UploadUpdate(&ctx, &rep);
+    // The chunks go out as raw buffers, each a copy of a piece of the payload behind the few
+    // bytes of its protobuf field header: the generated stub would copy the payload twice (into
+    // a message, then into gRPC's buffer). The piece is copied, not referenced, because gRPC may
+    // still be writing it to the socket after a failed Write returns. The bytes on the wire are
+    // those of UpdateChunk messages.
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *upload_method_, &ctx, &rep));
     v1::UpdateChunk first;
     v1::UpdateHeader* hdr = first.mutable_header();
     hdr->set_client_id(h.client_id);
@@ -163,11 +184,15 @@ class GrpcFederationTransport final : public FederationTransport {
       hdr->set_payload_sha256(
           Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload.data()), payload.size())));
     }
-    bool ok = writer->Write(first);
+    const std::string first_bytes = first.SerializeAsString();
+    grpc::Slice first_slice(first_bytes);
+    grpc::ByteBuffer message(&first_slice, 1);
+    bool ok = writer->Write(message);
     for (size_t off = offset; ok && off < payload.size(); off += kChunkBytes) {
-      v1::UpdateChunk c;
-      c.set_data(std::string(payload.substr(off, kChunkBytes)));
-      ok = writer->Write(c);
+      const std::string_view piece = payload.substr(off, kChunkBytes);
+      grpc::Slice parts[2] = {grpc::Slice(DataFieldHeader(piece.size())), grpc::Slice(piece.data(), piece.size())};
+      message = grpc::ByteBuffer(parts, 2);
+      ok = writer->Write(message);
     }
     writer->WritesDone();
     PLEXUS_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "upload update for task " + h.task_id));
@@ -179,7 +204,9 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
   const std::string token_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Federation::Stub> stub_;
+  std::unique_ptr<grpc::internal::RpcMethod> upload_method_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/rpc/federation_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/method_handler.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,7 @@
 #include "core/clock.h"
 #include "core/safetensors.h"
 #include "server/rpc/rate_limiter.h"
+#include "server/rpc/update_chunk_wire.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
 namespace plexus {
@@ -32,15 +34,59 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
 }
 
-class Service final : public v1::Federation::Service {
+// Where Federation.UploadUpdate sits among the service's methods (the order of the rpc lines in
+// federation.proto); the uploads' integration tests fail should it move.
+constexpr int kUploadUpdateMethod = 3;
+
+// An upload's chunks as they come off the stream, each read in place from gRPC's buffers
+// (update_chunk_wire.h). A chunk's data views stay valid until the next call to Next.
+class UploadChunks {
  public:
-  Service(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits)
+  explicit UploadChunks(grpc::ServerReader<grpc::ByteBuffer>* reader) : reader_(reader) {}
+
+  // False at the end of the stream; otherwise sets *chunk to the next chunk or to the reason it
+  // is malformed.
+  bool Next(Result<UpdateChunkView>* chunk) {
+    buffer_.Clear();
+    slices_.clear();
+    if (!reader_->Read(&buffer_)) return false;
+    if (!buffer_.Dump(&slices_).ok()) {
+      *chunk = InvalidArgumentError("malformed upload chunk: its bytes cannot be read");
+      return true;
+    }
+    views_.clear();
+    for (const grpc::Slice& s : slices_) views_.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+    *chunk = ParseUpdateChunk(views_);
+    return true;
+  }
+
+ private:
+  grpc::ServerReader<grpc::ByteBuffer>* reader_;
+  grpc::ByteBuffer buffer_;
+  std::vector<grpc::Slice> slices_;
+  std::vector<std::string_view> views_;
+};
+
+class FederationService final : public v1::Federation::Service {
+ public:
+  FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits)
       : engine_(engine),
         store_(store),
         info_(std::move(info)),
         mtls_(mtls),
         limits_(limits),
-        rate_(limits.requests_per_s, limits.burst, &clock_) {}
+        rate_(limits.requests_per_s, limits.burst, &clock_) {
+    // UploadUpdate reads its chunks as gRPC's raw buffers (the generated handler would parse each
+    // into a protobuf message, copying its data). gRPC's hook for swapping a method's handler is
+    // MarkMethodStreamed, which also relabels the method bidirectional: to a server, a client
+    // stream is a bidirectional one with a single reply, so clients see no difference.
+    MarkMethodStreamed(kUploadUpdateMethod,
+                       new grpc::internal::ClientStreamingHandler<FederationService, grpc::ByteBuffer, v1::UploadReply>(
+                           [](FederationService* s, grpc::ServerContext* ctx,
+                              grpc::ServerReader<grpc::ByteBuffer>* reader,
+                              v1::UploadReply* rep) { return s->UploadUpdateRaw(ctx, reader, rep); },
+                           this));
+  }
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
     Result<std::string> claimed = Identity(ctx, req->client_id());
@@ -120,13 +166,20 @@ class Service final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunk>* reader,
-                            v1::UploadReply* rep) override {
-    v1::UpdateChunk chunk;
-    if (!reader->Read(&chunk) || chunk.part_case() != v1::UpdateChunk::kHeader) {
-      return Refuse("upload", InvalidArgumentError("an upload must start with a header chunk"));
+  // Federation.UploadUpdate: the chunks arrive as gRPC's buffers and their data goes from there
+  // into the decoder (no protobuf copy of the update).
+  grpc::Status UploadUpdateRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                               v1::UploadReply* rep) {
+    UploadChunks chunks(reader);
+    Result<UpdateChunkView> chunk = InvalidArgumentError("an upload must start with a header chunk");
+    if (!chunks.Next(&chunk) || !chunk.ok() || !chunk->has_header) {
+      return Refuse("upload", chunk.ok() ? InvalidArgumentError("an upload must start with a header chunk")
+                                         : chunk.status());
     }
-    const v1::UpdateHeader header = chunk.header();
+    v1::UpdateHeader header;
+    if (!header.ParseFromString(chunk->header)) {
+      return Refuse("upload", InvalidArgumentError("malformed upload chunk: the header does not parse"));
+    }
     Result<std::string> who = Identity(ctx, header.client_id());
     if (!who.ok()) return Refuse("upload", who.status());
     size_t limit;
@@ -156,13 +209,16 @@ class Service final : public v1::Federation::Service {
     } else {
       stream.emplace(header.total_bytes());
     }
-    while (reader->Read(&chunk)) {
-      if (chunk.part_case() != v1::UpdateChunk::kData) return Refuse("upload", InvalidArgumentError("a second header chunk"));
-      if (stream->received() + chunk.data().size() > header.total_bytes()) {
+    while (chunks.Next(&chunk)) {
+      if (!chunk.ok()) return Refuse("upload", chunk.status());
+      if (chunk->has_header) return Refuse("upload", InvalidArgumentError("a second header chunk"));
+      if (stream->received() + chunk->data_bytes > header.total_bytes()) {
         return Refuse("upload", InvalidArgumentError("update carries more bytes than its header announces"));
       }
-      if (Status s = stream->Append(chunk.data()); !s.ok()) {
-        return Refuse("upload", s.WithContext("update for task " + header.task_id()));
+      for (std::string_view piece : chunk->data) {
+        if (Status s = stream->Append(piece); !s.ok()) {
+          return Refuse("upload", s.WithContext("update for task " + header.task_id()));
+        }
       }
     }
     if (stream->received() != header.total_bytes()) {
@@ -368,7 +424,7 @@ class Service final : public v1::Federation::Service {
   // Holds one of limits_.max_concurrent_uploads places while an upload is received and decoded.
   class UploadSlot {
    public:
-    explicit UploadSlot(Service* s) : s_(s) {
+    explicit UploadSlot(FederationService* s) : s_(s) {
       if (s_->limits_.max_concurrent_uploads <= 0) return;
       std::unique_lock<std::mutex> lock(s_->upload_mu_);
       s_->upload_cv_.wait(lock, [this] { return s_->uploads_receiving_ < s_->limits_.max_concurrent_uploads; });
@@ -382,7 +438,7 @@ class Service final : public v1::Federation::Service {
     }
 
    private:
-    Service* const s_;
+    FederationService* const s_;
   };
 
   // Interrupted uploads, at most one per client (a newer one replaces it) and kPartialBudget
@@ -479,7 +535,8 @@ class GrpcFederationServer final : public FederationServer {
  public:
   GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls,
                        const DoorLimits& limits)
-      : service_(engine, store, info, tls.enabled() && !tls.client_ca_pem.empty(), limits), tls_(tls) {}
+      : service_(engine, store, info, tls.enabled() && !tls.client_ca_pem.empty(), limits),
+        tls_(tls) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
@@ -530,7 +587,7 @@ class GrpcFederationServer final : public FederationServer {
   }
 
  private:
-  Service service_;
+  FederationService service_;
   const ServerTls tls_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
