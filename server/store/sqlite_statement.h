@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -48,6 +49,12 @@ class SqliteStatement {
   }
   SqliteStatement& BindBlob(int i, const std::string& v) {
     sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_TRANSIENT);
+    return *this;
+  }
+  // Binds without a copy (a model-sized blob would otherwise be copied once more): v must stay
+  // alive and unchanged until the statement has run.
+  SqliteStatement& BindBlobNoCopy(int i, std::string_view v) {
+    sqlite3_bind_blob64(s_, i, v.data(), v.size(), SQLITE_STATIC);
     return *this;
   }
   SqliteStatement& BindOptional(int i, const std::optional<double>& v) {

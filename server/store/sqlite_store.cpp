@@ -84,8 +84,8 @@ Result<std::vector<ClientRecord>> SqliteStore::ListClients() {
   return out;
 }
 
-Status SqliteStore::PutCheckpointLocked(const ModelState& model) {
-  const std::string sha = model.ContentSha256();
+Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_view known_sha256) {
+  const std::string sha = known_sha256.empty() ? model.ContentSha256() : std::string(known_sha256);
   Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
   PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
   find.Bind(1, static_cast<int64_t>(model.version()));
@@ -97,7 +97,8 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model) {
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
   Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
-  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlob(3, EncodeSafetensors(model));
+  const std::string bytes = EncodeSafetensors(model);
+  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlobNoCopy(3, bytes);
   return Run(db_, st, "put checkpoint");
 }
 
@@ -114,7 +115,7 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   }
   std::lock_guard<std::mutex> lock(mu_);
   PLEXUS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  Status s = PutCheckpointLocked(model);
+  Status s = PutCheckpointLocked(model, r.model_sha256);
   if (s.ok()) {
     Stmt st(db_,
             "INSERT INTO rounds(round, model_version, model_sha256, num_selected, num_updates, num_dropped, "
@@ -205,7 +206,8 @@ Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
-  st.BindBlob(9, EncodeSafetensors(u.delta));
+  const std::string delta = EncodeSafetensors(u.delta);
+  st.BindBlobNoCopy(9, delta);
   return Run(db_, st, "put accepted update");
 }
 

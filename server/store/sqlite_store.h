@@ -40,7 +40,9 @@ class SqliteStore final : public Store {
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
-  Status PutCheckpointLocked(const ModelState& model);
+  // known_sha256: the model's ContentSha256 when the caller has it (a round's record carries it;
+  // hashing a large model twice costs as much as receiving an update), else empty.
+  Status PutCheckpointLocked(const ModelState& model, std::string_view known_sha256 = {});
   Result<ModelState> CheckpointLocked(uint64_t version);
 
   std::mutex mu_;

@@ -37,7 +37,7 @@ struct MergedUpdate {
 struct RoundRecord {
   uint64_t round = 0;          // 1-based
   uint64_t model_version = 0;  // version published by this round
-  std::string model_sha256;
+  std::string model_sha256;    // the checkpoint's ContentSha256 (empty: the store computes it)
   int64_t num_selected = 0;
   int64_t num_updates = 0;     // updates aggregated
   int64_t num_dropped = 0;     // selected clients that missed the deadline
