@@ -9,8 +9,11 @@
 #               instead of 8 (--max-concurrent-uploads); then the same three federations with
 #               --upload-only clients (one pre-encoded delta, no download or client runtime), so
 #               that nearly all the CPU is the server's ingest.
+# The baseline, measured in the same run: one TCP stream over 127.0.0.1 between two processes
+# (1 MiB writes and reads, nothing else), the most any ingest over loopback could reach here.
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
-# the whole run: joins, downloads and aggregation included), errors, the server's peak RSS.
+# the whole run: joins, downloads and aggregation included) and its ratio to the baseline,
+# errors, the server's peak RSS.
 # usage: bench/run_load.sh [load|throughput|all]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,16 +34,23 @@ run() {
   build/apps/plexus/plexus server --listen 127.0.0.1:$port --db "$work/$name.db" --no-eval --rate-limit 0 \
     --linger-s 30 --summary-out "$work/$name.json" "$@" >"$work/$name.server.log" 2>&1 &
   local pid=$!
-  sleep 1
+  # Start the clients once the server answers: a client that connects too early waits out gRPC's
+  # reconnect backoff, which would count against the server.
+  for _ in $(seq 150); do
+    build/apps/plexus/plexus status --server 127.0.0.1:$port >/dev/null 2>&1 && break
+    sleep 0.2
+  done
   build/bench/federation_load --server 127.0.0.1:$port --clients "$clients" ${LOAD_FLAGS:-} \
     >"$work/$name.load.json" 2>"$work/$name.load.log"
   wait $pid
   echo "   $(grep -c 'refused' "$work/$name.load.log" || true) warnings from the clients" >&2
-  python3 - "$name" "$work/$name.load.json" "$work/$name.json" >>"$work/rows" <<'PY'
+  python3 - "$name" "$work/$name.load.json" "$work/$name.json" "$baseline" >>"$work/rows" <<'PY'
 import json, sys
 name, load, server = sys.argv[1], json.loads(open(sys.argv[2]).read()), json.load(open(sys.argv[3]))
+baseline = float(sys.argv[4])
 print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s']:.0f} | "
-      f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['refused']} refused, {load['errors']} errors | "
+      f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['update_bytes_per_s'] / baseline:.2f} | "
+      f"{load['refused']} refused, {load['errors']} errors | "
       f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB |")
 PY
   port=$((port + 1))
@@ -58,6 +68,30 @@ PY
 }
 
 : >"$work/rows"
+baseline=$(python3 - <<'PY'
+import os, socket, time
+total, piece = 4 << 30, 1 << 20
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+pid = os.fork()
+if pid == 0:
+    out = socket.create_connection(server.getsockname())
+    data, sent = memoryview(bytes(piece)), 0
+    while sent < total:
+        sent += out.send(data)
+    out.close()
+    os._exit(0)
+conn, _ = server.accept()
+buf, got, start = memoryview(bytearray(piece)), 0, time.perf_counter()
+while (n := conn.recv_into(buf)) > 0:
+    got += n
+seconds = time.perf_counter() - start
+os.waitpid(pid, 0)
+print(got / seconds)
+PY
+)
+echo "== baseline: loopback TCP $(python3 -c "print(f'{$baseline / 1e9:.2f}')") GB/s" >&2
 if [ "$what" = load ] || [ "$what" = all ]; then
   run load-1000-sync 1000 --clients-per-round 1000 --min-clients 1000 --rounds 3 --selection-wait-s 30
   run load-1000-async 1000 --mode async --buffer-size 100 --rounds 30
@@ -73,10 +107,15 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
     name="ingest-$n-clients-$p-$slots-uploads"
     LOAD_FLAGS=""
     if [ -n "${only:-}" ]; then name="upload-only-$n-clients-$p"; LOAD_FLAGS="--upload-only"; fi
+    # 10-client federations run 20 versions, 100-client ones 5: at least 2,000 MB each, so that
+    # the first touches of the server's buffers (a warm-up) weigh little.
+    rounds=$((n >= 100 ? 5 : 20))
     run "$name" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
-      --buffer-size "$n" --rounds 5 --max-concurrent-uploads "$slots"
+      --buffer-size "$n" --rounds "$rounds" --max-concurrent-uploads "$slots"
   done
 fi
-echo "| run | clients | updates | updates/s | update bytes/s | errors | wall time | server peak RSS |"
-echo "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"
+echo
+echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
 cat "$work/rows"
