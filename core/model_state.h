@@ -78,9 +78,16 @@ class ModelState {
   size_t num_params() const { return data_.size(); }
   size_t num_bytes() const { return data_.size() * sizeof(float); }
 
-  std::span<float> data() { return data_; }
+  // Mutable access forgets that the values were checked finite (see CheckFinite).
+  std::span<float> data() {
+    finite_checked_ = false;
+    return data_;
+  }
   std::span<const float> data() const { return data_; }
-  std::span<float> tensor(size_t i) { return std::span<float>(data_).subspan(slots_[i].offset, slots_[i].numel); }
+  std::span<float> tensor(size_t i) {
+    finite_checked_ = false;
+    return std::span<float>(data_).subspan(slots_[i].offset, slots_[i].numel);
+  }
   std::span<const float> tensor(size_t i) const {
     return std::span<const float>(data_).subspan(slots_[i].offset, slots_[i].numel);
   }
@@ -95,8 +102,13 @@ class ModelState {
   // this -= other, value by value (e.g. trained weights minus base weights gives a delta).
   // REQUIRES: the same layout (CheckSameLayout).
   void Subtract(const ModelState& other);
+  // this *= s, value by value. Values known finite stay so when |s| <= 1.
+  void Scale(float s);
 
   // OK when every value is finite; otherwise InvalidArgument naming the tensor and index.
+  // Free when a decoder checked every value as it arrived (SafetensorsStreamDecoder) and none
+  // was written since: on the server each update is then checked once, while its bytes are
+  // still in cache, instead of in one more pass over memory.
   Status CheckFinite() const;
 
   // SHA-256 (lower-case hex) over a canonical encoding of names, shapes and values. The version
@@ -109,7 +121,13 @@ class ModelState {
   std::vector<TensorSlot> slots_;
   std::vector<float, ModelBufferAllocator<float>> data_;
   uint64_t version_ = 0;
+  bool finite_checked_ = false;  // every value checked finite and none written since
+
+  friend class SafetensorsStreamDecoder;  // checks values as it decodes them
 };
+
+// True when no value is NaN or infinite (one vectorizable pass).
+bool AllFinite(std::span<const float> values);
 
 // Lower-case hex SHA-256 of arbitrary bytes, or of pieces of bytes one after the other.
 std::string Sha256Hex(std::span<const unsigned char> bytes);

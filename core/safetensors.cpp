@@ -157,8 +157,13 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
     }
   }
   if (!bytes.empty()) {
-    std::memcpy(reinterpret_cast<char*>(model_->data().data()) + data_received_, bytes.data(), bytes.size());
+    float* values = model_->data_.data();
+    std::memcpy(reinterpret_cast<char*>(values) + data_received_, bytes.data(), bytes.size());
+    // Check the values this piece completed while they are in cache (a piece may end inside one).
+    const size_t first = data_received_ / sizeof(float);
     data_received_ += bytes.size();
+    const size_t end = data_received_ / sizeof(float);
+    if (!AllFinite(std::span<const float>(values + first, end - first))) non_finite_ = true;
   }
   return Status::Ok();
 }
@@ -168,6 +173,7 @@ Result<ModelState> SafetensorsStreamDecoder::Finish() && {
     return Malformed("stream ended after " + std::to_string(received_) + " of " + std::to_string(total_bytes_) +
                      " bytes");
   }
+  model_->finite_checked_ = !non_finite_;
   return std::move(*model_);
 }
 

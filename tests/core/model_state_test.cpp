@@ -1,6 +1,8 @@
 #include "core/model_state.h"
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "tests/testing/status_matchers.h"
 
@@ -35,6 +37,37 @@ TEST(ModelStateTest, LayoutMismatchNamesTheTensor) {
   EXPECT_THAT(b.CheckSameLayout(a), StatusIs(StatusCode::kInvalidArgument, "tensor 'w' has shape [3, 2], expected [2, 3]"));
   ModelState c = *ModelState::Create({{"w", {2, 3}}});
   EXPECT_THAT(c.CheckSameLayout(a), StatusIs(StatusCode::kInvalidArgument, "1 tensors, expected 2"));
+}
+
+TEST(ModelStateTest, AllFiniteFindsEveryKindOfNonFiniteValueAtEveryPosition) {
+  const float kinds[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                         std::numeric_limits<float>::signaling_NaN(), std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity()};
+  for (size_t n : {0, 1, 7, 8, 9, 33}) {
+    // Finite extremes pass: the largest, the smallest normal and subnormal, signed zeros.
+    std::vector<float> v(n, std::numeric_limits<float>::max());
+    if (n > 1) v[1] = -std::numeric_limits<float>::denorm_min();
+    if (n > 2) v[2] = std::numeric_limits<float>::min();
+    if (n > 3) v[3] = -0.0f;
+    EXPECT_TRUE(AllFinite(v)) << n;
+    for (size_t at = 0; at < n; ++at) {
+      for (float bad : kinds) {
+        std::vector<float> w = v;
+        w[at] = bad;
+        EXPECT_FALSE(AllFinite(w)) << n << " " << at << " " << bad;
+      }
+    }
+  }
+}
+
+TEST(ModelStateTest, ScaleMultipliesEveryValueExactlyAsFloatsDo) {
+  for (size_t n : {1, 7, 8, 9, 33}) {
+    ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(n)}}});
+    for (size_t i = 0; i < n; ++i) m.data()[i] = 0.1f * static_cast<float>(i) - 1.3f;
+    const ModelState before = m;
+    m.Scale(0.37f);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(m.data()[i], before.data()[i] * 0.37f) << n << " " << i;
+  }
 }
 
 TEST(ModelStateTest, FindsNonFiniteValues) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "tests/testing/status_matchers.h"
 
@@ -99,6 +100,41 @@ TEST(SafetensorsStreamDecoderTest, RefusesWhatTheWholeDecoderRefuses) {
   const std::string empty_header = HandMade("", "");
   SafetensorsStreamDecoder none(empty_header.size());
   EXPECT_THAT(none.Append(empty_header), StatusIs(StatusCode::kInvalidArgument, "not a JSON object"));
+}
+
+// The stream decoder checks values as they arrive; a model it found finite skips the second
+// pass, and anything that writes the values afterwards makes CheckFinite look again.
+TEST(SafetensorsStreamDecoderTest, ChecksFinitenessAsValuesArriveAndForgetsItOnWrites) {
+  const auto stream = [](const std::string& bytes, size_t piece) {
+    SafetensorsStreamDecoder d(bytes.size());
+    for (size_t at = 0; at < bytes.size(); at += piece) EXPECT_TRUE(d.Append(std::string_view(bytes).substr(at, piece)).ok());
+    return *std::move(d).Finish();
+  };
+  ModelState nan_inside = Sample();
+  nan_inside.data()[4] = std::numeric_limits<float>::quiet_NaN();  // fc1.bias[0]
+  const std::string with_nan = EncodeSafetensors(nan_inside);
+  for (size_t piece : {1, 3, 7, 4096}) {  // pieces that split the NaN's bytes, and one piece
+    EXPECT_THAT(stream(with_nan, piece).CheckFinite(), StatusIs(StatusCode::kInvalidArgument, "fc1.bias")) << piece;
+  }
+
+  ModelState big = Sample();
+  big.data()[0] = 3e38f;
+  ModelState decoded = stream(EncodeSafetensors(big), 5);
+  EXPECT_TRUE(decoded.CheckFinite().ok());
+  decoded.Scale(0.5f);  // stays finite
+  EXPECT_TRUE(decoded.CheckFinite().ok());
+  decoded.Scale(4.0f);  // overflows: the check must look again
+  EXPECT_THAT(decoded.CheckFinite(), StatusIs(StatusCode::kInvalidArgument, "fc2.weight"));
+
+  ModelState written = stream(EncodeSafetensors(Sample()), 5);
+  ASSERT_TRUE(written.CheckFinite().ok());
+  written.data()[6] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(written.CheckFinite(), StatusIs(StatusCode::kInvalidArgument, "fc1.bias"));
+  ModelState subtracted = stream(EncodeSafetensors(big), 5);
+  ModelState negative_big = Sample();
+  negative_big.data()[0] = -3e38f;
+  subtracted.Subtract(negative_big);  // 3e38 - (-3e38) overflows
+  EXPECT_THAT(subtracted.CheckFinite(), StatusIs(StatusCode::kInvalidArgument, "fc2.weight"));
 }
 
 TEST(SafetensorsTest, FileRoundTripAndMissingFile) {
