@@ -34,8 +34,9 @@ grpc::Status ToGrpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())), s.message());
 }
 
-// Where Federation.UploadUpdate sits among the service's methods (the order of the rpc lines in
-// federation.proto); the uploads' integration tests fail should it move.
+// Where Federation.DownloadModel and UploadUpdate sit among the service's methods (the order of
+// the rpc lines in federation.proto); the transfers' integration tests fail should they move.
+constexpr int kDownloadModelMethod = 2;
 constexpr int kUploadUpdateMethod = 3;
 
 // An upload's chunks as they come off the stream, each read in place from gRPC's buffers
@@ -76,10 +77,17 @@ class FederationService final : public v1::Federation::Service {
         mtls_(mtls),
         limits_(limits),
         rate_(limits.requests_per_s, limits.burst, &clock_) {
-    // UploadUpdate reads its chunks as gRPC's raw buffers (the generated handler would parse each
-    // into a protobuf message, copying its data). gRPC's hook for swapping a method's handler is
-    // MarkMethodStreamed, which also relabels the method bidirectional: to a server, a client
-    // stream is a bidirectional one with a single reply, so clients see no difference.
+    // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
+    // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
+    // method's handler is MarkMethodStreamed, which also relabels the method bidirectional: to a
+    // server, a server stream is a bidirectional one with a single request and a client stream
+    // one with a single reply, so clients see no difference.
+    MarkMethodStreamed(kDownloadModelMethod,
+                       new grpc::internal::SplitServerStreamingHandler<v1::DownloadModelRequest, grpc::ByteBuffer>(
+                           [this](grpc::ServerContext* ctx,
+                                  grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
+                             return DownloadModelRaw(ctx, stream);
+                           }));
     MarkMethodStreamed(kUploadUpdateMethod,
                        new grpc::internal::ClientStreamingHandler<FederationService, grpc::ByteBuffer, v1::UploadReply>(
                            [](FederationService* s, grpc::ServerContext* ctx,
@@ -144,23 +152,39 @@ class FederationService final : public v1::Federation::Service {
     }
   }
 
-  grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* req,
-                             grpc::ServerWriter<v1::ModelChunk>* writer) override {
-    Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req->version());
+  // Federation.DownloadModel: each chunk goes out as its protobuf fields followed by a slice that
+  // points into the encoded model and keeps it alive, so the model is not copied per download.
+  grpc::Status DownloadModelRaw(grpc::ServerContext* ctx,
+                                grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
+    v1::DownloadModelRequest req;
+    if (!stream->Read(&req)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a download needs its request");
+    Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req.version());
     if (!bytes.ok()) return ToGrpc(bytes.status());
     const std::string& b = **bytes;
-    if (req->offset() > b.size()) {
-      return ToGrpc(Status(StatusCode::kOutOfRange, "offset " + std::to_string(req->offset()) + " is past the " +
+    if (req.offset() > b.size()) {
+      return ToGrpc(Status(StatusCode::kOutOfRange, "offset " + std::to_string(req.offset()) + " is past the " +
                                                         std::to_string(b.size()) + "-byte model"));
     }
-    for (size_t off = req->offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
+    for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
-      v1::ModelChunk c;
-      c.set_version(req->version());
-      c.set_total_bytes(b.size());
-      c.set_offset(off);
-      c.set_data(b.substr(off, kChunkBytes));
-      if (!writer->Write(c)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+      const size_t n = std::min(kChunkBytes, b.size() - off);
+      v1::ModelChunk fields;  // all but data, which follows as field 4
+      fields.set_version(req.version());
+      fields.set_total_bytes(b.size());
+      fields.set_offset(off);
+      std::string head = fields.SerializeAsString();
+      head.push_back('\x22');  // field 4, length-delimited
+      for (size_t left = n;; left >>= 7) {
+        head.push_back(static_cast<char>((left & 0x7f) | (left > 0x7f ? 0x80 : 0)));
+        if (left <= 0x7f) break;
+      }
+      auto* owner = new std::shared_ptr<const std::string>(*bytes);
+      grpc::Slice parts[2] = {
+          grpc::Slice(head),
+          grpc::Slice(const_cast<char*>(b.data() + off), n,
+                      [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, owner)};
+      grpc::ByteBuffer message(parts, 2);
+      if (!stream->Write(message)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
       if (b.empty()) break;
     }
     return grpc::Status::OK;
