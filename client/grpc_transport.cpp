@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/model_state.h"
@@ -12,6 +13,7 @@ namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
 constexpr int kMaxMessageBytes = 4 << 20;
+constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 30;
 
 Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
@@ -120,6 +122,10 @@ class GrpcFederationTransport final : public FederationTransport {
         ctx.TryCancel();
         return DataLossError("download: more bytes than announced");
       }
+      // Room for the whole model at once, rather than regrowing (and recopying) the buffer
+      // chunk by chunk; capped at 1 GiB, so that a server announcing a huge size cannot make
+      // the client allocate it without sending it.
+      if (buffer->capacity() < *total_bytes) buffer->reserve(std::min<uint64_t>(*total_bytes, kMaxReserveBytes));
       buffer->append(chunk.data());
     }
     PLEXUS_RETURN_IF_ERROR(FromGrpc(reader->Finish(), "download model " + std::to_string(version)));
