@@ -7,6 +7,7 @@
 
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
+#include "proto/length_delimited_field.h"
 
 namespace plexus {
 namespace {
@@ -24,16 +25,7 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
 }
 
 constexpr char kUploadUpdatePath[] = "/plexus.v1.Federation/UploadUpdate";
-
-// The protobuf field header of UpdateChunk.data (field 2, length-delimited) for n bytes.
-std::string DataFieldHeader(size_t n) {
-  std::string out(1, '\x12');
-  do {
-    out.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
-    n >>= 7;
-  } while (n > 0);
-  return out;
-}
+constexpr uint32_t kUpdateChunkDataField = 2;  // UpdateChunk.data
 
 std::chrono::system_clock::time_point In(int64_t ms) {
   return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
@@ -196,7 +188,8 @@ class GrpcFederationTransport final : public FederationTransport {
     bool ok = writer->Write(message);
     for (size_t off = offset; ok && off < payload.size(); off += kChunkBytes) {
       const std::string_view piece = payload.substr(off, kChunkBytes);
-      grpc::Slice parts[2] = {grpc::Slice(DataFieldHeader(piece.size())), grpc::Slice(piece.data(), piece.size())};
+      grpc::Slice parts[2] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, piece.size())),
+                              grpc::Slice(piece.data(), piece.size())};
       message = grpc::ByteBuffer(parts, 2);
       ok = writer->Write(message);
     }

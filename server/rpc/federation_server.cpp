@@ -21,6 +21,7 @@
 #include "server/rpc/rate_limiter.h"
 #include "server/rpc/update_chunk_wire.h"
 #include "plexus/v1/federation.grpc.pb.h"
+#include "proto/length_delimited_field.h"
 
 namespace plexus {
 namespace {
@@ -38,6 +39,7 @@ grpc::Status ToGrpc(const Status& s) {
 // the rpc lines in federation.proto); the transfers' integration tests fail should they move.
 constexpr int kDownloadModelMethod = 2;
 constexpr int kUploadUpdateMethod = 3;
+constexpr uint32_t kModelChunkDataField = 4;  // ModelChunk.data
 
 // An upload's chunks as they come off the stream, each read in place from gRPC's buffers
 // (update_chunk_wire.h). A chunk's data views stay valid until the next call to Next.
@@ -168,16 +170,11 @@ class FederationService final : public v1::Federation::Service {
     for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
       const size_t n = std::min(kChunkBytes, b.size() - off);
-      v1::ModelChunk fields;  // all but data, which follows as field 4
+      v1::ModelChunk fields;  // all but data, which follows
       fields.set_version(req.version());
       fields.set_total_bytes(b.size());
       fields.set_offset(off);
-      std::string head = fields.SerializeAsString();
-      head.push_back('\x22');  // field 4, length-delimited
-      for (size_t left = n;; left >>= 7) {
-        head.push_back(static_cast<char>((left & 0x7f) | (left > 0x7f ? 0x80 : 0)));
-        if (left <= 0x7f) break;
-      }
+      const std::string head = fields.SerializeAsString() + LengthDelimitedFieldHeader(kModelChunkDataField, n);
       auto* owner = new std::shared_ptr<const std::string>(*bytes);
       grpc::Slice parts[2] = {
           grpc::Slice(head),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "plexus/v1/federation.pb.h"
+#include "proto/length_delimited_field.h"
 
 namespace plexus {
 namespace {
@@ -60,6 +61,20 @@ TEST(UpdateChunkWireTest, ReadsWhatProtobufWritesHoweverItIsCut) {
       EXPECT_EQ(view->data_bytes, chunk.data().size());
     }
   }
+}
+
+// The raw transfers write a field header and the data behind it: the same bytes as protobuf.
+TEST(UpdateChunkWireTest, LengthDelimitedFieldHeaderWritesWhatProtobufWrites) {
+  for (size_t n : {0, 1, 127, 128, 300, 16383, 16384, 1 << 20}) {
+    const std::string data(n, 'x');
+    v1::UpdateChunk update;
+    update.set_data(data);
+    EXPECT_EQ(LengthDelimitedFieldHeader(2, n) + data, update.SerializeAsString()) << n;
+    v1::ModelChunk model;
+    model.set_data(data);
+    if (n > 0) EXPECT_EQ(LengthDelimitedFieldHeader(4, n) + data, model.SerializeAsString()) << n;  // proto3 omits empty
+  }
+  EXPECT_EQ(LengthDelimitedFieldHeader(16, 1), std::string("\x82\x01\x01", 3));  // a tag past one byte
 }
 
 TEST(UpdateChunkWireTest, SkipsUnknownFieldsAsProtobufDoes) {
