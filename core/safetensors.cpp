@@ -1,13 +1,17 @@
 #include "core/safetensors.h"
 
+#include "core/atomic_file.h"
+
 #include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 namespace plexus {
 namespace {
@@ -18,7 +22,7 @@ Status Malformed(const std::string& why) { return InvalidArgumentError("malforme
 
 }  // namespace
 
-std::string EncodeSafetensors(const ModelState& model) {
+std::string SafetensorsPrefix(const ModelState& model) {
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = {{kVersionKey, std::to_string(model.version())}, {"format", "pt"}};
   for (const TensorSlot& s : model.tensors()) {
@@ -33,6 +37,11 @@ std::string EncodeSafetensors(const ModelState& model) {
   out.reserve(8 + json.size() + model.num_bytes());
   out.append(reinterpret_cast<const char*>(&n), 8);
   out += json;
+  return out;
+}
+
+std::string EncodeSafetensors(const ModelState& model) {
+  std::string out = SafetensorsPrefix(model);
   out.append(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
   return out;
 }
@@ -184,28 +193,42 @@ std::string SafetensorsStreamDecoder::ReceivedSha256() const {
 }
 
 Result<ModelState> ReadSafetensorsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open model file '" + path + "': " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  Result<ModelState> model = DecodeSafetensors(buf.str());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFoundError("cannot open model file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return UnavailableError("cannot stat '" + path + "': " + std::strerror(err));
+  }
+  // Piece by piece into the decoder: the file's bytes are never held whole next to the model.
+  SafetensorsStreamDecoder decoder(static_cast<uint64_t>(st.st_size));
+  std::string piece(size_t{4} << 20, '\0');
+  for (;;) {
+    const ssize_t n = ::read(fd, piece.data(), piece.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError("cannot read '" + path + "': " + std::strerror(err));
+    }
+    if (n == 0) break;
+    if (Status s = decoder.Append(std::string_view(piece.data(), static_cast<size_t>(n))); !s.ok()) {
+      ::close(fd);
+      return s.WithContext("reading '" + path + "'");
+    }
+  }
+  ::close(fd);
+  Result<ModelState> model = std::move(decoder).Finish();
   if (!model.ok()) return model.status().WithContext("reading '" + path + "'");
   return model;
 }
 
 Status WriteSafetensorsFile(const std::string& path, const ModelState& model) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return InvalidArgumentError("cannot write '" + tmp + "': " + std::strerror(errno));
-    const std::string bytes = EncodeSafetensors(model);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return InternalError("short write to '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return InternalError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-  }
-  return Status::Ok();
+  // The header, then the values straight from the model: no encoded copy of a model-sized buffer.
+  return WriteFileAtomically(
+      path, {SafetensorsPrefix(model),
+             std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes())});
 }
 
 }  // namespace plexus

@@ -19,6 +19,9 @@ namespace plexus {
 inline constexpr size_t kMaxSafetensorsHeaderBytes = 16 << 20;
 
 std::string EncodeSafetensors(const ModelState& model);
+// What EncodeSafetensors puts before the values: the 8-byte header length and the JSON header
+// (padded so that the values start 8-byte aligned). The values follow as model.data()'s bytes.
+std::string SafetensorsPrefix(const ModelState& model);
 
 // InvalidArgument on malformed bytes, unsupported dtypes or inconsistent offsets.
 Result<ModelState> DecodeSafetensors(std::string_view bytes);
@@ -54,8 +57,12 @@ class SafetensorsStreamDecoder {
   std::optional<ModelState> model_;
 };
 
-// NotFound when the file is missing; InvalidArgument when it is malformed.
+// NotFound when the file is missing; InvalidArgument when it is malformed; Unavailable when it
+// cannot be read.
 Result<ModelState> ReadSafetensorsFile(const std::string& path);
+// Atomic and durable: writes `path`.tmp, syncs it, renames it over `path` and syncs the directory,
+// so that after a crash `path` holds the old file or the whole new one. InvalidArgument when the
+// file cannot be created, Unavailable on a failed write or sync.
 Status WriteSafetensorsFile(const std::string& path, const ModelState& model);
 
 }  // namespace plexus

@@ -1,5 +1,8 @@
 #include "server/store/sqlite_store.h"
 
+#include <filesystem>
+
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "server/store/sqlite_statement.h"
 
@@ -16,7 +19,7 @@ CREATE TABLE IF NOT EXISTS aggregator_state (id INTEGER PRIMARY KEY CHECK (id = 
                                              state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, num_examples INTEGER NOT NULL, device TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS checkpoints (
-  version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL);
+  version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL, file TEXT);
 CREATE TABLE IF NOT EXISTS rounds (
   round INTEGER PRIMARY KEY, model_version INTEGER NOT NULL REFERENCES checkpoints(version),
   model_sha256 TEXT NOT NULL, num_selected INTEGER NOT NULL, num_updates INTEGER NOT NULL,
@@ -35,11 +38,36 @@ CREATE TABLE IF NOT EXISTS accepted_updates (
   train_loss REAL, delta BLOB NOT NULL, PRIMARY KEY (round, attempt, client_id));
 )sql";
 
+// Databases written before checkpoints moved to files lack the `file` column.
+Status AddCheckpointFileColumn(sqlite3* db) {
+  auto has_column = [db]() -> Result<bool> {
+    Stmt st(db, "SELECT COUNT(*) FROM pragma_table_info('checkpoints') WHERE name = 'file'");
+    PLEXUS_RETURN_IF_ERROR(st.prepared("inspect checkpoints"));
+    const int rc = st.Step();
+    if (rc != SQLITE_ROW) return SqliteError(db, rc, "inspect checkpoints");
+    return st.Int(0) > 0;
+  };
+  PLEXUS_ASSIGN_OR_RETURN(bool present, has_column());
+  if (present) return Status::Ok();
+  Status added = ExecSql(db, "ALTER TABLE checkpoints ADD COLUMN file TEXT");
+  if (added.ok()) return added;
+  // Another process may have added it first.
+  PLEXUS_ASSIGN_OR_RETURN(present, has_column());
+  return present ? Status::Ok() : added;
+}
+
+std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
+
 }  // namespace
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
   PLEXUS_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlite(path, kSchema));
-  return std::unique_ptr<SqliteStore>(new SqliteStore(db));
+  if (Status s = AddCheckpointFileColumn(db); !s.ok()) {
+    sqlite3_close(db);
+    return s.WithContext("open database '" + path + "'");
+  }
+  const bool in_memory = path.empty() || path == ":memory:";
+  return std::unique_ptr<SqliteStore>(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints"));
 }
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
@@ -96,10 +124,33 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
                               " already exists with different content");
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
-  Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
-  const std::string bytes = EncodeSafetensors(model);
-  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlobNoCopy(3, bytes);
+  if (checkpoint_dir_.empty()) {
+    Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
+    const std::string bytes = EncodeSafetensors(model);
+    st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlobNoCopy(3, bytes);
+    return Run(db_, st, "put checkpoint");
+  }
+  // The file is durable before the row that names it commits. A crash in between leaves a file
+  // no row names; it is replaced when this version is committed again.
+  PLEXUS_RETURN_IF_ERROR(EnsureCheckpointDirLocked());
+  const std::string name = CheckpointFileName(model.version());
+  PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(checkpoint_dir_ + "/" + name, model));
+  Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
+  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
   return Run(db_, st, "put checkpoint");
+}
+
+Status SqliteStore::EnsureCheckpointDirLocked() {
+  if (checkpoint_dir_ready_) return Status::Ok();
+  std::error_code ec;
+  const bool created = std::filesystem::create_directories(checkpoint_dir_, ec);
+  if (ec) return UnavailableError("cannot create the checkpoint directory '" + checkpoint_dir_ + "': " + ec.message());
+  if (created) {
+    const std::string parent = std::filesystem::path(checkpoint_dir_).parent_path().string();
+    PLEXUS_RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent));
+  }
+  checkpoint_dir_ready_ = true;
+  return Status::Ok();
 }
 
 Status SqliteStore::PutCheckpoint(const ModelState& model) {
@@ -292,13 +343,22 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
 }
 
 Result<ModelState> SqliteStore::CheckpointLocked(uint64_t version) {
-  Stmt st(db_, "SELECT sha256, bytes FROM checkpoints WHERE version = ?");
+  Stmt st(db_, "SELECT sha256, bytes, file FROM checkpoints WHERE version = ?");
   PLEXUS_RETURN_IF_ERROR(st.prepared("read checkpoint"));
   st.Bind(1, static_cast<int64_t>(version));
   const int rc = st.Step();
   if (rc == SQLITE_DONE) return NotFoundError("no checkpoint of version " + std::to_string(version));
   if (rc != SQLITE_ROW) return SqliteError(db_, rc, "read checkpoint");
-  Result<ModelState> model = DecodeSafetensors(st.Text(1));
+  Result<ModelState> model = InvalidArgumentError("no checkpoint bytes");
+  if (st.IsNull(2)) {
+    model = DecodeSafetensors(st.Text(1));
+  } else {
+    const std::string file = checkpoint_dir_ + "/" + st.Text(2);
+    model = ReadSafetensorsFile(file);
+    if (model.status().code() == StatusCode::kNotFound) {
+      return DataLossError("checkpoint " + std::to_string(version) + " is missing: " + model.status().message());
+    }
+  }
   if (!model.ok()) return DataLossError("checkpoint " + std::to_string(version) + " is corrupt: " + model.status().message());
   if (model->ContentSha256() != st.Text(0)) {
     return DataLossError("checkpoint " + std::to_string(version) + " does not match its stored SHA-256");

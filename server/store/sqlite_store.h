@@ -1,6 +1,12 @@
-// SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL). Every state
-// change is one transaction; checkpoints are stored as safetensors bytes with their SHA-256 and
-// verified on read. Thread-safe (one connection behind a mutex).
+// SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL) and, next to it,
+// a folder `<path>.checkpoints/` with one safetensors file per model version. Every state change
+// is one transaction. A checkpoint's file is written atomically and synced before the row that
+// names it (with its SHA-256, verified on read) commits, so a checkpoint the database knows is on
+// disk whole. Models live outside the database because SQLite would copy a model-sized blob
+// several times (into a record, its pages, the WAL, then the database file); a file is written
+// once, straight from the model. An in-memory database (":memory:") keeps checkpoints inline, as
+// databases written before the folder existed do; both are read. Thread-safe (one connection
+// behind a mutex).
 #pragma once
 
 #include <memory>
@@ -38,15 +44,18 @@ class SqliteStore final : public Store {
   Result<std::vector<uint64_t>> CheckpointVersions() override;
 
  private:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  SqliteStore(sqlite3* db, std::string checkpoint_dir) : checkpoint_dir_(std::move(checkpoint_dir)), db_(db) {}
   Status Exec(const char* sql);
   // known_sha256: the model's ContentSha256 when the caller has it (a round's record carries it;
   // hashing a large model twice costs as much as receiving an update), else empty.
   Status PutCheckpointLocked(const ModelState& model, std::string_view known_sha256 = {});
   Result<ModelState> CheckpointLocked(uint64_t version);
+  Status EnsureCheckpointDirLocked();
 
+  const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
   std::mutex mu_;
-  sqlite3* db_;  // guarded by mu_
+  sqlite3* db_;                       // guarded by mu_
+  bool checkpoint_dir_ready_ = false;  // guarded by mu_
 };
 
 }  // namespace plexus

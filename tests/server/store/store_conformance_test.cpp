@@ -6,6 +6,11 @@
 #include "server/store/memory_store.h"
 #include "tests/testing/status_matchers.h"
 #ifdef PLEXUS_HAVE_SQLITE_STORE
+#include <sqlite3.h>
+
+#include <fstream>
+
+#include "core/safetensors.h"
 #include "server/store/sqlite_store.h"
 #endif
 
@@ -33,7 +38,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
     Remove();
   }
   void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path_ + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints"}) std::filesystem::remove_all(path_ + suffix);
   }
 
   static ModelState Model(uint64_t version, float fill) {
@@ -177,9 +182,123 @@ INSTANTIATE_TEST_SUITE_P(AllStores, StoreConformanceTest, ::testing::ValuesIn(Fa
                          [](const auto& info) { return info.param.name; });
 
 #ifdef PLEXUS_HAVE_SQLITE_STORE
+// A database path in the temporary directory with nothing left of earlier runs; removed again
+// (with its WAL and checkpoint folder) when the test ends.
+class ScratchDatabase {
+ public:
+  explicit ScratchDatabase(const std::string& name)
+      : path_((std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()) + ".db")).string()) {
+    Remove();
+  }
+  ~ScratchDatabase() { Remove(); }
+  const std::string& path() const { return path_; }
+  std::string checkpoint_file(uint64_t version) const {
+    return path_ + ".checkpoints/v" + std::to_string(version) + ".safetensors";
+  }
+
+ private:
+  void Remove() {
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints"}) std::filesystem::remove_all(path_ + suffix);
+  }
+  std::string path_;
+};
+
+ModelState Filled(size_t params, uint64_t version, float fill) {
+  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(params)}}}, version);
+  for (float& x : m.data()) x = fill;
+  return m;
+}
+
+TEST(SqliteStoreTest, CheckpointsAreFilesNextToTheDatabase) {
+  ScratchDatabase db("plexus_ckpt_files");
+  const ModelState model = Filled(250000, 0, 0.5f);  // 1 MB of values
+  {
+    auto s = *SqliteStore::Open(db.path());
+    ASSERT_OK(s->PutCheckpoint(model));
+    ASSERT_OK(s->PutCheckpoint(model));  // the same content again is a no-op
+    ModelState other = Filled(250000, 0, 2.0f);
+    EXPECT_THAT(s->PutCheckpoint(other), StatusIs(StatusCode::kAlreadyExists, "different content"));
+  }
+  ASSERT_TRUE(std::filesystem::exists(db.checkpoint_file(0)));
+  EXPECT_FALSE(std::filesystem::exists(db.checkpoint_file(0) + ".tmp"));
+  EXPECT_EQ(*ReadSafetensorsFile(db.checkpoint_file(0)), model);
+  // The database holds the row, not the megabyte.
+  EXPECT_LT(std::filesystem::file_size(db.path()) +
+                (std::filesystem::exists(db.path() + "-wal") ? std::filesystem::file_size(db.path() + "-wal") : 0),
+            model.num_bytes() / 4);
+  auto s = *SqliteStore::Open(db.path());
+  EXPECT_EQ(**s->LatestCheckpoint(), model);
+}
+
+TEST(SqliteStoreTest, AMissingOrAlteredCheckpointFileIsDataLoss) {
+  ScratchDatabase db("plexus_ckpt_damaged");
+  auto s = *SqliteStore::Open(db.path());
+  ASSERT_OK(s->PutCheckpoint(Filled(1000, 0, 1.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, Filled(1000, 1, 3.0f), ""));
+  {
+    // One value changed in place: still a valid safetensors file, but not the model committed.
+    std::fstream f(db.checkpoint_file(1), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-4, std::ios::end);
+    const float changed = 7.0f;
+    f.write(reinterpret_cast<const char*>(&changed), sizeof changed);
+  }
+  EXPECT_THAT(s->Checkpoint(1), StatusIs(StatusCode::kDataLoss, "does not match its stored SHA-256"));
+  std::filesystem::remove(db.checkpoint_file(1));
+  EXPECT_THAT(s->LatestCheckpoint(), StatusIs(StatusCode::kDataLoss, "checkpoint 1 is missing"));
+  EXPECT_EQ((*s->Checkpoint(0)).data()[0], 1.0f);  // the others are untouched
+}
+
+TEST(SqliteStoreTest, AFileLeftByACrashBeforeItsCommitIsReplaced) {
+  ScratchDatabase db("plexus_ckpt_orphan");
+  auto s = *SqliteStore::Open(db.path());
+  ASSERT_OK(s->PutCheckpoint(Filled(10, 0, 1.0f)));
+  // What a crash between writing version 1's file and committing its row leaves behind.
+  ASSERT_OK(WriteSafetensorsFile(db.checkpoint_file(1), Filled(10, 1, 9.0f)));
+  EXPECT_THAT(s->Checkpoint(1), StatusIs(StatusCode::kNotFound, "no checkpoint of version 1"));
+  EXPECT_EQ((**s->LatestCheckpoint()).version(), 0u);
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, Filled(10, 1, 2.0f), ""));
+  EXPECT_EQ((*s->Checkpoint(1)).data()[0], 2.0f);
+}
+
+TEST(SqliteStoreTest, ReadsCheckpointsStoredInsideOlderDatabases) {
+  ScratchDatabase db("plexus_ckpt_inline");
+  const ModelState old_model = Filled(6, 0, 4.0f);
+  {
+    // The checkpoints table as databases had it before checkpoints moved to files.
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE checkpoints (version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO checkpoints VALUES(0, ?, ?)", -1, &st, nullptr), SQLITE_OK);
+    const std::string sha = old_model.ContentSha256(), bytes = EncodeSafetensors(old_model);
+    sqlite3_bind_text(st, 1, sha.data(), static_cast<int>(sha.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 2, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  auto s = *SqliteStore::Open(db.path());
+  EXPECT_EQ(*s->Checkpoint(0), old_model);
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, Filled(6, 1, 5.0f), ""));
+  EXPECT_TRUE(std::filesystem::exists(db.checkpoint_file(1)));
+  EXPECT_EQ(*s->CheckpointVersions(), (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ((**s->LatestCheckpoint()).data()[0], 5.0f);
+}
+
 TEST(SqliteStoreTest, SurvivesReopen) {
-  const std::string path = (std::filesystem::temp_directory_path() / "plexus_reopen.db").string();
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  ScratchDatabase db("plexus_reopen");
+  const std::string& path = db.path();
   {
     auto s = *SqliteStore::Open(path);
     ModelState m = *ModelState::Create({{"w", {3}}}, 0);
@@ -196,7 +315,6 @@ TEST(SqliteStoreTest, SurvivesReopen) {
   EXPECT_EQ((*s->LatestCheckpoint())->data()[1], 4.0f);
   EXPECT_EQ(*s->AggregatorState(), "momentum");
   EXPECT_EQ(s->ListClients()->size(), 1u);
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {

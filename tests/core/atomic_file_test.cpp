@@ -1,0 +1,42 @@
+#include "core/atomic_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST(AtomicFileTest, WritesThePiecesInOrderAndReplacesTheOldFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("plexus_atomic_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "f.bin").string();
+  ASSERT_OK(WriteFileAtomically(path, {"old"}));
+  ASSERT_OK(WriteFileAtomically(path, {"head:", std::string_view("\0body", 5), "", ":tail"}));
+  EXPECT_EQ(Contents(path), std::string("head:\0body:tail", 15));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  EXPECT_OK(SyncDirectory(dir.string()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(AtomicFileTest, AFolderThatIsNotThereIsAnErrorAndLeavesNothing) {
+  const std::string path = "/nonexistent-plexus-folder/f.bin";
+  EXPECT_THAT(WriteFileAtomically(path, {"x"}), StatusIs(StatusCode::kInvalidArgument, "cannot write"));
+  EXPECT_THAT(SyncDirectory("/nonexistent-plexus-folder"), StatusIs(StatusCode::kUnavailable, "cannot open directory"));
+}
+
+}  // namespace
+}  // namespace plexus
