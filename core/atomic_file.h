@@ -13,7 +13,8 @@
 namespace plexus {
 
 // Writes the concatenation of `pieces` to `path` atomically and durably (through `path`.tmp,
-// removed on failure). InvalidArgument when the file cannot be created, Unavailable on a failed
+// removed on failure). Files of a megabyte and more bypass the page cache (O_DIRECT) where the
+// file system supports it. InvalidArgument when the file cannot be created, Unavailable on a failed
 // write or sync, Internal when the rename fails.
 Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces);
 

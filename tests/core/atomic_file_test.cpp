@@ -32,6 +32,21 @@ TEST(AtomicFileTest, WritesThePiecesInOrderAndReplacesTheOldFile) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(AtomicFileTest, LargeFilesOfAnyLengthComeOutExact) {
+  // Large writes take the direct path in whole blocks; the file must still end where the bytes do.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("plexus_atomic_big_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string body((size_t{9} << 20) + 12345, '\0');
+  for (size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>(i * 2654435761u >> 24);
+  const std::string path = (dir / "big.bin").string();
+  ASSERT_OK(WriteFileAtomically(path, {"prefix-of-odd-length", body}));
+  EXPECT_EQ(Contents(path), "prefix-of-odd-length" + body);
+  ASSERT_OK(WriteFileAtomically(path, {std::string_view(body).substr(0, (size_t{1} << 20) + 1)}));
+  EXPECT_EQ(Contents(path), body.substr(0, (size_t{1} << 20) + 1));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(AtomicFileTest, AFolderThatIsNotThereIsAnErrorAndLeavesNothing) {
   const std::string path = "/nonexistent-plexus-folder/f.bin";
   EXPECT_THAT(WriteFileAtomically(path, {"x"}), StatusIs(StatusCode::kInvalidArgument, "cannot write"));
