@@ -49,22 +49,22 @@ class AddConstantTrainer final : public Trainer {
 // downloaded and encoded by whichever client gets a task first.
 class SharedDelta {
  public:
-  Result<std::string_view> Get(FederationTransport* transport, uint64_t version) {
+  Result<std::shared_ptr<const std::string>> Get(FederationTransport* transport, uint64_t version) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (payload_.empty()) {
+    if (!payload_) {
       std::string bytes;
       uint64_t total = 0;
       PLEXUS_RETURN_IF_ERROR(transport->Download(version, &bytes, &total));
       PLEXUS_ASSIGN_OR_RETURN(ModelState model, DecodeSafetensors(bytes));
       for (float& x : model.data()) x = 0.001f;
-      payload_ = EncodeSafetensors(model);
+      payload_ = std::make_shared<const std::string>(EncodeSafetensors(model));
     }
-    return std::string_view(payload_);
+    return payload_;
   }
 
  private:
   std::mutex mu_;
-  std::string payload_;
+  std::shared_ptr<const std::string> payload_;  // guarded by mu_
 };
 
 // One --upload-only client: polls and uploads the shared delta until the federation finishes.
@@ -82,10 +82,10 @@ Status UploadOnly(const std::string& server, const std::string& id, SharedDelta*
     PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, transport->Poll(id, 30000));
     if (a.kind == PollAnswer::Kind::kFinished) return Status::Ok();
     if (a.kind != PollAnswer::Kind::kTask) continue;
-    PLEXUS_ASSIGN_OR_RETURN(std::string_view payload, delta->Get(transport.get(), a.task.model_version));
+    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> payload, delta->Get(transport.get(), a.task.model_version));
     UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
     Result<uint64_t> up = transport->Upload(h, payload);
-    g_update_bytes += static_cast<int64_t>(payload.size());
+    g_update_bytes += static_cast<int64_t>(payload->size());
     if (up.ok()) {
       ++*completed;
     } else if (up.status().code() == StatusCode::kFailedPrecondition) {

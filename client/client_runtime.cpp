@@ -146,7 +146,7 @@ Status ClientRuntime::RunTask(const Task& task) {
 
   ModelState delta = std::move(out->weights);
   delta.Subtract(*model);
-  const std::string payload = EncodeSafetensors(delta);
+  const auto payload = std::make_shared<const std::string>(EncodeSafetensors(delta));
 
   UploadHeader h;
   h.client_id = client_id_;

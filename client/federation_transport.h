@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
-#include <string_view>
 
 #include "core/status.h"
 #include "core/task.h"
@@ -38,8 +38,13 @@ class FederationTransport {
   // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
   // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
-  // Returns the model version the server was at when it accepted the update.
-  virtual Result<uint64_t> Upload(const UploadHeader& header, std::string_view payload) = 0;
+  // Returns the model version the server was at when it accepted the update. The transport may
+  // hold on to `payload` (without copying it) after returning.
+  virtual Result<uint64_t> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
+  // For callers that hand the payload over.
+  Result<uint64_t> Upload(const UploadHeader& header, std::string payload) {
+    return Upload(header, std::make_shared<const std::string>(std::move(payload)));
+  }
 };
 
 }  // namespace plexus

@@ -8,6 +8,7 @@
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
 #include "proto/length_delimited_field.h"
+#include "proto/shared_bytes_slice.h"
 
 namespace plexus {
 namespace {
@@ -127,11 +128,11 @@ class GrpcFederationTransport final : public FederationTransport {
 
   // Uploads larger than a chunk first ask how much of them the server holds from an interrupted
   // attempt and send only the rest; a resume the server cannot match is retried from byte 0.
-  Result<uint64_t> Upload(const UploadHeader& h, std::string_view payload) override {
+  Result<uint64_t> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     uint64_t offset = 0;
-    if (payload.size() > kChunkBytes) {
-      Result<uint64_t> held = HeldBytes(h, payload.size());
-      if (held.ok() && *held < payload.size()) offset = *held;
+    if (payload->size() > kChunkBytes) {
+      Result<uint64_t> held = HeldBytes(h, payload->size());
+      if (held.ok() && *held < payload->size()) offset = *held;
     }
     Result<uint64_t> r = UploadFrom(h, payload, offset);
     if (offset > 0 && !r.ok() &&
@@ -155,16 +156,16 @@ class GrpcFederationTransport final : public FederationTransport {
     return static_cast<uint64_t>(rep.received_bytes());
   }
 
-  Result<uint64_t> UploadFrom(const UploadHeader& h, std::string_view payload, uint64_t offset) {
+  Result<uint64_t> UploadFrom(const UploadHeader& h, const std::shared_ptr<const std::string>& payload,
+                              uint64_t offset) {
     grpc::ClientContext ctx;
     Authorize(ctx);
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
-    // The chunks go out as raw buffers, each a copy of a piece of the payload behind the few
-    // bytes of its protobuf field header: the generated stub would copy the payload twice (into
-    // a message, then into gRPC's buffer). The piece is copied, not referenced, because gRPC may
-    // still be writing it to the socket after a failed Write returns. The bytes on the wire are
-    // those of UpdateChunk messages.
+    // The chunks go out as raw buffers: the few bytes of a protobuf field header, then a slice
+    // of the payload itself (which it keeps alive), so the payload is not copied at all; the
+    // generated stub would copy it twice (into a message, then into gRPC's buffer). The bytes on
+    // the wire are those of UpdateChunk messages.
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *upload_method_, &ctx, &rep));
     v1::UpdateChunk first;
@@ -176,20 +177,20 @@ class GrpcFederationTransport final : public FederationTransport {
     hdr->set_local_steps(h.local_steps);
     for (const auto& [k, v] : h.metrics) (*hdr->mutable_metrics())[k] = v;
     hdr->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
-    hdr->set_total_bytes(payload.size());
+    hdr->set_total_bytes(payload->size());
     if (offset > 0) {
       hdr->set_offset(offset);
       hdr->set_payload_sha256(
-          Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload.data()), payload.size())));
+          Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload->data()), payload->size())));
     }
     const std::string first_bytes = first.SerializeAsString();
     grpc::Slice first_slice(first_bytes);
     grpc::ByteBuffer message(&first_slice, 1);
     bool ok = writer->Write(message);
-    for (size_t off = offset; ok && off < payload.size(); off += kChunkBytes) {
-      const std::string_view piece = payload.substr(off, kChunkBytes);
-      grpc::Slice parts[2] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, piece.size())),
-                              grpc::Slice(piece.data(), piece.size())};
+    for (size_t off = offset; ok && off < payload->size(); off += kChunkBytes) {
+      const size_t n = std::min(kChunkBytes, payload->size() - off);
+      grpc::Slice parts[2] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, n)),
+                              SharedBytesSlice(payload, off, n)};
       message = grpc::ByteBuffer(parts, 2);
       ok = writer->Write(message);
     }

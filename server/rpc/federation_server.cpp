@@ -22,6 +22,7 @@
 #include "server/rpc/update_chunk_wire.h"
 #include "plexus/v1/federation.grpc.pb.h"
 #include "proto/length_delimited_field.h"
+#include "proto/shared_bytes_slice.h"
 
 namespace plexus {
 namespace {
@@ -175,11 +176,7 @@ class FederationService final : public v1::Federation::Service {
       fields.set_total_bytes(b.size());
       fields.set_offset(off);
       const std::string head = fields.SerializeAsString() + LengthDelimitedFieldHeader(kModelChunkDataField, n);
-      auto* owner = new std::shared_ptr<const std::string>(*bytes);
-      grpc::Slice parts[2] = {
-          grpc::Slice(head),
-          grpc::Slice(const_cast<char*>(b.data() + off), n,
-                      [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, owner)};
+      grpc::Slice parts[2] = {grpc::Slice(head), SharedBytesSlice(*bytes, off, n)};
       grpc::ByteBuffer message(parts, 2);
       if (!stream->Write(message)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
       if (b.empty()) break;

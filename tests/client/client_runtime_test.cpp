@@ -54,9 +54,9 @@ class InProcessTransport : public FederationTransport {
     buffer->append(bytes, buffer->size(), end - buffer->size());
     return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
   }
-  Result<uint64_t> Upload(const UploadHeader& h, std::string_view payload) override {
+  Result<uint64_t> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     if (Fail()) return UnavailableError("injected: server down");
-    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(payload));
+    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(*payload));
     Update u{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)};
     const uint64_t version = engine_->model().version();
     PLEXUS_RETURN_IF_ERROR(engine_->Submit(u));
