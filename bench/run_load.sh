@@ -13,7 +13,9 @@
 # (1 MiB writes and reads, nothing else), the most any ingest over loopback could reach here.
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
 # the whole run: joins, downloads and aggregation included) and its ratio to the baseline,
-# errors, the server's peak RSS.
+# errors, the server's peak RSS, the server's CPU time (user and system, start-up included) and
+# update bytes per second of it (what the server alone would ingest per core, were the clients
+# elsewhere and the work spread over cores without loss).
 # usage: bench/run_load.sh [load|throughput|all]   (default all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +53,8 @@ baseline = float(sys.argv[4])
 print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s']:.0f} | "
       f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['update_bytes_per_s'] / baseline:.2f} | "
       f"{load['refused']} refused, {load['errors']} errors | "
-      f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB |")
+      f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB | {server['cpu_time_s']:.1f} s | "
+      f"{load['update_bytes'] / server['cpu_time_s'] / 1e9:.2f} GB |")
 PY
   port=$((port + 1))
 }
@@ -107,15 +110,18 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
     name="ingest-$n-clients-$p-$slots-uploads"
     LOAD_FLAGS=""
     if [ -n "${only:-}" ]; then name="upload-only-$n-clients-$p"; LOAD_FLAGS="--upload-only"; fi
-    # 10-client federations run 20 versions, 100-client ones 5: at least 2,000 MB each, so that
-    # the first touches of the server's buffers (a warm-up) weigh little.
-    rounds=$((n >= 100 ? 5 : 20))
+    # 10-client federations run 60 versions, 100-client ones 15: at least 6,000 MB each, so that
+    # the warm-up weighs little. On the VM of docs/benchmarks.md a page of memory touched for the
+    # first time costs about 3 ms per MB, and the server's first dozen model buffers (one per
+    # upload in flight, the model, the next version) are new; with 20 versions of 10 x 40 MB that
+    # was an eighth of the server's CPU.
+    rounds=$((n >= 100 ? 15 : 60))
     run "$name" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
       --buffer-size "$n" --rounds "$rounds" --max-concurrent-uploads "$slots"
   done
 fi
 python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"
 echo
-echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
+echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
 cat "$work/rows"

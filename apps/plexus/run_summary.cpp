@@ -27,6 +27,13 @@ int64_t PeakRssBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kilobytes
 }
 
+double CpuTimeSeconds() {
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   nlohmann::json j;
   j["mode"] = s.mode;
@@ -44,6 +51,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["final_model_sha256"] = s.final_model_sha256;
   j["wall_time_s"] = s.wall_time_s;
   j["peak_rss_bytes"] = PeakRssBytes();
+  j["cpu_time_s"] = CpuTimeSeconds();
   if (s.virtual_time_s) j["virtual_time_s"] = *s.virtual_time_s;
   if (s.tasks_trained) j["tasks_trained"] = *s.tasks_trained;
   j["final_test_accuracy"] = nullptr;

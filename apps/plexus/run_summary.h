@@ -34,10 +34,13 @@ struct RunSummary {
   std::optional<int64_t> tasks_trained;  // simulator only
 };
 
-// Writes the summary, with the process's peak resident memory so far as "peak_rss_bytes".
+// Writes the summary, with the process's peak resident memory so far as "peak_rss_bytes" and the
+// CPU time it has used (user and system, all threads) as "cpu_time_s".
 Status WriteSummaryJson(const std::string& path, const RunSummary& summary);
 // The process's peak resident set size, in bytes (0 if unknown).
 int64_t PeakRssBytes();
+// The process's CPU time so far, user and system, in seconds (0 if unknown).
+double CpuTimeSeconds();
 Status WriteMetricsCsv(const std::string& path, const RunSummary& summary);
 
 }  // namespace plexus::cli

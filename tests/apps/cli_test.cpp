@@ -215,6 +215,7 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   EXPECT_EQ(JsonField(summaries[0], "final_model_sha256"), JsonField(summaries[1], "final_model_sha256"));
   EXPECT_NE(JsonField(summaries[0], "wall_time_s"), "");
   EXPECT_NE(JsonField(summaries[0], "peak_rss_bytes"), "\"peak_rss_bytes\": 0");
+  EXPECT_NE(JsonField(summaries[0], "cpu_time_s"), "");
   EXPECT_NE(csvs[0].find("round,model_version"), std::string::npos);
   // The metrics files are identical but for the real time each version took.
   EXPECT_NE(WithoutColumn(csvs[0], "wall_time_s"), WithoutColumn(csvs[0], "virtual_time_s"));
