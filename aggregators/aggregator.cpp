@@ -7,6 +7,11 @@ Status Aggregator::FoldAll(std::span<const Update* const> updates) {
   return Status::Ok();
 }
 
+Status Aggregator::FoldScaled(Update& update, double value_scale) {
+  if (value_scale != 1.0) update.delta.Scale(static_cast<float>(value_scale));
+  return Fold(update);
+}
+
 Status Aggregator::RestoreState(std::string_view state) {
   if (state.empty()) return Status::Ok();
   return InvalidArgumentError(Describe() + " keeps no state between rounds, but " + std::to_string(state.size()) +

@@ -27,6 +27,13 @@ class Aggregator {
   // non-finite values, or its weight is not positive. FailedPrecondition before Begin.
   virtual Status Fold(const Update& update) = 0;
 
+  // Folds value_scale x update.delta (FedBuff's staleness weight), with Fold's checks and
+  // errors. The caller gives the update up: by default its values are scaled in place, then
+  // folded; strategies linear in the values (the averaging family) fold the factor into the
+  // update's weight instead, which spares a pass over the update.
+  // REQUIRES: value_scale finite and positive.
+  virtual Status FoldScaled(Update& update, double value_scale);
+
   // Folds several updates in order, as Fold would, and stops at the first one refused: those
   // before it stay folded, it and the rest are not, and its error is returned. Strategies may
   // override it with a faster path that reads each input once for the whole batch.

@@ -33,24 +33,10 @@ class Averaging final : public Aggregator {
     return Status::Ok();
   }
 
-  Status Fold(const Update& u) override {
-    if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
-    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str()));
-    if (o_.normalize_by_steps && u.local_steps <= 0) {
-      return InvalidArgumentError(o_.name + ": update from client " + u.client_id +
-                                  " reports no local steps; FedNova needs the step count");
-    }
-    const double w = o_.weighted ? static_cast<double>(u.num_examples) : 1.0;
-    double scale = 1.0;
-    if (o_.normalize_by_steps) scale = 1.0 / static_cast<double>(u.local_steps);
-    if (o_.clip_norm > 0) {
-      const double norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
-      if (norm > o_.clip_norm) scale *= o_.clip_norm / norm;
-    }
-    mean_.Fold(u.delta.data(), w, scale);
-    steps_weighted_ += w * static_cast<double>(u.local_steps);
-    return Status::Ok();
-  }
+  Status Fold(const Update& u) override { return FoldTimes(u, 1.0); }
+
+  // The factor joins the update's weight in the running sum: no pass over the update to scale it.
+  Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, value_scale); }
 
   Status FoldAll(std::span<const Update* const> updates) override {
     // Clipping needs each update's norm before its contribution: fold one by one then.
@@ -128,6 +114,26 @@ class Averaging final : public Aggregator {
   }
 
  private:
+  // Folds value_scale x u.delta.
+  Status FoldTimes(const Update& u, double value_scale) {
+    if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
+    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str()));
+    if (o_.normalize_by_steps && u.local_steps <= 0) {
+      return InvalidArgumentError(o_.name + ": update from client " + u.client_id +
+                                  " reports no local steps; FedNova needs the step count");
+    }
+    const double w = o_.weighted ? static_cast<double>(u.num_examples) : 1.0;
+    double scale = value_scale;
+    if (o_.normalize_by_steps) scale /= static_cast<double>(u.local_steps);
+    if (o_.clip_norm > 0) {
+      const double norm = value_scale * std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
+      if (norm > o_.clip_norm) scale *= o_.clip_norm / norm;
+    }
+    mean_.Fold(u.delta.data(), w, scale);
+    steps_weighted_ += w * static_cast<double>(u.local_steps);
+    return Status::Ok();
+  }
+
   // An update's weight (examples, or 1) and scale (1 / local steps for FedNova, else 1) when the
   // batch paths can take it as it is; nullopt for a wrong layout or a missing example or step
   // count, which Fold reports with its message (finiteness is checked on the sums).

@@ -21,9 +21,7 @@ Status FedBuffBuffer::Begin(const ModelState& base) {
 }
 
 Result<bool> FedBuffBuffer::Add(Update update, uint64_t staleness) {
-  const auto s = static_cast<float>(staleness_.Weight(staleness));
-  if (s != 1.0f) update.delta.Scale(s);
-  PLEXUS_RETURN_IF_ERROR(merge_->Fold(update));
+  PLEXUS_RETURN_IF_ERROR(merge_->FoldScaled(update, staleness_.Weight(staleness)));
   return static_cast<int64_t>(merge_->num_folded()) >= options_.buffer_size;
 }
 

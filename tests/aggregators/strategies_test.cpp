@@ -178,6 +178,29 @@ TEST(FedBuffTest, PublishesEveryKStalenessWeighted) {
               StatusIs(StatusCode::kInvalidArgument, "buffer size"));
 }
 
+TEST(AllStrategiesTest, FoldScaledFoldsTheScaledDelta) {
+  // The averaging family takes the factor into the weight, the others scale the values first:
+  // either way the result is that of folding the scaled deltas.
+  const std::vector<std::vector<float>> deltas = {{1.0f, -2.0f, 3.0f}, {0.5f, 4.0f, -1.0f}, {2.0f, 2.0f, 2.0f}};
+  const std::vector<double> factors = {1.0, 0.5, 0.25};
+  for (const char* spec : {"fedavg", "fedavg:weighted=false", "fednova", "fedadam", "median",
+                           "trimmed_mean", "krum:f=0", "geomed", "centered_clip"}) {
+    auto scaled = Make(spec), reference = Make(spec);
+    ASSERT_OK(scaled->Begin(Vec({0, 0, 0})));
+    ASSERT_OK(reference->Begin(Vec({0, 0, 0})));
+    for (size_t i = 0; i < deltas.size(); ++i) {
+      const std::string client(1, static_cast<char>('a' + i));
+      Update u = U(client, deltas[i], /*examples=*/static_cast<int64_t>(i + 1), /*steps=*/static_cast<int64_t>(2 * i + 1));
+      ASSERT_OK(scaled->FoldScaled(u, factors[i])) << spec;
+      std::vector<float> by_hand = deltas[i];
+      for (float& x : by_hand) x = static_cast<float>(x * factors[i]);
+      ASSERT_OK(reference->Fold(U(client, by_hand, static_cast<int64_t>(i + 1), static_cast<int64_t>(2 * i + 1)))) << spec;
+    }
+    const ModelState got = *scaled->Finalize(), want = *reference->Finalize();
+    for (size_t j = 0; j < want.num_params(); ++j) EXPECT_NEAR(got.data()[j], want.data()[j], 1e-6) << spec << " [" << j << "]";
+  }
+}
+
 TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
   for (const char* spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
                                   "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
