@@ -8,7 +8,7 @@
 #               docs/security.md); the last run again with 2 uploads received at once
 #               instead of 8 (--max-concurrent-uploads); then the same three federations with
 #               --upload-only clients (one pre-encoded delta, no download or client runtime), so
-#               that nearly all the CPU is the server's ingest.
+#               that nearly all the CPU is the server's ingest; and the 40 MB one in sync mode.
 # The baseline, measured in the same run: one TCP stream over 127.0.0.1 between two processes
 # (1 MiB writes and reads, nothing else), the most any ingest over loopback could reach here.
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
@@ -104,12 +104,20 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   model 1e7 "$work/model-1e7.safetensors"
   # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
   # encoded updates (each client caches the model, trains a copy, encodes the delta).
-  for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2" "10 1e6 8 only" "100 1e6 8 only" "10 1e7 8 only"; do
-    read -r n p slots only <<<"$run_spec"
+  for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2" "10 1e6 8 only" "100 1e6 8 only" "10 1e7 8 only" \
+                  "10 1e7 8 only sync"; do
+    read -r n p slots only sync <<<"$run_spec"
     slots=${slots:-8}
     name="ingest-$n-clients-$p-$slots-uploads"
     LOAD_FLAGS=""
     if [ -n "${only:-}" ]; then name="upload-only-$n-clients-$p"; LOAD_FLAGS="--upload-only"; fi
+    if [ -n "${sync:-}" ]; then
+      # Sync rounds of all N: every accepted update is stored (file and row) before it is
+      # acknowledged, and each round waits for its last upload.
+      run "$name-sync" "$n" --initial-model "$work/model-$p.safetensors" --clients-per-round "$n" \
+        --min-clients "$n" --rounds 20 --max-concurrent-uploads "$slots"
+      continue
+    fi
     # 10-client federations run 60 versions, 100-client ones 15: at least 6,000 MB each, so that
     # the warm-up weighs little. On the VM of docs/benchmarks.md a page of memory touched for the
     # first time costs about 3 ms per MB, and the server's first dozen model buffers (one per

@@ -171,7 +171,7 @@ void AddServerCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
   AddModeFlags(cmd, &f->mode, &f->async);
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
-  cmd->add_option("--db", f->db, "SQLite database with the federation's state, checkpoints in the folder <db>.checkpoints (resumed if it exists)")
+  cmd->add_option("--db", f->db, "SQLite database with the federation's state, models in the folders <db>.checkpoints and <db>.updates (resumed if it exists)")
       ->capture_default_str();
   cmd->add_option("--model", f->model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
   cmd->add_option("--initial-model", f->initial_model,

@@ -1,6 +1,9 @@
 #include "server/store/sqlite_store.h"
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
@@ -35,21 +38,22 @@ CREATE TABLE IF NOT EXISTS open_round_tasks (client_id TEXT PRIMARY KEY, task_id
 CREATE TABLE IF NOT EXISTS accepted_updates (
   round INTEGER NOT NULL, attempt INTEGER NOT NULL, client_id TEXT NOT NULL, task_id TEXT NOT NULL,
   base_version INTEGER NOT NULL, num_examples INTEGER NOT NULL, local_steps INTEGER NOT NULL,
-  train_loss REAL, delta BLOB NOT NULL, PRIMARY KEY (round, attempt, client_id));
+  train_loss REAL, delta BLOB NOT NULL, file TEXT, PRIMARY KEY (round, attempt, client_id));
 )sql";
 
-// Databases written before checkpoints moved to files lack the `file` column.
-Status AddCheckpointFileColumn(sqlite3* db) {
-  auto has_column = [db]() -> Result<bool> {
-    Stmt st(db, "SELECT COUNT(*) FROM pragma_table_info('checkpoints') WHERE name = 'file'");
-    PLEXUS_RETURN_IF_ERROR(st.prepared("inspect checkpoints"));
+// Databases written before models moved to files lack the `file` column of `table`.
+Status AddFileColumn(sqlite3* db, const std::string& table) {
+  auto has_column = [&]() -> Result<bool> {
+    const std::string sql = "SELECT COUNT(*) FROM pragma_table_info('" + table + "') WHERE name = 'file'";
+    Stmt st(db, sql.c_str());
+    PLEXUS_RETURN_IF_ERROR(st.prepared("inspect " + table));
     const int rc = st.Step();
-    if (rc != SQLITE_ROW) return SqliteError(db, rc, "inspect checkpoints");
+    if (rc != SQLITE_ROW) return SqliteError(db, rc, "inspect " + table);
     return st.Int(0) > 0;
   };
   PLEXUS_ASSIGN_OR_RETURN(bool present, has_column());
   if (present) return Status::Ok();
-  Status added = ExecSql(db, "ALTER TABLE checkpoints ADD COLUMN file TEXT");
+  Status added = ExecSql(db, ("ALTER TABLE " + table + " ADD COLUMN file TEXT").c_str());
   if (added.ok()) return added;
   // Another process may have added it first.
   PLEXUS_ASSIGN_OR_RETURN(present, has_column());
@@ -58,16 +62,71 @@ Status AddCheckpointFileColumn(sqlite3* db) {
 
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
+// A name no other accepted update has had: a replaced update's file must not be overwritten
+// before the row naming its successor commits.
+std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  uint64_t tag;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    tag = rng();
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
+  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + ".safetensors";
+}
+
+// Files of a folder that no row names and that are older than this are left over from a crash
+// between a commit and the removal of the files it made obsolete. The age keeps a second process
+// opening the database (`plexus export` next to a running server) from removing a file the
+// server has just written and is about to commit.
+constexpr auto kOrphanAge = std::chrono::minutes(10);
+
+// Removes such files from `dir`; `named` holds the names the database refers to.
+void RemoveOrphans(const std::string& dir, const std::set<std::string>& named) {
+  std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (named.count(name)) continue;
+    const auto written = entry.last_write_time(ec);
+    if (ec || now - written < kOrphanAge) continue;
+    std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
   PLEXUS_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlite(path, kSchema));
-  if (Status s = AddCheckpointFileColumn(db); !s.ok()) {
-    sqlite3_close(db);
-    return s.WithContext("open database '" + path + "'");
+  for (const char* table : {"checkpoints", "accepted_updates"}) {
+    if (Status s = AddFileColumn(db, table); !s.ok()) {
+      sqlite3_close(db);
+      return s.WithContext("open database '" + path + "'");
+    }
   }
   const bool in_memory = path.empty() || path == ":memory:";
-  return std::unique_ptr<SqliteStore>(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints"));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints",
+                                                     in_memory ? std::string() : path + ".updates"));
+  if (!in_memory) {
+    Result<std::set<std::string>> named = store->NamedFiles("accepted_updates");
+    if (!named.ok()) return named.status().WithContext("open database '" + path + "'");
+    RemoveOrphans(store->updates_dir_, *named);
+  }
+  return store;
+}
+
+Result<std::set<std::string>> SqliteStore::NamedFiles(const std::string& table) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string sql = "SELECT file FROM " + table + " WHERE file IS NOT NULL";
+  Stmt st(db_, sql.c_str());
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list files of " + table));
+  std::set<std::string> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.insert(st.Text(0));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list files of " + table);
+  return out;
 }
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
@@ -132,7 +191,7 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   }
   // The file is durable before the row that names it commits. A crash in between leaves a file
   // no row names; it is replaced when this version is committed again.
-  PLEXUS_RETURN_IF_ERROR(EnsureCheckpointDirLocked());
+  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(checkpoint_dir_, &checkpoint_dir_ready_));
   const std::string name = CheckpointFileName(model.version());
   PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(checkpoint_dir_ + "/" + name, model));
   Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
@@ -140,17 +199,38 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   return Run(db_, st, "put checkpoint");
 }
 
-Status SqliteStore::EnsureCheckpointDirLocked() {
-  if (checkpoint_dir_ready_) return Status::Ok();
+Status SqliteStore::EnsureDirLocked(const std::string& dir, bool* ready) {
+  if (*ready) return Status::Ok();
   std::error_code ec;
-  const bool created = std::filesystem::create_directories(checkpoint_dir_, ec);
-  if (ec) return UnavailableError("cannot create the checkpoint directory '" + checkpoint_dir_ + "': " + ec.message());
+  const bool created = std::filesystem::create_directories(dir, ec);
+  if (ec) return UnavailableError("cannot create the directory '" + dir + "': " + ec.message());
   if (created) {
-    const std::string parent = std::filesystem::path(checkpoint_dir_).parent_path().string();
+    const std::string parent = std::filesystem::path(dir).parent_path().string();
     PLEXUS_RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent));
   }
-  checkpoint_dir_ready_ = true;
+  *ready = true;
   return Status::Ok();
+}
+
+Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const char* where, int64_t round,
+                                                                        int64_t attempt) {
+  const std::string sql = std::string("SELECT file FROM accepted_updates WHERE file IS NOT NULL") + where;
+  Stmt st(db_, sql.c_str());
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted update files"));
+  if (*where) st.Bind(1, round).Bind(2, attempt);
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(st.Text(0));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted update files");
+  return out;
+}
+
+void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
+  // After the commit that dropped their rows; a crash before this leaves orphans for Open.
+  for (const std::string& name : names) {
+    std::error_code ec;
+    std::filesystem::remove(updates_dir_ + "/" + name, ec);
+  }
 }
 
 Status SqliteStore::PutCheckpoint(const ModelState& model) {
@@ -190,12 +270,16 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
     s = Run(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
+  Result<std::vector<std::string>> obsolete = AcceptedUpdateFilesLocked("", 0, 0);
+  if (s.ok()) s = obsolete.status();
   if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
   if (!s.ok()) {
     (void)Exec("ROLLBACK");
     return s;
   }
-  return Exec("COMMIT");
+  PLEXUS_RETURN_IF_ERROR(Exec("COMMIT"));
+  RemoveUpdateFilesLocked(*obsolete);
+  return Status::Ok();
 }
 
 Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
@@ -212,6 +296,9 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
     st.Bind(1, r.tasks[i].first).Bind(2, r.tasks[i].second);
     s = Run(db_, st, "put open round task");
   }
+  Result<std::vector<std::string>> obsolete =
+      AcceptedUpdateFilesLocked(" AND (round != ? OR attempt != ?)", static_cast<int64_t>(r.round), r.attempt);
+  if (s.ok()) s = obsolete.status();
   if (s.ok()) {
     Stmt st(db_, "DELETE FROM accepted_updates WHERE round != ? OR attempt != ?");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
@@ -221,7 +308,9 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
     (void)Exec("ROLLBACK");
     return s;
   }
-  return Exec("COMMIT");
+  PLEXUS_RETURN_IF_ERROR(Exec("COMMIT"));
+  RemoveUpdateFilesLocked(*obsolete);
+  return Status::Ok();
 }
 
 Result<std::optional<OpenRoundRecord>> SqliteStore::GetOpenRound() {
@@ -252,20 +341,41 @@ Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
   }
   Stmt st(db_,
           "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, num_examples, "
-          "local_steps, train_loss, delta) VALUES(?,?,?,?,?,?,?,?,?)");
+          "local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)");
   st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
-  const std::string delta = EncodeSafetensors(u.delta);
-  st.BindBlobNoCopy(9, delta);
-  return Run(db_, st, "put accepted update");
+  if (updates_dir_.empty()) {
+    const std::string delta = EncodeSafetensors(u.delta);
+    st.BindBlobNoCopy(9, delta);
+    return Run(db_, st, "put accepted update");
+  }
+  // As with checkpoints: the file is durable before the row naming it commits. The update this
+  // one replaces (a client's second upload in the attempt) keeps its own file until then.
+  std::vector<std::string> replaced;
+  {
+    Stmt previous(db_, "SELECT file FROM accepted_updates WHERE round = ? AND attempt = ? AND client_id = ?");
+    PLEXUS_RETURN_IF_ERROR(previous.prepared("find accepted update"));
+    previous.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt).Bind(3, u.client_id);
+    if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
+  }
+  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
+  const std::string name = AcceptedUpdateFileName(round, attempt);
+  PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
+  st.BindBlob(9, std::string()).Bind(10, name);
+  if (Status s = Run(db_, st, "put accepted update"); !s.ok()) {
+    RemoveUpdateFilesLocked({name});
+    return s;
+  }
+  RemoveUpdateFilesLocked(replaced);
+  return Status::Ok();
 }
 
 Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_,
-          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta FROM accepted_updates "
+          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file FROM accepted_updates "
           "WHERE round = ? AND attempt = ? ORDER BY client_id");
   PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
   st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
@@ -279,8 +389,9 @@ Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int
     u.num_examples = st.Int(3);
     u.local_steps = st.Int(4);
     if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
-    Result<ModelState> delta = DecodeSafetensors(st.Text(6));
-    if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is corrupt: " + delta.status().message());
+    Result<ModelState> delta =
+        st.IsNull(7) ? DecodeSafetensors(st.Text(6)) : ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7));
+    if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
     u.delta = std::move(delta).value();
     out.push_back(std::move(u));
   }

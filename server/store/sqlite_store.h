@@ -1,17 +1,22 @@
 // SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL) and, next to it,
-// a folder `<path>.checkpoints/` with one safetensors file per model version. Every state change
-// is one transaction. A checkpoint's file is written atomically and synced before the row that
-// names it (with its SHA-256, verified on read) commits, so a checkpoint the database knows is on
-// disk whole. Models live outside the database because SQLite would copy a model-sized blob
-// several times (into a record, its pages, the WAL, then the database file); a file is written
-// once, straight from the model. An in-memory database (":memory:") keeps checkpoints inline, as
-// databases written before the folder existed do; both are read. Thread-safe (one connection
-// behind a mutex).
+// two folders of safetensors files: `<path>.checkpoints/` (one per model version) and
+// `<path>.updates/` (the accepted updates of the open round, sync mode). Every state change is
+// one transaction. A model's file is written atomically and synced before the row that names it
+// commits, so a model the database knows is on disk whole (checkpoints also carry their SHA-256,
+// verified on read); files whose rows are deleted go after the commit, and any a crash left
+// behind are removed when the database is next opened (once ten minutes old, so that a second
+// process opening it cannot take a file a running server is about to commit). Models live outside
+// the database because SQLite would copy a model-sized blob several times (into a record, its
+// pages, the WAL, then the database file); a file is written once, straight from the model. An
+// in-memory database (":memory:") keeps models inline, as databases written before the folders
+// existed do; both are read. Thread-safe (one connection behind a mutex).
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "server/store/store.h"
 
@@ -44,18 +49,28 @@ class SqliteStore final : public Store {
   Result<std::vector<uint64_t>> CheckpointVersions() override;
 
  private:
-  SqliteStore(sqlite3* db, std::string checkpoint_dir) : checkpoint_dir_(std::move(checkpoint_dir)), db_(db) {}
+  SqliteStore(sqlite3* db, std::string checkpoint_dir, std::string updates_dir)
+      : checkpoint_dir_(std::move(checkpoint_dir)), updates_dir_(std::move(updates_dir)), db_(db) {}
   Status Exec(const char* sql);
   // known_sha256: the model's ContentSha256 when the caller has it (a round's record carries it;
   // hashing a large model twice costs as much as receiving an update), else empty.
   Status PutCheckpointLocked(const ModelState& model, std::string_view known_sha256 = {});
   Result<ModelState> CheckpointLocked(uint64_t version);
-  Status EnsureCheckpointDirLocked();
+  // Creates `dir` (and syncs its parent) once.
+  Status EnsureDirLocked(const std::string& dir, bool* ready);
+  // File names of the accepted updates matching `where` (empty, or " AND ..." with two
+  // parameters, round and attempt).
+  Result<std::vector<std::string>> AcceptedUpdateFilesLocked(const char* where, int64_t round, int64_t attempt);
+  void RemoveUpdateFilesLocked(const std::vector<std::string>& names);
+  // File names that rows of `table` refer to.
+  Result<std::set<std::string>> NamedFiles(const std::string& table);
 
   const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
+  const std::string updates_dir_;     // empty: accepted updates inline in the database
   std::mutex mu_;
-  sqlite3* db_;                       // guarded by mu_
+  sqlite3* db_;                        // guarded by mu_
   bool checkpoint_dir_ready_ = false;  // guarded by mu_
+  bool updates_dir_ready_ = false;     // guarded by mu_
 };
 
 }  // namespace plexus

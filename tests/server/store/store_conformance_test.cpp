@@ -38,7 +38,7 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
     Remove();
   }
   void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints"}) std::filesystem::remove_all(path_ + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"}) std::filesystem::remove_all(path_ + suffix);
   }
 
   static ModelState Model(uint64_t version, float fill) {
@@ -182,6 +182,12 @@ INSTANTIATE_TEST_SUITE_P(AllStores, StoreConformanceTest, ::testing::ValuesIn(Fa
                          [](const auto& info) { return info.param.name; });
 
 #ifdef PLEXUS_HAVE_SQLITE_STORE
+ModelState Filled(size_t params, uint64_t version, float fill) {
+  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(params)}}}, version);
+  for (float& x : m.data()) x = fill;
+  return m;
+}
+
 // A database path in the temporary directory with nothing left of earlier runs; removed again
 // (with its WAL and checkpoint folder) when the test ends.
 class ScratchDatabase {
@@ -195,19 +201,31 @@ class ScratchDatabase {
   std::string checkpoint_file(uint64_t version) const {
     return path_ + ".checkpoints/v" + std::to_string(version) + ".safetensors";
   }
+  std::string updates_dir() const { return path_ + ".updates"; }
+  std::vector<std::string> update_files() const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
   void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints"}) std::filesystem::remove_all(path_ + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"}) std::filesystem::remove_all(path_ + suffix);
   }
   std::string path_;
 };
 
-ModelState Filled(size_t params, uint64_t version, float fill) {
-  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(params)}}}, version);
-  for (float& x : m.data()) x = fill;
-  return m;
+Update AcceptedUpdate(const std::string& client, size_t params, float fill) {
+  Update u;
+  u.client_id = client;
+  u.task_id = "r1a0-" + client;
+  u.num_examples = 3;
+  u.delta = Filled(params, 0, fill);
+  return u;
 }
+
 
 TEST(SqliteStoreTest, CheckpointsAreFilesNextToTheDatabase) {
   ScratchDatabase db("plexus_ckpt_files");
@@ -266,6 +284,59 @@ TEST(SqliteStoreTest, AFileLeftByACrashBeforeItsCommitIsReplaced) {
   EXPECT_EQ((*s->Checkpoint(1)).data()[0], 2.0f);
 }
 
+TEST(SqliteStoreTest, AcceptedUpdatesAreFilesThatGoWithTheirRound) {
+  ScratchDatabase db("plexus_updates_files");
+  auto s = *SqliteStore::Open(db.path());
+  ASSERT_OK(s->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
+  ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 250000, 1.0f)));
+  ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("b", 250000, 2.0f)));
+  ASSERT_EQ(db.update_files().size(), 2u);
+  // A second upload from the same client replaces the first, file and all.
+  ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 250000, 5.0f)));
+  ASSERT_EQ(db.update_files().size(), 2u);
+  auto accepted = *s->ListAcceptedUpdates(1, 0);
+  ASSERT_EQ(accepted.size(), 2u);
+  EXPECT_EQ(accepted[0].delta.data()[0], 5.0f);
+  EXPECT_EQ(accepted[1].delta.data()[0], 2.0f);
+  // A new attempt drops the old attempt's files; committing the round drops the rest.
+  ASSERT_OK(s->PutOpenRound({1, 1, {{"a", "r1a1-a"}}}));
+  EXPECT_TRUE(db.update_files().empty());
+  ASSERT_OK(s->PutAcceptedUpdate(1, 1, AcceptedUpdate("a", 10, 1.0f)));
+  ASSERT_EQ(db.update_files().size(), 1u);
+  ASSERT_OK(s->PutCheckpoint(Filled(10, 0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, Filled(10, 1, 1.0f), ""));
+  EXPECT_TRUE(db.update_files().empty());
+}
+
+TEST(SqliteStoreTest, AMissingUpdateFileIsDataLossAndOldLeftoversAreRemovedOnOpen) {
+  ScratchDatabase db("plexus_updates_orphans");
+  {
+    auto s = *SqliteStore::Open(db.path());
+    ASSERT_OK(s->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
+    ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 10, 1.0f)));
+  }
+  // What a crash between a commit and the removal of the files it made obsolete leaves: one
+  // leftover written long ago, one just now (it could be a running server's, about to commit).
+  const std::string old_leftover = db.updates_dir() + "/r0-a0-old.safetensors";
+  const std::string new_leftover = db.updates_dir() + "/r1-a0-new.safetensors";
+  ASSERT_OK(WriteSafetensorsFile(old_leftover, Filled(10, 0, 1.0f)));
+  ASSERT_OK(WriteSafetensorsFile(new_leftover, Filled(10, 0, 1.0f)));
+  std::filesystem::last_write_time(old_leftover, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  std::filesystem::last_write_time(db.updates_dir() + "/" + db.update_files()[0],
+                                   std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
+  auto s = *SqliteStore::Open(db.path());
+  EXPECT_FALSE(std::filesystem::exists(old_leftover));
+  EXPECT_TRUE(std::filesystem::exists(new_leftover));
+  ASSERT_EQ(s->ListAcceptedUpdates(1, 0)->size(), 1u);  // an old file its row names stays
+  for (const std::string& f : db.update_files()) {
+    if (f != "r1-a0-new.safetensors") std::filesystem::remove(db.updates_dir() + "/" + f);
+  }
+  EXPECT_THAT(s->ListAcceptedUpdates(1, 0), StatusIs(StatusCode::kDataLoss, "accepted update of a is lost"));
+}
+
 TEST(SqliteStoreTest, ReadsCheckpointsStoredInsideOlderDatabases) {
   ScratchDatabase db("plexus_ckpt_inline");
   const ModelState old_model = Filled(6, 0, 4.0f);
@@ -283,10 +354,29 @@ TEST(SqliteStoreTest, ReadsCheckpointsStoredInsideOlderDatabases) {
     sqlite3_bind_blob(st, 2, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
     ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
+    // And an accepted update of the open round, inline as well.
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE open_round (id INTEGER PRIMARY KEY CHECK (id = 1), round INTEGER NOT NULL, "
+                           "attempt INTEGER NOT NULL); INSERT INTO open_round VALUES(1, 1, 0); "
+                           "CREATE TABLE accepted_updates (round INTEGER NOT NULL, attempt INTEGER NOT NULL, "
+                           "client_id TEXT NOT NULL, task_id TEXT NOT NULL, base_version INTEGER NOT NULL, "
+                           "num_examples INTEGER NOT NULL, local_steps INTEGER NOT NULL, train_loss REAL, "
+                           "delta BLOB NOT NULL, PRIMARY KEY (round, attempt, client_id))",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO accepted_updates VALUES(1, 0, 'a', 'r1a0-a', 0, 3, 1, NULL, ?)", -1,
+                                 &st, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_blob(st, 1, bytes.data(), static_cast<int>(bytes.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
     sqlite3_close(raw);
   }
   auto s = *SqliteStore::Open(db.path());
   EXPECT_EQ(*s->Checkpoint(0), old_model);
+  auto accepted = *s->ListAcceptedUpdates(1, 0);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_EQ(accepted[0].delta, old_model);
   RoundRecord r;
   r.round = 1;
   r.model_version = 1;
