@@ -60,6 +60,13 @@ Status AddFileColumn(sqlite3* db, const std::string& table) {
   return present ? Status::Ok() : added;
 }
 
+// A file name as the store writes them: nothing that reaches outside its folder, whatever a
+// damaged or edited database says.
+bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
 // A name no other accepted update has had: a replaced update's file must not be overwritten
@@ -228,6 +235,7 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
 void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
+    if (!IsPlainFileName(name)) continue;
     std::error_code ec;
     std::filesystem::remove(updates_dir_ + "/" + name, ec);
   }
@@ -389,8 +397,10 @@ Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int
     u.num_examples = st.Int(3);
     u.local_steps = st.Int(4);
     if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
-    Result<ModelState> delta =
-        st.IsNull(7) ? DecodeSafetensors(st.Text(6)) : ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7));
+    Result<ModelState> delta = st.IsNull(7)                   ? DecodeSafetensors(st.Text(6))
+                               : IsPlainFileName(st.Text(7)) ? ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7))
+                                                             : Result<ModelState>(InvalidArgumentError(
+                                                                   "it names '" + st.Text(7) + "', not a file of its folder"));
     if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
     u.delta = std::move(delta).value();
     out.push_back(std::move(u));
@@ -463,6 +473,9 @@ Result<ModelState> SqliteStore::CheckpointLocked(uint64_t version) {
   Result<ModelState> model = InvalidArgumentError("no checkpoint bytes");
   if (st.IsNull(2)) {
     model = DecodeSafetensors(st.Text(1));
+  } else if (!IsPlainFileName(st.Text(2))) {
+    return DataLossError("checkpoint " + std::to_string(version) + " names '" + st.Text(2) +
+                         "', not a file of its folder");
   } else {
     const std::string file = checkpoint_dir_ + "/" + st.Text(2);
     model = ReadSafetensorsFile(file);

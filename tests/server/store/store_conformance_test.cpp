@@ -266,6 +266,16 @@ TEST(SqliteStoreTest, AMissingOrAlteredCheckpointFileIsDataLoss) {
   EXPECT_THAT(s->Checkpoint(1), StatusIs(StatusCode::kDataLoss, "does not match its stored SHA-256"));
   std::filesystem::remove(db.checkpoint_file(1));
   EXPECT_THAT(s->LatestCheckpoint(), StatusIs(StatusCode::kDataLoss, "checkpoint 1 is missing"));
+  {
+    // An edited database cannot point the store at files outside its folder.
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, "UPDATE checkpoints SET file = '../plexus_elsewhere.safetensors' WHERE version = 1",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  EXPECT_THAT(s->Checkpoint(1), StatusIs(StatusCode::kDataLoss, "not a file of its folder"));
   EXPECT_EQ((*s->Checkpoint(0)).data()[0], 1.0f);  // the others are untouched
 }
 
