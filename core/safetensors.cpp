@@ -34,14 +34,17 @@ std::string SafetensorsPrefix(const ModelState& model) {
   json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t n = json.size();
   std::string out;
-  out.reserve(8 + json.size() + model.num_bytes());
+  out.reserve(8 + json.size());
   out.append(reinterpret_cast<const char*>(&n), 8);
   out += json;
   return out;
 }
 
 std::string EncodeSafetensors(const ModelState& model) {
-  std::string out = SafetensorsPrefix(model);
+  const std::string prefix = SafetensorsPrefix(model);
+  std::string out;
+  out.reserve(prefix.size() + model.num_bytes());
+  out += prefix;
   out.append(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
   return out;
 }

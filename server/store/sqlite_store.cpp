@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <random>
+#include <set>
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
@@ -69,16 +69,9 @@ bool IsPlainFileName(const std::string& name) {
 
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
-// A name no other accepted update has had: a replaced update's file must not be overwritten
-// before the row naming its successor commits.
-std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt) {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  uint64_t tag;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    tag = rng();
-  }
+// A name no other accepted update has had (`tag` random): a replaced update's file must not be
+// overwritten before the row naming its successor commits.
+std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
   return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + ".safetensors";
@@ -117,23 +110,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints",
                                                      in_memory ? std::string() : path + ".updates"));
   if (!in_memory) {
-    Result<std::set<std::string>> named = store->NamedFiles("accepted_updates");
+    std::lock_guard<std::mutex> lock(store->mu_);
+    Result<std::vector<std::string>> named = store->AcceptedUpdateFilesLocked("", 0, 0);
     if (!named.ok()) return named.status().WithContext("open database '" + path + "'");
-    RemoveOrphans(store->updates_dir_, *named);
+    RemoveOrphans(store->updates_dir_, std::set<std::string>(named->begin(), named->end()));
   }
   return store;
-}
-
-Result<std::set<std::string>> SqliteStore::NamedFiles(const std::string& table) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const std::string sql = "SELECT file FROM " + table + " WHERE file IS NOT NULL";
-  Stmt st(db_, sql.c_str());
-  PLEXUS_RETURN_IF_ERROR(st.prepared("list files of " + table));
-  std::set<std::string> out;
-  int rc;
-  while ((rc = st.Step()) == SQLITE_ROW) out.insert(st.Text(0));
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list files of " + table);
-  return out;
 }
 
 SqliteStore::~SqliteStore() { sqlite3_close(db_); }
@@ -278,8 +260,11 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
     s = Run(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
-  Result<std::vector<std::string>> obsolete = AcceptedUpdateFilesLocked("", 0, 0);
-  if (s.ok()) s = obsolete.status();
+  Result<std::vector<std::string>> obsolete = std::vector<std::string>();
+  if (s.ok()) {
+    obsolete = AcceptedUpdateFilesLocked("", 0, 0);
+    s = obsolete.status();
+  }
   if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
   if (!s.ok()) {
     (void)Exec("ROLLBACK");
@@ -304,9 +289,11 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
     st.Bind(1, r.tasks[i].first).Bind(2, r.tasks[i].second);
     s = Run(db_, st, "put open round task");
   }
-  Result<std::vector<std::string>> obsolete =
-      AcceptedUpdateFilesLocked(" AND (round != ? OR attempt != ?)", static_cast<int64_t>(r.round), r.attempt);
-  if (s.ok()) s = obsolete.status();
+  Result<std::vector<std::string>> obsolete = std::vector<std::string>();
+  if (s.ok()) {
+    obsolete = AcceptedUpdateFilesLocked(" AND (round != ? OR attempt != ?)", static_cast<int64_t>(r.round), r.attempt);
+    s = obsolete.status();
+  }
   if (s.ok()) {
     Stmt st(db_, "DELETE FROM accepted_updates WHERE round != ? OR attempt != ?");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
@@ -369,7 +356,7 @@ Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
     if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
   }
   PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  const std::string name = AcceptedUpdateFileName(round, attempt);
+  const std::string name = AcceptedUpdateFileName(round, attempt, name_rng_());
   PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
   st.BindBlob(9, std::string()).Bind(10, name);
   if (Status s = Run(db_, st, "put accepted update"); !s.ok()) {

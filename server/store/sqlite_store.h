@@ -14,7 +14,7 @@
 
 #include <memory>
 #include <mutex>
-#include <set>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -50,7 +50,10 @@ class SqliteStore final : public Store {
 
  private:
   SqliteStore(sqlite3* db, std::string checkpoint_dir, std::string updates_dir)
-      : checkpoint_dir_(std::move(checkpoint_dir)), updates_dir_(std::move(updates_dir)), db_(db) {}
+      : checkpoint_dir_(std::move(checkpoint_dir)),
+        updates_dir_(std::move(updates_dir)),
+        db_(db),
+        name_rng_(std::random_device{}()) {}
   Status Exec(const char* sql);
   // known_sha256: the model's ContentSha256 when the caller has it (a round's record carries it;
   // hashing a large model twice costs as much as receiving an update), else empty.
@@ -62,8 +65,6 @@ class SqliteStore final : public Store {
   // parameters, round and attempt).
   Result<std::vector<std::string>> AcceptedUpdateFilesLocked(const char* where, int64_t round, int64_t attempt);
   void RemoveUpdateFilesLocked(const std::vector<std::string>& names);
-  // File names that rows of `table` refer to.
-  Result<std::set<std::string>> NamedFiles(const std::string& table);
 
   const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
   const std::string updates_dir_;     // empty: accepted updates inline in the database
@@ -71,6 +72,7 @@ class SqliteStore final : public Store {
   sqlite3* db_;                        // guarded by mu_
   bool checkpoint_dir_ready_ = false;  // guarded by mu_
   bool updates_dir_ready_ = false;     // guarded by mu_
+  std::mt19937_64 name_rng_;           // guarded by mu_; names accepted-update files
 };
 
 }  // namespace plexus
