@@ -41,6 +41,10 @@ class GrpcFederationTransport final : public FederationTransport {
     // Reconnect quickly after a server restart.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    // A connection of its own: gRPC otherwise shares one between all channels of a process with
+    // the same target and arguments, which put every client of a load run (or of a test) on one
+    // TCP stream, read by one server thread at a time.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channel_ = grpc::CreateCustomChannel(target, ChannelCredentialsFor(tls), args);
     stub_ = v1::Federation::NewStub(channel_);
     upload_method_ = std::make_unique<grpc::internal::RpcMethod>(
@@ -49,6 +53,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
     grpc::ClientContext ctx;
+    AwaitConnection();
     Authorize(ctx);
     ctx.set_deadline(In(10000));
     v1::JoinRequest req;
@@ -62,6 +67,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override {
     grpc::ClientContext ctx;
+    AwaitConnection();
     Authorize(ctx);
     ctx.set_deadline(In(wait_ms + 10000));
     v1::PollTaskRequest req;
@@ -145,6 +151,7 @@ class GrpcFederationTransport final : public FederationTransport {
  private:
   Result<uint64_t> HeldBytes(const UploadHeader& h, size_t total) {
     grpc::ClientContext ctx;
+    AwaitConnection();
     Authorize(ctx);
     ctx.set_deadline(In(10000));
     v1::UploadStatusRequest req;
@@ -197,6 +204,16 @@ class GrpcFederationTransport final : public FederationTransport {
     writer->WritesDone();
     PLEXUS_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "upload update for task " + h.task_id));
     return static_cast<uint64_t>(rep.accepted_for_version());
+  }
+
+  // After a failed connection attempt, gRPC fails calls at once with the cached error until it
+  // tries again, and it may not try again until asked: a client that came up before its server,
+  // or retried during a restart, could miss a server that had been back for a while. Asks for a
+  // connection and gives it up to two seconds; the call then fails with the real error if none.
+  void AwaitConnection() {
+    if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      channel_->WaitForConnected(In(2000));
+    }
   }
 
   void Authorize(grpc::ClientContext& ctx) const {
