@@ -60,7 +60,10 @@ void RunServer(const ServerFlags& f) {
   sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
   sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
   sync.seed = f.seed;
-  const AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
+  AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
+  // FedBuff's versions are hashed and written by the server's committer thread, not under the
+  // lock every upload takes (docs/benchmarks.md).
+  async.commit_outside = !async.semi_async;
   Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
 
   ServerTls tls;

@@ -20,6 +20,9 @@ Status AsyncOptions::Validate() const {
   if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
   if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
   if (semi_async) PLEXUS_RETURN_IF_ERROR(compass.Validate());
+  if (semi_async && commit_outside) {
+    return InvalidArgumentError("semi-asynchronous mode commits its versions itself (commit_outside is for FedBuff)");
+  }
   return StalenessRule::Parse(staleness).status();
 }
 
@@ -56,6 +59,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
   e->model_sha256_ = e->model_.ContentSha256();
+  e->head_version_ = e->model_.version();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
@@ -74,6 +78,12 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   PollAnswer answer;
   if (finished()) {
     answer.kind = PollAnswer::Kind::kFinished;
+    return answer;
+  }
+  if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
+    // The last version is aggregated and being committed: no task would count.
+    answer.kind = PollAnswer::Kind::kWait;
+    answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
   }
   std::string task_id;
@@ -113,7 +123,7 @@ Status AsyncEngine::Submit(Update update) {
     ++updates_refused_;
     return admitted;
   }
-  if (finished()) {
+  if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
   }
@@ -140,7 +150,7 @@ Status AsyncEngine::Submit(Update update) {
     return FailedPreconditionError("update claims base version " + std::to_string(update.base_version) +
                                    " but its task started from version " + std::to_string(task.base_version));
   }
-  const uint64_t staleness = model_.version() - task.base_version;
+  const uint64_t staleness = head_version_ - task.base_version;
   if (staleness > static_cast<uint64_t>(options_.max_staleness)) {
     ++updates_refused_;
     ++updates_stale_;
@@ -176,7 +186,7 @@ Status AsyncEngine::Submit(Update update) {
 }
 
 Status AsyncEngine::Fold(Update update, uint64_t group) {
-  const uint64_t staleness = model_.version() - update.base_version;
+  const uint64_t staleness = head_version_ - update.base_version;
   MergedUpdate merged{update.client_id, update.task_id, staleness, group,
                       compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt};
   const int64_t examples = update.num_examples;
@@ -213,19 +223,32 @@ Status AsyncEngine::Publish() {
   const auto merged = static_cast<int64_t>(buffer_->size());
   Result<ModelState> next = buffer_->Flush();
   if (!next.ok()) {
-    sticky_error_ = next.status().WithContext("publish version " + std::to_string(model_.version() + 1));
+    sticky_error_ = next.status().WithContext("publish version " + std::to_string(head_version_ + 1));
     return sticky_error_;
   }
   RoundRecord rec;
   rec.round = next->version();
   rec.model_version = next->version();
-  rec.model_sha256 = next->ContentSha256();
   rec.num_selected = merged;
   rec.num_updates = merged;
   rec.merged = std::move(merged_);
   merged_.clear();
   rec.num_examples = buffered_examples_;
   rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
+  buffered_examples_ = 0;
+  buffered_loss_ = 0.0;
+  buffered_loss_count_ = 0;
+  head_version_ = next->version();
+  if (options_.commit_outside) {
+    auto shared = std::make_shared<ModelState>(std::move(next).value());
+    if (Status begun = buffer_->Begin(*shared); !begun.ok()) {
+      sticky_error_ = begun.WithContext("buffer after version " + std::to_string(rec.model_version));
+      return sticky_error_;
+    }
+    commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), /*aggregator_state=*/{}});
+    return Status::Ok();
+  }
+  rec.model_sha256 = next->ContentSha256();
   Status committed = store_->CommitRound(rec, *next, /*aggregator_state=*/{});  // FedBuff's step is stateless
   if (!committed.ok()) {
     sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(rec.model_version));
@@ -234,12 +257,37 @@ Status AsyncEngine::Publish() {
   model_ = std::move(next).value();
   ++poll_epoch_;
   model_sha256_ = rec.model_sha256;
-  buffered_examples_ = 0;
-  buffered_loss_ = 0.0;
-  buffered_loss_count_ = 0;
   PLEXUS_RETURN_IF_ERROR(buffer_->Begin(model_));
   sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
   history_.push_back(rec);
+  return sticky_error_;
+}
+
+std::optional<PendingCommit> AsyncEngine::TakeCommit() {
+  if (!sticky_error_.ok() || commits_queued_.empty() || commits_running_ > 0) return std::nullopt;
+  PendingCommit commit = std::move(commits_queued_.front());
+  commits_queued_.pop_front();
+  ++commits_running_;
+  return commit;
+}
+
+Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
+  const uint64_t version = commit.record.model_version;
+  if (commits_running_ == 0 || version != model_.version() + 1) {
+    return InternalError("version " + std::to_string(version) + " handed back out of order (the last committed is " +
+                         std::to_string(model_.version()) + ")");
+  }
+  --commits_running_;
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!committed.ok()) {
+    sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(version));
+    return sticky_error_;
+  }
+  model_ = std::move(*commit.model);
+  ++poll_epoch_;
+  model_sha256_ = commit.record.model_sha256;
+  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &commit.record);
+  history_.push_back(std::move(commit.record));
   return sticky_error_;
 }
 

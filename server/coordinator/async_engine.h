@@ -4,7 +4,9 @@
 // delta is weighted by s(staleness) (staleness = versions published since its task started)
 // and folded into the buffer's merge strategy; every `buffer_size` updates the engine publishes
 // x + server_lr * (merged - x) as a new version, checkpoints it with its record in one store
-// transaction and evaluates it. Updates staler than `max_staleness` are refused.
+// transaction and evaluates it (with `commit_outside`, the caller runs the hash and the commit
+// without its lock, and the version is served once they are done). Updates staler than
+// `max_staleness` are refused.
 // With buffer_size = 1 this is FedAsync in delta form: x += server_lr * s(tau) * delta.
 //
 // Semi-asynchronous mode (FedCompass, `semi_async`): a CompassScheduler gives each task a number
@@ -16,6 +18,7 @@
 // Owns its buffer; borrows store, clock and evaluator. Single-threaded.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -45,6 +48,12 @@ struct AsyncOptions {
   TaskHyperparams task;
   bool semi_async = false;                  // FedCompass scheduling (task.local_steps is then chosen per task)
   CompassOptions compass;
+  // Publishing queues the version's hash and commit for the caller (Engine::TakeCommit) instead
+  // of running them inside Submit, so that a server can run them outside its lock while updates
+  // keep folding into the next buffer. Clients get tasks on the last committed version meanwhile;
+  // an update's staleness counts the versions aggregated since its task started, committed or
+  // not. Not with semi_async.
+  bool commit_outside = false;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -67,12 +76,17 @@ class AsyncEngine final : public Engine {
   // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;
 
+  // The last committed version (with commit_outside, newer ones may be queued for their commit).
   const ModelState& model() const override { return model_; }
   bool finished() const override { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return history_; }
   std::string strategy_description() const override { return description_; }
   uint64_t poll_epoch() const override { return poll_epoch_; }
+  std::optional<PendingCommit> TakeCommit() override;
+  // Internal when `commit` is not the next version; the run's error becomes the sticky error.
+  Status FinishCommit(PendingCommit commit, Status committed) override;
+  size_t commits_pending() const override { return commits_queued_.size() + commits_running_; }
 
  private:
   struct OpenTask {
@@ -100,6 +114,9 @@ class AsyncEngine final : public Engine {
 
   ModelState model_;
   std::string model_sha256_;
+  uint64_t head_version_ = 0;                    // newest aggregated version, committed or not
+  std::deque<PendingCommit> commits_queued_;     // commit_outside: not yet taken, oldest first
+  size_t commits_running_ = 0;                   // taken and not yet handed back
   ClientRegistry clients_;
   std::map<std::string, OpenTask> tasks_;             // task id -> task
   std::map<std::string, std::string> task_of_client_;  // client id -> task id

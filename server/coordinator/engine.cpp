@@ -2,6 +2,16 @@
 
 namespace plexus {
 
+Status PendingCommit::Run(Store* store) {
+  record.model_sha256 = model->ContentSha256();
+  return store->CommitRound(record, *model, aggregator_state);
+}
+
+Status Engine::FinishCommit(PendingCommit commit, Status) {
+  return InternalError("version " + std::to_string(commit.record.model_version) +
+                       " handed back to an engine that queues no commits");
+}
+
 Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial) {
   RestoredState r;
   PLEXUS_ASSIGN_OR_RETURN(std::optional<ModelState> latest, store->LatestCheckpoint());

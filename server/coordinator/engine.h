@@ -3,6 +3,7 @@
 // AsyncEngine); callers serialize access.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,19 @@ struct EngineStatus {
   std::string error;              // sticky store error, empty when healthy
 };
 
+// A version an engine has aggregated but not yet committed, handed to its caller so that the
+// hash and the checkpoint's write (most of a publication's time) run outside the lock that
+// serializes the engine (see AsyncOptions::commit_outside). Run() reads the model and touches
+// nothing of the engine; the engine neither reads nor changes the model until it is handed back.
+struct PendingCommit {
+  RoundRecord record;  // model_sha256 is filled in by Run()
+  std::shared_ptr<ModelState> model;
+  std::string aggregator_state;  // Aggregator::SaveState() at this version
+
+  // Hashes the model into the record, then commits record and checkpoint (Store::CommitRound).
+  Status Run(Store* store);
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -59,6 +73,15 @@ class Engine {
   // version was published, a task slot freed), so a caller that holds idle clients back instead
   // of letting them poll on a timer (the simulator) knows when to let them poll again.
   virtual uint64_t poll_epoch() const = 0;
+
+  // Engines that leave commits to their caller queue them here, oldest first; the others never
+  // do. The caller takes one (nullopt when none is queued), runs it without the engine's lock,
+  // and hands it back with Run()'s result, one at a time and in order. The version is served
+  // only once handed back committed; a failed commit becomes the engine's sticky error.
+  virtual std::optional<PendingCommit> TakeCommit() { return std::nullopt; }
+  virtual Status FinishCommit(PendingCommit commit, Status committed);
+  // Queued and running commits: a caller bounds the memory they hold by waiting while too many are.
+  virtual size_t commits_pending() const { return 0; }
 };
 
 }  // namespace plexus

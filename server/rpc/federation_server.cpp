@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -29,6 +30,8 @@ namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
 constexpr int kMaxMessageBytes = 4 << 20;
+// Versions aggregated but not yet committed, each a model held in memory, before uploads wait.
+constexpr size_t kMaxPendingCommits = 2;
 constexpr int64_t kMaxPollWaitMs = 30000;
 
 grpc::Status ToGrpc(const Status& s) {
@@ -266,7 +269,7 @@ class FederationService final : public v1::Federation::Service {
     u.num_examples = header.num_examples();
     u.local_steps = header.local_steps();
     for (const auto& [k, v] : header.metrics()) u.metrics[k] = v;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     u.delta = std::move(decoded).value();
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
       Status layout = u.delta.CheckSameLayout(engine_->model());
@@ -285,6 +288,8 @@ class FederationService final : public v1::Federation::Service {
                                           header.task_id(), norm, limits_.max_update_norm)));
       }
     }
+    // Commits the engine left to the committer hold a model each: wait while there are too many.
+    cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
     const uint64_t version_before = engine_->model().version();
     Status s = engine_->Submit(std::move(u));
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
@@ -387,6 +392,32 @@ class FederationService final : public v1::Federation::Service {
       spdlog::info("round {} closed at its deadline: {} updates, {} dropped", r.round, r.num_updates, r.num_dropped);
     }
     cv_.notify_all();
+  }
+
+  // Runs the commits the engine queues (Engine::TakeCommit), one at a time, without the lock, so
+  // that uploads keep folding meanwhile. Returns once `stop` is true and nothing is queued.
+  void RunCommits(const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      std::optional<PendingCommit> commit = engine_->TakeCommit();
+      if (!commit) {
+        if (stop) return;
+        cv_.wait_for(lock, std::chrono::milliseconds(200));
+        continue;
+      }
+      lock.unlock();
+      Status committed = commit->Run(store_);
+      lock.lock();
+      Status s = engine_->FinishCommit(std::move(*commit), std::move(committed));
+      if (s.ok()) {
+        const RoundRecord& r = engine_->history().back();
+        spdlog::info("round {} closed: {} updates, version {}{}", r.round, r.num_updates, r.model_version,
+                     r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+      } else {
+        spdlog::error("{}", s.ToString());
+      }
+      cv_.notify_all();
+    }
   }
 
   void BeginShutdown() {
@@ -577,6 +608,7 @@ class GrpcFederationServer final : public FederationServer {
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) return UnavailableError("cannot listen on '" + listen + "' (address in use or invalid)");
+    committer_ = std::thread([this] { service_.RunCommits(stop_commits_); });
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(stop_mu_);
       while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; })) {
@@ -602,6 +634,9 @@ class GrpcFederationServer final : public FederationServer {
     if (ticker_.joinable()) ticker_.join();
     service_.BeginShutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // After the last upload handler: what they queued is committed before the store closes.
+    stop_commits_ = true;
+    if (committer_.joinable()) committer_.join();
   }
 
  private:
@@ -610,6 +645,8 @@ class GrpcFederationServer final : public FederationServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread ticker_;
+  std::thread committer_;
+  std::atomic<bool> stop_commits_{false};
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;  // guarded by stop_mu_

@@ -1,7 +1,8 @@
 // FederationServer: serves an Engine (any federation mode) over gRPC (plexus.v1.Federation) on one address.
 // Every engine call happens under one mutex; long polls wait on a condition variable that is
 // signalled whenever the engine's state may have changed. A ticker thread applies round
-// deadlines. Update uploads are size-checked chunk by chunk against the current model's size
+// deadlines; a committer thread runs the commits the engine leaves to its caller
+// (Engine::TakeCommit) without the mutex, and uploads wait while two are pending. Update uploads are size-checked chunk by chunk against the current model's size
 // and decoded only once complete. Borrows the engine and store, which must outlive it.
 // Thread-safe.
 #pragma once

@@ -145,6 +145,83 @@ TEST_F(AsyncEngineTest, ResumesFromTheStore) {
   EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // a known client
 }
 
+AsyncOptions CommittedOutside(int64_t rounds) {
+  AsyncOptions o = Options(rounds, 1, 0.5, "poly:a=1");
+  o.commit_outside = true;
+  return o;
+}
+
+TEST_F(AsyncEngineTest, CommitOutsideServesAVersionOnceItsCommitIsHandedBack) {
+  Open(CommittedOutside(5));
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(Report("a", ta, 2.0f));  // version 1 = 1 + 0.5 * 2, queued
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_EQ(engine_->commits_pending(), 1u);
+  EXPECT_TRUE(store_.ListRounds()->empty());
+  EXPECT_EQ(TaskOf("c").model_version, 0u);  // tasks stay on the committed version meanwhile
+  // b's task started before version 1 was aggregated: tau 1 whether or not it is committed.
+  ASSERT_OK(Report("b", tb, 4.0f));  // version 2 = 2 + 0.5 * 0.5 * 4, folded without waiting
+  EXPECT_EQ(engine_->commits_pending(), 2u);
+
+  std::optional<PendingCommit> first = engine_->TakeCommit();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(engine_->TakeCommit().has_value());  // one at a time, in order
+  Status committed_first = first->Run(&store_);
+  ASSERT_OK(engine_->FinishCommit(std::move(*first), committed_first));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 2.0f);
+  EXPECT_EQ(engine_->history().back().model_sha256, engine_->model().ContentSha256());
+  EXPECT_EQ(TaskOf("a").model_version, 1u);
+
+  std::optional<PendingCommit> second = engine_->TakeCommit();
+  ASSERT_TRUE(second.has_value());
+  Status committed_second = second->Run(&store_);
+  ASSERT_OK(engine_->FinishCommit(std::move(*second), committed_second));
+  EXPECT_FLOAT_EQ(W(), 3.0f);  // as FedAsyncAppliesAlphaTimesStalenessWeight, committed inline
+  EXPECT_EQ(engine_->commits_pending(), 0u);
+  EXPECT_EQ(store_.ListRounds()->size(), 2u);
+  EXPECT_EQ(store_.Checkpoint(2)->ContentSha256(), engine_->model().ContentSha256());
+}
+
+TEST_F(AsyncEngineTest, AFailedOutsideCommitIsStickyAndServesNothing) {
+  Open(CommittedOutside(5));
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  Task tb = TaskOf("b");
+  std::optional<PendingCommit> commit = engine_->TakeCommit();
+  ASSERT_TRUE(commit.has_value());
+  EXPECT_THAT(engine_->FinishCommit(std::move(*commit), UnavailableError("disk full")),
+              StatusIs(StatusCode::kUnavailable, "checkpoint of version 1"));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_THAT(Report("b", tb, 1.0f), StatusIs(StatusCode::kUnavailable, "disk full"));
+  EXPECT_FALSE(engine_->TakeCommit().has_value());
+  EXPECT_EQ(engine_->status().error.empty(), false);
+}
+
+TEST_F(AsyncEngineTest, CommitOutsideWaitsForTheLastVersionBeforeFinishing) {
+  Open(CommittedOutside(1));
+  Task tb = TaskOf("b");
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  EXPECT_FALSE(engine_->finished());
+  EXPECT_EQ(engine_->Poll("c")->kind, Kind::kWait);  // no task would count
+  EXPECT_THAT(Report("b", tb, 1.0f), StatusIs(StatusCode::kFailedPrecondition, "finished"));
+  std::optional<PendingCommit> commit = engine_->TakeCommit();
+  ASSERT_TRUE(commit.has_value());
+  Status committed = commit->Run(&store_);
+  ASSERT_OK(engine_->FinishCommit(std::move(*commit), committed));
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->Poll("c")->kind, Kind::kFinished);
+}
+
+TEST_F(AsyncEngineTest, ACommitHandedBackOutOfOrderIsRefused) {
+  Open(CommittedOutside(5));
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  PendingCommit forged{RoundRecord{}, std::make_shared<ModelState>(Initial()), {}};
+  forged.record.model_version = 7;
+  EXPECT_THAT(engine_->FinishCommit(std::move(forged), Status::Ok()), StatusIs(StatusCode::kInternal, "out of order"));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_EQ(engine_->commits_pending(), 1u);
+}
+
 AsyncOptions SemiAsync() {
   AsyncOptions o = Options(10, 1, 1.0, "constant");
   o.semi_async = true;
@@ -244,6 +321,10 @@ TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   o.semi_async = true;
   o.compass.q_max = 1;
   EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "q-max"));
+  o = AsyncOptions();
+  o.semi_async = true;
+  o.commit_outside = true;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "commit_outside"));
 }
 
 TEST(OverselectionTest, AggregatesExactlyTheFirstK) {
