@@ -118,12 +118,12 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
         --min-clients "$n" --rounds 20 --max-concurrent-uploads "$slots"
       continue
     fi
-    # 10-client federations run 60 versions, 100-client ones 15: at least 6,000 MB each, so that
-    # the warm-up weighs little. On the VM of docs/benchmarks.md a page of memory touched for the
-    # first time costs about 3 ms per MB, and the server's first dozen model buffers (one per
-    # upload in flight, the model, the next version) are new; with 20 versions of 10 x 40 MB that
-    # was an eighth of the server's CPU.
-    rounds=$((n >= 100 ? 15 : 60))
+    # Each federation uploads about 24 GB (600 versions of 10 x 4 MB, 60 of 100 x 4 MB or of
+    # 10 x 40 MB), so that the warm-up weighs little: start-up, joins, and the server's first
+    # dozen model buffers (one per upload in flight, the model, the next version), which are new,
+    # and a page of memory touched for the first time costs about 3 ms per MB on the VM of
+    # docs/benchmarks.md. With 60 versions of 10 x 4 MB the warm-up was a third of the run.
+    rounds=$(python3 -c "print(round(24e9 / ($n * $p * 4)))")
     run "$name" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
       --buffer-size "$n" --rounds "$rounds" --max-concurrent-uploads "$slots"
   done
