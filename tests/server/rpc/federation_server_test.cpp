@@ -3,6 +3,7 @@
 #include "server/rpc/federation_server.h"
 
 #include "core/clock.h"
+#include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 
 #include <grpcpp/grpcpp.h>
@@ -11,14 +12,17 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "client/grpc_transport.h"
 #include "core/safetensors.h"
 #include "plexus/v1/federation.grpc.pb.h"
 #include "server/store/memory_store.h"
+#include "server/store/store_wrapper.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -455,6 +459,77 @@ TEST(TokenRegistryTest, ParseRefusesMalformedAndDuplicateLines) {
   EXPECT_EQ(*TokenRegistry::Parse(a)->ClientFor("t1"), "alice");
   EXPECT_FALSE(TokenRegistry::Parse(a)->ClientFor("t2").has_value());
   EXPECT_EQ(a.find("t1"), std::string::npos);  // only the hash is stored
+}
+
+// A store whose commits wait until the test opens the gate.
+class GatedStore : public StoreWrapper {
+ public:
+  using StoreWrapper::StoreWrapper;
+  Status CommitRound(const RoundRecord& r, const ModelState& m, std::string_view state) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+    return StoreWrapper::CommitRound(r, m, state);
+  }
+  void WaitForACommit() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return waiting_ > 0; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
+TEST(CommitOutsideTest, UploadsAreAcknowledgedWhileAVersionCommitsAndShutdownCommitsWhatIsQueued) {
+  MemoryStore memory;
+  GatedStore store(&memory);
+  RealClock clock;
+  const ModelState model = *ModelState::Create({{"w", {4}}});
+  AsyncOptions o;
+  o.rounds = 5;
+  o.buffer_size = 1;
+  o.commit_outside = true;
+  auto engine = *AsyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 5});
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  ASSERT_OK(transport->Join("b", 10, "test"));
+  const Task ta = transport->Poll("a", 1000)->task, tb = transport->Poll("b", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(model);
+  for (float& x : delta.data()) x = 1.0f;
+  auto header = [](const std::string& client, const Task& t) {
+    UploadHeader h;
+    h.client_id = client;
+    h.task_id = t.task_id;
+    h.base_version = t.model_version;
+    h.num_examples = 10;
+    return h;
+  };
+  ASSERT_OK(transport->Upload(header("a", ta), EncodeSafetensors(delta)));
+  store.WaitForACommit();  // version 1 is being committed and cannot finish
+  // b's update is acknowledged meanwhile (folded into version 2), and tasks stay on version 0.
+  ASSERT_OK(transport->Upload(header("b", tb), EncodeSafetensors(delta)));
+  EXPECT_EQ(transport->Poll("a", 10)->task.model_version, 0u);
+  EXPECT_EQ(server->status().model_version, 0u);
+
+  std::thread shutdown([&] { server->Shutdown(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  store.Open();
+  shutdown.join();
+  // Both versions were committed before the server stopped, and each checkpoint is the model.
+  ASSERT_EQ(memory.ListRounds()->size(), 2u);
+  EXPECT_EQ(engine->model().version(), 2u);
+  EXPECT_EQ(memory.Checkpoint(2)->ContentSha256(), engine->model().ContentSha256());
+  EXPECT_EQ(memory.ListRounds()->back().model_sha256, engine->model().ContentSha256());
 }
 
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
