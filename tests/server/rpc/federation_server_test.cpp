@@ -30,6 +30,15 @@ namespace {
 
 using ::plexus::testing::StatusIs;
 
+UploadHeader HeaderFor(const std::string& client, const Task& t) {
+  UploadHeader h;
+  h.client_id = client;
+  h.task_id = t.task_id;
+  h.base_version = t.model_version;
+  h.num_examples = 10;
+  return h;
+}
+
 class FederationServerTest : public ::testing::Test {
  protected:
   // Door limits for the server SetUp starts; tests that need others set them first and call Restart.
@@ -51,14 +60,7 @@ class FederationServerTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  UploadHeader Header(const std::string& client, const Task& t) {
-    UploadHeader h;
-    h.client_id = client;
-    h.task_id = t.task_id;
-    h.base_version = t.model_version;
-    h.num_examples = 10;
-    return h;
-  }
+  UploadHeader Header(const std::string& client, const Task& t) { return HeaderFor(client, t); }
   std::string Delta(float v) {
     ModelState d = ModelState::ZerosLike(model_);
     for (float& x : d.data()) x = v;
@@ -506,18 +508,10 @@ TEST(CommitOutsideTest, UploadsAreAcknowledgedWhileAVersionCommitsAndShutdownCom
   const Task ta = transport->Poll("a", 1000)->task, tb = transport->Poll("b", 1000)->task;
   ModelState delta = ModelState::ZerosLike(model);
   for (float& x : delta.data()) x = 1.0f;
-  auto header = [](const std::string& client, const Task& t) {
-    UploadHeader h;
-    h.client_id = client;
-    h.task_id = t.task_id;
-    h.base_version = t.model_version;
-    h.num_examples = 10;
-    return h;
-  };
-  ASSERT_OK(transport->Upload(header("a", ta), EncodeSafetensors(delta)));
+  ASSERT_OK(transport->Upload(HeaderFor("a", ta), EncodeSafetensors(delta)));
   store.WaitForACommit();  // version 1 is being committed and cannot finish
   // b's update is acknowledged meanwhile (folded into version 2), and tasks stay on version 0.
-  ASSERT_OK(transport->Upload(header("b", tb), EncodeSafetensors(delta)));
+  ASSERT_OK(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(delta)));
   EXPECT_EQ(transport->Poll("a", 10)->task.model_version, 0u);
   EXPECT_EQ(server->status().model_version, 0u);
 
