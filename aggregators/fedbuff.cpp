@@ -16,7 +16,7 @@ Result<std::unique_ptr<FedBuffBuffer>> FedBuffBuffer::Create(const FedBuffOption
 }
 
 Status FedBuffBuffer::Begin(const ModelState& base) {
-  base_ = base;
+  if (options_.server_lr != 1.0) base_ = base;  // only the server step reads it (a model-sized copy)
   return merge_->Begin(base);
 }
 

@@ -41,7 +41,7 @@ class FedBuffBuffer {
   const FedBuffOptions options_;
   const StalenessRule staleness_;
   std::unique_ptr<Aggregator> merge_;
-  ModelState base_;
+  ModelState base_;  // the version the buffer started from; kept only when server_lr != 1
 };
 
 }  // namespace plexus
