@@ -239,28 +239,17 @@ Status AsyncEngine::Publish() {
   buffered_loss_ = 0.0;
   buffered_loss_count_ = 0;
   head_version_ = next->version();
-  if (options_.commit_outside) {
-    auto shared = std::make_shared<ModelState>(std::move(next).value());
-    if (Status begun = buffer_->Begin(*shared); !begun.ok()) {
-      sticky_error_ = begun.WithContext("buffer after version " + std::to_string(rec.model_version));
-      return sticky_error_;
-    }
-    commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), /*aggregator_state=*/{}});
-    return Status::Ok();
-  }
-  rec.model_sha256 = next->ContentSha256();
-  Status committed = store_->CommitRound(rec, *next, /*aggregator_state=*/{});  // FedBuff's step is stateless
-  if (!committed.ok()) {
-    sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(rec.model_version));
+  auto shared = std::make_shared<ModelState>(std::move(next).value());
+  if (Status begun = buffer_->Begin(*shared); !begun.ok()) {
+    sticky_error_ = begun.WithContext("buffer after version " + std::to_string(rec.model_version));
     return sticky_error_;
   }
-  model_ = std::move(next).value();
-  ++poll_epoch_;
-  model_sha256_ = rec.model_sha256;
-  PLEXUS_RETURN_IF_ERROR(buffer_->Begin(model_));
-  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
-  history_.push_back(rec);
-  return sticky_error_;
+  // FedBuff's step is stateless: no aggregator state to commit.
+  commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), /*aggregator_state=*/{}});
+  if (options_.commit_outside) return Status::Ok();
+  std::optional<PendingCommit> commit = TakeCommit();
+  Status committed = commit->Run(store_);
+  return FinishCommit(std::move(*commit), std::move(committed));
 }
 
 std::optional<PendingCommit> AsyncEngine::TakeCommit() {
