@@ -7,6 +7,7 @@
 
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
+#include "proto/abseil_deadlock_detection.h"
 #include "proto/length_delimited_field.h"
 #include "proto/shared_bytes_slice.h"
 
@@ -35,6 +36,7 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 class GrpcFederationTransport final : public FederationTransport {
  public:
   GrpcFederationTransport(const std::string& target, const ClientTls& tls) : token_(tls.token) {
+    SkipAbseilDeadlockDetection();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
