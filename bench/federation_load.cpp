@@ -16,8 +16,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/client_runtime.h"
@@ -78,13 +80,21 @@ Status UploadOnly(const std::string& server, const std::string& id, SharedDelta*
     joined = transport->Join(id, 1, "load").status();
   }
   PLEXUS_RETURN_IF_ERROR(joined);
+  std::optional<PollAnswer> next;  // handed back with the last upload, as the client runtime asks
   for (;;) {
-    PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, transport->Poll(id, 30000));
+    PollAnswer a;
+    if (next) {
+      a = *std::exchange(next, std::nullopt);
+    } else {
+      PLEXUS_ASSIGN_OR_RETURN(a, transport->Poll(id, 30000));
+    }
     if (a.kind == PollAnswer::Kind::kFinished) return Status::Ok();
     if (a.kind != PollAnswer::Kind::kTask) continue;
     PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> payload, delta->Get(transport.get(), a.task.model_version));
     UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
-    Result<uint64_t> up = transport->Upload(h, payload);
+    h.want_next_task = true;
+    Result<UploadAck> up = transport->Upload(h, payload);
+    if (up.ok()) next = std::move(up->next);
     g_update_bytes += static_cast<int64_t>(payload->size());
     if (up.ok()) {
       ++*completed;

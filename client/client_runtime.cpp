@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "core/safetensors.h"
 
@@ -73,8 +74,10 @@ Status ClientRuntime::Join() {
 Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
   PLEXUS_RETURN_IF_ERROR(Join());
   summary_.client_id = client_id_;
+  std::optional<PollAnswer> next;  // handed back with the last upload
   while (!(stop && stop->load())) {
-    Result<PollAnswer> answer = transport_->Poll(client_id_, options_.poll_wait_ms);
+    Result<PollAnswer> answer = next ? Result<PollAnswer>(*std::exchange(next, std::nullopt))
+                                     : transport_->Poll(client_id_, options_.poll_wait_ms);
     if (!answer.ok()) {
       if (answer.status().code() == StatusCode::kNotFound) {
         spdlog::warn("the server does not know this client any more; joining again");
@@ -93,9 +96,10 @@ Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
       case PollAnswer::Kind::kWait:
         Sleep(std::clamp<int64_t>(answer->retry_after_ms, 0, 5000));
         break;
-      case PollAnswer::Kind::kTask:
-        PLEXUS_RETURN_IF_ERROR(RunTask(answer->task));
+      case PollAnswer::Kind::kTask: {
+        PLEXUS_ASSIGN_OR_RETURN(next, RunTask(answer->task));
         break;
+      }
     }
   }
   return Status(StatusCode::kCancelled, "stopped");
@@ -124,12 +128,12 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   return model;
 }
 
-Status ClientRuntime::RunTask(const Task& task) {
+Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
   Result<ModelState> model = FetchModel(task);
   if (!model.ok()) {
     if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {
       spdlog::warn("skipping task {}: {}", task.task_id, model.status().ToString());
-      return Status::Ok();
+      return std::optional<PollAnswer>();
     }
     return model.status();
   }
@@ -155,23 +159,25 @@ Status ClientRuntime::RunTask(const Task& task) {
   h.num_examples = out->num_examples;
   h.local_steps = out->steps;
   h.metrics["train_loss"] = out->mean_loss;
+  h.want_next_task = true;
   while (true) {
-    Result<uint64_t> accepted = transport_->Upload(h, payload);
+    Result<UploadAck> accepted = transport_->Upload(h, payload);
     if (accepted.ok()) {
       ++summary_.tasks_completed;
       ResetBackoff();
       spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; server at version {})", task.task_id, out->steps,
-                   out->mean_loss, *accepted);
-      return Status::Ok();
+                   out->mean_loss, accepted->accepted_for_version);
+      return std::move(accepted->next);
     }
     const Status s = accepted.status();
     if (!Transient(s)) {
       // The round closed, the task expired or the server refused the update: drop it, poll again.
       ++summary_.tasks_refused;
       spdlog::warn("task {}: update refused: {}", task.task_id, s.ToString());
-      return Status::Ok();
+      return std::optional<PollAnswer>();
     }
     PLEXUS_RETURN_IF_ERROR(BackOff(s));
+    h.resume = true;  // the server may hold the part that arrived
   }
 }
 

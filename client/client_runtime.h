@@ -56,7 +56,9 @@ class ClientRuntime {
 
  private:
   Status Join();
-  Status RunTask(const Task& task);
+  // Trains, uploads and returns what the server answered for the next task along with the
+  // upload (nullopt: poll for it).
+  Result<std::optional<PollAnswer>> RunTask(const Task& task);
   Result<ModelState> FetchModel(const Task& task);
   // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
   Status BackOff(const Status& cause);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
@@ -27,6 +28,17 @@ struct UploadHeader {
   int64_t num_examples = 0;
   int64_t local_steps = 0;
   std::map<std::string, double> metrics;
+  // An earlier attempt of this upload failed: the server may hold its first part, so ask and
+  // send only the rest. A first attempt skips that question (one call less per update).
+  bool resume = false;
+  // Ask for the next task in the reply (UploadAck::next), saving the poll that would follow.
+  bool want_next_task = false;
+};
+
+struct UploadAck {
+  uint64_t accepted_for_version = 0;  // the model version the server was at when it accepted
+  // What a poll would have answered at once (a task, or finished), when asked for and known.
+  std::optional<PollAnswer> next;
 };
 
 class FederationTransport {
@@ -38,11 +50,10 @@ class FederationTransport {
   // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
   // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
-  // Returns the model version the server was at when it accepted the update. The transport may
-  // hold on to `payload` (without copying it) after returning.
-  virtual Result<uint64_t> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
+  // The transport may hold on to `payload` (without copying it) after returning.
+  virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
   // For callers that hand the payload over.
-  Result<uint64_t> Upload(const UploadHeader& header, std::string payload) {
+  Result<UploadAck> Upload(const UploadHeader& header, std::string payload) {
     return Upload(header, std::make_shared<const std::string>(std::move(payload)));
   }
 };

@@ -77,30 +77,7 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_wait_ms(static_cast<uint32_t>(wait_ms));
     v1::PollTaskReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->PollTask(&ctx, req, &rep), "poll"));
-    PollAnswer a;
-    switch (rep.answer_case()) {
-      case v1::PollTaskReply::kTask: {
-        const v1::TrainingTask& t = rep.task();
-        a.kind = PollAnswer::Kind::kTask;
-        a.task.task_id = t.task_id();
-        a.task.round = t.round();
-        a.task.model_version = t.model_version();
-        a.task.model_sha256 = t.model_sha256();
-        a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
-        a.task.deadline_ms = t.deadline_in_ms();
-        break;
-      }
-      case v1::PollTaskReply::kRetryAfterMs:
-        a.kind = PollAnswer::Kind::kWait;
-        a.retry_after_ms = rep.retry_after_ms();
-        break;
-      case v1::PollTaskReply::kFinished:
-        a.kind = PollAnswer::Kind::kFinished;
-        break;
-      default:
-        return InvalidArgumentError("poll: the server sent an empty answer");
-    }
-    return a;
+    return AnswerOf(rep);
   }
 
   Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) override {
@@ -136,13 +113,14 @@ class GrpcFederationTransport final : public FederationTransport {
 
   // Uploads larger than a chunk first ask how much of them the server holds from an interrupted
   // attempt and send only the rest; a resume the server cannot match is retried from byte 0.
-  Result<uint64_t> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+    AwaitConnection();
     uint64_t offset = 0;
-    if (payload->size() > kChunkBytes) {
+    if (h.resume && payload->size() > kChunkBytes) {
       Result<uint64_t> held = HeldBytes(h, payload->size());
       if (held.ok() && *held < payload->size()) offset = *held;
     }
-    Result<uint64_t> r = UploadFrom(h, payload, offset);
+    Result<UploadAck> r = UploadFrom(h, payload, offset);
     if (offset > 0 && !r.ok() &&
         (r.status().code() == StatusCode::kAborted || r.status().code() == StatusCode::kFailedPrecondition)) {
       r = UploadFrom(h, payload, 0);
@@ -153,7 +131,6 @@ class GrpcFederationTransport final : public FederationTransport {
  private:
   Result<uint64_t> HeldBytes(const UploadHeader& h, size_t total) {
     grpc::ClientContext ctx;
-    AwaitConnection();
     Authorize(ctx);
     ctx.set_deadline(In(10000));
     v1::UploadStatusRequest req;
@@ -165,8 +142,8 @@ class GrpcFederationTransport final : public FederationTransport {
     return static_cast<uint64_t>(rep.received_bytes());
   }
 
-  Result<uint64_t> UploadFrom(const UploadHeader& h, const std::shared_ptr<const std::string>& payload,
-                              uint64_t offset) {
+  Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const std::string>& payload,
+                               uint64_t offset) {
     grpc::ClientContext ctx;
     Authorize(ctx);
     ctx.set_deadline(In(120000));
@@ -187,6 +164,7 @@ class GrpcFederationTransport final : public FederationTransport {
     for (const auto& [k, v] : h.metrics) (*hdr->mutable_metrics())[k] = v;
     hdr->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
     hdr->set_total_bytes(payload->size());
+    hdr->set_want_next_task(h.want_next_task);
     if (offset > 0) {
       hdr->set_offset(offset);
       hdr->set_payload_sha256(
@@ -205,7 +183,40 @@ class GrpcFederationTransport final : public FederationTransport {
     }
     writer->WritesDone();
     PLEXUS_RETURN_IF_ERROR(FromGrpc(writer->Finish(), "upload update for task " + h.task_id));
-    return static_cast<uint64_t>(rep.accepted_for_version());
+    UploadAck ack;
+    ack.accepted_for_version = rep.accepted_for_version();
+    if (rep.has_next()) {
+      Result<PollAnswer> next = AnswerOf(rep.next());
+      if (next.ok()) ack.next = std::move(next).value();  // an empty answer: poll as usual
+    }
+    return ack;
+  }
+
+  static Result<PollAnswer> AnswerOf(const v1::PollTaskReply& rep) {
+    PollAnswer a;
+    switch (rep.answer_case()) {
+      case v1::PollTaskReply::kTask: {
+        const v1::TrainingTask& t = rep.task();
+        a.kind = PollAnswer::Kind::kTask;
+        a.task.task_id = t.task_id();
+        a.task.round = t.round();
+        a.task.model_version = t.model_version();
+        a.task.model_sha256 = t.model_sha256();
+        a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
+        a.task.deadline_ms = t.deadline_in_ms();
+        break;
+      }
+      case v1::PollTaskReply::kRetryAfterMs:
+        a.kind = PollAnswer::Kind::kWait;
+        a.retry_after_ms = rep.retry_after_ms();
+        break;
+      case v1::PollTaskReply::kFinished:
+        a.kind = PollAnswer::Kind::kFinished;
+        break;
+      default:
+        return InvalidArgumentError("poll: the server sent an empty answer");
+    }
+    return a;
   }
 
   // After a failed connection attempt, gRPC fails calls at once with the cached error until it

@@ -132,28 +132,7 @@ class FederationService final : public v1::Federation::Service {
     while (true) {
       Result<PollAnswer> a = engine_->Poll(req->client_id());
       if (!a.ok()) return RefuseLocked("poll", a.status());
-      active_clients_.insert(req->client_id());
-      if (a->kind == PollAnswer::Kind::kTask) {
-        cv_.notify_all();  // this poll may have opened a round others are waiting for
-        const Task& t = a->task;
-        v1::TrainingTask* out = rep->mutable_task();
-        out->set_task_id(t.task_id);
-        out->set_round(t.round);
-        out->set_model_version(t.model_version);
-        out->set_model_sha256(t.model_sha256);
-        out->set_local_epochs(t.hyperparams.local_epochs);
-        out->set_local_steps(t.hyperparams.local_steps);
-        out->set_batch_size(t.hyperparams.batch_size);
-        out->set_learning_rate(t.hyperparams.learning_rate);
-        out->set_momentum(t.hyperparams.momentum);
-        out->set_deadline_in_ms(t.deadline_ms - clock_.NowMs());
-        return grpc::Status::OK;
-      }
-      if (a->kind == PollAnswer::Kind::kFinished) {
-        told_finished_.insert(req->client_id());
-        rep->set_finished(true);
-        return grpc::Status::OK;
-      }
+      if (AnswerLocked(req->client_id(), *a, rep)) return grpc::Status::OK;
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline || ctx->IsCancelled() || shutting_down_) {
         rep->set_retry_after_ms(static_cast<uint32_t>(std::min<int64_t>(a->retry_after_ms, 1000)));
@@ -161,6 +140,33 @@ class FederationService final : public v1::Federation::Service {
       }
       cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(a->retry_after_ms)));
     }
+  }
+
+  // Fills `rep` with a task or "finished" and returns true; false (nothing filled) for "wait".
+  bool AnswerLocked(const std::string& client_id, const PollAnswer& a, v1::PollTaskReply* rep) {
+    active_clients_.insert(client_id);
+    if (a.kind == PollAnswer::Kind::kTask) {
+      cv_.notify_all();  // this poll may have opened a round others are waiting for
+      const Task& t = a.task;
+      v1::TrainingTask* out = rep->mutable_task();
+      out->set_task_id(t.task_id);
+      out->set_round(t.round);
+      out->set_model_version(t.model_version);
+      out->set_model_sha256(t.model_sha256);
+      out->set_local_epochs(t.hyperparams.local_epochs);
+      out->set_local_steps(t.hyperparams.local_steps);
+      out->set_batch_size(t.hyperparams.batch_size);
+      out->set_learning_rate(t.hyperparams.learning_rate);
+      out->set_momentum(t.hyperparams.momentum);
+      out->set_deadline_in_ms(t.deadline_ms - clock_.NowMs());
+      return true;
+    }
+    if (a.kind == PollAnswer::Kind::kFinished) {
+      told_finished_.insert(client_id);
+      rep->set_finished(true);
+      return true;
+    }
+    return false;
   }
 
   // Federation.DownloadModel: each chunk goes out as its protobuf fields followed by a slice that
@@ -304,6 +310,12 @@ class FederationService final : public v1::Federation::Service {
       spdlog::info("round {} closed: {} updates, {} dropped, version {}{}", r.round, r.num_updates, r.num_dropped,
                    r.model_version,
                    r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+    }
+    if (header.want_next_task()) {
+      // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
+      // failed poll does not undo the accepted update: the client polls and hears the error.
+      Result<PollAnswer> next = engine_->Poll(header.client_id());
+      if (next.ok() && !AnswerLocked(header.client_id(), *next, rep->mutable_next())) rep->clear_next();
     }
     cv_.notify_all();
     return grpc::Status::OK;

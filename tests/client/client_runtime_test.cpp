@@ -39,6 +39,7 @@ class InProcessTransport : public FederationTransport {
   }
   Result<PollAnswer> Poll(const std::string& id, int64_t) override {
     if (Fail()) return UnavailableError("injected: server down");
+    ++polls_;
     return engine_->Poll(id);
   }
   Status Download(uint64_t version, std::string* buffer, uint64_t* total) override {
@@ -54,18 +55,26 @@ class InProcessTransport : public FederationTransport {
     buffer->append(bytes, buffer->size(), end - buffer->size());
     return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
   }
-  Result<uint64_t> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+    uploads_resuming_.push_back(h.resume);
     if (Fail()) return UnavailableError("injected: server down");
     PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(*payload));
     Update u{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)};
-    const uint64_t version = engine_->model().version();
+    UploadAck ack{engine_->model().version(), std::nullopt};
     PLEXUS_RETURN_IF_ERROR(engine_->Submit(u));
-    return version;
+    if (h.want_next_task && answer_with_uploads_) {
+      PLEXUS_ASSIGN_OR_RETURN(PollAnswer next, engine_->Poll(h.client_id));
+      if (next.kind != PollAnswer::Kind::kWait) ack.next = next;
+    }
+    return ack;
   }
 
   std::deque<bool> failures;          // next calls fail while the front is true
   size_t drop_download_after_ = 0;
   std::vector<size_t> resumed_from_;
+  bool answer_with_uploads_ = false;  // hand the next poll's answer back with an upload, as the server does
+  int polls_ = 0;
+  std::vector<bool> uploads_resuming_;  // UploadHeader::resume of each upload that reached the transport
 
  private:
   bool Fail() {
@@ -129,6 +138,27 @@ TEST_F(ClientRuntimeTest, ResumesADroppedDownloadFromItsOffset) {
   ASSERT_GE(transport.resumed_from_.size(), 2u);
   EXPECT_EQ(transport.resumed_from_[0], 0u);
   EXPECT_EQ(transport.resumed_from_[1], 40u);  // the retry continued, it did not start over
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+TEST_F(ClientRuntimeTest, TakesItsNextTaskFromTheUploadReplyInsteadOfPolling) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.answer_with_uploads_ = true;
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->tasks_completed, 2);
+  // The first task came from a poll; the second, and "finished", with the uploads.
+  EXPECT_EQ(transport.polls_, 1);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+TEST_F(ClientRuntimeTest, OnlyARetriedUploadAsksToResume) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.failures = {false, false, true};  // join, poll, then the first upload fails
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  EXPECT_EQ(transport.uploads_resuming_, (std::vector<bool>{false, true, false}));
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
 }
 

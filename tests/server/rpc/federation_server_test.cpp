@@ -397,6 +397,7 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   h.base_version = t.model_version;
   h.num_examples = 10;
   h.local_steps = 1;
+  h.resume = true;  // as the client runtime marks a retry
   ASSERT_OK(transport->Upload(h, payload));
   EXPECT_EQ(fed.UploadsResumed(), 1);
   ASSERT_TRUE(fed.server->status().finished);
@@ -447,6 +448,7 @@ TEST(UploadResumeTest, ResumesThatDoNotMatchAreRefusedAndTheClientStartsOver) {
   h.task_id = t.task_id;
   h.num_examples = 10;
   h.local_steps = 1;
+  h.resume = true;
   ASSERT_OK(transport->Upload(h, payload));  // resume refused (hash), then from byte 0
   EXPECT_TRUE(fed.server->status().finished);
 }
@@ -524,6 +526,53 @@ TEST(CommitOutsideTest, UploadsAreAcknowledgedWhileAVersionCommitsAndShutdownCom
   EXPECT_EQ(engine->model().version(), 2u);
   EXPECT_EQ(memory.Checkpoint(2)->ContentSha256(), engine->model().ContentSha256());
   EXPECT_EQ(memory.ListRounds()->back().model_sha256, engine->model().ContentSha256());
+}
+
+TEST_F(FederationServerTest, AnUploadCarriesBackWhatAPollWouldAnswerAtOnce) {
+  UploadHeader a = Header("a", task_a_);
+  a.want_next_task = true;
+  Result<UploadAck> ack = transport_->Upload(a, Delta(1.0f));
+  ASSERT_OK(ack);
+  EXPECT_FALSE(ack->next.has_value());  // the round still waits for b: a polls as before
+  UploadHeader b = Header("b", task_b_);
+  b.want_next_task = true;
+  ack = transport_->Upload(b, Delta(3.0f));
+  ASSERT_OK(ack);
+  ASSERT_TRUE(ack->next.has_value());
+  EXPECT_EQ(ack->next->kind, PollAnswer::Kind::kFinished);  // b's update closed the last round
+}
+
+TEST(NextTaskTest, AsyncClientsGetTheirNextTaskWithEachUpload) {
+  MemoryStore store;
+  RealClock clock;
+  const ModelState model = *ModelState::Create({{"w", {4}}});
+  AsyncOptions o;
+  o.rounds = 2;
+  o.buffer_size = 1;
+  auto engine = *AsyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 5});
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task first = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(model);
+  UploadHeader h = HeaderFor("a", first);
+  h.want_next_task = true;
+  Result<UploadAck> ack = transport->Upload(h, EncodeSafetensors(delta));
+  ASSERT_OK(ack);
+  ASSERT_TRUE(ack->next.has_value());
+  ASSERT_EQ(ack->next->kind, PollAnswer::Kind::kTask);
+  const Task second = ack->next->task;
+  EXPECT_EQ(second.model_version, 1u);
+  EXPECT_EQ(second.model_sha256, engine->model().ContentSha256());
+  EXPECT_NE(second.task_id, first.task_id);
+  h = HeaderFor("a", second);
+  h.want_next_task = true;
+  ack = transport->Upload(h, EncodeSafetensors(delta));  // the task works like a polled one
+  ASSERT_OK(ack);
+  ASSERT_TRUE(ack->next.has_value());
+  EXPECT_EQ(ack->next->kind, PollAnswer::Kind::kFinished);
+  EXPECT_TRUE(server->AllClientsToldFinished());
+  server->Shutdown();
 }
 
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
