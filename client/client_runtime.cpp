@@ -42,12 +42,14 @@ Status ClientRuntime::BackOff(const Status& cause) {
   const double base = std::min<double>(static_cast<double>(options_.backoff_max_ms),
                                        static_cast<double>(options_.backoff_initial_ms) * std::pow(2.0, failures_));
   const auto delay = static_cast<int64_t>(base * (0.5 + 0.5 * rng_.Uniform()));  // jitter
-  if (failing_for_ms_ + delay > options_.give_up_after_ms) {
-    return UnavailableError("giving up after " + std::to_string(failing_for_ms_ / 1000) + " s of failures: " +
+  const int64_t now = (options_.clock ? options_.clock : &real_clock_)->NowMs();
+  if (failing_since_ms_ < 0) failing_since_ms_ = now;
+  const int64_t failing_for_ms = now - failing_since_ms_;
+  if (failing_for_ms + delay > options_.give_up_after_ms) {
+    return UnavailableError("giving up after " + std::to_string(failing_for_ms / 1000) + " s of failures: " +
                             cause.ToString());
   }
   ++failures_;
-  failing_for_ms_ += delay;
   spdlog::warn("{}; retrying in {} ms", cause.ToString(), delay);
   Sleep(delay);
   return Status::Ok();

@@ -16,6 +16,7 @@
 #include "client/federation_transport.h"
 #include "compute/dataset.h"
 #include "compute/trainer.h"
+#include "core/clock.h"
 #include "core/model_state.h"
 #include "core/rng.h"
 #include "core/status.h"
@@ -28,12 +29,15 @@ struct ClientOptions {
   int64_t poll_wait_ms = 10000;        // long-poll window
   int64_t backoff_initial_ms = 200;
   int64_t backoff_max_ms = 5000;
-  int64_t give_up_after_ms = 300000;   // longest stretch of failures before Run() gives up
+  int64_t give_up_after_ms = 300000;   // longest stretch of failures before Run() gives up, from
+                                       // the first failure seen: failing calls' time counts too
   uint64_t seed = 0;                   // batch order and backoff jitter
   double slowdown = 1.0;               // >= 1: sleep so that each task takes this many times as long
                                        // as training did (reproduces slow devices)
-  // Test-only: replaces sleeping (default: std::this_thread::sleep_for).
+  // Test-only: replaces sleeping (default: std::this_thread::sleep_for) and the clock that
+  // times a stretch of failures (default: real time; not owned).
   std::function<void(int64_t ms)> sleep;
+  const Clock* clock = nullptr;
 };
 
 struct ClientSummary {
@@ -62,7 +66,7 @@ class ClientRuntime {
   Result<ModelState> FetchModel(const Task& task);
   // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
   Status BackOff(const Status& cause);
-  void ResetBackoff() { failures_ = 0; failing_for_ms_ = 0; }
+  void ResetBackoff() { failures_ = 0; failing_since_ms_ = -1; }
   void Sleep(int64_t ms);
 
   const ClientOptions options_;
@@ -75,7 +79,8 @@ class ClientRuntime {
   std::string client_id_;
   std::optional<ModelState> cached_model_;
   int failures_ = 0;
-  int64_t failing_for_ms_ = 0;
+  int64_t failing_since_ms_ = -1;  // when the first of the current failures was seen; -1: none
+  RealClock real_clock_;
   ClientSummary summary_;
 };
 

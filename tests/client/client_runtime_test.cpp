@@ -72,6 +72,7 @@ class InProcessTransport : public FederationTransport {
   std::deque<bool> failures;          // next calls fail while the front is true
   size_t drop_download_after_ = 0;
   std::vector<size_t> resumed_from_;
+  std::function<void()> on_failure;   // e.g. the time a failing call takes
   bool answer_with_uploads_ = false;  // hand the next poll's answer back with an upload, as the server does
   int polls_ = 0;
   std::vector<bool> uploads_resuming_;  // UploadHeader::resume of each upload that reached the transport
@@ -81,6 +82,7 @@ class InProcessTransport : public FederationTransport {
     if (failures.empty()) return false;
     const bool f = failures.front();
     failures.pop_front();
+    if (f && on_failure) on_failure();
     return f;
   }
   SyncEngine* engine_;
@@ -103,7 +105,11 @@ class ClientRuntimeTest : public ::testing::Test {
   ClientOptions Options() {
     ClientOptions o;
     o.client_id = "edge-1";
-    o.sleep = [this](int64_t ms) { slept_ms_ += ms; };
+    o.sleep = [this](int64_t ms) {
+      slept_ms_ += ms;
+      client_clock_.AdvanceMs(ms);
+    };
+    o.clock = &client_clock_;
     return o;
   }
 
@@ -112,6 +118,7 @@ class ClientRuntimeTest : public ::testing::Test {
   }
 
   ManualClock clock_;
+  ManualClock client_clock_;  // the client's: its sleeps and failing calls move it
   MemoryStore store_;
   std::unique_ptr<SyncEngine> engine_;
   Dataset data_;
@@ -180,6 +187,19 @@ TEST_F(ClientRuntimeTest, GivesUpAfterTheConfiguredTime) {
   ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
   EXPECT_THAT(client.Run(), testing::StatusIs(StatusCode::kUnavailable, "giving up"));
   EXPECT_LE(slept_ms_, 3000);
+}
+
+TEST_F(ClientRuntimeTest, TimeInFailingCallsCountsTowardsGivingUp) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.failures = std::deque<bool>(1000, true);
+  transport.on_failure = [this] { client_clock_.AdvanceMs(2000); };  // each failing call hangs 2 s
+  ClientOptions o = Options();
+  o.give_up_after_ms = 5000;
+  ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
+  EXPECT_THAT(client.Run(), testing::StatusIs(StatusCode::kUnavailable, "giving up"));
+  // The stretch starts when the first failure is seen, and the last call may overrun the limit.
+  EXPECT_LE(client_clock_.NowMs(), 2000 + 5000 + 2000);
+  EXPECT_LT(slept_ms_, 1000);  // the sleeps alone would have gone on to 5 s
 }
 
 }  // namespace
