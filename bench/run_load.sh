@@ -8,7 +8,8 @@
 #               docs/security.md); the last run again with 2 uploads received at once
 #               instead of 8 (--max-concurrent-uploads); then the same three federations with
 #               --upload-only clients (one pre-encoded delta, no download or client runtime), so
-#               that nearly all the CPU is the server's ingest; and the 40 MB one in sync mode.
+#               that nearly all the CPU is the server's ingest; the 40 MB one in sync mode; and
+#               the three upload-only ones with --flow-control fixed (64 KB windows).
 # The baseline, measured in the same run: one TCP stream over 127.0.0.1 between two processes
 # (1 MiB writes and reads, nothing else), the most any ingest over loopback could reach here.
 # Prints a markdown table: updates/s, update bytes/s (what the clients uploaded, per second of
@@ -104,14 +105,18 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
   model 1e7 "$work/model-1e7.safetensors"
   # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
   # encoded updates (each client caches the model, trains a copy, encodes the delta).
+  # Fields: clients, parameters, uploads at once, "only" for upload-only clients, then "sync"
+  # (sync rounds) or "fixed" (--flow-control fixed: gRPC's 64 KB windows, for a LAN or one machine).
   for run_spec in "10 1e6" "100 1e6" "10 1e7" "10 1e7 2" "10 1e6 8 only" "100 1e6 8 only" "10 1e7 8 only" \
-                  "10 1e7 8 only sync"; do
-    read -r n p slots only sync <<<"$run_spec"
+                  "10 1e7 8 only sync" "10 1e6 8 only fixed" "100 1e6 8 only fixed" "10 1e7 8 only fixed"; do
+    read -r n p slots only variant <<<"$run_spec"
     slots=${slots:-8}
     name="ingest-$n-clients-$p-$slots-uploads"
     LOAD_FLAGS=""
+    flow=()
     if [ -n "${only:-}" ]; then name="upload-only-$n-clients-$p"; LOAD_FLAGS="--upload-only"; fi
-    if [ -n "${sync:-}" ]; then
+    if [ "${variant:-}" = fixed ]; then name="$name-fixed-windows"; flow=(--flow-control fixed); fi
+    if [ "${variant:-}" = sync ]; then
       # Sync rounds of all N: every accepted update is stored (file and row) before it is
       # acknowledged, and each round waits for its last upload.
       run "$name-sync" "$n" --initial-model "$work/model-$p.safetensors" --clients-per-round "$n" \
@@ -125,7 +130,7 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
     # docs/benchmarks.md. With 60 versions of 10 x 4 MB the warm-up was a third of the run.
     rounds=$(python3 -c "print(round(24e9 / ($n * $p * 4)))")
     run "$name" "$n" --initial-model "$work/model-$p.safetensors" --mode async \
-      --buffer-size "$n" --rounds "$rounds" --max-concurrent-uploads "$slots"
+      --buffer-size "$n" --rounds "$rounds" --max-concurrent-uploads "$slots" "${flow[@]}"
   done
 fi
 python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"

@@ -221,6 +221,14 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--max-concurrent-uploads", f->limits.max_concurrent_uploads,
                   "Uploads received and decoded at once (the others wait; bounds server memory; 0: no bound)")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--flow-control",
+         [f](const std::string& v) { f->limits.adaptive_flow_control = v == "adaptive"; },
+         "How far ahead of the server each upload may send: adaptive (windows follow the link's "
+         "bandwidth-delay product; for clients over long round trips) or fixed (64 KB windows: far less "
+         "memory per waiting upload and less CPU on a LAN or one machine)")
+      ->check(CLI::IsMember({"adaptive", "fixed"}))
+      ->default_str("adaptive");
   cmd->add_option("--rate-burst", f->limits.burst, "Requests a client may make at once above its rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

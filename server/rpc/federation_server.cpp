@@ -602,7 +602,8 @@ class GrpcFederationServer final : public FederationServer {
   GrpcFederationServer(Engine* engine, Store* store, const ServerInfo& info, const ServerTls& tls,
                        const DoorLimits& limits)
       : service_(engine, store, info, tls.enabled() && !tls.client_ca_pem.empty(), limits),
-        tls_(tls) {}
+        tls_(tls),
+        adaptive_flow_control_(limits.adaptive_flow_control) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
@@ -625,6 +626,7 @@ class GrpcFederationServer final : public FederationServer {
     // split the clients between two federations.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kIdleServerThreads);
+    if (!adaptive_flow_control_) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) return UnavailableError("cannot listen on '" + listen + "' (address in use or invalid)");
     committer_ = std::thread([this] { service_.RunCommits(stop_commits_); });
@@ -661,6 +663,7 @@ class GrpcFederationServer final : public FederationServer {
  private:
   FederationService service_;
   const ServerTls tls_;
+  const bool adaptive_flow_control_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread ticker_;

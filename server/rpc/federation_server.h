@@ -35,6 +35,12 @@ struct DoorLimits {
   // bytes wait in the transport's flow control), so the server holds a few models' worth of
   // uploads whatever the number of clients. 0: no bound.
   int max_concurrent_uploads = 8;
+  // How much of each upload the transport takes in ahead of the server reading it. Adaptive
+  // (gRPC's default): each stream's window grows with the link's measured bandwidth-delay
+  // product, which uploads over long round trips need to go at the link's speed. Fixed: gRPC's
+  // 64 KB windows; on a LAN or one machine, far less memory per waiting upload and bytes read
+  // while still in cache (docs/benchmarks.md), but at most 64 KB per round trip per upload.
+  bool adaptive_flow_control = true;
   // Token authentication (clients without certificates): every join, poll and upload must carry
   // "authorization: Bearer TOKEN" metadata whose hash is listed; the token names the client.
   // Null: no tokens. With mutual TLS the certificate decides instead.

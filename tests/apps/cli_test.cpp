@@ -45,6 +45,8 @@ TEST(CliTest, NoCommandAndUnknownFlagsFail) {
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {}, &out), 0);
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--no-such-flag"}, &out), 0);
   EXPECT_NE(out.find("--no-such-flag"), std::string::npos) << out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"server", "--flow-control", "sometimes"}, &out), 0);
+  EXPECT_NE(out.find("not in {adaptive,fixed}"), std::string::npos) << out;
 }
 
 TEST(CliTest, MalformedConfigIsAClearError) {

@@ -301,13 +301,13 @@ TEST(AdminTest, OnlyAdminsReadTheStatusWhenAnAdminListIsGiven) {
 
 // A federation of one client on a model whose updates take three 1 MiB chunks.
 struct BigModelServer {
-  BigModelServer() {
+  explicit BigModelServer(const DoorLimits& limits = {}) {
     SyncOptions o;
     o.rounds = 1;
     o.clients_per_round = 1;
     o.min_clients = 1;
     engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
-    server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"big", 1});
+    server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"big", 1}, {}, limits);
     target = "127.0.0.1:" + std::to_string(server->port());
     stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   }
@@ -403,6 +403,24 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().data()[6], 1.5f);  // base 0 + the one delta, assembled right
   EXPECT_EQ(fed.engine->model().data()[599999], static_cast<float>(599999 % 7) * 0.25f);
+}
+
+TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
+  DoorLimits limits;
+  limits.adaptive_flow_control = false;
+  BigModelServer fed(limits);
+  auto transport = MakeGrpcFederationTransport(fed.target);
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(fed.model);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
+  ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));  // 2.4 MB, 64 KB at a time
+  ASSERT_TRUE(fed.server->status().finished);
+  EXPECT_EQ(fed.engine->model().ContentSha256(), [&] {
+    ModelState expected = fed.model;
+    for (size_t i = 0; i < expected.num_params(); ++i) expected.data()[i] += delta.data()[i];
+    return expected.ContentSha256();
+  }());
 }
 
 TEST(UploadResumeTest, ResumesThatDoNotMatchAreRefusedAndTheClientStartsOver) {
