@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Load and ingest throughput of `plexus server` on 127.0.0.1 (docs/benchmarks.md), with
 # bench/federation_load as the clients (lightweight: no training, real gRPC client runtime):
-#   load:       1,000 concurrent clients, sync rounds of all 1,000, the MLP (636 KB updates);
+#   load:       1,000 concurrent clients, sync rounds of all 1,000, the MLP (636 KB updates), then
+#               async (FedBuff) with adaptive and with fixed flow-control windows;
 #   throughput: 10 and 100 clients uploading 4 MB updates and 10 uploading 40 MB (a model of 1e6
 #               or 1e7 float32 parameters given to the server with --initial-model), async mode
 #               with a FedBuff buffer of one update per client (no per-update durability, see
@@ -99,6 +100,7 @@ echo "== baseline: loopback TCP $(python3 -c "print(f'{$baseline / 1e9:.2f}')") 
 if [ "$what" = load ] || [ "$what" = all ]; then
   run load-1000-sync 1000 --clients-per-round 1000 --min-clients 1000 --rounds 3 --selection-wait-s 30
   run load-1000-async 1000 --mode async --buffer-size 100 --rounds 30
+  run load-1000-async-fixed-windows 1000 --mode async --buffer-size 100 --rounds 30 --flow-control fixed
 fi
 if [ "$what" = throughput ] || [ "$what" = all ]; then
   model 1e6 "$work/model-1e6.safetensors"
