@@ -94,9 +94,9 @@ Status UploadOnly(const std::string& server, const std::string& id, SharedDelta*
     UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
     h.want_next_task = true;
     Result<UploadAck> up = transport->Upload(h, payload);
-    if (up.ok()) next = std::move(up->next);
     g_update_bytes += static_cast<int64_t>(payload->size());
     if (up.ok()) {
+      next = std::move(up->next);
       ++*completed;
     } else if (up.status().code() == StatusCode::kFailedPrecondition) {
       ++*refused;  // too stale, or the federation finished meanwhile

@@ -111,8 +111,9 @@ class GrpcFederationTransport final : public FederationTransport {
     return Status::Ok();
   }
 
-  // Uploads larger than a chunk first ask how much of them the server holds from an interrupted
-  // attempt and send only the rest; a resume the server cannot match is retried from byte 0.
+  // A retried upload larger than a chunk first asks how much of it the server holds from the
+  // interrupted attempt and sends only the rest; a resume the server cannot match is retried
+  // from byte 0.
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     AwaitConnection();
     uint64_t offset = 0;
