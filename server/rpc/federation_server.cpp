@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "aggregators/simd_kernels.h"
@@ -140,6 +141,13 @@ class FederationService final : public v1::Federation::Service {
       }
       cv_.wait_until(lock, std::min(deadline, now + std::chrono::milliseconds(a->retry_after_ms)));
     }
+  }
+
+  // `how`: "" or e.g. " at its deadline".
+  static void LogRoundClosed(const RoundRecord& r, std::string_view how) {
+    spdlog::info("round {} closed{}: {} updates, {} dropped, version {}{}", r.round, how, r.num_updates,
+                 r.num_dropped, r.model_version,
+                 r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
   }
 
   // Fills `rep` with a task or "finished" and returns true; false (nothing filled) for "wait".
@@ -305,12 +313,7 @@ class FederationService final : public v1::Federation::Service {
     Status s = engine_->Submit(std::move(u));
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
     rep->set_accepted_for_version(version_before);
-    if (engine_->model().version() != version_before) {
-      const RoundRecord& r = engine_->history().back();
-      spdlog::info("round {} closed: {} updates, {} dropped, version {}{}", r.round, r.num_updates, r.num_dropped,
-                   r.model_version,
-                   r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
-    }
+    if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
     if (header.want_next_task()) {
       // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
       // failed poll does not undo the accepted update: the client polls and hears the error.
@@ -404,10 +407,7 @@ class FederationService final : public v1::Federation::Service {
     const uint64_t before = engine_->model().version();
     Status s = engine_->Tick();
     if (!s.ok()) spdlog::error("{}", s.ToString());
-    if (engine_->model().version() != before) {
-      const RoundRecord& r = engine_->history().back();
-      spdlog::info("round {} closed at its deadline: {} updates, {} dropped", r.round, r.num_updates, r.num_dropped);
-    }
+    if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " at its deadline");
     cv_.notify_all();
   }
 
@@ -427,9 +427,7 @@ class FederationService final : public v1::Federation::Service {
       lock.lock();
       Status s = engine_->FinishCommit(std::move(*commit), std::move(committed));
       if (s.ok()) {
-        const RoundRecord& r = engine_->history().back();
-        spdlog::info("round {} closed: {} updates, version {}{}", r.round, r.num_updates, r.model_version,
-                     r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+        LogRoundClosed(engine_->history().back(), "");
       } else {
         spdlog::error("{}", s.ToString());
       }
