@@ -4,8 +4,19 @@
 # project, runs the unit and integration tests of both, then the fuzz targets (30000 inputs each
 # from a fixed seed, so the same inputs on every machine).
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# The tests that train skip without the data set; setup installed it, so its absence here is an
+# error, not a reason to pass with those tests skipped.
+for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+  if [ ! -s "/usr/share/datasets/fashion-mnist/$f" ]; then
+    echo "test.sh: /usr/share/datasets/fashion-mnist/$f is missing although scripts/setup.sh installs dataset-fashion-mnist" >&2
+    exit 1
+  fi
+done
 
 echo "== portable subset (PLEXUS_PROFILE=portable)"
 scripts/build.sh build-portable portable
