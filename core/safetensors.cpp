@@ -20,6 +20,40 @@ constexpr const char* kVersionKey = "plexus.version";
 
 Status Malformed(const std::string& why) { return InvalidArgumentError("malformed safetensors: " + why); }
 
+// A safetensors header nests three levels deep (object, tensor entry, shape array). Deeper input is
+// refused before it is parsed: the JSON library and its dump() recurse on nesting, so an
+// attacker-chosen depth would be an attacker-chosen stack depth.
+constexpr int kMaxHeaderNesting = 8;
+
+bool NestsDeeperThan(std::string_view json, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character cannot end the string
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > max_depth) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// A short rendering of a JSON value for an error message.
+std::string Excerpt(const nlohmann::json& value) {
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  return text;
+}
+
 }  // namespace
 
 std::string SafetensorsPrefix(const ModelState& model) {
@@ -50,6 +84,9 @@ std::string EncodeSafetensors(const ModelState& model) {
 }
 
 Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data_bytes) {
+  if (NestsDeeperThan(header_json, kMaxHeaderNesting)) {
+    return Malformed("header nests deeper than " + std::to_string(kMaxHeaderNesting) + " levels");
+  }
   nlohmann::json header = nlohmann::json::parse(header_json, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) return Malformed("header is not a JSON object");
 
@@ -83,7 +120,7 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
       return Malformed("tensor '" + it.key() + "' lacks dtype, shape or data_offsets");
     }
     if (!dtype->is_string() || *dtype != "F32") {
-      return InvalidArgumentError("tensor '" + it.key() + "' has dtype " + dtype->dump() +
+      return InvalidArgumentError("tensor '" + it.key() + "' has dtype " + Excerpt(*dtype) +
                                   "; Plexus reads F32 only (convert with tensor.float())");
     }
     Entry e{it.key(), {}, 0, 0};

@@ -62,6 +62,24 @@ TEST(SafetensorsTest, RefusesMalformedInput) {
               StatusIs(StatusCode::kInvalidArgument, "overlaps"));
 }
 
+// A dtype nested 100,000 levels deep once overflowed the stack while the error message was written.
+TEST(SafetensorsTest, RefusesDeepNestingWithoutRecursing) {
+  const int depth = 100000;
+  const std::string nested = std::string(depth, '[') + "\"F32\"" + std::string(depth, ']');
+  const std::string json = R"({"x":{"dtype":)" + nested + R"(,"shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_THAT(DecodeSafetensors(HandMade(json, "12345678")), StatusIs(StatusCode::kInvalidArgument, "nests deeper"));
+  EXPECT_THAT(SafetensorsLayout(json, 8), StatusIs(StatusCode::kInvalidArgument, "nests deeper"));
+  // Brackets inside strings (escaped quotes included) do not count as nesting.
+  const std::string names = R"({"__metadata__":{"note":"[[[[[[[[[[\"{{{{{{{{{{"},)"
+                            R"("x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_OK(SafetensorsLayout(names, 8));
+  // A wrong dtype is named in a short excerpt, not dumped whole.
+  const std::string wide = R"({"x":{"dtype":")" + std::string(5000, 'A') + R"(","shape":[2],"data_offsets":[0,8]}})";
+  const Status wide_status = SafetensorsLayout(wide, 8).status();
+  EXPECT_THAT(wide_status, StatusIs(StatusCode::kInvalidArgument, "F32 only"));
+  EXPECT_LT(wide_status.message().size(), 300u);
+}
+
 TEST(SafetensorsTest, EveryTruncationIsRefusedCleanly) {
   const std::string bytes = EncodeSafetensors(Sample());
   for (size_t n = 0; n < bytes.size(); ++n) {
