@@ -39,6 +39,11 @@ class Aggregator {
   // override it with a faster path that reads each input once for the whole batch.
   virtual Status FoldAll(std::span<const Update* const> updates);
 
+  // The fewest updates Finalize can aggregate with these settings (Krum and Multi-Krum: 2f + 3,
+  // Bulyan: 4f + 3; 1 for the rest). Engines refuse at start settings that could close a round
+  // with fewer, instead of failing at the first one.
+  virtual size_t min_updates() const { return 1; }
+
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;
 

@@ -65,7 +65,7 @@ Result<std::unique_ptr<Aggregator>> MakeBulyan(StrategySpec& spec, ThreadPool* p
     return ReduceSortedCoordinates(chosen, u[0].delta.size(), p, AllRanks(chosen.size()), &MeanClosestToMedian,
                                    &trim);
   };
-  return MakeRobust("bulyan(f=" + std::to_string(f) + ")", std::move(rule), pool);
+  return MakeRobust("bulyan(f=" + std::to_string(f) + ")", std::move(rule), pool, static_cast<size_t>(4 * f + 3));
 }
 
 }  // namespace plexus

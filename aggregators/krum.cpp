@@ -43,7 +43,9 @@ Result<std::unique_ptr<Aggregator>> MakeKrumFamily(StrategySpec& spec, ThreadPoo
     for (double& x : out) x /= static_cast<double>(take);
     return out;
   };
-  return MakeRobust(description, std::move(rule), pool);
+  // n > 2f + 2, and Multi-Krum's m among them.
+  const auto fewest = static_cast<size_t>(std::max<int64_t>(2 * f + 3, m));
+  return MakeRobust(description, std::move(rule), pool, fewest);
 }
 
 }  // namespace

@@ -5,8 +5,9 @@ namespace {
 
 class Robust final : public Aggregator {
  public:
-  Robust(std::string description, RobustRule rule, ThreadPool* pool)
-      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool), buffer_(pool) {}
+  Robust(std::string description, RobustRule rule, ThreadPool* pool, size_t min_updates)
+      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool), min_updates_(min_updates),
+        buffer_(pool) {}
 
   Status Begin(const ModelState& base) override {
     buffer_.Reset(base);
@@ -27,19 +28,22 @@ class Robust final : public Aggregator {
     return out;
   }
   std::string Describe() const override { return description_; }
+  size_t min_updates() const override { return min_updates_; }
 
  private:
   const std::string description_;
   const RobustRule rule_;
   ThreadPool* const pool_;
+  const size_t min_updates_;
   UpdateBuffer buffer_;
   bool begun_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool) {
-  return std::make_unique<Robust>(std::move(description), std::move(rule), pool);
+std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool,
+                                       size_t min_updates) {
+  return std::make_unique<Robust>(std::move(description), std::move(rule), pool, min_updates);
 }
 
 Status PreconditionFailed(const std::string& strategy, const std::string& condition, size_t n, int64_t f) {

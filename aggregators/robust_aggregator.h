@@ -20,7 +20,9 @@ namespace plexus {
 // Computes the aggregated delta from the sorted updates.
 using RobustRule = std::function<Result<std::vector<double>>(std::span<const BufferedUpdate>, ThreadPool*)>;
 
-std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool);
+// `min_updates`: the fewest updates the rule accepts (Aggregator::min_updates).
+std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool,
+                                       size_t min_updates = 1);
 
 // Message for a violated precondition: "krum needs n > 2f + 2 updates (got n=4 with f=1)".
 Status PreconditionFailed(const std::string& strategy, const std::string& condition, size_t n, int64_t f);

@@ -23,6 +23,16 @@ Status AsyncOptions::Validate() const {
   if (semi_async && commit_outside) {
     return InvalidArgumentError("semi-asynchronous mode commits its versions itself (commit_outside is for FedBuff)");
   }
+  // FedBuff merges exactly buffer-size updates per version. (Semi-async groups vary in size: a
+  // group smaller than the strategy needs fails when it closes.)
+  Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
+  if (!made.ok()) return made.status().WithContext("--strategy");
+  const std::unique_ptr<Aggregator>& merge = *made;
+  if (const size_t fewest = merge->min_updates(); !semi_async && static_cast<size_t>(buffer_size) < fewest) {
+    return InvalidArgumentError("strategy " + merge->Describe() + " needs at least " + std::to_string(fewest) +
+                                " updates per version, but buffer-size is " + std::to_string(buffer_size) +
+                                ": raise --buffer-size to " + std::to_string(fewest) + " or lower the strategy's f");
+  }
   return StalenessRule::Parse(staleness).status();
 }
 
@@ -122,6 +132,10 @@ Status AsyncEngine::Submit(Update update) {
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
     return admitted;
+  }
+  if (Status numbers = CheckReportedNumbers(update); !numbers.ok()) {
+    ++updates_refused_;
+    return numbers;
   }
   if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
     ++updates_refused_;
@@ -226,6 +240,22 @@ Status AsyncEngine::Publish() {
     sticky_error_ = next.status().WithContext("publish version " + std::to_string(head_version_ + 1));
     return sticky_error_;
   }
+  if (!AllFinite(next->data())) {
+    // Finite updates can still sum past the float range: publishing that would poison every
+    // later version. The buffer's updates are dropped (acknowledged, but never merged) and the
+    // next buffer starts again from the newest version.
+    ++versions_refused_nonfinite_;
+    merged_.clear();
+    buffered_examples_ = 0;
+    buffered_loss_ = 0.0;
+    buffered_loss_count_ = 0;
+    ++poll_epoch_;
+    if (Status begun = buffer_->Begin(head_model_ ? *head_model_ : model_); !begun.ok()) {
+      sticky_error_ = begun.WithContext("buffer after a non-finite aggregate");
+      return sticky_error_;
+    }
+    return Status::Ok();
+  }
   RoundRecord rec;
   rec.round = next->version();
   rec.model_version = next->version();
@@ -240,6 +270,7 @@ Status AsyncEngine::Publish() {
   buffered_loss_count_ = 0;
   head_version_ = next->version();
   auto shared = std::make_shared<ModelState>(std::move(next).value());
+  head_model_ = shared;
   if (Status begun = buffer_->Begin(*shared); !begun.ok()) {
     sticky_error_ = begun.WithContext("buffer after version " + std::to_string(rec.model_version));
     return sticky_error_;
@@ -272,6 +303,7 @@ Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
     sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(version));
     return sticky_error_;
   }
+  if (head_model_ == commit.model) head_model_.reset();  // it becomes model_
   model_ = std::move(*commit.model);
   ++poll_epoch_;
   model_sha256_ = commit.record.model_sha256;
@@ -314,6 +346,7 @@ EngineStatus AsyncEngine::status() const {
   for (const auto& [group, held] : held_) s.round_received += static_cast<int64_t>(held.size());
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
+  s.aggregates_nonfinite = versions_refused_nonfinite_;
   s.updates_stale = updates_stale_;
   s.last_accuracy = LastAccuracy(history_);
   if (compass_) s.schedule = compass_->Clients();

@@ -115,6 +115,10 @@ class AsyncEngine final : public Engine {
   ModelState model_;
   std::string model_sha256_;
   uint64_t head_version_ = 0;                    // newest aggregated version, committed or not
+  // The model of head_version_ while its commit is queued or running (shared with the commit,
+  // only read meanwhile); null once it is model_.
+  std::shared_ptr<ModelState> head_model_;
+  int64_t versions_refused_nonfinite_ = 0;       // aggregates not published because not finite
   std::deque<PendingCommit> commits_queued_;     // commit_outside: not yet taken, oldest first
   size_t commits_running_ = 0;                   // taken and not yet handed back
   ClientRegistry clients_;

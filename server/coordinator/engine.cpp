@@ -1,5 +1,7 @@
 #include "server/coordinator/engine.h"
 
+#include <cmath>
+
 namespace plexus {
 
 Status PendingCommit::Run(Store* store) {
@@ -41,6 +43,28 @@ Status EvaluatePublished(ModelEvaluator* evaluator, Store* store, const ModelSta
   record->test_loss = eval->loss;
   return store->SetRoundEvaluation(record->round, eval->accuracy, eval->loss)
       .WithContext("record evaluation of version " + std::to_string(record->model_version));
+}
+
+Status CheckReportedNumbers(const Update& update) {
+  // 2^40 examples or steps is far beyond any device; the bound keeps sums over a million updates
+  // well inside int64 and exact in double.
+  constexpr int64_t kMaxCount = int64_t{1} << 40;
+  const std::string from = " from client '" + update.client_id + "' (task '" + update.task_id + "')";
+  if (update.num_examples < 0 || update.num_examples > kMaxCount) {
+    return InvalidArgumentError("num_examples " + std::to_string(update.num_examples) + from +
+                                " is outside [0, 2^40]");
+  }
+  if (update.local_steps < 0 || update.local_steps > kMaxCount) {
+    return InvalidArgumentError("local_steps " + std::to_string(update.local_steps) + from + " is outside [0, 2^40]");
+  }
+  for (const auto& [name, value] : update.metrics) {
+    // Beyond 1e300 a sum over many updates could still overflow to infinity.
+    if (!std::isfinite(value) || std::fabs(value) > 1e300) {
+      return InvalidArgumentError("metric '" + name + "'" + from + " is " + std::to_string(value) +
+                                  ": reported numbers must be finite and within 1e300 (did local training diverge?)");
+    }
+  }
+  return Status::Ok();
 }
 
 std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history) {

@@ -29,6 +29,7 @@ struct EngineStatus {
   int64_t updates_accepted = 0;   // since this process started
   int64_t updates_refused = 0;
   int64_t updates_stale = 0;      // refused for exceeding the staleness bound (async)
+  int64_t aggregates_nonfinite = 0;  // aggregates not published because not finite (since start)
   std::optional<double> last_accuracy;
   std::vector<ClientSchedule> schedule;  // semiasync: every client's speed estimate, steps and group
   bool finished = false;
@@ -103,6 +104,12 @@ Result<RestoredState> RestoreEngineState(Store* store, const ModelState& initial
 // Evaluates a just-committed version (when there is an evaluator) and records the result in the
 // store and in `record`. An evaluation that fails is skipped; a store error is returned.
 Status EvaluatePublished(ModelEvaluator* evaluator, Store* store, const ModelState& model, RoundRecord* record);
+
+// Refuses (InvalidArgument, naming the field) an update whose reported numbers cannot be stored or
+// summed: a non-finite metric (a client whose loss diverged reports NaN), a negative or absurdly
+// large example count or step count. Engines call it before anything of the update is kept, so
+// no such number ever reaches a round record.
+Status CheckReportedNumbers(const Update& update);
 
 // The accuracy of the newest evaluated version in `history`, if any.
 std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history);

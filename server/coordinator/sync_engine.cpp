@@ -36,6 +36,16 @@ Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
   if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
   if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  // A round may close with min-clients updates: the strategy must be able to merge that many.
+  Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
+  if (!made.ok()) return made.status().WithContext("--strategy");
+  const std::unique_ptr<Aggregator>& merge = *made;
+  if (const size_t fewest = merge->min_updates(); static_cast<size_t>(min_clients) < fewest) {
+    return InvalidArgumentError("strategy " + merge->Describe() + " needs at least " + std::to_string(fewest) +
+                                " updates per round, but min-clients is " + std::to_string(min_clients) +
+                                ": raise --min-clients (and --clients-per-round) to " + std::to_string(fewest) +
+                                " or more, or lower the strategy's f");
+  }
   return Status::Ok();
 }
 
@@ -53,6 +63,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   std::unique_ptr<SyncEngine> e(new SyncEngine(options, store, clock, evaluator));
   PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
   e->strategy_description_ = e->aggregator_->Describe();
+
   PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
   e->backups_ = std::move(backups);
 
@@ -184,6 +195,10 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return admitted;
   }
+  if (Status numbers = CheckReportedNumbers(update); !numbers.ok()) {
+    ++updates_refused_;
+    return numbers;
+  }
   if (finished()) {
     ++updates_refused_;
     return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
@@ -250,10 +265,24 @@ void SyncEngine::AbandonRound() {
 }
 
 Status SyncEngine::CloseRound() {
+  // Finalize moves a server optimizer's state; a round that is not published must not keep that.
+  const std::string state_before = aggregator_->SaveState();
   Result<ModelState> next = aggregator_->Finalize();
   if (!next.ok()) {
     sticky_error_ = next.status().WithContext("aggregate round " + std::to_string(open_->round));
     return sticky_error_;
+  }
+  if (!AllFinite(next->data())) {
+    // Finite updates can still sum past the float range (two uploads of 3e38): publishing that
+    // would poison every later version. The attempt is abandoned like one without quorum and the
+    // round retried with a new sample; the updates it held are not merged.
+    ++rounds_refused_nonfinite_;
+    if (Status restored = aggregator_->RestoreState(state_before); !restored.ok()) {
+      sticky_error_ = restored.WithContext("restore the aggregator after a non-finite round " + std::to_string(open_->round));
+      return sticky_error_;
+    }
+    AbandonRound();
+    return Status::Ok();
   }
   RoundRecord rec;
   rec.round = open_->round;
@@ -310,6 +339,7 @@ EngineStatus SyncEngine::status() const {
   }
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
+  s.aggregates_nonfinite = rounds_refused_nonfinite_;
   s.last_accuracy = LastAccuracy(history_);
   s.finished = finished();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();

@@ -137,6 +137,7 @@ class SyncEngine final : public Engine {
   std::vector<RoundRecord> history_;
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
+  int64_t rounds_refused_nonfinite_ = 0;  // attempts abandoned because their aggregate was not finite
   uint64_t poll_epoch_ = 0;
   Status sticky_error_;
 };

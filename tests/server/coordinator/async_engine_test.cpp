@@ -1,5 +1,7 @@
 #include "server/coordinator/async_engine.h"
 
+#include <cmath>
+
 #include "server/coordinator/sync_engine.h"
 #include "server/store/memory_store.h"
 #include "tests/testing/status_matchers.h"
@@ -79,6 +81,48 @@ TEST_F(AsyncEngineTest, FedBuffPublishesEveryKUpdates) {
   EXPECT_FLOAT_EQ(W(), 4.0f);  // 1 + (3 + 6 + 0) / 3
   ASSERT_OK(Report("a", TaskOf("a"), 3.0f));
   EXPECT_EQ(engine_->model().version(), 1u);
+}
+
+TEST_F(AsyncEngineTest, NonFiniteMetricsAreRefusedAndTheVersionStillPublishes) {
+  Open(Options(5, 2, 1.0, "constant"));
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  Update u;
+  u.client_id = "a";
+  u.task_id = ta.task_id;
+  u.base_version = ta.model_version;
+  u.num_examples = 10;
+  u.delta = ModelState::ZerosLike(Initial());
+  u.metrics["train_loss"] = std::nan("");
+  EXPECT_THAT(engine_->Submit(u), StatusIs(StatusCode::kInvalidArgument, "finite"));
+  EXPECT_EQ(engine_->status().round_received, 0);
+  u.metrics["train_loss"] = 0.25;
+  ASSERT_OK(engine_->Submit(u));
+  ASSERT_OK(Report("b", tb, 2.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_DOUBLE_EQ(store_.ListRounds()->back().mean_train_loss, 0.25);
+}
+
+TEST_F(AsyncEngineTest, ANonFiniteAggregateIsNotPublishedAndTheNextBufferStartsFromTheHead) {
+  Open(Options(5, 1, 1.0, "constant"));
+  ASSERT_OK(Report("a", TaskOf("a"), 3e38f));  // 1 + 3e38: finite
+  ASSERT_EQ(engine_->model().version(), 1u);
+  ASSERT_OK(Report("b", TaskOf("b"), 3e38f));  // 6e38 is not
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_EQ(engine_->status().aggregates_nonfinite, 1);
+  EXPECT_EQ(store_.ListRounds()->size(), 1u);
+  ASSERT_OK(Report("c", TaskOf("c"), -3e38f));  // from version 1 again
+  EXPECT_EQ(engine_->model().version(), 2u);
+  EXPECT_TRUE(AllFinite(engine_->model().data()));
+  EXPECT_LT(std::fabs(W()), 1e37f);
+}
+
+TEST_F(AsyncEngineTest, ABufferSmallerThanTheStrategyNeedsIsRefusedAtOpen) {
+  AsyncOptions o = Options(5, 4, 1.0, "constant");
+  o.strategy = "multikrum:f=1";
+  EXPECT_THAT(AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "buffer-size is 4"));
+  o.buffer_size = 5;
+  EXPECT_OK(AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr));
 }
 
 TEST_F(AsyncEngineTest, FastClientsNeverWaitForSlowOnes) {

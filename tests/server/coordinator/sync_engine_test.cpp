@@ -121,6 +121,82 @@ TEST_F(SyncEngineTest, FinishesAfterTheLastRound) {
   EXPECT_THAT(engine_->Submit(UpdateFor("a", t, 1.0f)), StatusIs(StatusCode::kFailedPrecondition, "finished"));
 }
 
+// A client whose loss diverged reports NaN: refused at the door, so it never reaches a round
+// record (SQLite stores NaN as NULL and the commit failed on a NOT NULL column, stopping the
+// federation for good).
+TEST_F(SyncEngineTest, NonFiniteOrOutOfRangeReportedNumbersAreRefusedAndTheRoundGoesOn) {
+  Open(Options(1, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a");
+  Task tb = TaskOf("b");
+  for (double bad : {std::nan(""), double{INFINITY}, -double{INFINITY}, 1e301}) {
+    Update u = UpdateFor("a", ta, 1.0f);
+    u.metrics["train_loss"] = bad;
+    EXPECT_THAT(engine_->Submit(std::move(u)), StatusIs(StatusCode::kInvalidArgument, "metric 'train_loss'"));
+  }
+  Update negative = UpdateFor("a", ta, 1.0f);
+  negative.num_examples = -5;
+  EXPECT_THAT(engine_->Submit(std::move(negative)), StatusIs(StatusCode::kInvalidArgument, "num_examples"));
+  Update steps = UpdateFor("a", ta, 1.0f);
+  steps.local_steps = int64_t{1} << 50;
+  EXPECT_THAT(engine_->Submit(std::move(steps)), StatusIs(StatusCode::kInvalidArgument, "local_steps"));
+  EXPECT_EQ(engine_->status().updates_refused, 6);
+  EXPECT_EQ(engine_->status().round_received, 0);
+  // The same client can still report properly, and the round closes.
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 1.0f)));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  const std::vector<RoundRecord> rounds = *store_.ListRounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_DOUBLE_EQ(rounds[0].mean_train_loss, 0.5);
+}
+
+// Updates of 3e38 are finite, and so is a model of 3e38; the next round's base plus another 3e38
+// is not: that aggregate is not published, the round is retried, and an honest retry publishes.
+TEST_F(SyncEngineTest, ANonFiniteAggregateIsNotPublishedAndTheRoundIsRetried) {
+  Open(Options(2, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a");
+  Task tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 3e38f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 3e38f)));
+  ASSERT_EQ(engine_->model().version(), 1u);  // 1 + 3e38: huge but finite
+  ta = TaskOf("a");
+  tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 3e38f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 3e38f)));
+  EXPECT_EQ(engine_->model().version(), 1u);  // 6e38 overflows: not published
+  EXPECT_EQ(engine_->status().aggregates_nonfinite, 1);
+  EXPECT_EQ(store_.ListRounds()->size(), 1u);
+  Task ra = TaskOf("a");
+  Task rb = TaskOf("b");
+  EXPECT_NE(ra.task_id, ta.task_id);  // a new attempt of round 2
+  EXPECT_EQ(ra.round, 2u);
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ra, -3e38f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", rb, -3e38f)));
+  EXPECT_EQ(engine_->model().version(), 2u);
+  EXPECT_TRUE(AllFinite(engine_->model().data()));
+  EXPECT_TRUE(engine_->finished());
+}
+
+// Krum with f=1 needs 5 updates: a round could close with min-clients = 4 and then never
+// aggregate. Refused when the engine opens, naming the fix.
+TEST_F(SyncEngineTest, AStrategyThatNeedsMoreUpdatesThanMinClientsIsRefusedAtOpen) {
+  SyncOptions o = Options(1, 4, 4);
+  o.strategy = "krum:f=1";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "needs at least 5 updates per round, but min-clients is 4"));
+  o = Options(1, 10, 10);
+  o.strategy = "bulyan:f=2";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "needs at least 11"));
+  o = Options(1, 5, 5);
+  o.strategy = "krum:f=1";
+  EXPECT_OK(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr));
+}
+
 TEST_F(SyncEngineTest, WaitsForKOrForSelectionWaitWithM) {
   Open(Options(1, 3, 2));
   Join("a");
