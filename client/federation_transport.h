@@ -52,6 +52,10 @@ class FederationTransport {
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
   // The transport may hold on to `payload` (without copying it) after returning.
   virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
+  // Thread-safe, unlike the calls: ends the calls in progress and every later one with
+  // Cancelled, for a client that has been asked to stop (an interrupted upload stays resumable
+  // on the server). Transports whose calls return promptly anyway need not override it.
+  virtual void Shutdown() {}
   // For callers that hand the payload over.
   Result<UploadAck> Upload(const UploadHeader& header, std::string payload) {
     return Upload(header, std::make_shared<const std::string>(std::move(payload)));

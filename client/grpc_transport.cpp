@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
+#include <set>
 
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
@@ -54,9 +56,9 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
-    grpc::ClientContext ctx;
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
     AwaitConnection();
-    Authorize(ctx);
     ctx.set_deadline(In(10000));
     v1::JoinRequest req;
     req.set_client_id(client_id);
@@ -64,13 +66,14 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_device(device);
     v1::JoinReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
+    joined_id_ = rep.client_id();
     return JoinReply{rep.client_id(), rep.model_name()};
   }
 
   Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override {
-    grpc::ClientContext ctx;
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
     AwaitConnection();
-    Authorize(ctx);
     ctx.set_deadline(In(wait_ms + 10000));
     v1::PollTaskRequest req;
     req.set_client_id(client_id);
@@ -81,12 +84,13 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
   Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) override {
-    grpc::ClientContext ctx;
-    Authorize(ctx);
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
     v1::DownloadModelRequest req;
     req.set_version(version);
     req.set_offset(buffer->size());
+    req.set_client_id(joined_id_);
     auto reader = stub_->DownloadModel(&ctx, req);
     v1::ModelChunk chunk;
     while (reader->Read(&chunk)) {
@@ -129,10 +133,16 @@ class GrpcFederationTransport final : public FederationTransport {
     return r;
   }
 
+  void Shutdown() override {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    shut_down_ = true;
+    for (grpc::ClientContext* ctx : calls_) ctx->TryCancel();
+  }
+
  private:
   Result<uint64_t> HeldBytes(const UploadHeader& h, size_t total) {
-    grpc::ClientContext ctx;
-    Authorize(ctx);
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(10000));
     v1::UploadStatusRequest req;
     req.set_client_id(h.client_id);
@@ -145,8 +155,8 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const std::string>& payload,
                                uint64_t offset) {
-    grpc::ClientContext ctx;
-    Authorize(ctx);
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
     // The chunks go out as raw buffers: the few bytes of a protobuf field header, then a slice
@@ -225,8 +235,11 @@ class GrpcFederationTransport final : public FederationTransport {
   // or retried during a restart, could miss a server that had been back for a while. Asks for a
   // connection and gives it up to two seconds; the call then fails with the real error if none.
   void AwaitConnection() {
-    if (channel_->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
-      channel_->WaitForConnected(In(2000));
+    if (channel_->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_TRANSIENT_FAILURE) return;
+    // In slices, so that a Shutdown() meanwhile is not kept waiting.
+    const auto until = In(2000);
+    while (!shut_down() && std::chrono::system_clock::now() < until) {
+      if (channel_->WaitForConnected(std::min(until, In(100)))) return;
     }
   }
 
@@ -234,7 +247,39 @@ class GrpcFederationTransport final : public FederationTransport {
     if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
   }
 
+  // One call's context, authorized and registered for as long as the call runs, so that
+  // Shutdown() can cancel it from another thread. After Shutdown() a new call is cancelled at once.
+  class Call {
+   public:
+    explicit Call(GrpcFederationTransport* transport) : transport_(transport) {
+      transport_->Authorize(ctx);
+      std::lock_guard<std::mutex> lock(transport_->calls_mu_);
+      if (transport_->shut_down_) ctx.TryCancel();  // takes effect when the call starts
+      transport_->calls_.insert(&ctx);
+    }
+    ~Call() {
+      std::lock_guard<std::mutex> lock(transport_->calls_mu_);
+      transport_->calls_.erase(&ctx);
+    }
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+    grpc::ClientContext ctx;
+
+   private:
+    GrpcFederationTransport* const transport_;
+  };
+
+  bool shut_down() const {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    return shut_down_;
+  }
+
   const std::string token_;
+  mutable std::mutex calls_mu_;
+  std::set<grpc::ClientContext*> calls_;  // calls in progress; guarded by calls_mu_
+  bool shut_down_ = false;                // guarded by calls_mu_
+  std::string joined_id_;  // named in downloads, which the server checks like every other call
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Federation::Stub> stub_;
   std::unique_ptr<grpc::internal::RpcMethod> upload_method_;

@@ -89,7 +89,7 @@ void RunServer(const ServerFlags& f) {
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
-  std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db));
+  std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db, SqliteStore::Access::kExclusive));
   Result<std::string> stored_model = store->GetMeta("model");
   if (stored_model.ok() && *stored_model != f.model) {
     throw CommandError("database '" + f.db + "' holds a federation of model '" + *stored_model + "', not '" + f.model +
@@ -208,6 +208,9 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--admins", f->admins,
                   "Client names allowed to read the status (needs mutual TLS or --tokens; default: anyone)")
       ->delimiter(',');
+  cmd->add_flag("--public-status", f->limits.public_status,
+                "Answer the status to every caller, also when the server has mutual TLS or --tokens (default: "
+                "only to callers with a valid certificate or token)");
   cmd->add_option("--tokens", f->tokens_file,
                   "Token authentication: file of 'CLIENT_NAME SHA256' lines (plexus tokens issue); clients "
                   "then need --token-file");
@@ -220,6 +223,16 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-concurrent-uploads", f->limits.max_concurrent_uploads,
                   "Uploads received and decoded at once (the others wait; bounds server memory; 0: no bound)")
+      ->capture_default_str();
+  cmd->add_option("--upload-slot-wait-ms", f->limits.upload_slot_wait_ms,
+                  "Refuse an upload (RESOURCE_EXHAUSTED; the client retries) that waits longer than this for an "
+                  "upload place (0: no bound)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-stall-ms", f->limits.upload_stall_ms,
+                  "Cancel an upload that delivers nothing for this long while holding an upload place; what "
+                  "arrived is kept for a resume (0: no bound)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--flow-control",

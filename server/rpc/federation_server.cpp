@@ -182,7 +182,14 @@ class FederationService final : public v1::Federation::Service {
   grpc::Status DownloadModelRaw(grpc::ServerContext* ctx,
                                 grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
     v1::DownloadModelRequest req;
-    if (!stream->Read(&req)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a download needs its request");
+    if (!stream->Read(&req)) return Refuse("download", InvalidArgumentError("a download needs its request"));
+    // The model is the federation's work: only a proven, unrevoked caller within its rate gets it.
+    Result<std::string> who = Identity(ctx, req.client_id());
+    if (!who.ok()) return Refuse("download", who.status());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("download", limited);
+    }
     Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req.version());
     if (!bytes.ok()) return ToGrpc(bytes.status());
     const std::string& b = **bytes;
@@ -232,7 +239,8 @@ class FederationService final : public v1::Federation::Service {
       return Refuse("upload", ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
-    UploadSlot slot(this);
+    UploadSlot slot(this, ctx, *who);
+    if (!slot.status().ok()) return Refuse("upload", slot.status());
     // Each chunk goes straight into the decoded model: the update is held once while it arrives.
     std::optional<SafetensorsStreamDecoder> stream;
     const uint64_t offset = header.offset();
@@ -250,6 +258,7 @@ class FederationService final : public v1::Federation::Service {
       stream.emplace(header.total_bytes());
     }
     while (chunks.Next(&chunk)) {
+      slot.Progress();
       if (!chunk.ok()) return Refuse("upload", chunk.status());
       if (chunk->has_header) return Refuse("upload", InvalidArgumentError("a second header chunk"));
       if (stream->received() + chunk->data_bytes > header.total_bytes()) {
@@ -338,6 +347,12 @@ class FederationService final : public v1::Federation::Service {
   }
 
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
+    // With tokens or mutual TLS the status (client and task ids) is for proven callers only,
+    // unless the operator opened it (--public-status); with admins, for them only.
+    if (!limits_.admins.empty() || ((mtls_ || limits_.tokens) && !limits_.public_status)) {
+      Result<std::string> who = Identity(ctx, "");
+      if (!who.ok()) return Refuse("status", who.status());
+    }
     if (!limits_.admins.empty()) {
       Result<std::string> who = Identity(ctx, "");
       if (!who.ok()) return Refuse("status", who.status());
@@ -485,25 +500,84 @@ class FederationService final : public v1::Federation::Service {
     return ToGrpc(s);
   }
 
-  // Holds one of limits_.max_concurrent_uploads places while an upload is received and decoded.
+  // Holds one of limits_.max_concurrent_uploads places while an upload is received and decoded,
+  // and the client's one upload in flight. status() says why there is none: the client already
+  // has an upload in flight, or every place stayed busy for limits_.upload_slot_wait_ms.
   class UploadSlot {
    public:
-    explicit UploadSlot(FederationService* s) : s_(s) {
-      if (s_->limits_.max_concurrent_uploads <= 0) return;
+    UploadSlot(FederationService* s, grpc::ServerContext* ctx, const std::string& client)
+        : s_(s), ctx_(ctx), client_(client) {
+      const DoorLimits& limits = s_->limits_;
       std::unique_lock<std::mutex> lock(s_->upload_mu_);
-      s_->upload_cv_.wait(lock, [this] { return s_->uploads_receiving_ < s_->limits_.max_concurrent_uploads; });
-      ++s_->uploads_receiving_;
+      if (s_->clients_uploading_.count(client_)) {
+        status_ = ResourceExhaustedError("client '" + client_ + "' already has an upload in flight: one at a time");
+        return;
+      }
+      if (limits.max_concurrent_uploads > 0) {
+        auto free = [this] { return s_->uploads_receiving_ < s_->limits_.max_concurrent_uploads; };
+        if (limits.upload_slot_wait_ms > 0) {
+          if (!s_->upload_cv_.wait_for(lock, std::chrono::milliseconds(limits.upload_slot_wait_ms), free)) {
+            status_ = ResourceExhaustedError(fmt::format(
+                "all {} upload places stayed busy for {} ms (--max-concurrent-uploads): retry later",
+                limits.max_concurrent_uploads, limits.upload_slot_wait_ms));
+            return;
+          }
+        } else {
+          s_->upload_cv_.wait(lock, free);
+        }
+        ++s_->uploads_receiving_;
+      }
+      s_->clients_uploading_.insert(client_);
+      s_->receiving_[ctx_] = s_->clock_.NowMs();
+      held_ = true;
     }
     ~UploadSlot() {
-      if (s_->limits_.max_concurrent_uploads <= 0) return;
+      if (!held_) return;
       std::lock_guard<std::mutex> lock(s_->upload_mu_);
-      --s_->uploads_receiving_;
+      s_->clients_uploading_.erase(client_);
+      s_->receiving_.erase(ctx_);
+      if (s_->limits_.max_concurrent_uploads > 0) --s_->uploads_receiving_;
       s_->upload_cv_.notify_one();
+    }
+    UploadSlot(const UploadSlot&) = delete;
+    UploadSlot& operator=(const UploadSlot&) = delete;
+
+    const Status& status() const { return status_; }
+    // A chunk arrived: the upload is making progress.
+    void Progress() {
+      std::lock_guard<std::mutex> lock(s_->upload_mu_);
+      s_->receiving_[ctx_] = s_->clock_.NowMs();
     }
 
    private:
     FederationService* const s_;
+    grpc::ServerContext* const ctx_;
+    const std::string client_;
+    Status status_;
+    bool held_ = false;
   };
+
+ public:
+  // Cancels uploads that hold a place but delivered nothing for limits_.upload_stall_ms: their
+  // handler sees the stream end, keeps what arrived for a resume, and frees the place. Called
+  // by the server's ticker.
+  void CancelStalledUploads() {
+    if (limits_.upload_stall_ms <= 0) return;
+    const int64_t now = clock_.NowMs();
+    std::lock_guard<std::mutex> lock(upload_mu_);
+    for (const auto& [ctx, last] : receiving_) {
+      if (now - last >= limits_.upload_stall_ms && !stalled_.count(ctx)) {
+        spdlog::warn("upload from {} stalled for {} ms: cancelled (what arrived is kept for a resume)", ctx->peer(),
+                     now - last);
+        stalled_.insert(ctx);
+        ctx->TryCancel();
+      }
+    }
+    // Forget cancelled contexts whose handlers have ended.
+    for (auto it = stalled_.begin(); it != stalled_.end();) it = receiving_.count(*it) ? std::next(it) : stalled_.erase(it);
+  }
+
+ private:
 
   // Interrupted uploads, at most one per client (a newer one replaces it) and kPartialBudget
   // bytes in all (the oldest go first), for up to kPartialTtl.
@@ -585,6 +659,10 @@ class FederationService final : public v1::Federation::Service {
   std::mutex upload_mu_;
   std::condition_variable upload_cv_;
   int uploads_receiving_ = 0;                     // guarded by upload_mu_
+  std::set<std::string> clients_uploading_;       // guarded by upload_mu_
+  // Uploads holding a place, with the time of their last chunk; guarded by upload_mu_.
+  std::map<grpc::ServerContext*, int64_t> receiving_;
+  std::set<grpc::ServerContext*> stalled_;        // guarded by upload_mu_; cancelled for stalling
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -633,6 +711,7 @@ class GrpcFederationServer final : public FederationServer {
       while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return stopping_; })) {
         lock.unlock();
         service_.Tick();
+        service_.CancelStalledUploads();
         lock.lock();
       }
     });

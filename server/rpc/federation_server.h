@@ -35,6 +35,12 @@ struct DoorLimits {
   // bytes wait in the transport's flow control), so the server holds a few models' worth of
   // uploads whatever the number of clients. 0: no bound.
   int max_concurrent_uploads = 8;
+  // An upload that waits longer than this for one of those places is refused with
+  // RESOURCE_EXHAUSTED (the client retries later) instead of waiting forever. 0: no bound.
+  int64_t upload_slot_wait_ms = 30000;
+  // An upload holding a place that delivers no chunk for this long is cancelled; what arrived is
+  // kept for a resume. 0: no bound. A client has at most one upload in flight either way.
+  int64_t upload_stall_ms = 30000;
   // How much of each upload the transport takes in ahead of the server reading it. Adaptive
   // (gRPC's default): each stream's window grows with the link's measured bandwidth-delay
   // product, which uploads over long round trips need to go at the link's speed. Fixed: gRPC's
@@ -50,6 +56,8 @@ struct DoorLimits {
   // When not empty, only these identities may read the admin status (needs mutual TLS or tokens,
   // so that identities are proven). Empty: the status is open to every caller.
   std::set<std::string> admins;
+  // With mutual TLS or tokens the status needs a valid identity; true opens it to every caller.
+  bool public_status = false;
 };
 
 // TLS: PEM contents. With `client_ca_pem` (mutual TLS) every client must present a certificate

@@ -1,7 +1,13 @@
 #include "server/store/sqlite_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -98,17 +104,43 @@ void RemoveOrphans(const std::string& dir, const std::set<std::string>& named) {
 
 }  // namespace
 
-Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
-  PLEXUS_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlite(path, kSchema));
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, Access access) {
+  const bool in_memory = path.empty() || path == ":memory:";
+  int lock_fd = -1;
+  if (!in_memory && access == Access::kExclusive) {
+    // SQLite's own locks are POSIX record locks, which flock() does not touch on Linux, and this
+    // descriptor stays open until the store closes (closing any descriptor of the file would drop
+    // the process's POSIX locks on it, SQLite's included).
+    lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0) {
+      return UnavailableError("cannot open database '" + path + "': " + std::strerror(errno));
+    }
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(lock_fd);
+      if (err == EWOULDBLOCK) {
+        return FailedPreconditionError("database '" + path +
+                                       "' is in use by another process (another plexus server?): stop it, or "
+                                       "give this one its own --db");
+      }
+      return UnavailableError("cannot lock database '" + path + "': " + std::strerror(err));
+    }
+  }
+  Result<sqlite3*> opened = OpenSqlite(path, kSchema);
+  if (!opened.ok()) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    return opened.status();
+  }
+  sqlite3* db = *opened;
   for (const char* table : {"checkpoints", "accepted_updates"}) {
     if (Status s = AddFileColumn(db, table); !s.ok()) {
       sqlite3_close(db);
       return s.WithContext("open database '" + path + "'");
     }
   }
-  const bool in_memory = path.empty() || path == ":memory:";
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints",
                                                      in_memory ? std::string() : path + ".updates"));
+  store->lock_fd_ = lock_fd;
   if (!in_memory) {
     std::lock_guard<std::mutex> lock(store->mu_);
     Result<std::vector<std::string>> named = store->AcceptedUpdateFilesLocked("", 0, 0);
@@ -118,7 +150,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
   return store;
 }
 
-SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+SqliteStore::~SqliteStore() {
+  sqlite3_close(db_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // after SQLite's own descriptors: see Open
+}
 
 Status SqliteStore::Exec(const char* sql) { return ExecSql(db_, sql); }
 

@@ -26,9 +26,17 @@ namespace plexus {
 
 class SqliteStore final : public Store {
  public:
-  // Opens or creates the database at `path`. Unavailable when the file cannot be opened;
-  // DataLoss when it is not a Plexus database.
-  static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path);
+  // kExclusive: the opener owns the database (a server). It holds an exclusive lock on the file
+  // (flock, released when the store closes or the process dies, also by SIGKILL) for as long as
+  // the store is open, so a second server on the same database is refused at start instead of
+  // taking over the first one's open round. kShared: a reader next to a running owner
+  // (`plexus export`, tests peeking at a server's progress); it takes no lock.
+  enum class Access { kShared, kExclusive };
+
+  // Opens or creates the database at `path` (created 0600: it holds the federation's state).
+  // Unavailable when the file cannot be opened; FailedPrecondition when `access` is kExclusive
+  // and another process holds the database; DataLoss when it is not a Plexus database.
+  static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path, Access access = Access::kShared);
   ~SqliteStore() override;
 
   Status PutMeta(const std::string& key, const std::string& value) override;
@@ -73,6 +81,7 @@ class SqliteStore final : public Store {
   bool checkpoint_dir_ready_ = false;  // guarded by mu_
   bool updates_dir_ready_ = false;     // guarded by mu_
   std::mt19937_64 name_rng_;           // guarded by mu_; names accepted-update files
+  int lock_fd_ = -1;                   // the database file, flock-ed, when opened kExclusive
 };
 
 }  // namespace plexus

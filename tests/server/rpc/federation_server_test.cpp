@@ -172,6 +172,102 @@ class DoorLimitsTest : public FederationServerTest {
   }
 };
 
+// One upload place, taken by a client that sends a header and ten bytes, then nothing.
+class StalledUploadTest : public FederationServerTest {
+ protected:
+  void SetUp() override {
+    limits_.max_concurrent_uploads = 1;
+    FederationServerTest::SetUp();
+    stub_ = v1::Federation::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  }
+  // The server again on the same port with limits_.
+  void Restart() {
+    server_->Shutdown();
+    server_.reset();
+    auto started = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1}, {}, limits_);
+    ASSERT_OK(started);
+    server_ = std::move(started).value();
+  }
+  void TearDown() override {
+    stalled_ctx_.TryCancel();
+    if (stalled_) stalled_->Finish();
+    FederationServerTest::TearDown();
+  }
+  v1::UpdateChunk HeaderChunk(const std::string& client, const Task& t) {
+    v1::UpdateChunk c;
+    v1::UpdateHeader* h = c.mutable_header();
+    h->set_client_id(client);
+    h->set_task_id(t.task_id);
+    h->set_base_version(t.model_version);
+    h->set_num_examples(10);
+    h->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
+    h->set_total_bytes(Delta(1.0f).size());
+    return c;
+  }
+  // Starts a's stalled upload and returns once the server holds it in the upload place: a
+  // second upload by a is then refused at once as "already has an upload in flight" (a second
+  // upload that got in first ends at once as truncated, and the check is made again).
+  void StallAnUploadOfA() {
+    stalled_ = stub_->UploadUpdate(&stalled_ctx_, &stalled_reply_);
+    ASSERT_TRUE(stalled_->Write(HeaderChunk("a", task_a_)));
+    v1::UpdateChunk d;
+    d.set_data(Delta(1.0f).substr(0, 10));
+    ASSERT_TRUE(stalled_->Write(d));
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      grpc::ClientContext ctx;
+      v1::UploadReply rep;
+      auto w = stub_->UploadUpdate(&ctx, &rep);
+      w->Write(HeaderChunk("a", task_a_));
+      w->WritesDone();
+      const grpc::Status s = w->Finish();
+      if (s.error_message().find("already has an upload in flight") != std::string::npos) {
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "the stalled upload never took the upload place";
+  }
+
+  std::unique_ptr<v1::Federation::Stub> stub_;
+  grpc::ClientContext stalled_ctx_;
+  v1::UploadReply stalled_reply_;
+  std::unique_ptr<grpc::ClientWriter<v1::UpdateChunk>> stalled_;
+};
+
+// Eight such uploads once made every other upload wait until they ended: a stalled one now
+// loses its place after --upload-stall-ms and keeps what arrived for a resume.
+TEST_F(StalledUploadTest, AStalledUploadLosesItsPlaceAndOthersGoOn) {
+  limits_.upload_stall_ms = 300;
+  limits_.upload_slot_wait_ms = 60000;
+  Restart();
+  StallAnUploadOfA();
+  // b waits for the place until the stalled upload is cancelled, then gets through.
+  ASSERT_OK(transport_->Upload(Header("b", task_b_), Delta(2.0f)));
+  EXPECT_EQ(stalled_->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  stalled_.reset();
+  EXPECT_EQ(server_->status().updates_accepted, 1);
+  // a's ten bytes are held for its resume.
+  grpc::ClientContext ctx;
+  v1::UploadStatusRequest req;
+  req.set_client_id("a");
+  req.set_task_id(task_a_.task_id);
+  req.set_total_bytes(Delta(1.0f).size());
+  v1::UploadStatusReply rep;
+  ASSERT_TRUE(stub_->UploadStatus(&ctx, req, &rep).ok());
+  EXPECT_EQ(rep.received_bytes(), 10u);
+}
+
+TEST_F(StalledUploadTest, AnUploadThatCannotGetAPlaceInTimeIsRefused) {
+  limits_.upload_stall_ms = 0;
+  limits_.upload_slot_wait_ms = 200;
+  Restart();
+  StallAnUploadOfA();
+  EXPECT_THAT(transport_->Upload(Header("b", task_b_), Delta(2.0f)),
+              StatusIs(StatusCode::kResourceExhausted, "upload places stayed busy"));
+  EXPECT_EQ(server_->status().updates_accepted, 0);
+}
+
 TEST_F(DoorLimitsTest, NormBoundAndRateLimitRefuseWithClearMessages) {
   // Uploads get their own check of the limit before anything is read.
   EXPECT_THAT(transport_->Upload(Header("a", task_a_), Delta(3.0f)),
@@ -297,6 +393,82 @@ TEST(AdminTest, OnlyAdminsReadTheStatusWhenAnAdminListIsGiven) {
   auto engine = *SyncEngine::Open(o, *ModelState::Create({{"w", {4}}}), &store, &clock, nullptr, nullptr);
   EXPECT_THAT(FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, open).status(),
               StatusIs(StatusCode::kInvalidArgument, "needs proven client identities"));
+}
+
+// A download as a client makes it, with a client token and a claimed id; counts the chunks read.
+grpc::Status DownloadAs(const std::string& target, const std::string& token, const std::string& client_id,
+                        int* chunks) {
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  v1::DownloadModelRequest req;
+  req.set_version(0);
+  req.set_client_id(client_id);
+  auto reader = stub->DownloadModel(&ctx, req);
+  v1::ModelChunk chunk;
+  *chunks = 0;
+  while (reader->Read(&chunk)) ++*chunks;
+  return reader->Finish();
+}
+
+// The model and the status (client and task ids) are the federation's: with tokens, a caller
+// without a valid, unrevoked token gets neither.
+TEST(DownloadAuthTest, DownloadsAndTheStatusNeedAValidUnrevokedIdentity) {
+  const std::string path = ::testing::TempDir() + "/revoked_dl_" + std::to_string(::getpid());
+  std::ofstream(path) << "mallory\n";
+  DoorLimits limits;
+  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(
+      TokenRegistry::EntryFor("alice", "secret-a") + "\n" + TokenRegistry::EntryFor("mallory", "secret-m") + "\n"));
+  limits.revoked = *RevocationList::Open(path, /*recheck_ms=*/0);
+  OneClientServer fed(limits);
+  int chunks = 0;
+  EXPECT_TRUE(DownloadAs(fed.target, "secret-a", "", &chunks).ok());
+  EXPECT_GT(chunks, 0);
+  EXPECT_EQ(DownloadAs(fed.target, "", "", &chunks).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(DownloadAs(fed.target, "guess", "alice", &chunks).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(DownloadAs(fed.target, "secret-m", "", &chunks).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(chunks, 0);
+  EXPECT_EQ(DownloadAs(fed.target, "secret-m", "alice", &chunks).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(chunks, 0);
+  // The client's own transport names itself and downloads.
+  ClientTls as_alice;
+  as_alice.token = "secret-a";
+  auto alice = MakeGrpcFederationTransport(fed.target, as_alice);
+  ASSERT_OK(alice->Join("", 10, "test"));
+  std::string bytes;
+  uint64_t total = 0;
+  ASSERT_OK(alice->Download(0, &bytes, &total));
+  EXPECT_EQ(bytes.size(), total);
+
+  // The status: a valid token is enough when there is no admin list; none or a wrong one is not.
+  EXPECT_TRUE(StatusAs(fed.target, "secret-a").ok());
+  EXPECT_EQ(StatusAs(fed.target, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(StatusAs(fed.target, "guess").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  std::filesystem::remove(path);
+}
+
+TEST(DownloadAuthTest, PublicStatusOpensTheStatusToEveryCaller) {
+  DoorLimits limits;
+  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(TokenRegistry::EntryFor("alice", "secret-a") + "\n"));
+  limits.public_status = true;
+  OneClientServer fed(limits);
+  EXPECT_TRUE(StatusAs(fed.target, "").ok());
+}
+
+// Without tokens or certificates the claimed id is all there is: a revoked name is refused.
+TEST(DownloadAuthTest, PlaintextDownloadsByARevokedNameAreRefused) {
+  const std::string path = ::testing::TempDir() + "/revoked_plain_" + std::to_string(::getpid());
+  std::ofstream(path) << "mallory\n";
+  DoorLimits limits;
+  limits.revoked = *RevocationList::Open(path, /*recheck_ms=*/0);
+  OneClientServer fed(limits);
+  int chunks = 0;
+  EXPECT_EQ(DownloadAs(fed.target, "", "mallory", &chunks).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(chunks, 0);
+  EXPECT_TRUE(DownloadAs(fed.target, "", "alice", &chunks).ok());
+  std::filesystem::remove(path);
 }
 
 // A federation of one client on a model whose updates take three 1 MiB chunks.

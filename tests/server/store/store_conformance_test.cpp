@@ -417,6 +417,29 @@ TEST(SqliteStoreTest, SurvivesReopen) {
   EXPECT_EQ(s->ListClients()->size(), 1u);
 }
 
+// A second server on the same database once took over the first one's open round: the owner's
+// lock refuses it at start, while readers (plexus export) still get in.
+TEST(SqliteStoreTest, OneOwnerAtATimeAndReadersBesideIt) {
+  ScratchDatabase db("plexus_owner_lock");
+  {
+    auto owner = SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+    ASSERT_OK(owner);
+    ASSERT_OK((*owner)->PutClient({"c", 1, ""}));
+    EXPECT_THAT(SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive).status(),
+                StatusIs(StatusCode::kFailedPrecondition, "in use by another process"));
+    auto reader = SqliteStore::Open(db.path());
+    ASSERT_OK(reader);
+    EXPECT_EQ((*reader)->ListClients()->size(), 1u);
+    // The state file is the federation's: only its owner reads it.
+    EXPECT_EQ(std::filesystem::status(db.path()).permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  // Closing the owner frees the database for the next one.
+  auto next = SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  ASSERT_OK(next);
+  EXPECT_EQ((*next)->ListClients()->size(), 1u);
+}
+
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string path = (std::filesystem::temp_directory_path() / "plexus_notadb.db").string();
   { FILE* f = fopen(path.c_str(), "w"); fputs("this is not sqlite, just text that is long enough to matter......", f); fclose(f); }
