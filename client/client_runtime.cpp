@@ -33,8 +33,14 @@ ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transpo
 void ClientRuntime::Sleep(int64_t ms) {
   if (options_.sleep) {
     options_.sleep(ms);
-  } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return;
+  }
+  // In slices of at most 50 ms, so that a stop request ends the wait promptly.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!Stopping()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
   }
 }
 
@@ -45,6 +51,7 @@ Status ClientRuntime::BackOff(const Status& cause) {
   const int64_t now = (options_.clock ? options_.clock : &real_clock_)->NowMs();
   if (failing_since_ms_ < 0) failing_since_ms_ = now;
   const int64_t failing_for_ms = now - failing_since_ms_;
+  if (Stopping()) return Stopped();
   if (failing_for_ms + delay > options_.give_up_after_ms) {
     return UnavailableError("giving up after " + std::to_string(failing_for_ms / 1000) + " s of failures: " +
                             cause.ToString());
@@ -52,11 +59,11 @@ Status ClientRuntime::BackOff(const Status& cause) {
   ++failures_;
   spdlog::warn("{}; retrying in {} ms", cause.ToString(), delay);
   Sleep(delay);
-  return Status::Ok();
+  return Stopping() ? Stopped() : Status::Ok();
 }
 
 Status ClientRuntime::Join() {
-  while (true) {
+  while (!Stopping()) {
     Result<JoinReply> r = transport_->Join(client_id_, static_cast<int64_t>(data_.size()), options_.device);
     if (r.ok()) {
       if (!trainer_ || r->model_name != model_name_) {
@@ -71,13 +78,22 @@ Status ClientRuntime::Join() {
     if (!Transient(r.status())) return r.status();
     PLEXUS_RETURN_IF_ERROR(BackOff(r.status()));
   }
+  return Stopped();
 }
 
 Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
+  stop_ = stop;
+  Result<ClientSummary> result = RunUntilStopped();
+  // A call that failed because the client was stopping (its transport cancels them) is a stop.
+  if (!result.ok() && Stopping()) return Stopped();
+  return result;
+}
+
+Result<ClientSummary> ClientRuntime::RunUntilStopped() {
   PLEXUS_RETURN_IF_ERROR(Join());
   summary_.client_id = client_id_;
   std::optional<PollAnswer> next;  // handed back with the last upload
-  while (!(stop && stop->load())) {
+  while (!Stopping()) {
     Result<PollAnswer> answer = next ? Result<PollAnswer>(*std::exchange(next, std::nullopt))
                                      : transport_->Poll(client_id_, options_.poll_wait_ms);
     if (!answer.ok()) {
@@ -104,7 +120,7 @@ Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
       }
     }
   }
-  return Status(StatusCode::kCancelled, "stopped");
+  return Stopped();
 }
 
 Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
@@ -143,6 +159,13 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
+  if (!out.ok() && out.status().code() == StatusCode::kAborted) {
+    // Local training diverged: nothing worth sending. The task is dropped (the server's deadline
+    // or a later task replaces it) and the client goes on with the next one.
+    ++summary_.tasks_failed;
+    spdlog::warn("task {}: dropped: {}", task.task_id, out.status().ToString());
+    return std::optional<PollAnswer>();
+  }
   if (!out.ok()) return out.status().WithContext("task " + task.task_id);
   if (options_.slowdown > 1.0) {
     const double trained_ms =
@@ -172,6 +195,7 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
       return std::move(accepted->next);
     }
     const Status s = accepted.status();
+    if (Stopping()) return Stopped();  // the call was cancelled, not refused
     if (!Transient(s)) {
       // The round closed, the task expired or the server refused the update: drop it, poll again.
       ++summary_.tasks_refused;

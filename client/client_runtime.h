@@ -44,6 +44,7 @@ struct ClientSummary {
   std::string client_id;
   int64_t tasks_completed = 0;
   int64_t tasks_refused = 0;   // uploads the server refused (e.g. the round had closed)
+  int64_t tasks_failed = 0;    // tasks whose local training diverged (nothing uploaded)
   int64_t downloads = 0;
 };
 
@@ -55,10 +56,15 @@ class ClientRuntime {
   ClientRuntime(ClientOptions options, FederationTransport* transport, TrainerFactory make_trainer, DatasetView data);
 
   // Runs until the federation finishes (OK), `stop` becomes true (Cancelled), or an error that
-  // retrying cannot fix.
+  // retrying cannot fix. Once `stop` is set, waits and backoffs end within 50 ms and no new step
+  // starts; a call in progress ends when the transport cancels it (FederationTransport::Shutdown,
+  // which whoever sets `stop` calls) and training in progress finishes first.
   Result<ClientSummary> Run(const std::atomic<bool>* stop = nullptr);
 
  private:
+  Result<ClientSummary> RunUntilStopped();
+  bool Stopping() const { return stop_ && stop_->load(); }
+  static Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
   Status Join();
   // Trains, uploads and returns what the server answered for the next task along with the
   // upload (nullopt: poll for it).
@@ -69,6 +75,7 @@ class ClientRuntime {
   void ResetBackoff() { failures_ = 0; failing_since_ms_ = -1; }
   void Sleep(int64_t ms);
 
+  const std::atomic<bool>* stop_ = nullptr;  // set by Run
   const ClientOptions options_;
   FederationTransport* const transport_;
   const TrainerFactory make_trainer_;

@@ -69,7 +69,7 @@ class TorchTrainer final : public Trainer {
       opt.step();
       const double l = loss.item<double>();
       if (!std::isfinite(l)) {
-        return InvalidArgumentError("training diverged (loss " + std::to_string(l) + " at step " + std::to_string(step) +
+        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " + std::to_string(step) +
                                     "); lower the learning rate");
       }
       loss_sum += l;

@@ -46,7 +46,8 @@ inline TrainOptions TrainOptionsFor(const TaskHyperparams& hp, uint64_t seed) {
 class Trainer {
  public:
   virtual ~Trainer() = default;
-  // InvalidArgument: empty data, a model of the wrong layout, or a loss that became non-finite.
+  // InvalidArgument: empty data or a model of the wrong layout. Aborted when training diverged (a
+  // non-finite loss): this task's result is worthless, the trainer is still usable.
   virtual Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& options) = 0;
   virtual Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) = 0;
 };

@@ -1,6 +1,8 @@
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <thread>
 
 #include "apps/plexus/commands.h"
@@ -60,14 +62,29 @@ void RunClient(const ClientFlags& f) {
   const int threads = f.threads;
   ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
                         local);
+  // The runtime checks the stop flag between steps; this watcher cancels the call in progress
+  // (a long poll, a download or an upload, which keeps its partial state on the server for a resume)
+  // so that a signal ends the client within a fraction of a second.
+  std::atomic<bool> runtime_done{false};
+  std::thread stop_watcher([&] {
+    while (!runtime_done.load()) {
+      if (StopRequested().load()) {
+        transport->Shutdown();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
   Result<ClientSummary> summary = runtime.Run(&StopRequested());
-  if (!summary.ok() && summary.status().code() == StatusCode::kCancelled) {
-    spdlog::info("stopped on signal");
+  runtime_done.store(true);
+  stop_watcher.join();
+  if (!summary.ok() && summary.status().code() == StatusCode::kCancelled && StopRequested().load()) {
+    spdlog::info("stopped on signal (client {}); run the same command again to continue", o.client_id.empty() ? "unnamed" : o.client_id);
     return;
   }
   ClientSummary s = Take(std::move(summary), "client");
-  spdlog::info("client {} done: {} tasks completed, {} refused, {} model downloads", s.client_id, s.tasks_completed,
-               s.tasks_refused, s.downloads);
+  spdlog::info("client {} done: {} tasks completed, {} refused, {} dropped (training diverged), {} model downloads",
+               s.client_id, s.tasks_completed, s.tasks_refused, s.tasks_failed, s.downloads);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // injected faults (dropped download streams, unavailable server) and a trainer without LibTorch.
 #include "client/client_runtime.h"
 
+#include <atomic>
 #include <deque>
 
 #include "core/clock.h"
@@ -200,6 +201,49 @@ TEST_F(ClientRuntimeTest, TimeInFailingCallsCountsTowardsGivingUp) {
   // The stretch starts when the first failure is seen, and the last call may overrun the limit.
   EXPECT_LE(client_clock_.NowMs(), 2000 + 5000 + 2000);
   EXPECT_LT(slept_ms_, 1000);  // the sleeps alone would have gone on to 5 s
+}
+
+// A stop request during the backoff of a client whose server is down ends Run with Cancelled at
+// the next sleep, long before it would give up.
+TEST_F(ClientRuntimeTest, AStopRequestEndsTheBackoffAtOnce) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.failures = std::deque<bool>(1000, true);
+  std::atomic<bool> stop{false};
+  int failed_calls = 0;
+  transport.on_failure = [&] {
+    if (++failed_calls == 3) stop.store(true);  // a signal arrives during the third failing call
+  };
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  EXPECT_THAT(client.Run(&stop), testing::StatusIs(StatusCode::kCancelled, "stopped"));
+  EXPECT_EQ(failed_calls, 3);
+  EXPECT_EQ(transport.failures.size(), 997u);  // no call after the stop
+}
+
+// Training that diverges drops that task; the client goes on with the next one.
+class DivergingOnceTrainer : public AddOneTrainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    if (calls_++ == 0) return Status(StatusCode::kAborted, "training diverged (loss nan at step 3)");
+    return AddOneTrainer::Train(start, data, o);
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST_F(ClientRuntimeTest, DivergedTrainingDropsTheTaskAndGoesOn) {
+  InProcessTransport transport(engine_.get(), &store_);
+  TrainerFactory factory = [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+    return std::unique_ptr<Trainer>(new DivergingOnceTrainer);
+  };
+  ClientRuntime client(Options(), &transport, factory, DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);  // it did not exit on the diverged task
+  EXPECT_EQ(s->tasks_failed, 1);
+  // The engine hands the same unfinished task out again; this time training succeeds.
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
 }
 
 }  // namespace
