@@ -2,6 +2,10 @@
 # Installs what is needed and builds one benchmark target in build-bench/ (Release, portable
 # profile). usage: bench/build_bench.sh TARGET
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
+if [ $# -ne 1 ]; then echo "build_bench.sh: needs one TARGET; see $0 --help" >&2; exit 2; fi
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 if [ ! -f build-bench/build.ninja ]; then

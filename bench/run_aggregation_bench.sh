@@ -5,6 +5,9 @@
 # usage: bench/run_aggregation_bench.sh [BENCHMARK_FILTER]   (default: everything; the
 #        n=100, P=1e7 robust cases take minutes each)
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
 cd "$(dirname "$0")/.."
 filter=${1:-.}
 bench/build_bench.sh aggregation_bench

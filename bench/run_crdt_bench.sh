@@ -3,6 +3,9 @@
 # resolve through a replica against the bare strategy (overhead), verify-and-add per
 # contribution, and Merkle digest sync against set size.
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
 cd "$(dirname "$0")/.."
 bench/build_bench.sh crdt_bench
 out=$(mktemp)

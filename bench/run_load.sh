@@ -20,6 +20,9 @@
 # elsewhere and the work spread over cores without loss).
 # usage: bench/run_load.sh [load|throughput|all]   (default all)
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
 cd "$(dirname "$0")/.."
 what=${1:-all}
 scripts/setup.sh >/dev/null

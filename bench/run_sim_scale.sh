@@ -6,6 +6,9 @@
 # data sets, which would hide part of their cost).
 # usage: bench/run_sim_scale.sh [POPULATION...]   (default 10000 1000000 2000000)
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
 cd "$(dirname "$0")/.."
 sizes=("${@:-10000 1000000 2000000}")
 scripts/setup.sh >/dev/null

@@ -4,6 +4,9 @@
 # final test accuracy per strategy and attack, next to the attack-free run.
 # usage: scripts/compare_attacks.sh   (runs/compare-attacks/ keeps each run's summary JSON)
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 scripts/build.sh build full >/dev/null

@@ -7,6 +7,9 @@
 # usage: scripts/compare_modes.sh [TARGET_ACCURACY...]   (default 0.80 0.85; runs/compare-modes/
 #        keeps each run's summary JSON and metrics CSV)
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
 cd "$(dirname "$0")/.."
 targets=("${@:-0.80 0.85}")
 scripts/setup.sh >/dev/null

@@ -3,6 +3,8 @@
 # Fashion-MNIST with default settings (plexus sim: 10 virtual clients, 5 per round, 20 rounds).
 # Extra arguments go to `plexus sim` (see `build/apps/plexus/plexus sim --help`).
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh build full

@@ -8,6 +8,8 @@
 # A crash leaves its input under build-fuzz/fuzz/work/<target>/artifacts/; copy it into
 # fuzz/regressions/<target>/ once fixed.
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
 cd "$(dirname "$0")/.."
 runs=30000 seed=1 seconds=0
 case "${1:-}" in

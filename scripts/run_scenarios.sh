@@ -7,6 +7,9 @@
 #        run's summary JSON and metrics CSV, and accuracy.png)
 # A RUN is NAME or NAME:extra-flags, e.g. "modes_heterogeneous:--mode async".
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 scripts/build.sh build full >/dev/null

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package Plexus needs. Idempotent: skips apt when all are present.
 set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
