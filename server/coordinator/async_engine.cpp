@@ -73,7 +73,33 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
+  PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
+}
+
+Status AsyncEngine::RestoreLogged() {
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<LoggedUpdate> logged, store_->ListLoggedUpdates());
+  for (LoggedUpdate& entry : logged) {
+    next_log_seq_ = std::max(next_log_seq_, entry.seq + 1);
+    if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
+      logged_done_.push_back(entry.seq);  // the federation finished without it: nothing to publish
+      continue;
+    }
+    // Neither task checks nor the staleness bound: the update was accepted before the restart.
+    PLEXUS_RETURN_IF_ERROR(Fold({std::move(entry.update), entry.seq}));
+    if (!compass_ && buffer_->size() >= static_cast<size_t>(options_.buffer_size)) PLEXUS_RETURN_IF_ERROR(Publish());
+  }
+  if (compass_ && buffer_->size() > 0) PLEXUS_RETURN_IF_ERROR(Publish());
+  return sticky_error_;
+}
+
+Result<AsyncEngine::Logged> AsyncEngine::LogAccepted(Update update) {
+  const uint64_t seq = next_log_seq_++;
+  if (Status logged = store_->LogUpdate(seq, update); !logged.ok()) {
+    sticky_error_ = logged.WithContext("log the update of " + update.client_id);
+    return sticky_error_;
+  }
+  return Logged{std::move(update), seq};
 }
 
 Result<std::string> AsyncEngine::Join(const ClientRecord& client) {
@@ -172,35 +198,38 @@ Status AsyncEngine::Submit(Update update) {
     return FailedPreconditionError("update is " + std::to_string(staleness) + " versions stale (the limit is " +
                                    std::to_string(options_.max_staleness) + "); poll for a task on the current model");
   }
-  if (!compass_) {
-    end_task(true);
-    PLEXUS_RETURN_IF_ERROR(Fold(std::move(update)));
-    return buffer_->size() >= static_cast<size_t>(options_.buffer_size) ? Publish() : Status::Ok();
-  }
-  // Semi-asynchronous: validate now, so that a bad update is refused to its sender, then hold it.
-  if (Status valid = CheckUpdate(update, model_, /*needs_examples=*/true, "semiasync"); !valid.ok()) {
+  // Validated before it is logged, so that a bad update is refused to its sender and never logged.
+  if (Status valid = CheckUpdate(update, model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
+      !valid.ok()) {
     ++updates_refused_;
     end_task(false);
     return valid;
   }
   end_task(true);
-  const CompassScheduler::ArrivalResult arrival = compass_->Arrive(update.client_id, clock_->NowMs());
+  PLEXUS_ASSIGN_OR_RETURN(Logged logged, LogAccepted(std::move(update)));
+  if (!compass_) {
+    PLEXUS_RETURN_IF_ERROR(Fold(std::move(logged)));
+    return buffer_->size() >= static_cast<size_t>(options_.buffer_size) ? Publish() : Status::Ok();
+  }
+  // Semi-asynchronous: hold it for its group.
+  const CompassScheduler::ArrivalResult arrival = compass_->Arrive(logged.update.client_id, clock_->NowMs());
   switch (arrival.kind) {
     case CompassScheduler::Arrival::kUngrouped:
-      PLEXUS_RETURN_IF_ERROR(Fold(std::move(update)));
+      PLEXUS_RETURN_IF_ERROR(Fold(std::move(logged)));
       return Publish();
     case CompassScheduler::Arrival::kLate:
-      late_.push_back(std::move(update));
+      late_.push_back(std::move(logged));
       return Status::Ok();
     case CompassScheduler::Arrival::kOnTime:
-      held_[arrival.group].push_back(std::move(update));
+      held_[arrival.group].push_back(std::move(logged));
       return arrival.group_complete ? PublishGroup(arrival.group) : Status::Ok();
   }
   return Status::Ok();
 }
 
-Status AsyncEngine::Fold(Update update, uint64_t group) {
-  const uint64_t staleness = head_version_ - update.base_version;
+Status AsyncEngine::Fold(Logged logged, uint64_t group) {
+  Update& update = logged.update;
+  const uint64_t staleness = head_version_ >= update.base_version ? head_version_ - update.base_version : 0;
   MergedUpdate merged{update.client_id, update.task_id, staleness, group,
                       compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt};
   const int64_t examples = update.num_examples;
@@ -208,6 +237,7 @@ Status AsyncEngine::Fold(Update update, uint64_t group) {
   const std::optional<double> train_loss =
       loss != update.metrics.end() ? std::optional<double>(loss->second) : std::nullopt;
   Result<bool> added = buffer_->Add(std::move(update), staleness);
+  logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
   if (!added.ok()) {
     ++updates_refused_;
     return added.status();
@@ -224,10 +254,10 @@ Status AsyncEngine::Fold(Update update, uint64_t group) {
 
 Status AsyncEngine::PublishGroup(uint64_t group) {
   compass_->Close(group);
-  std::vector<Update> updates = std::move(held_[group]);
+  std::vector<Logged> updates = std::move(held_[group]);
   held_.erase(group);
   const size_t on_time = updates.size();
-  for (Update& u : late_) updates.push_back(std::move(u));
+  for (Logged& u : late_) updates.push_back(std::move(u));
   late_.clear();
   for (size_t i = 0; i < updates.size(); ++i) (void)Fold(std::move(updates[i]), i < on_time ? group : 0);
   return buffer_->size() > 0 ? Publish() : Status::Ok();
@@ -263,6 +293,8 @@ Status AsyncEngine::Publish() {
   rec.num_updates = merged;
   rec.merged = std::move(merged_);
   merged_.clear();
+  rec.logged_done = std::move(logged_done_);
+  logged_done_.clear();
   rec.num_examples = buffered_examples_;
   rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
   buffered_examples_ = 0;

@@ -15,6 +15,12 @@
 // last member arrives or its latest time passes (checked by Tick). A client's first update,
 // before its speed is known, is published on its own. buffer_size does not apply there.
 //
+// Durability: every update is logged in the store (Store::LogUpdate) before Submit returns OK,
+// and each committed version's record names the log entries it makes obsolete. Open folds the
+// entries still logged (acknowledged, but in no committed version when the server stopped) into
+// the buffer again, in the order they were acknowledged, with their staleness counted from the
+// restored version, and publishes what they fill (semi-async: all of them as one version).
+//
 // Owns its buffer; borrows store, clock and evaluator. Single-threaded.
 #pragma once
 
@@ -97,9 +103,18 @@ class AsyncEngine final : public Engine {
   };
 
   AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
+  // An acknowledged update with its entry in the store's update log.
+  struct Logged {
+    Update update;
+    uint64_t seq = 0;
+  };
   // Folds `update` into the buffer with its staleness now and notes it for the version's record;
-  // counts it accepted or refused.
-  Status Fold(Update update, uint64_t group = 0);
+  // counts it accepted or refused (a refused one's log entry is forgotten with the next commit).
+  Status Fold(Logged logged, uint64_t group = 0);
+  // Logs an update that passed every check, before it is acknowledged; a failure is sticky.
+  Result<Logged> LogAccepted(Update update);
+  // Open: folds again what the log holds.
+  Status RestoreLogged();
   Status Publish();
   // Semi-asynchronous: merges the group's held updates and the late ones, then publishes.
   Status PublishGroup(uint64_t group);
@@ -130,9 +145,11 @@ class AsyncEngine final : public Engine {
   int64_t buffered_loss_count_ = 0;
   std::vector<RoundRecord> history_;
   std::unique_ptr<CompassScheduler> compass_;       // semi-asynchronous mode only
-  std::map<uint64_t, std::vector<Update>> held_;    // group -> updates that arrived on time
+  std::map<uint64_t, std::vector<Logged>> held_;    // group -> updates that arrived on time
   std::vector<MergedUpdate> merged_;                // folded into the buffer since the last version
-  std::vector<Update> late_;                        // arrived after their group closed
+  std::vector<Logged> late_;                        // arrived after their group closed
+  uint64_t next_log_seq_ = 1;                       // the next update's log entry
+  std::vector<uint64_t> logged_done_;               // log entries the next commit forgets
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   uint64_t poll_epoch_ = 0;

@@ -2,6 +2,17 @@
 
 namespace plexus {
 
+namespace {
+// What the stores keep of an update: its values and counts, and only its train_loss metric.
+Update KeptPartOf(const Update& update) {
+  Update kept = update;
+  kept.metrics.clear();
+  if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) kept.metrics["train_loss"] = it->second;
+  return kept;
+}
+}  // namespace
+
+
 Status MemoryStore::PutMeta(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);
   meta_[key] = value;
@@ -57,6 +68,7 @@ Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& mode
   aggregator_state_ = aggregator_state;
   open_round_.reset();
   accepted_.clear();
+  for (uint64_t seq : round.logged_done) logged_.erase(seq);
   return Status::Ok();
 }
 
@@ -84,10 +96,7 @@ Status MemoryStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
                                    " is not the open round");
   }
   if (!keep_recovery_data_) return Status::Ok();
-  Update kept = update;
-  kept.metrics.clear();
-  if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) kept.metrics["train_loss"] = it->second;
-  accepted_[update.client_id] = std::move(kept);
+  accepted_[update.client_id] = KeptPartOf(update);
   return Status::Ok();
 }
 
@@ -96,6 +105,21 @@ Result<std::vector<Update>> MemoryStore::ListAcceptedUpdates(uint64_t round, int
   std::vector<Update> out;
   if (!open_round_ || open_round_->round != round || open_round_->attempt != attempt) return out;
   for (const auto& [id, u] : accepted_) out.push_back(u);
+  return out;
+}
+
+Status MemoryStore::LogUpdate(uint64_t seq, const Update& update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!keep_recovery_data_) return Status::Ok();
+  if (logged_.count(seq)) return AlreadyExistsError("update log entry " + std::to_string(seq) + " is taken");
+  logged_.emplace(seq, KeptPartOf(update));
+  return Status::Ok();
+}
+
+Result<std::vector<LoggedUpdate>> MemoryStore::ListLoggedUpdates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LoggedUpdate> out;
+  for (const auto& [seq, u] : logged_) out.push_back({seq, u});
   return out;
 }
 

@@ -29,6 +29,8 @@ class MemoryStore final : public Store {
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
   Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;
   Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) override;
+  Status LogUpdate(uint64_t seq, const Update& update) override;
+  Result<std::vector<LoggedUpdate>> ListLoggedUpdates() override;
   Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
   Result<std::vector<RoundRecord>> ListRounds() override;
   Result<std::optional<ModelState>> LatestCheckpoint() override;
@@ -47,6 +49,7 @@ class MemoryStore final : public Store {
   std::string aggregator_state_;                 // guarded by mu_
   std::optional<OpenRoundRecord> open_round_;    // guarded by mu_
   std::map<std::string, Update> accepted_;       // guarded by mu_; by client id, of open_round_
+  std::map<uint64_t, Update> logged_;            // guarded by mu_; by sequence number
 };
 
 }  // namespace plexus

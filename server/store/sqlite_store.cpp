@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +72,16 @@ Status AddFileColumn(sqlite3* db, const std::string& table) {
 bool IsPlainFileName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.find('\0') == std::string::npos;
+}
+
+// Asynchronous modes log their acknowledged updates (Store::LogUpdate) in the accepted-updates
+// table as round 0, which no sync round has, with the sequence number as the attempt.
+constexpr int64_t kLogRound = 0;
+
+// A failed insert of a log entry whose sequence number is taken is AlreadyExists.
+Status UniqueRow(Status s, int64_t round, int64_t attempt) {
+  if (s.ok() || round != kLogRound || s.message().find("UNIQUE") == std::string::npos) return s;
+  return AlreadyExistsError("update log entry " + std::to_string(attempt) + " is taken");
 }
 
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
@@ -241,7 +252,9 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
   const std::string sql = std::string("SELECT file FROM accepted_updates WHERE file IS NOT NULL") + where;
   Stmt st(db_, sql.c_str());
   PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted update files"));
-  if (*where) st.Bind(1, round).Bind(2, attempt);
+  const int params = static_cast<int>(std::count(where, where + std::strlen(where), '?'));
+  if (params >= 1) st.Bind(1, round);
+  if (params >= 2) st.Bind(2, attempt);
   std::vector<std::string> out;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) out.push_back(st.Text(0));
@@ -295,12 +308,26 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
     s = Run(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
+  // The open round's accepted updates (sync mode) go, and the log entries the record names.
   Result<std::vector<std::string>> obsolete = std::vector<std::string>();
   if (s.ok()) {
-    obsolete = AcceptedUpdateFilesLocked("", 0, 0);
+    obsolete = AcceptedUpdateFilesLocked(" AND round != ?", kLogRound, 0);
     s = obsolete.status();
   }
-  if (s.ok()) s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates;");
+  for (size_t i = 0; s.ok() && i < r.logged_done.size(); ++i) {
+    Result<std::vector<std::string>> file =
+        AcceptedUpdateFilesLocked(" AND round = ? AND attempt = ?", kLogRound, static_cast<int64_t>(r.logged_done[i]));
+    s = file.status();
+    if (s.ok()) obsolete->insert(obsolete->end(), file->begin(), file->end());
+    if (s.ok()) {
+      Stmt st(db_, "DELETE FROM accepted_updates WHERE round = ? AND attempt = ?");
+      st.Bind(1, kLogRound).Bind(2, static_cast<int64_t>(r.logged_done[i]));
+      s = Run(db_, st, "forget logged update " + std::to_string(r.logged_done[i]));
+    }
+  }
+  if (s.ok()) {
+    s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates WHERE round != 0;");
+  }
   if (!s.ok()) {
     (void)Exec("ROLLBACK");
     return s;
@@ -326,11 +353,12 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
   }
   Result<std::vector<std::string>> obsolete = std::vector<std::string>();
   if (s.ok()) {
-    obsolete = AcceptedUpdateFilesLocked(" AND (round != ? OR attempt != ?)", static_cast<int64_t>(r.round), r.attempt);
+    obsolete = AcceptedUpdateFilesLocked(" AND round != 0 AND (round != ? OR attempt != ?)",
+                                         static_cast<int64_t>(r.round), r.attempt);
     s = obsolete.status();
   }
   if (s.ok()) {
-    Stmt st(db_, "DELETE FROM accepted_updates WHERE round != ? OR attempt != ?");
+    Stmt st(db_, "DELETE FROM accepted_updates WHERE round != 0 AND (round != ? OR attempt != ?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
     s = Run(db_, st, "drop updates of other rounds");
   }
@@ -369,34 +397,45 @@ Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
     return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
                                    " is not the open round");
   }
-  Stmt st(db_,
-          "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, num_examples, "
-          "local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)");
-  st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
+  return PutUpdateRowLocked(static_cast<int64_t>(round), attempt, u, /*replace=*/true);
+}
+
+Status SqliteStore::LogUpdate(uint64_t seq, const Update& u) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PutUpdateRowLocked(kLogRound, static_cast<int64_t>(seq), u, /*replace=*/false);
+}
+
+Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& u, bool replace) {
+  Stmt st(db_, replace ? "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
+                         "num_examples, local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)"
+                       : "INSERT INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
+                         "num_examples, local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)");
+  st.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
+  const std::string what = round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
   if (updates_dir_.empty()) {
     const std::string delta = EncodeSafetensors(u.delta);
     st.BindBlobNoCopy(9, delta);
-    return Run(db_, st, "put accepted update");
+    return UniqueRow(Run(db_, st, what), round, attempt);
   }
   // As with checkpoints: the file is durable before the row naming it commits. The update this
   // one replaces (a client's second upload in the attempt) keeps its own file until then.
   std::vector<std::string> replaced;
-  {
+  if (replace) {
     Stmt previous(db_, "SELECT file FROM accepted_updates WHERE round = ? AND attempt = ? AND client_id = ?");
     PLEXUS_RETURN_IF_ERROR(previous.prepared("find accepted update"));
-    previous.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt).Bind(3, u.client_id);
+    previous.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id);
     if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
   }
   PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  const std::string name = AcceptedUpdateFileName(round, attempt, name_rng_());
+  const std::string name = AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_());
   PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
   st.BindBlob(9, std::string()).Bind(10, name);
-  if (Status s = Run(db_, st, "put accepted update"); !s.ok()) {
+  if (Status s = Run(db_, st, what); !s.ok()) {
     RemoveUpdateFilesLocked({name});
-    return s;
+    return UniqueRow(s, round, attempt);
   }
   RemoveUpdateFilesLocked(replaced);
   return Status::Ok();
@@ -404,15 +443,33 @@ Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Upd
 
 Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt st(db_,
-          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file FROM accepted_updates "
-          "WHERE round = ? AND attempt = ? ORDER BY client_id");
-  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
-  st.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<LoggedUpdate> rows,
+                          UpdateRowsLocked(static_cast<int64_t>(round), attempt, "ORDER BY client_id"));
   std::vector<Update> out;
+  out.reserve(rows.size());
+  for (LoggedUpdate& row : rows) out.push_back(std::move(row.update));
+  return out;
+}
+
+Result<std::vector<LoggedUpdate>> SqliteStore::ListLoggedUpdates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return UpdateRowsLocked(kLogRound, -1, "ORDER BY attempt");
+}
+
+Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, int64_t attempt, const char* order) {
+  const std::string sql =
+      std::string("SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt "
+                  "FROM accepted_updates WHERE round = ?") +
+      (attempt >= 0 ? " AND attempt = ? " : " ") + order;
+  Stmt st(db_, sql.c_str());
+  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
+  st.Bind(1, round);
+  if (attempt >= 0) st.Bind(2, attempt);
+  std::vector<LoggedUpdate> out;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
-    Update u;
+    LoggedUpdate row;
+    Update& u = row.update;
     u.client_id = st.Text(0);
     u.task_id = st.Text(1);
     u.base_version = static_cast<uint64_t>(st.Int(2));
@@ -425,7 +482,8 @@ Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int
                                                                    "it names '" + st.Text(7) + "', not a file of its folder"));
     if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
     u.delta = std::move(delta).value();
-    out.push_back(std::move(u));
+    row.seq = static_cast<uint64_t>(st.Int(8));
+    out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted updates");
   return out;

@@ -1,6 +1,6 @@
 // SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL) and, next to it,
 // two folders of safetensors files: `<path>.checkpoints/` (one per model version) and
-// `<path>.updates/` (the accepted updates of the open round, sync mode). Every state change is
+// `<path>.updates/` (the accepted updates of the open round in sync mode, the update log of the asynchronous modes). Every state change is
 // one transaction. A model's file is written atomically and synced before the row that names it
 // commits, so a model the database knows is on disk whole (checkpoints also carry their SHA-256,
 // verified on read); files whose rows are deleted go after the commit, and any a crash left
@@ -50,6 +50,8 @@ class SqliteStore final : public Store {
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
   Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& update) override;
   Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) override;
+  Status LogUpdate(uint64_t seq, const Update& update) override;
+  Result<std::vector<LoggedUpdate>> ListLoggedUpdates() override;
   Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
   Result<std::vector<RoundRecord>> ListRounds() override;
   Result<std::optional<ModelState>> LatestCheckpoint() override;
@@ -73,6 +75,10 @@ class SqliteStore final : public Store {
   // parameters, round and attempt).
   Result<std::vector<std::string>> AcceptedUpdateFilesLocked(const char* where, int64_t round, int64_t attempt);
   void RemoveUpdateFilesLocked(const std::vector<std::string>& names);
+  // Writes an accepted (sync) or logged (async) update: its file, synced, then its row.
+  Status PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& update, bool replace);
+  // Rows of `round` (and `attempt` when >= 0) in `order`, with their attempt as seq.
+  Result<std::vector<LoggedUpdate>> UpdateRowsLocked(int64_t round, int64_t attempt, const char* order);
 
   const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
   const std::string updates_dir_;     // empty: accepted updates inline in the database

@@ -47,6 +47,15 @@ struct RoundRecord {
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;
   std::vector<MergedUpdate> merged;  // asynchronous modes: the updates in this version, in merge order
+  // Asynchronous modes: the update log entries (Store::LogUpdate) this commit removes: the
+  // updates merged into this version and any dropped since the last commit. Not stored itself.
+  std::vector<uint64_t> logged_done;
+};
+
+// An acknowledged update of an asynchronous mode that no committed version holds yet.
+struct LoggedUpdate {
+  uint64_t seq = 0;  // the engine's sequence number, unique among logged updates
+  Update update;     // with only its "train_loss" metric
 };
 
 // A round in progress: which client holds which task. Kept so that a restarted server continues
@@ -77,7 +86,8 @@ class Store {
   // Stores the round record, the checkpoint of round.model_version and the strategy's state
   // after the round (server optimizer moments; empty for stateless strategies, replacing any
   // earlier state) atomically, and forgets the open round and its accepted updates in the same
-  // transaction. REQUIRES: model.version() == round.model_version.
+  // transaction, with the logged updates round.logged_done names.
+  // REQUIRES: model.version() == round.model_version.
   virtual Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) = 0;
   // The strategy state committed with the newest round; empty when none was.
   virtual Result<std::string> AggregatorState() = 0;
@@ -93,6 +103,13 @@ class Store {
   // The accepted updates of (round, attempt), sorted by client id.
   virtual Result<std::vector<Update>> ListAcceptedUpdates(uint64_t round, int64_t attempt) = 0;
 
+  // Asynchronous modes: stores an acknowledged update durably, before the server acknowledges
+  // it, under sequence number `seq` (AlreadyExists when `seq` is taken). It stays logged until a
+  // committed round names it in RoundRecord::logged_done, so that a restarted engine folds again
+  // every update it acknowledged but had not committed. Only its "train_loss" metric is kept.
+  virtual Status LogUpdate(uint64_t seq, const Update& update) = 0;
+  // The logged updates, by sequence number.
+  virtual Result<std::vector<LoggedUpdate>> ListLoggedUpdates() = 0;
   // Attaches evaluation results to a committed round. NotFound for an unknown round.
   virtual Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) = 0;
 

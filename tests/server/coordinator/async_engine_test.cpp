@@ -354,6 +354,69 @@ TEST_F(AsyncEngineTest, SemiAsyncRefusesBadUpdatesAtTheDoor) {
   EXPECT_EQ(engine_->model().version(), 0u);
 }
 
+// What the engine acknowledged is in a published version even if the server dies right after:
+// a new engine on the same store folds the logged updates again.
+TEST_F(AsyncEngineTest, AcknowledgedUpdatesSurviveARestartAndArePublished) {
+  Open(Options(5, 3, 1.0, "constant"));
+  ASSERT_OK(Report("a", TaskOf("a"), 3.0f));
+  ASSERT_OK(Report("b", TaskOf("b"), 6.0f));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_EQ(store_.ListLoggedUpdates()->size(), 2u);
+  engine_.reset();  // the server is killed: the buffer in memory is gone
+  Open(Options(5, 3, 1.0, "constant"));
+  EXPECT_EQ(engine_->status().round_received, 2);
+  ASSERT_OK(Report("c", TaskOf("c"), 0.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 4.0f);  // 1 + (3 + 6 + 0) / 3: nothing lost
+  const RoundRecord& v1 = engine_->history().back();
+  ASSERT_EQ(v1.merged.size(), 3u);
+  EXPECT_EQ(v1.merged[0].client_id, "a");
+  EXPECT_EQ(v1.merged[1].client_id, "b");
+  EXPECT_TRUE(store_.ListLoggedUpdates()->empty());  // the commit forgot them
+}
+
+// With commits left to the caller, a version aggregated but not yet committed when the server
+// dies is rebuilt from the log at the restart.
+TEST_F(AsyncEngineTest, AVersionAggregatedButNotCommittedIsRebuiltFromTheLog) {
+  AsyncOptions o = Options(5, 2, 1.0, "constant");
+  o.commit_outside = true;
+  Open(o);
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  ASSERT_OK(Report("b", TaskOf("b"), 4.0f));
+  ASSERT_TRUE(engine_->TakeCommit().has_value());  // taken by the committer, which never finishes
+  engine_.reset();
+  EXPECT_TRUE(store_.ListRounds()->empty());
+  Open(o);
+  std::optional<PendingCommit> rebuilt = engine_->TakeCommit();
+  ASSERT_TRUE(rebuilt.has_value());
+  Status committed = rebuilt->Run(&store_);
+  ASSERT_OK(engine_->FinishCommit(std::move(*rebuilt), std::move(committed)));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 4.0f);  // 1 + (2 + 4) / 2
+  EXPECT_TRUE(store_.ListLoggedUpdates()->empty());
+}
+
+TEST_F(AsyncEngineTest, SemiAsyncPublishesWhatItHadHeldAfterARestart) {
+  Open(SemiAsync());
+  Task a = TaskOf("a");
+  Task b = TaskOf("b");
+  ASSERT_OK(Report("a", a, 2.0f));  // first updates, speeds unknown: each published alone
+  ASSERT_OK(Report("b", b, 2.0f));
+  const uint64_t published = engine_->model().version();
+  // Put one in a group and hold it, then "crash".
+  a = TaskOf("a");
+  b = TaskOf("b");
+  clock_.SetMs(clock_.NowMs() + a.hyperparams.local_steps);
+  ASSERT_OK(Report("a", a, 1.0f));
+  ASSERT_EQ(engine_->model().version(), published);  // held until b arrives or the group's time passes
+  EXPECT_EQ(engine_->status().round_received, 1);
+  engine_.reset();
+  Open(SemiAsync());
+  EXPECT_EQ(engine_->model().version(), published + 1);  // the held update, published on its own
+  EXPECT_EQ(engine_->history().back().merged.size(), 1u);
+  EXPECT_TRUE(store_.ListLoggedUpdates()->empty());
+}
+
 TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   AsyncOptions o;
   o.buffer_size = 0;

@@ -167,6 +167,52 @@ TEST_P(StoreConformanceTest, OpenRoundAndAcceptedUpdates) {
   EXPECT_TRUE(store_->ListAcceptedUpdates(1, 1)->empty());
 }
 
+// Asynchronous modes log each acknowledged update until a committed version names it: the
+// sync round's bookkeeping (a new open round, a commit) leaves the other log entries alone.
+TEST_P(StoreConformanceTest, UpdateLogKeepsEntriesUntilACommitNamesThem) {
+  auto logged = [](const std::string& client, float fill) {
+    Update u;
+    u.client_id = client;
+    u.task_id = "t-" + client;
+    u.base_version = 3;
+    u.num_examples = 5;
+    u.local_steps = 2;
+    u.metrics["train_loss"] = 0.25;
+    u.metrics["other"] = 1.0;
+    u.delta = Model(0, fill);
+    return u;
+  };
+  ASSERT_OK(store_->LogUpdate(7, logged("b", 2.0f)));
+  ASSERT_OK(store_->LogUpdate(3, logged("a", 1.0f)));
+  ASSERT_OK(store_->LogUpdate(9, logged("a", 4.0f)));
+  EXPECT_THAT(store_->LogUpdate(9, logged("a", 5.0f)), StatusIs(StatusCode::kAlreadyExists, "9"));
+  std::vector<LoggedUpdate> all = *store_->ListLoggedUpdates();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].seq, 3u);
+  EXPECT_EQ(all[1].seq, 7u);
+  EXPECT_EQ(all[2].seq, 9u);
+  EXPECT_EQ(all[1].update.client_id, "b");
+  EXPECT_EQ(all[1].update.task_id, "t-b");
+  EXPECT_EQ(all[1].update.base_version, 3u);
+  EXPECT_EQ(all[1].update.num_examples, 5);
+  EXPECT_EQ(all[1].update.local_steps, 2);
+  EXPECT_EQ(all[1].update.metrics.size(), 1u);  // only train_loss is kept
+  EXPECT_EQ(all[1].update.delta.data()[0], 2.0f);
+  EXPECT_EQ(all[2].update.delta.data()[3], 4.0f);
+
+  ASSERT_OK(store_->PutOpenRound({1, 0, {{"a", "r1a0-a"}}}));
+  EXPECT_EQ(store_->ListLoggedUpdates()->size(), 3u);
+  ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  r.logged_done = {3, 9};
+  ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f), ""));
+  all = *store_->ListLoggedUpdates();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].seq, 7u);
+}
+
 std::vector<StoreFactory> Factories() {
   std::vector<StoreFactory> f = {{"memory", [](const std::string&) { return std::make_unique<MemoryStore>(); }}};
 #ifdef PLEXUS_HAVE_SQLITE_STORE
@@ -438,6 +484,32 @@ TEST(SqliteStoreTest, OneOwnerAtATimeAndReadersBesideIt) {
   auto next = SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
   ASSERT_OK(next);
   EXPECT_EQ((*next)->ListClients()->size(), 1u);
+}
+
+TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
+  ScratchDatabase db("plexus_update_log");
+  Update u;
+  u.client_id = "a";
+  u.task_id = "t1";
+  u.num_examples = 1;
+  u.delta = Filled(250000, 0, 0.5f);
+  {
+    auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+    ASSERT_OK(s->LogUpdate(1, u));
+  }
+  EXPECT_EQ(db.update_files().size(), 1u);  // models live next to the database, not in it
+  auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  std::vector<LoggedUpdate> back = *s->ListLoggedUpdates();
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].update.delta, u.delta);
+  ASSERT_OK(s->PutCheckpoint(Filled(250000, 0, 0.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  r.logged_done = {1};
+  ASSERT_OK(s->CommitRound(r, Filled(250000, 1, 1.0f), ""));
+  EXPECT_TRUE(s->ListLoggedUpdates()->empty());
+  EXPECT_TRUE(db.update_files().empty());  // its file went with its row
 }
 
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
