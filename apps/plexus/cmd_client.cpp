@@ -58,6 +58,11 @@ void RunClient(const ClientFlags& f) {
     tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
   }
   if (!f.tls_ca.empty()) tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
+  // A bearer token in plaintext is anyone's who can see the traffic: only to this machine.
+  if (!tls.token.empty() && !tls.enabled() && !IsLoopback(f.server)) {
+    throw CommandError("refusing to send the client token in plaintext to " + f.server +
+                       ": add --tls-ca with the server's CA (the server then needs --tls-cert and --tls-key)");
+  }
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
   const int threads = f.threads;
   ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
@@ -81,6 +86,14 @@ void RunClient(const ClientFlags& f) {
   if (!summary.ok() && summary.status().code() == StatusCode::kCancelled && StopRequested().load()) {
     spdlog::info("stopped on signal (client {}); run the same command again to continue", o.client_id.empty() ? "unnamed" : o.client_id);
     return;
+  }
+  if (!summary.ok() && summary.status().code() == StatusCode::kUnavailable) {
+    throw CommandError(
+        "cannot reach the server at " + f.server + " (" + summary.status().message() +
+        "). Check: is `plexus server` running and listening there (its --listen)? Is TLS on at both ends or "
+        "at neither (--tls-ca here, --tls-cert/--tls-key there)? With TLS, does the server's certificate name "
+        "the host you connect to (a certificate for 'localhost' does not match 127.0.0.1: connect to localhost:PORT, "
+        "or issue it with plexus certs issue --server 127.0.0.1)?");
   }
   ClientSummary s = Take(std::move(summary), "client");
   spdlog::info("client {} done: {} tasks completed, {} refused, {} dropped (training diverged), {} model downloads",

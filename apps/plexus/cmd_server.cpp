@@ -1,6 +1,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <exception>
+#include <filesystem>
 #include <thread>
 
 #include "apps/plexus/commands.h"
@@ -46,12 +48,27 @@ struct ServerFlags {
   std::vector<std::string> admins;
 };
 
-// Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
-bool IsLoopback(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+
+// Removes the database a failed start created (not one that existed before): on destruction while
+// an exception leaves RunServer, once the store that uses it is closed.
+class DatabaseCreatedForThisRun {
+ public:
+  explicit DatabaseCreatedForThisRun(std::string db)
+      : db_(std::move(db)), existed_(std::filesystem::exists(db_)), exceptions_(std::uncaught_exceptions()) {}
+  // The start succeeded: the database stays whatever happens next.
+  void Keep() { existed_ = true; }
+  ~DatabaseCreatedForThisRun() {
+    if (existed_ || std::uncaught_exceptions() <= exceptions_) return;
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(db_ + suffix, ec);
+    for (const char* folder : {".checkpoints", ".updates"}) std::filesystem::remove_all(db_ + folder, ec);
+  }
+
+ private:
+  const std::string db_;
+  bool existed_;
+  const int exceptions_;
+};
 
 void RunServer(const ServerFlags& f) {
   const auto started = std::chrono::steady_clock::now();
@@ -89,6 +106,8 @@ void RunServer(const ServerFlags& f) {
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
+  // A start that fails (port in use, data missing, ...) leaves no new empty database behind.
+  DatabaseCreatedForThisRun created(f.db);
   std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db, SqliteStore::Access::kExclusive));
   Result<std::string> stored_model = store->GetMeta("model");
   if (stored_model.ok() && *stored_model != f.model) {
@@ -128,10 +147,15 @@ void RunServer(const ServerFlags& f) {
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
+  created.Keep();
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
                security, f.mode, f.model, sync.rounds, engine->strategy_description());
 
-  while (!StopRequested().load() && !server->status().finished) {
+  // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
+  // that a supervisor restarts it from its store, instead of refusing every call forever.
+  while (!StopRequested().load()) {
+    const EngineStatus now = server->status();
+    if (now.finished || !now.error.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EngineStatus final_status = server->status();
@@ -142,6 +166,8 @@ void RunServer(const ServerFlags& f) {
     while (!StopRequested().load() && std::chrono::steady_clock::now() < until && !server->AllClientsToldFinished()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+  } else if (!final_status.error.empty()) {
+    spdlog::error("stopping: {}; state is in {}, restart to resume", final_status.error, f.db);
   } else {
     spdlog::info("stopping on signal; state is in {}, restart to resume", f.db);
   }
@@ -216,6 +242,11 @@ void AddServerCommand(CLI::App& app) {
                   "then need --token-file");
   cmd->add_option("--max-update-norm", f->limits.max_update_norm,
                   "Refuse updates whose L2 norm exceeds this (0: no bound)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--adaptive-norm-factor", f->limits.adaptive_norm_factor,
+                  "Refuse updates whose L2 norm exceeds this many times the median of recent accepted updates "
+                  "(before five are accepted: of the model's norm); 0: off")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--rate-limit", f->limits.requests_per_s, "Requests per second allowed per client (0: no limit)")

@@ -14,6 +14,9 @@ namespace plexus::cli {
 namespace {
 
 void RunStatus(const std::string& server, bool json, double timeout_s, const ClientTls& tls) {
+  if (!tls.token.empty() && !tls.enabled() && !IsLoopback(server)) {
+    throw CommandError("refusing to send the client token in plaintext to " + server + ": add --tls-ca");
+  }
   auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, ChannelCredentialsFor(tls)));
   grpc::ClientContext ctx;
   if (!tls.token.empty()) ctx.AddMetadata("authorization", "Bearer " + tls.token);

@@ -34,6 +34,8 @@ void InstallStopHandlers();
 std::string ReadFileForFlag(const std::string& path, const std::string& flag);
 // A client token file's contents without trailing whitespace; CommandError when empty.
 std::string ReadTokenFile(const std::string& path);
+// Whether HOST:PORT names a loopback address (127.0.0.0/8, ::1, localhost).
+bool IsLoopback(const std::string& host_port);
 
 // Adds `--config FILE` (TOML) to a subcommand: every flag may be given there, flags on the
 // command line win.

@@ -92,6 +92,12 @@ std::string ReadFileForFlag(const std::string& path, const std::string& flag) {
   return buf.str();
 }
 
+bool IsLoopback(const std::string& host_port) {
+  std::string host = host_port.substr(0, host_port.rfind(':'));
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 std::string ReadTokenFile(const std::string& path) {
   std::string token = ReadFileForFlag(path, "--token-file");
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();

@@ -1,8 +1,12 @@
 // plexus: the command-line entry point. Exceptions end here; everything below returns Status.
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <grpc/support/log.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
+#include <string>
+#include <vector>
 #include <cstdio>
 
 #include "apps/plexus/commands.h"
@@ -22,6 +26,48 @@ void InstallStopHandlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
+
+namespace {
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// For each unexpected flag, the closest flag the command knows (within 3 edits), as
+// "--roundz: did you mean --rounds?" lines; empty when none is close.
+std::string SuggestFlags(CLI::App& command, const std::vector<std::string>& unexpected) {
+  std::string out;
+  for (const std::string& arg : unexpected) {
+    if (arg.rfind("--", 0) != 0) continue;
+    const std::string given = arg.substr(0, arg.find('='));
+    std::string best;
+    size_t best_distance = 4;
+    for (const CLI::Option* option : command.get_options()) {
+      for (const std::string& name : option->get_lnames()) {
+        const size_t d = EditDistance(given, "--" + name);
+        if (d < best_distance) {
+          best_distance = d;
+          best = "--" + name;
+        }
+      }
+    }
+    if (!best.empty()) out += "plexus: " + given + " is not a flag of this command; did you mean " + best + "?\n";
+  }
+  return out;
+}
+
+}  // namespace
 
 }  // namespace plexus::cli
 
@@ -46,11 +92,19 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("plexus"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
   InstallStopHandlers();
+  // gRPC's own log lines (a failed bind, a refused connection) repeat what Plexus reports in one
+  // line with what to do: they go to the debug level.
+  gpr_set_log_function([](gpr_log_func_args* a) { spdlog::debug("grpc: {}", a->message); });
   try {
     std::vector<std::string> args = ExpandConfigFile(app, std::vector<std::string>(argv, argv + argc));
     std::vector<char*> expanded;
     for (std::string& a : args) expanded.push_back(a.data());
     app.parse(static_cast<int>(expanded.size()), expanded.data());
+  } catch (const CLI::ExtrasError& e) {
+    CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+    const int code = app.exit(e);
+    std::fputs(SuggestFlags(*command, command->remaining()).c_str(), stderr);
+    return code;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const CommandError& e) {

@@ -72,6 +72,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->head_version_ = e->model_.version();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
+  PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;

@@ -4,7 +4,10 @@ namespace plexus {
 
 Result<std::string> ClientRegistry::Join(const ClientRecord& client) {
   ClientRecord rec = client;
-  if (rec.num_examples < 0) return InvalidArgumentError("num_examples must not be negative");
+  if (rec.num_examples < 0 || rec.num_examples > (int64_t{1} << 40)) {
+    return InvalidArgumentError("num_examples must lie in [0, 2^40]");
+  }
+  if (rec.device.size() > 256) return InvalidArgumentError("device description longer than 256 characters");
   if (rec.id.empty()) {
     size_t n = last_seen_ms_.size() + 1;
     while (last_seen_ms_.count("client-" + std::to_string(n))) ++n;

@@ -67,6 +67,19 @@ Status CheckReportedNumbers(const Update& update) {
   return Status::Ok();
 }
 
+Status EvaluateUnevaluated(ModelEvaluator* evaluator, Store* store, std::vector<RoundRecord>* history) {
+  if (!evaluator) return Status::Ok();
+  size_t first = history->size();
+  while (first > 0 && !(*history)[first - 1].test_accuracy) --first;
+  for (size_t i = first; i < history->size(); ++i) {
+    RoundRecord& record = (*history)[i];
+    Result<ModelState> model = store->Checkpoint(record.model_version);
+    if (!model.ok()) continue;
+    PLEXUS_RETURN_IF_ERROR(EvaluatePublished(evaluator, store, *model, &record));
+  }
+  return Status::Ok();
+}
+
 std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history) {
   for (auto it = history.rbegin(); it != history.rend(); ++it) {
     if (it->test_accuracy) return it->test_accuracy;

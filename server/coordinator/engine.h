@@ -111,6 +111,12 @@ Status EvaluatePublished(ModelEvaluator* evaluator, Store* store, const ModelSta
 // no such number ever reaches a round record.
 Status CheckReportedNumbers(const Update& update);
 
+// Evaluates the committed versions after the newest evaluated one (a server killed between a
+// commit and its evaluation left them without one; its summary would report the previous
+// version's accuracy), records the results in the store and in `history`. No-op without an
+// evaluator; a version whose checkpoint cannot be read or whose evaluation fails is skipped.
+Status EvaluateUnevaluated(ModelEvaluator* evaluator, Store* store, std::vector<RoundRecord>* history);
+
 // The accuracy of the newest evaluated version in `history`, if any.
 std::optional<double> LastAccuracy(const std::vector<RoundRecord>& history);
 

@@ -72,6 +72,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->model_sha256_ = e->model_.ContentSha256();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
+  PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
   PLEXUS_RETURN_IF_ERROR(e->aggregator_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
   e->idle_since_ms_ = clock->NowMs();

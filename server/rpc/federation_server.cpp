@@ -1,6 +1,11 @@
 #include "server/rpc/federation_server.h"
 
+#include "server/rpc/adaptive_norm_bound.h"
+
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <grpcpp/support/method_handler.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -10,11 +15,14 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <limits>
 #include <thread>
 
 #include "aggregators/simd_kernels.h"
@@ -39,6 +47,46 @@ constexpr int64_t kMaxPollWaitMs = 30000;
 // instead of exiting. gRPC keeps 2 by default: with a dozen clients polling and uploading, it then
 // started and ended a thread for most RPCs, each new thread faulting its stack back in.
 constexpr int kIdleServerThreads = 64;
+
+// Why gRPC could not listen on HOST:PORT, found by binding it once more with a plain socket (gRPC
+// itself only logs it), with what to do about it.
+std::string WhyCannotListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (port.empty() || getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+    return "not a HOST:PORT address (e.g. --listen 127.0.0.1:50051)";
+  }
+  std::string why = "the address is invalid";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const int bound = ::bind(fd, a->ai_addr, a->ai_addrlen);
+    const int err = errno;
+    ::close(fd);
+    if (bound == 0) continue;
+    if (err == EADDRINUSE) {
+      why = "port " + port + " is already in use (another plexus server?): stop it, or choose another port with --listen HOST:PORT";
+    } else if (err == EADDRNOTAVAIL) {
+      why = host + " is not an address of this machine (--listen 0.0.0.0:" + port + " listens on all of them)";
+    } else if (err == EACCES) {
+      why = "ports below 1024 need root: choose another with --listen HOST:PORT";
+    } else {
+      why = std::strerror(err);
+    }
+    break;
+  }
+  freeaddrinfo(found);
+  return why;
+}
 
 grpc::Status ToGrpc(const Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -88,7 +136,8 @@ class FederationService final : public v1::Federation::Service {
         info_(std::move(info)),
         mtls_(mtls),
         limits_(limits),
-        rate_(limits.requests_per_s, limits.burst, &clock_) {
+        rate_(limits.requests_per_s, limits.burst, &clock_),
+        adaptive_bound_(limits.adaptive_norm_factor) {
     // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
     // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
     // method's handler is MarkMethodStreamed, which also relabels the method bidirectional: to a
@@ -300,20 +349,46 @@ class FederationService final : public v1::Federation::Service {
     std::unique_lock<std::mutex> lock(mu_);
     u.delta = std::move(decoded).value();
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
-      Status layout = u.delta.CheckSameLayout(engine_->model());
+      // Weights become a delta against the task's base version, not whatever the model is now
+      // (in async mode versions move on while a client trains).
+      std::optional<ModelState> older;
+      if (header.base_version() != engine_->model().version()) {
+        lock.unlock();  // a checkpoint file is read: not under the lock every call takes
+        Result<ModelState> base = store_->Checkpoint(header.base_version());
+        lock.lock();
+        if (!base.ok()) {
+          return RefuseLocked("upload", FailedPreconditionError("weights for task " + header.task_id() +
+                                                                " start from version " +
+                                                                std::to_string(header.base_version()) +
+                                                                ", which this server cannot read: " +
+                                                                base.status().message()));
+        }
+        older = std::move(base).value();
+      }
+      const ModelState& base = older ? *older : engine_->model();
+      Status layout = u.delta.CheckSameLayout(base);
       if (!layout.ok()) return RefuseLocked("upload", layout.WithContext("update for task " + header.task_id()));
-      u.delta.Subtract(engine_->model());
+      u.delta.Subtract(base);
     } else if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32) {
       return RefuseLocked("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
     }
-    if (limits_.max_update_norm > 0) {
+    double norm = std::numeric_limits<double>::quiet_NaN();
+    if (limits_.max_update_norm > 0 || adaptive_bound_.enabled()) {
       // A NaN norm is left to the engine, which names the tensor and index.
-      const double norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
-      if (std::isfinite(norm) && norm > limits_.max_update_norm) {
+      norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
+      if (std::isfinite(norm) && limits_.max_update_norm > 0 && norm > limits_.max_update_norm) {
         return RefuseLocked("upload", InvalidArgumentError(fmt::format(
                                           "update for task {} has L2 norm {:g}, above the server's bound of {:g} "
                                           "(--max-update-norm)",
                                           header.task_id(), norm, limits_.max_update_norm)));
+      }
+      const double adaptive = adaptive_bound_.Bound(ModelNormLocked());
+      if (std::isfinite(norm) && norm > adaptive) {
+        return RefuseLocked("upload", InvalidArgumentError(fmt::format(
+                                          "update for task {} has L2 norm {:g}, above {:g} ({:g} times the median of "
+                                          "recent updates or, before there are any, of the model's norm; "
+                                          "--adaptive-norm-factor)",
+                                          header.task_id(), norm, adaptive, limits_.adaptive_norm_factor)));
       }
     }
     // Commits the engine left to the committer hold a model each: wait while there are too many.
@@ -321,6 +396,7 @@ class FederationService final : public v1::Federation::Service {
     const uint64_t version_before = engine_->model().version();
     Status s = engine_->Submit(std::move(u));
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
+    adaptive_bound_.Accepted(norm);
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
     if (header.want_next_task()) {
@@ -623,6 +699,15 @@ class FederationService final : public v1::Federation::Service {
     });
   }
 
+  // The L2 norm of the engine's current model, computed once per version. Requires mu_.
+  double ModelNormLocked() {
+    const ModelState& m = engine_->model();
+    if (!model_norm_ || model_norm_->first != m.version()) {
+      model_norm_.emplace(m.version(), std::sqrt(simd::SquaredNorm(m.data().data(), m.num_params())));
+    }
+    return model_norm_->second;
+  }
+
   // ResourceExhausted when `client` is over its request rate. Requires mu_.
   Status RateLimited(const std::string& client) {
     if (rate_.Allow(client)) return Status::Ok();
@@ -652,6 +737,8 @@ class FederationService final : public v1::Federation::Service {
   const DoorLimits limits_;
   RealClock clock_;
   RateLimiter rate_;                              // guarded by mu_
+  AdaptiveNormBound adaptive_bound_;              // guarded by mu_
+  std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
   std::map<std::string, int64_t> refusals_;       // guarded by mu_; by status code name
   std::map<std::string, PartialUpload> partial_;  // guarded by mu_; by client id
   size_t partial_bytes_ = 0;                      // guarded by mu_
@@ -704,7 +791,7 @@ class GrpcFederationServer final : public FederationServer {
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kIdleServerThreads);
     if (!adaptive_flow_control_) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     server_ = builder.BuildAndStart();
-    if (!server_ || port_ == 0) return UnavailableError("cannot listen on '" + listen + "' (address in use or invalid)");
+    if (!server_ || port_ == 0) return UnavailableError("cannot listen on " + listen + ": " + WhyCannotListen(listen));
     committer_ = std::thread([this] { service_.RunCommits(stop_commits_); });
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(stop_mu_);

@@ -29,6 +29,9 @@ struct ServerInfo {
 // admin status.
 struct DoorLimits {
   double max_update_norm = 0;       // refuse updates whose L2 norm exceeds this (0: no bound)
+  // Refuse updates whose L2 norm exceeds this many times the median of recent accepted ones (or,
+  // before five are, of the model's norm): AdaptiveNormBound. 0: off.
+  double adaptive_norm_factor = 10;
   double requests_per_s = 100;      // per client, on average (0: no limit)
   double burst = 200;               // per client, at once
   // Uploads received and decoded at once; the others wait before reading their payload (its

@@ -240,6 +240,8 @@ Status SqliteStore::EnsureDirLocked(const std::string& dir, bool* ready) {
   const bool created = std::filesystem::create_directories(dir, ec);
   if (ec) return UnavailableError("cannot create the directory '" + dir + "': " + ec.message());
   if (created) {
+    // Models and updates are the federation's: only the server's user reads them.
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace, ec);
     const std::string parent = std::filesystem::path(dir).parent_path().string();
     PLEXUS_RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent));
   }

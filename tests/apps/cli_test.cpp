@@ -99,6 +99,14 @@ TEST(CliTest, ASecondServerOnTheSameDatabaseIsRefused) {
                             &out),
             1);
   EXPECT_NE(out.find("in use by another process"), std::string::npos) << out;
+  // Its port, with a database of its own: one line saying so, and no new database left behind.
+  const std::string other_db = Temp("other.db");
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", first_address, "--db", other_db, "--no-eval"}, &out), 1);
+  EXPECT_NE(out.find("is already in use"), std::string::npos) << out;
+  EXPECT_NE(out.find("--listen"), std::string::npos) << out;
+  EXPECT_EQ(out.find("grpc"), std::string::npos) << "gRPC's own log leaked: " << out;
+  EXPECT_FALSE(std::filesystem::exists(other_db)) << "a failed start left a database behind";
+  EXPECT_FALSE(std::filesystem::exists(other_db + ".checkpoints"));
   EXPECT_TRUE(first.running()) << first.Log();
   first.Signal(SIGTERM);
   EXPECT_EQ(first.Wait(5000), 0) << first.Log();
@@ -126,6 +134,14 @@ TEST(CliTest, AStrategyThatNeedsMoreClientsIsRefusedAtStart) {
                             {"sim", "--mode", "async", "--strategy", "bulyan", "--buffer-size", "4", "--dry-run"}, &out),
             1);
   EXPECT_NE(out.find("raise --buffer-size to 7"), std::string::npos) << out;
+}
+
+TEST(CliTest, AMistypedFlagSuggestsTheClosestOne) {
+  std::string out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--roundz", "3", "--dry-run"}, &out), 0);
+  EXPECT_NE(out.find("did you mean --rounds?"), std::string::npos) << out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"server", "--min-client", "3"}, &out), 0);
+  EXPECT_NE(out.find("did you mean --min-clients?"), std::string::npos) << out;
 }
 
 TEST(CliTest, HelpListsEveryCommand) {

@@ -197,6 +197,31 @@ TEST_F(SyncEngineTest, AStrategyThatNeedsMoreUpdatesThanMinClientsIsRefusedAtOpe
   EXPECT_OK(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr));
 }
 
+// A server killed after committing a version but before evaluating it evaluates it when it
+// restarts, so its summary never reports the previous version's accuracy for the new version.
+TEST_F(SyncEngineTest, ARestartEvaluatesCommittedVersionsThatLackAnEvaluation) {
+  SyncOptions o = Options(3, 1, 1);
+  auto first = SyncEngine::Open(o, Initial(), &store_, &clock_, /*evaluator=*/nullptr, nullptr);
+  ASSERT_OK(first);
+  ASSERT_OK((*first)->Join({"a", 100, "test"}));
+  Result<PollAnswer> task = (*first)->Poll("a");
+  ASSERT_OK(task);
+  Update u;
+  u.client_id = "a";
+  u.task_id = task->task.task_id;
+  u.num_examples = 100;
+  u.delta = ModelState::ZerosLike(Initial());
+  u.delta.data()[0] = 2.0f;
+  ASSERT_OK((*first)->Submit(std::move(u)));
+  ASSERT_EQ(store_.ListRounds()->size(), 1u);
+  EXPECT_FALSE(store_.ListRounds()->front().test_accuracy.has_value());  // as if killed before evaluating
+  first->reset();
+  Open(o);  // with the evaluator
+  EXPECT_EQ(evaluator_.calls, 1);
+  EXPECT_DOUBLE_EQ(*store_.ListRounds()->front().test_accuracy, 3.0);
+  EXPECT_EQ(engine_->status().last_accuracy, 3.0);
+}
+
 TEST_F(SyncEngineTest, WaitsForKOrForSelectionWaitWithM) {
   Open(Options(1, 3, 2));
   Join("a");

@@ -39,6 +39,13 @@ UploadHeader HeaderFor(const std::string& client, const Task& t) {
   return h;
 }
 
+// A model of `m`'s layout with every value `v`.
+ModelState FilledLike(const ModelState& m, float v) {
+  ModelState out = ModelState::ZerosLike(m);
+  for (float& x : out.data()) x = v;
+  return out;
+}
+
 class FederationServerTest : public ::testing::Test {
  protected:
   // Door limits for the server SetUp starts; tests that need others set them first and call Restart.
@@ -698,8 +705,7 @@ TEST(CommitOutsideTest, UploadsAreAcknowledgedWhileAVersionCommitsAndShutdownCom
   ASSERT_OK(transport->Join("a", 10, "test"));
   ASSERT_OK(transport->Join("b", 10, "test"));
   const Task ta = transport->Poll("a", 1000)->task, tb = transport->Poll("b", 1000)->task;
-  ModelState delta = ModelState::ZerosLike(model);
-  for (float& x : delta.data()) x = 1.0f;
+  const ModelState delta = FilledLike(model, 1.0f);
   ASSERT_OK(transport->Upload(HeaderFor("a", ta), EncodeSafetensors(delta)));
   store.WaitForACommit();  // version 1 is being committed and cannot finish
   // b's update is acknowledged meanwhile (folded into version 2), and tasks stay on version 0.
@@ -765,9 +771,88 @@ TEST(NextTaskTest, AsyncClientsGetTheirNextTaskWithEachUpload) {
   server->Shutdown();
 }
 
+// In async mode versions move on while a client trains: weights sent for a task one version
+// behind are a delta against that task's base, not against the current model.
+TEST(WeightsUploadTest, WeightsBecomeADeltaAgainstTheTasksBaseVersion) {
+  MemoryStore store;
+  RealClock clock;
+  const ModelState model = *ModelState::Create({{"w", {4}}});  // zeros
+  AsyncOptions o;
+  o.rounds = 3;
+  o.buffer_size = 1;
+  o.staleness = "constant";
+  auto engine = *AsyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 3});
+  const std::string target = "127.0.0.1:" + std::to_string(server->port());
+  auto transport = MakeGrpcFederationTransport(target);
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  ASSERT_OK(transport->Join("b", 10, "test"));
+  const Task ta = transport->Poll("a", 1000)->task;
+  const Task tb = transport->Poll("b", 1000)->task;
+  const ModelState plus_one = FilledLike(model, 1.0f);
+  ASSERT_OK(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(plus_one)));  // version 1: all ones
+  ASSERT_EQ(engine->model().version(), 1u);
+  // a trained from version 0 (zeros) to weights of 2: its delta is +2.
+  const ModelState weights = FilledLike(model, 2.0f);
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::UploadReply rep;
+  auto w = stub->UploadUpdate(&ctx, &rep);
+  const std::string bytes = EncodeSafetensors(weights);
+  v1::UpdateChunk head;
+  v1::UpdateHeader* h = head.mutable_header();
+  h->set_client_id("a");
+  h->set_task_id(ta.task_id);
+  h->set_base_version(ta.model_version);
+  h->set_num_examples(10);
+  h->set_encoding(v1::ENCODING_WEIGHTS_SAFETENSORS_F32);
+  h->set_total_bytes(bytes.size());
+  ASSERT_TRUE(w->Write(head));
+  v1::UpdateChunk data;
+  data.set_data(bytes);
+  ASSERT_TRUE(w->Write(data));
+  w->WritesDone();
+  const grpc::Status s = w->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(engine->model().version(), 2u);
+  EXPECT_FLOAT_EQ(engine->model().data()[0], 3.0f);  // 1 + 2; against the current model it was 1 + 1
+  server->Shutdown();
+}
+
+// With the default settings, two uploads of 3e38 values once made every later version infinite.
+// The default adaptive bound refuses them at the door (the model's norm sets the scale before
+// any update is accepted), and honest updates still pass.
+TEST(AdaptiveNormTest, HugeUpdatesAreRefusedByDefaultAndHonestOnesPass) {
+  MemoryStore store;
+  RealClock clock;
+  ModelState model = *ModelState::Create({{"w", {4}}});
+  for (float& x : model.data()) x = 1.0f;  // norm 2
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 2;
+  o.min_clients = 2;
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1});
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  ASSERT_OK(transport->Join("b", 10, "test"));
+  const Task ta = transport->Poll("a", 1000)->task;
+  const Task tb = transport->Poll("b", 1000)->task;
+  const ModelState huge = FilledLike(model, 3e38f);
+  EXPECT_THAT(transport->Upload(HeaderFor("a", ta), EncodeSafetensors(huge)),
+              StatusIs(StatusCode::kInvalidArgument, "--adaptive-norm-factor"));
+  const ModelState honest = FilledLike(model, 0.1f);
+  ASSERT_OK(transport->Upload(HeaderFor("a", ta), EncodeSafetensors(honest)));
+  ASSERT_OK(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(honest)));
+  EXPECT_EQ(engine->model().version(), 1u);
+  EXPECT_TRUE(AllFinite(engine->model().data()));
+  server->Shutdown();
+}
+
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
   auto second = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1});
-  EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "cannot listen"));
+  EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "is already in use"));
+  EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "--listen"));
 }
 
 }  // namespace
