@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "compute/model_zoo.h"
+#include "server/coordinator/engine_factory.h"
 #include "core/clock.h"
 #include "core/rng.h"
 #include "server/store/memory_store.h"
@@ -22,133 +23,18 @@ namespace {
 
 constexpr int64_t kTickMs = 100;
 
-Result<std::unique_ptr<Engine>> OpenEngine(const SimOptions& o, const ModelState& initial, Store* store,
-                                           const Clock* clock, ModelEvaluator* evaluator) {
-  if (o.mode == "sync") {
-    SyncOptions sync = o.sync;
-    sync.seed = o.seed;
-    sync.poll_retry_ms = kTickMs;
-    PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<SyncEngine> e, SyncEngine::Open(sync, initial, store, clock, evaluator, nullptr));
-    return std::unique_ptr<Engine>(std::move(e));
-  }
-  if (o.mode == "async" || o.mode == "semiasync") {
-    AsyncOptions async = o.async;
-    async.rounds = o.sync.rounds;
-    async.task = o.sync.task;
-    async.semi_async = o.mode == "semiasync";
-    async.poll_retry_ms = kTickMs;
-    PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncEngine> e,
-                            AsyncEngine::Open(async, initial, store, clock, evaluator, nullptr));
-    return std::unique_ptr<Engine>(std::move(e));
-  }
-  return InvalidArgumentError("unknown mode '" + o.mode + "' (sync, async or semiasync)");
+// The engine of the run's mode, through the factory the server uses too, with the simulator's
+// seed and its tick as the poll retry.
+Result<std::unique_ptr<Engine>> OpenSimEngine(const SimOptions& o, const ModelState& initial, Store* store,
+                                              const Clock* clock, ModelEvaluator* evaluator) {
+  EngineOptions options{o.mode, o.sync, o.async};
+  options.sync.seed = o.seed;
+  options.sync.poll_retry_ms = kTickMs;
+  options.async.rounds = o.sync.rounds;
+  options.async.task = o.sync.task;
+  options.async.poll_retry_ms = kTickMs;
+  return OpenEngine(options, initial, store, clock, evaluator, nullptr);
 }
-
-}  // namespace
-
-Result<DeviceModel> DeviceModel::Profile(const std::string& name) {
-  if (name == "uniform") return DeviceModel{};
-  if (name == "heterogeneous") {
-    return DeviceModel{.ms_per_step = 25.0, .speed_sigma = 0.8, .task_overhead_ms = 20, .latency_ms = 50.0,
-                       .down_mbps = 50.0, .up_mbps = 10.0, .dropout = 0.05};
-  }
-  if (name == "mobile") {
-    return DeviceModel{.ms_per_step = 60.0, .speed_sigma = 1.0, .task_overhead_ms = 50, .latency_ms = 100.0,
-                       .down_mbps = 10.0, .up_mbps = 2.0, .dropout = 0.1, .mean_on_s = 600.0, .mean_off_s = 300.0};
-  }
-  return InvalidArgumentError("unknown device profile '" + name + "' (known: uniform, heterogeneous, mobile)");
-}
-
-Status DeviceModel::Validate() const {
-  if (!(dropout >= 0 && dropout < 1)) return InvalidArgumentError("dropout must lie in [0, 1)");
-  if (!(ms_per_step > 0)) return InvalidArgumentError("ms-per-step must be positive");
-  if (!(speed_ratio >= 1)) return InvalidArgumentError("speed-ratio must be at least 1");
-  if (!(speed_sigma >= 0 && speed_sigma <= 5)) return InvalidArgumentError("speed-sigma must lie in [0, 5]");
-  if (task_overhead_ms < 0) return InvalidArgumentError("task-overhead-ms must not be negative");
-  if (!(latency_ms >= 0)) return InvalidArgumentError("latency-ms must not be negative");
-  if (!(down_mbps >= 0) || !(up_mbps >= 0)) return InvalidArgumentError("down-mbps and up-mbps must not be negative (0 = unlimited)");
-  if (!(bandwidth_sigma >= 0 && bandwidth_sigma <= 5)) return InvalidArgumentError("bandwidth-sigma must lie in [0, 5]");
-  if (!(mean_on_s >= 0) || !(mean_off_s >= 0) || ((mean_on_s > 0) != (mean_off_s > 0))) {
-    return InvalidArgumentError("mean-on-s and mean-off-s must both be positive (or both 0 for always available)");
-  }
-  return Status::Ok();
-}
-
-std::vector<double> DeviceModel::Assign(size_t n, uint64_t seed) const {
-  std::vector<double> out(n);
-  if (speed_sigma > 0) {
-    for (size_t i = 0; i < n; ++i) {
-      out[i] = ms_per_step * std::exp(speed_sigma * Rng::Derive(seed ^ 0x5beedULL, i).Normal());
-    }
-    return out;
-  }
-  std::vector<size_t> rank(n);
-  std::iota(rank.begin(), rank.end(), size_t{0});
-  Rng rng = Rng::Derive(seed, 0x5beedULL);
-  rng.Shuffle(std::span<size_t>(rank));
-  for (size_t i = 0; i < n; ++i) {
-    const double position = n > 1 ? static_cast<double>(rank[i]) / static_cast<double>(n - 1) : 0.0;
-    out[i] = ms_per_step * std::pow(speed_ratio, position);
-  }
-  return out;
-}
-
-double DeviceModel::BandwidthFactor(size_t i, uint64_t seed) const {
-  return bandwidth_sigma > 0 ? std::exp(bandwidth_sigma * Rng::Derive(seed ^ 0xba4dULL, i).Normal()) : 1.0;
-}
-
-double DeviceModel::TaskMs(int64_t steps, double step_ms, size_t model_bytes, double bandwidth_factor) const {
-  const double megabits = static_cast<double>(model_bytes) * 8.0 / 1e6;
-  double ms = static_cast<double>(steps) * step_ms + static_cast<double>(task_overhead_ms) + 2.0 * latency_ms;
-  if (down_mbps > 0) ms += megabits / (down_mbps * bandwidth_factor) * 1000.0;
-  if (up_mbps > 0) ms += megabits / (up_mbps * bandwidth_factor) * 1000.0;
-  return ms;
-}
-
-namespace {
-
-// Each client's alternating on/off process, advanced lazily: exponential periods drawn from the
-// client's own seeded stream, so the schedule does not depend on what else happens.
-class Availability {
- public:
-  Availability(const DeviceModel& d, size_t n, uint64_t seed)
-      : on_ms_(d.mean_on_s * 1000.0), off_ms_(d.mean_off_s * 1000.0), seed_(seed) {
-    if (on_ms_ <= 0) return;
-    clients_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      State& c = clients_[i];
-      c.on = Draw(i, c).Uniform() < on_ms_ / (on_ms_ + off_ms_);  // the stationary share
-      c.next_switch_ms = Period(i, c);  // memoryless: the residual period has the same law
-    }
-  }
-  bool always_on() const { return clients_.empty(); }
-  // Whether client i is on at `now`; `until` receives when that ends.
-  bool On(size_t i, int64_t now, int64_t* until) {
-    State& c = clients_[i];
-    while (c.next_switch_ms <= now) {
-      c.on = !c.on;
-      c.next_switch_ms += Period(i, c);
-    }
-    *until = c.next_switch_ms;
-    return c.on;
-  }
-
- private:
-  struct State {
-    int64_t next_switch_ms = 0;
-    uint32_t draws = 0;
-    bool on = true;
-  };
-  Rng Draw(size_t i, State& c) const { return Rng::Derive(seed_ ^ 0xa7a11ULL, i * 1000003ULL + c.draws++); }
-  int64_t Period(size_t i, State& c) const {
-    const double mean = c.on ? on_ms_ : off_ms_;
-    return std::max<int64_t>(1, std::llround(-mean * std::log1p(-Draw(i, c).Uniform())));
-  }
-
-  const double on_ms_, off_ms_;
-  const uint64_t seed_;
-  std::vector<State> clients_;
-};
 
 // Where each client's examples come from: a split of the data (materialised once; its total
 // size is the data's) or, for populations larger than the data, samples drawn on demand.
@@ -183,14 +69,12 @@ std::string ClientName(size_t i) {
   return name;
 }
 
+
 }  // namespace
 
 Status SimOptions::Validate() const {
   if (clients <= 0) return InvalidArgumentError("--clients must be positive");
-  if (mode != "sync" && mode != "async" && mode != "semiasync") {
-    return InvalidArgumentError("unknown mode '" + mode + "' (sync, async or semiasync)");
-  }
-  if (mode == "sync" && sync.clients_per_round > clients) {
+  if (mode == Mode::kSync && sync.clients_per_round > clients) {
     return InvalidArgumentError("--clients-per-round (" + std::to_string(sync.clients_per_round) +
                                 ") exceeds --clients (" + std::to_string(clients) + ")");
   }
@@ -233,9 +117,9 @@ class FederationSim {
     pick.Shuffle(std::span<size_t>(order));
     const auto count = attack_ == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(o.attackers * n_));
     for (size_t i = 0; i < count; ++i) malicious_[order[i]] = true;
-    const size_t per_round = o.mode == "sync" ? static_cast<size_t>(o.sync.clients_per_round) : n_;
+    const size_t per_round = o.mode == Mode::kSync ? static_cast<size_t>(o.sync.clients_per_round) : n_;
     alie_z_ = AlieZ(per_round, static_cast<size_t>(std::llround(o.attackers * static_cast<double>(per_round))));
-    const int64_t timeout_ms = o.mode == "sync" ? o.sync.client_timeout_ms : o.async.client_timeout_ms;
+    const int64_t timeout_ms = o.mode == Mode::kSync ? o.sync.client_timeout_ms : o.async.client_timeout_ms;
     wave_ms_ = std::max<int64_t>(kTickMs, timeout_ms / 2);
     next_wave_ms_ = static_cast<double>(wave_ms_);
     parked_epoch_ = engine_->poll_epoch();
@@ -461,7 +345,7 @@ class FederationSim {
   const std::function<void(const SimRound&)>& on_round_;
   const size_t n_;
   const std::vector<double> ms_per_step_;
-  Availability availability_;
+  DeviceAvailability availability_;
   const bool train_at_handout_;
   std::vector<uint32_t> tasks_of_;
   std::vector<bool> malicious_;
@@ -493,7 +377,7 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
   PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(options, train));
   ManualClock clock;
   MemoryStore store(/*keep_recovery_data=*/false);
-  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenEngine(options, initial, &store, &clock, evaluator));
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenSimEngine(options, initial, &store, &clock, evaluator));
   for (size_t i = 0; i < static_cast<size_t>(options.clients); ++i) {
     PLEXUS_ASSIGN_OR_RETURN(std::string id, engine->Join({ClientName(i), data.examples(i), "virtual"}));
     if (id != ClientName(i)) return InternalError("simulation: the engine renamed client " + ClientName(i));

@@ -18,56 +18,21 @@
 #include "compute/dataset.h"
 #include "compute/partition.h"
 #include "compute/trainer.h"
+#include "simulations/device_model.h"
 #include "simulations/task_runner.h"
 #include "core/status.h"
 #include "server/coordinator/async_engine.h"
+#include "server/coordinator/mode.h"
 #include "server/coordinator/sync_engine.h"
 
 namespace plexus {
-
-// Virtual devices. Compute: each client's time per local step is either spread geometrically
-// from ms_per_step (the fastest) to ms_per_step x speed_ratio (the slowest), assigned in a seeded
-// order, or, when speed_sigma > 0, log-normal: ms_per_step x exp(speed_sigma x Z), so ms_per_step
-// is the median. Network: every transfer pays latency_ms, the model download num_params x 4 bytes
-// at down_mbps and the update upload the same at up_mbps (0 = instantaneous), plus a fixed
-// task_overhead_ms per task; with bandwidth_sigma > 0 each client's bandwidths (both ways) are
-// scaled by its own log-normal factor exp(bandwidth_sigma x Z), median 1. Reliability: a task is abandoned with probability `dropout` (the
-// client goes silent for as long as the task would have taken); with mean_on_s and mean_off_s
-// set, each client alternates between exponential on and off periods with those means, polls
-// only while on, and loses a task whose on period ends before the task does.
-struct DeviceModel {
-  double ms_per_step = 10.0;
-  double speed_ratio = 1.0;        // slowest / fastest (geometric spread)
-  double speed_sigma = 0.0;        // log-normal spread; replaces speed_ratio when > 0
-  int64_t task_overhead_ms = 50;   // per task
-  double latency_ms = 0.0;         // per transfer (one download, one upload per task)
-  double down_mbps = 0.0;          // megabits per second; 0 = transfers take no time
-  double up_mbps = 0.0;
-  double bandwidth_sigma = 0.0;    // log-normal spread of the clients' bandwidths; 0 = all alike
-  double dropout = 0.0;            // probability that a task is abandoned, in [0, 1)
-  double mean_on_s = 0.0;          // availability periods; both 0 = always available
-  double mean_off_s = 0.0;
-
-  // Named profiles (docs/simulation.md has the table): uniform, heterogeneous, mobile.
-  // InvalidArgument for another name.
-  static Result<DeviceModel> Profile(const std::string& name);
-  // InvalidArgument naming the bad field.
-  Status Validate() const;
-  // Time per local step of each of n clients.
-  std::vector<double> Assign(size_t n, uint64_t seed) const;
-  // Client i's bandwidth factor: exp(bandwidth_sigma x Z) from a seeded draw (1 when sigma is 0).
-  double BandwidthFactor(size_t i, uint64_t seed) const;
-  // Virtual milliseconds of one task: download, `steps` local steps at `ms_per_step`, upload, at
-  // the bandwidths times `bandwidth_factor`.
-  double TaskMs(int64_t steps, double ms_per_step, size_t model_bytes, double bandwidth_factor = 1.0) const;
-};
 
 struct SimOptions {
   int64_t clients = 10;           // virtual clients (N)
   std::string model = "mlp";
   PartitionSpec partition;        // how the training set is split among the N clients
   uint64_t seed = 0;              // model init, partition, sampling, speeds and batch order
-  std::string mode = "sync";      // sync | async | semiasync
+  Mode mode = Mode::kSync;
   SyncOptions sync;               // sync mode; its rounds and task also apply to the other modes
   AsyncOptions async;             // async and semiasync modes (rounds and task as in `sync`)
   DeviceModel devices;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "apps/plexus/commands.h"
+#include "server/coordinator/engine_factory.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -23,7 +24,7 @@ namespace plexus::cli {
 namespace {
 
 struct ServerFlags {
-  std::string mode = "sync";
+  Mode mode = Mode::kSync;
   AsyncOptions async;
   const CLI::App* cmd = nullptr;  // to ask which flags were given
   std::string listen = "127.0.0.1:50051";
@@ -81,7 +82,8 @@ void RunServer(const ServerFlags& f) {
   // FedBuff's versions are hashed and written by the server's committer thread, not under the
   // lock every upload takes (docs/benchmarks.md).
   async.commit_outside = !async.semi_async;
-  Check(f.mode == "sync" ? sync.Validate() : async.Validate(), "invalid settings");
+  const EngineOptions engine_options{f.mode, sync, async};
+  Check(engine_options.Validate(), "invalid settings");
 
   ServerTls tls;
   DoorLimits limits = f.limits;
@@ -133,12 +135,8 @@ void RunServer(const ServerFlags& f) {
                    "fine for load tests", f.model, same.message());
     }
   }
-  std::unique_ptr<Engine> engine;
-  if (f.mode == "sync") {
-    engine = Take(SyncEngine::Open(sync, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
-  } else {
-    engine = Take(AsyncEngine::Open(async, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
-  }
+  std::unique_ptr<Engine> engine =
+      Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
@@ -149,7 +147,7 @@ void RunServer(const ServerFlags& f) {
                                                      : "mutual TLS";
   created.Keep();
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
-               security, f.mode, f.model, sync.rounds, engine->strategy_description());
+               security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description());
 
   // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
   // that a supervisor restarts it from its store, instead of refusing every call forever.
@@ -176,7 +174,7 @@ void RunServer(const ServerFlags& f) {
 
   if (final_status.finished && !f.summary_out.empty()) {
     RunSummary s;
-    s.mode = f.mode;
+    s.mode = ModeName(f.mode);
     s.updates_accepted = final_status.updates_accepted;
     s.updates_refused = final_status.updates_refused;
     s.updates_stale = final_status.updates_stale;

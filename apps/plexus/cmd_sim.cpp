@@ -4,6 +4,7 @@
 
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
+#include "server/coordinator/engine_factory.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "aggregators/registry.h"
@@ -141,7 +142,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
-  Check(options.mode == "sync" ? options.sync.Validate() : options.async.Validate(), "invalid settings");
+  Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");
   if (!f.devices.empty()) {
     DeviceModel p = Take(DeviceModel::Profile(f.devices), "--devices");
     for (const DeviceFlag<double>& d : kDeviceDoubles) {
@@ -151,7 +152,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     options.devices = p;
   }
   Check(options.Validate(), "invalid settings");
-  const std::string& strategy = options.mode == "sync" ? options.sync.strategy : options.async.strategy;
+  const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
 
@@ -159,8 +160,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (!training_rank) {
     std::printf("plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
                 "devices: %s%s\n",
-                options.mode.c_str(), strategy.c_str(), static_cast<long long>(options.clients),
-                options.mode == "sync" ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
+                std::string(ModeName(options.mode)).c_str(), strategy.c_str(), static_cast<long long>(options.clients),
+                options.mode == Mode::kSync ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
                 static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
                 static_cast<unsigned long long>(options.seed), DescribeDevices(dev, options.server_mbps).c_str(),
                 options.attack == "none" ? ""
@@ -210,7 +211,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
               result.final_model_sha256.c_str());
 
   RunSummary s;
-  s.mode = options.mode;
+  s.mode = ModeName(options.mode);
   s.model = options.model;
   s.strategy = result.strategy;
   s.partition = options.partition.ToString();

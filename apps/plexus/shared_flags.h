@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "server/coordinator/async_engine.h"
+#include "server/coordinator/mode.h"
 #include "server/coordinator/sync_engine.h"
 
 namespace plexus::cli {
@@ -27,11 +28,12 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
 }
 
-inline void AddModeFlags(CLI::App* cmd, std::string* mode, AsyncOptions* o) {
-  cmd->add_option("--mode", *mode,
-                  "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
+inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o) {
+  cmd->add_option_function<std::string>(
+         "--mode", [mode](const std::string& name) { *mode = ParseMode(name).value(); },
+         "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
       ->check(CLI::IsMember({"sync", "async", "semiasync"}))
-      ->capture_default_str();
+      ->default_str(std::string(ModeName(*mode)));
   cmd->add_option("--buffer-size", o->buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
       ->capture_default_str();
   cmd->add_option("--server-lr", o->server_lr,
@@ -56,13 +58,13 @@ inline void AddModeFlags(CLI::App* cmd, std::string* mode, AsyncOptions* o) {
 // The AsyncOptions of a run in `mode`: the async flags, plus rounds, task hyperparameters and,
 // when --strategy was given, the strategy from the shared flags (async's own default strategy is
 // the uniform mean of FedBuff).
-inline AsyncOptions AsyncOptionsFor(const std::string& mode, const AsyncOptions& flags, const SyncOptions& sync,
+inline AsyncOptions AsyncOptionsFor(Mode mode, const AsyncOptions& flags, const SyncOptions& sync,
                                     const CLI::App* cmd) {
   AsyncOptions o = flags;
   o.rounds = sync.rounds;
   o.task = sync.task;
   if (cmd->count("--strategy") > 0) o.strategy = sync.strategy;
-  o.semi_async = mode == "semiasync";
+  o.semi_async = mode == Mode::kSemiAsync;
   return o;
 }
 

@@ -1,5 +1,7 @@
 #include "server/coordinator/async_engine.h"
 
+#include "server/coordinator/mode.h"
+
 #include "aggregators/registry.h"
 #include "aggregators/update_buffer.h"
 
@@ -369,7 +371,7 @@ Status AsyncEngine::Tick() {
 
 EngineStatus AsyncEngine::status() const {
   EngineStatus s;
-  s.mode = compass_ ? "semiasync" : "async";
+  s.mode = ModeName(compass_ ? Mode::kSemiAsync : Mode::kAsync);
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
   s.known_clients = clients_.known_count();

@@ -1,5 +1,7 @@
 #include "server/coordinator/sync_engine.h"
 
+#include "server/coordinator/mode.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -329,7 +331,7 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
 
 EngineStatus SyncEngine::status() const {
   EngineStatus s;
-  s.mode = "sync";
+  s.mode = ModeName(Mode::kSync);
   s.model_version = model_.version();
   s.round = finished() ? model_.version() : model_.version() + 1;
   s.known_clients = clients_.known_count();

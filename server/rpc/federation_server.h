@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "core/clock.h"
 #include "core/status.h"
 #include "server/coordinator/engine.h"
 #include "server/rpc/revocation_list.h"
@@ -79,7 +80,7 @@ class FederationServer {
   // Unavailable when the address cannot be bound.
   static Result<std::unique_ptr<FederationServer>> Start(const std::string& listen, Engine* engine, Store* store,
                                                          const ServerInfo& info, const ServerTls& tls = {},
-                                                         const DoorLimits& limits = {});
+                                                         const DoorLimits& limits = {}, const Clock* clock = nullptr);
   virtual ~FederationServer() = default;
 
   virtual int port() const = 0;

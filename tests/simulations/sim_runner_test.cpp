@@ -40,7 +40,7 @@ Dataset Synthetic(size_t n) {
 SimOptions TwoSpeeds(const std::string& mode, int64_t versions) {
   SimOptions o;
   o.clients = 2;
-  o.mode = mode;
+  o.mode = ParseMode(mode).value();
   o.seed = 1;
   o.sync.rounds = versions;
   o.sync.clients_per_round = 2;

@@ -1,0 +1,426 @@
+#include "server/rpc/federation_service.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/method_handler.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include "aggregators/simd_kernels.h"
+#include "core/safetensors.h"
+#include "proto/length_delimited_field.h"
+#include "proto/shared_bytes_slice.h"
+#include "server/rpc/adaptive_norm_bound.h"
+#include "server/rpc/caller_identity.h"
+#include "server/rpc/partial_uploads.h"
+#include "server/rpc/proto_conversion.h"
+#include "server/rpc/rate_limiter.h"
+#include "server/rpc/upload_places.h"
+#include "server/rpc/upload_receiver.h"
+
+namespace plexus {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+// Versions aggregated but not yet committed, each a model held in memory, before uploads wait.
+constexpr size_t kMaxPendingCommits = 2;
+constexpr int64_t kMaxPollWaitMs = 30000;
+// Where Federation.DownloadModel and UploadUpdate sit among the service's methods (the order of
+// the rpc lines in federation.proto); the transfers' integration tests fail should they move.
+constexpr int kDownloadModelMethod = 2;
+constexpr int kUploadUpdateMethod = 3;
+constexpr uint32_t kModelChunkDataField = 4;  // ModelChunk.data
+
+// `how`: "" or e.g. " at its deadline".
+void LogRoundClosed(const RoundRecord& r, std::string_view how) {
+  spdlog::info("round {} closed{}: {} updates, {} dropped, version {}{}", r.round, how, r.num_updates, r.num_dropped,
+               r.model_version, r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+}
+
+double L2Norm(const ModelState& m) { return std::sqrt(simd::SquaredNorm(m.data().data(), m.num_params())); }
+
+}  // namespace
+
+class FederationServiceImpl final : public v1::Federation::Service {
+ public:
+  FederationServiceImpl(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
+                        const Clock* clock)
+      : engine_(engine),
+        store_(store),
+        info_(std::move(info)),
+        limits_(limits),
+        clock_(clock),
+        identity_(mtls, limits.tokens, limits.revoked),
+        partial_(clock),
+        places_({limits.max_concurrent_uploads, limits.upload_slot_wait_ms, limits.upload_stall_ms}, clock),
+        rate_(limits.requests_per_s, limits.burst, clock),
+        adaptive_bound_(limits.adaptive_norm_factor) {
+    // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
+    // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
+    // method's handler is MarkMethodStreamed, which also relabels the method bidirectional: to a
+    // server, a server stream is a bidirectional one with a single request and a client stream
+    // one with a single reply, so clients see no difference.
+    MarkMethodStreamed(kDownloadModelMethod,
+                       new grpc::internal::SplitServerStreamingHandler<v1::DownloadModelRequest, grpc::ByteBuffer>(
+                           [this](grpc::ServerContext* ctx,
+                                  grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
+                             return DownloadModelRaw(ctx, stream);
+                           }));
+    MarkMethodStreamed(kUploadUpdateMethod,
+                       new grpc::internal::ClientStreamingHandler<FederationServiceImpl, grpc::ByteBuffer, v1::UploadReply>(
+                           [](FederationServiceImpl* s, grpc::ServerContext* ctx,
+                              grpc::ServerReader<grpc::ByteBuffer>* reader,
+                              v1::UploadReply* rep) { return s->UploadUpdateRaw(ctx, reader, rep); },
+                           this));
+  }
+
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
+    Result<std::string> claimed = identity_.Of(ctx, req->client_id());
+    if (!claimed.ok()) return Refuse("join", claimed.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(*claimed); !limited.ok()) return RefuseLocked("join", limited);
+    Result<std::string> id = engine_->Join({*claimed, req->num_examples(), req->device()});
+    if (!id.ok()) return RefuseLocked("join", id.status());
+    rep->set_client_id(*id);
+    rep->set_model_name(info_.model_name);
+    active_clients_.insert(*id);
+    spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  // Long poll: waits (in real time, a retry interval at most between looks) until the engine has
+  // an answer or the wait, measured on the injected clock, is over.
+  grpc::Status PollTask(grpc::ServerContext* ctx, const v1::PollTaskRequest* req, v1::PollTaskReply* rep) override {
+    const int64_t deadline_ms = clock_->NowMs() + std::min<int64_t>(req->wait_ms(), kMaxPollWaitMs);
+    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    if (!who.ok()) return Refuse("poll", who.status());
+    std::unique_lock<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("poll", limited);
+    while (true) {
+      Result<PollAnswer> a = engine_->Poll(req->client_id());
+      if (!a.ok()) return RefuseLocked("poll", a.status());
+      if (AnswerLocked(req->client_id(), *a, rep)) return grpc::Status::OK;
+      const int64_t now_ms = clock_->NowMs();
+      if (now_ms >= deadline_ms || ctx->IsCancelled() || shutting_down_) {
+        rep->set_retry_after_ms(static_cast<uint32_t>(std::min<int64_t>(a->retry_after_ms, 1000)));
+        return grpc::Status::OK;
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(std::min<int64_t>(deadline_ms - now_ms, a->retry_after_ms)));
+    }
+  }
+
+  // Federation.DownloadModel: each chunk goes out as its protobuf fields followed by a slice that
+  // points into the encoded model and keeps it alive, so the model is not copied per download.
+  grpc::Status DownloadModelRaw(grpc::ServerContext* ctx,
+                                grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
+    v1::DownloadModelRequest req;
+    if (!stream->Read(&req)) return Refuse("download", InvalidArgumentError("a download needs its request"));
+    // The model is the federation's work: only a proven, unrevoked caller within its rate gets it.
+    Result<std::string> who = identity_.Of(ctx, req.client_id());
+    if (!who.ok()) return Refuse("download", who.status());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("download", limited);
+    }
+    Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req.version());
+    if (!bytes.ok()) return ToGrpc(bytes.status());
+    const std::string& b = **bytes;
+    if (req.offset() > b.size()) {
+      return ToGrpc(Status(StatusCode::kOutOfRange, "offset " + std::to_string(req.offset()) + " is past the " +
+                                                        std::to_string(b.size()) + "-byte model"));
+    }
+    for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
+      if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
+      const size_t n = std::min(kChunkBytes, b.size() - off);
+      v1::ModelChunk fields;  // all but data, which follows
+      fields.set_version(req.version());
+      fields.set_total_bytes(b.size());
+      fields.set_offset(off);
+      const std::string head = fields.SerializeAsString() + LengthDelimitedFieldHeader(kModelChunkDataField, n);
+      grpc::Slice parts[2] = {grpc::Slice(head), SharedBytesSlice(*bytes, off, n)};
+      grpc::ByteBuffer message(parts, 2);
+      if (!stream->Write(message)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+      if (b.empty()) break;
+    }
+    return grpc::Status::OK;
+  }
+
+  // Federation.UploadUpdate: the header is checked (identity, rate, size, a place), the payload
+  // received and decoded with no lock held, weights turned into a delta and the norm taken, all
+  // before mu_; under it, only the bounds, the engine's Submit and the reply.
+  grpc::Status UploadUpdateRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                               v1::UploadReply* rep) {
+    UploadChunks chunks(reader);
+    Result<UpdateChunkView> chunk = InvalidArgumentError("an upload must start with a header chunk");
+    if (!chunks.Next(&chunk) || !chunk.ok() || !chunk->has_header) {
+      return Refuse("upload", chunk.ok() ? InvalidArgumentError("an upload must start with a header chunk")
+                                         : chunk.status());
+    }
+    v1::UpdateHeader header;
+    if (!header.ParseFromString(chunk->header)) {
+      return Refuse("upload", InvalidArgumentError("malformed upload chunk: the header does not parse"));
+    }
+    Result<std::string> who = identity_.Of(ctx, header.client_id());
+    if (!who.ok()) return Refuse("upload", who.status());
+    size_t limit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status limited = RateLimited(header.client_id()); !limited.ok()) return RefuseLocked("upload", limited);
+      limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
+    }
+    if (header.total_bytes() > limit) {
+      return Refuse("upload", ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
+                                                     " bytes exceeds the limit of " + std::to_string(limit) +
+                                                     " for this model"));
+    }
+    if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32 &&
+        header.encoding() != v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
+      return Refuse("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
+    }
+    // Held until the update is submitted or refused: the places bound how many decoded updates
+    // the server holds at once.
+    UploadPlaces::Place place(&places_, ctx, *who);
+    if (!place.status().ok()) return Refuse("upload", place.status());
+    Result<ReceivedUpload> received = ReceiveUpload(chunks, header, &partial_, &place);
+    if (!received.ok()) return Refuse("upload", received.status());
+    Update u = UpdateFromHeader(header, std::move(received->values));
+    if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
+      // Weights become a delta against the task's base version (read from its checkpoint), not
+      // against whatever the model is now: in async mode versions move on while a client trains.
+      Result<ModelState> base = store_->Checkpoint(header.base_version());
+      if (!base.ok()) {
+        return Refuse("upload", FailedPreconditionError("weights for task " + header.task_id() + " start from version " +
+                                                        std::to_string(header.base_version()) +
+                                                        ", which this server cannot read: " + base.status().message()));
+      }
+      Status layout = u.delta.CheckSameLayout(*base);
+      if (!layout.ok()) return Refuse("upload", layout.WithContext("update for task " + header.task_id()));
+      u.delta.Subtract(*base);
+    }
+    // A NaN norm is left to the engine, which names the tensor and index.
+    const bool bounded = limits_.max_update_norm > 0 || adaptive_bound_.enabled();
+    const double norm = bounded ? L2Norm(u.delta) : std::numeric_limits<double>::quiet_NaN();
+
+    std::unique_lock<std::mutex> lock(mu_);
+    if (received->resumed) ++uploads_resumed_;
+    if (Status within = WithinNormBoundsLocked(header.task_id(), norm); !within.ok()) return RefuseLocked("upload", within);
+    // Commits the engine left to the committer hold a model each: wait while there are too many.
+    cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
+    const uint64_t version_before = engine_->model().version();
+    Status s = engine_->Submit(std::move(u));
+    if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
+    adaptive_bound_.Accepted(norm);
+    rep->set_accepted_for_version(version_before);
+    if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
+    if (header.want_next_task()) {
+      // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
+      // failed poll does not undo the accepted update: the client polls and hears the error.
+      Result<PollAnswer> next = engine_->Poll(header.client_id());
+      if (next.ok() && !AnswerLocked(header.client_id(), *next, rep->mutable_next())) rep->clear_next();
+    }
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UploadStatus(grpc::ServerContext* ctx, const v1::UploadStatusRequest* req,
+                            v1::UploadStatusReply* rep) override {
+    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    if (!who.ok()) return Refuse("upload status", who.status());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("upload status", limited);
+    }
+    rep->set_received_bytes(partial_.HeldBytes(req->client_id(), req->task_id(), req->total_bytes()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
+    // With tokens or mutual TLS the status (client and task ids) is for proven callers only,
+    // unless the operator opened it (--public-status); with admins, for them only.
+    if (!limits_.admins.empty() || (identity_.proven() && !limits_.public_status)) {
+      Result<std::string> who = identity_.Of(ctx, "");
+      if (!who.ok()) return Refuse("status", who.status());
+      if (!limits_.admins.empty() && !limits_.admins.count(*who)) {
+        return Refuse("status", Status(StatusCode::kPermissionDenied,
+                                       "the status is for this server's admins; '" + *who + "' is not one"));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    EngineStatusToProto(engine_->status(), rep);
+    rep->set_model_name(info_.model_name);
+    rep->set_rounds_total(info_.rounds_total);
+    rep->set_strategy(engine_->strategy_description());
+    for (const auto& [code, count] : refusals_) (*rep->mutable_refusals())[code] = count;
+    rep->set_uploads_resumed(uploads_resumed_);
+    if (!engine_->history().empty()) MergedToProto(engine_->history().back().merged, rep);
+    return grpc::Status::OK;
+  }
+
+  EngineStatus status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return engine_->status();
+  }
+
+  bool AllClientsToldFinished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& id : active_clients_) {
+      if (!told_finished_.count(id)) return false;
+    }
+    return true;
+  }
+
+  void Tick() {
+    places_.CancelStalled();
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t before = engine_->model().version();
+    Status s = engine_->Tick();
+    if (!s.ok()) spdlog::error("{}", s.ToString());
+    if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " at its deadline");
+    cv_.notify_all();
+  }
+
+  void RunCommits(const std::atomic<bool>& stop) {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      std::optional<PendingCommit> commit = engine_->TakeCommit();
+      if (!commit) {
+        if (stop) return;
+        cv_.wait_for(lock, std::chrono::milliseconds(200));
+        continue;
+      }
+      lock.unlock();
+      Status committed = commit->Run(store_);
+      lock.lock();
+      Status s = engine_->FinishCommit(std::move(*commit), std::move(committed));
+      if (s.ok()) {
+        LogRoundClosed(engine_->history().back(), "");
+      } else {
+        spdlog::error("{}", s.ToString());
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void BeginShutdown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  // Fills `rep` with a task or "finished" and returns true; false (nothing filled) for "wait".
+  bool AnswerLocked(const std::string& client_id, const PollAnswer& a, v1::PollTaskReply* rep) {
+    active_clients_.insert(client_id);
+    if (a.kind == PollAnswer::Kind::kTask) {
+      cv_.notify_all();  // this poll may have opened a round others are waiting for
+      TaskToProto(a.task, clock_->NowMs(), rep->mutable_task());
+      return true;
+    }
+    if (a.kind == PollAnswer::Kind::kFinished) {
+      told_finished_.insert(client_id);
+      rep->set_finished(true);
+      return true;
+    }
+    return false;
+  }
+
+  // Logs and counts a refusal; RefuseLocked when mu_ is already held.
+  grpc::Status Refuse(const char* call, const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return RefuseLocked(call, s);
+  }
+  grpc::Status RefuseLocked(const char* call, const Status& s) {
+    spdlog::warn("refused {}: {}", call, s.ToString());
+    ++refusals_[std::string(StatusCodeName(s.code()))];
+    return ToGrpc(s);
+  }
+
+  // InvalidArgument when `norm` exceeds the fixed bound or the adaptive one. Requires mu_.
+  Status WithinNormBoundsLocked(const std::string& task_id, double norm) {
+    if (!std::isfinite(norm)) return Status::Ok();
+    if (limits_.max_update_norm > 0 && norm > limits_.max_update_norm) {
+      return InvalidArgumentError(fmt::format(
+          "update for task {} has L2 norm {:g}, above the server's bound of {:g} (--max-update-norm)", task_id, norm,
+          limits_.max_update_norm));
+    }
+    if (!adaptive_bound_.enabled()) return Status::Ok();
+    const ModelState& m = engine_->model();
+    if (!model_norm_ || model_norm_->first != m.version()) model_norm_.emplace(m.version(), L2Norm(m));  // once a version
+    const double adaptive = adaptive_bound_.Bound(model_norm_->second);
+    if (norm <= adaptive) return Status::Ok();
+    return InvalidArgumentError(fmt::format(
+        "update for task {} has L2 norm {:g}, above {:g} ({:g} times the median of recent updates or, before "
+        "there are any, of the model's norm; --adaptive-norm-factor)",
+        task_id, norm, adaptive, limits_.adaptive_norm_factor));
+  }
+
+  // ResourceExhausted when `client` is over its request rate. Requires mu_.
+  Status RateLimited(const std::string& client) {
+    if (rate_.Allow(client)) return Status::Ok();
+    return ResourceExhaustedError(fmt::format(
+        "client '{}' is over the server's limit of {:g} requests per second; retry in {} ms", client,
+        limits_.requests_per_s, rate_.RetryAfterMs(client)));
+  }
+
+  // The current version is kept encoded; older versions come from the store.
+  Result<std::shared_ptr<const std::string>> EncodedModel(uint64_t version) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (version == engine_->model().version()) {
+        if (!encoded_ || encoded_version_ != version) {
+          encoded_ = std::make_shared<const std::string>(EncodeSafetensors(engine_->model()));
+          encoded_version_ = version;
+        }
+        return encoded_;
+      }
+    }
+    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));  // a file read, without the lock
+    return std::make_shared<const std::string>(EncodeSafetensors(m));
+  }
+
+  Engine* const engine_;
+  Store* const store_;
+  const ServerInfo info_;
+  const DoorLimits limits_;
+  const Clock* const clock_;
+  const CallerIdentity identity_;
+  PartialUploads partial_;
+  UploadPlaces places_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  RateLimiter rate_;                              // guarded by mu_
+  AdaptiveNormBound adaptive_bound_;              // guarded by mu_
+  std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
+  std::map<std::string, int64_t> refusals_;       // guarded by mu_; by status code name
+  int64_t uploads_resumed_ = 0;                   // guarded by mu_
+  bool shutting_down_ = false;                    // guarded by mu_
+  std::set<std::string> active_clients_;          // guarded by mu_; clients seen by this process
+  std::set<std::string> told_finished_;           // guarded by mu_
+  std::shared_ptr<const std::string> encoded_;    // guarded by mu_
+  uint64_t encoded_version_ = 0;                  // guarded by mu_
+};
+
+FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
+                                     const Clock* clock)
+    : impl_(std::make_unique<FederationServiceImpl>(engine, store, std::move(info), mtls, limits, clock)) {}
+FederationService::~FederationService() = default;
+grpc::Service* FederationService::service() { return impl_.get(); }
+EngineStatus FederationService::status() { return impl_->status(); }
+bool FederationService::AllClientsToldFinished() { return impl_->AllClientsToldFinished(); }
+void FederationService::Tick() { impl_->Tick(); }
+void FederationService::RunCommits(const std::atomic<bool>& stop) { impl_->RunCommits(stop); }
+void FederationService::BeginShutdown() { impl_->BeginShutdown(); }
+
+}  // namespace plexus

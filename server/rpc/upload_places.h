@@ -1,0 +1,67 @@
+// UploadPlaces: how many uploads the server receives and decodes at once (`max_concurrent`, so
+// that many clients uploading together cannot exhaust its memory), with at most one upload in
+// flight per client. An upload that cannot get a place within `wait_ms` is refused; one that
+// holds a place but delivers nothing for `stall_ms` is cancelled (its handler then sees the
+// stream end). Time for stalls comes from the injected clock. Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace plexus {
+
+class UploadPlaces {
+ public:
+  struct Limits {
+    int max_concurrent = 8;     // 0: no bound
+    int64_t wait_ms = 30000;    // 0: wait without bound
+    int64_t stall_ms = 30000;   // 0: never cancel
+  };
+  UploadPlaces(const Limits& limits, const Clock* clock) : limits_(limits), clock_(clock) {}
+
+  // One upload's place, given back when it goes out of scope. status() is OK when the upload
+  // has it; otherwise ResourceExhausted: the client already has an upload in flight, or every
+  // place stayed busy for the wait bound.
+  class Place {
+   public:
+    Place(UploadPlaces* places, grpc::ServerContext* ctx, const std::string& client);
+    ~Place();
+    Place(const Place&) = delete;
+    Place& operator=(const Place&) = delete;
+
+    const Status& status() const { return status_; }
+    // A chunk arrived: the upload is making progress.
+    void Progress();
+
+   private:
+    UploadPlaces* const places_;
+    grpc::ServerContext* const ctx_;
+    const std::string client_;
+    Status status_;
+    bool held_ = false;
+  };
+
+  // Cancels the uploads that hold a place and delivered nothing for the stall bound (each once).
+  void CancelStalled();
+
+ private:
+  const Limits limits_;
+  const Clock* const clock_;
+  std::mutex mu_;
+  std::condition_variable freed_;
+  int receiving_ = 0;                                // guarded by mu_; places taken (when bounded)
+  std::set<std::string> clients_;                    // guarded by mu_; clients with an upload in flight
+  std::map<grpc::ServerContext*, int64_t> last_chunk_ms_;  // guarded by mu_; uploads holding a place
+  std::set<grpc::ServerContext*> cancelled_;         // guarded by mu_; cancelled for stalling
+};
+
+}  // namespace plexus

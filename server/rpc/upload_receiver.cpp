@@ -1,0 +1,69 @@
+#include "server/rpc/upload_receiver.h"
+
+#include <grpcpp/support/sync_stream.h>
+
+#include <optional>
+
+#include "core/safetensors.h"
+
+namespace plexus {
+
+bool UploadChunks::Next(Result<UpdateChunkView>* chunk) {
+  buffer_.Clear();
+  slices_.clear();
+  if (!reader_->Read(&buffer_)) return false;
+  if (!buffer_.Dump(&slices_).ok()) {
+    *chunk = InvalidArgumentError("malformed upload chunk: its bytes cannot be read");
+    return true;
+  }
+  views_.clear();
+  for (const grpc::Slice& s : slices_) views_.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  *chunk = ParseUpdateChunk(views_);
+  return true;
+}
+
+Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeader& header, PartialUploads* partial,
+                                     UploadPlaces::Place* place) {
+  // Each chunk goes straight into the decoded model: the update is held once while it arrives.
+  std::optional<SafetensorsStreamDecoder> stream;
+  const uint64_t offset = header.offset();
+  if (offset > 0) {
+    stream = partial->Take(header.client_id(), header.task_id(), header.total_bytes());
+    if (!stream || stream->received() != offset || header.payload_sha256().empty()) {
+      return FailedPreconditionError("nothing to resume at byte " + std::to_string(offset) + " of task " +
+                                     header.task_id() + " (the server holds " +
+                                     std::to_string(stream ? stream->received() : 0) +
+                                     " bytes; a resume also needs payload_sha256): upload from byte 0");
+    }
+  } else {
+    stream.emplace(header.total_bytes());
+  }
+  Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
+  while (chunks.Next(&chunk)) {
+    place->Progress();
+    if (!chunk.ok()) return chunk.status();
+    if (chunk->has_header) return InvalidArgumentError("a second header chunk");
+    if (stream->received() + chunk->data_bytes > header.total_bytes()) {
+      return InvalidArgumentError("update carries more bytes than its header announces");
+    }
+    for (std::string_view piece : chunk->data) {
+      if (Status s = stream->Append(piece); !s.ok()) return s.WithContext("update for task " + header.task_id());
+    }
+  }
+  if (stream->received() != header.total_bytes()) {
+    // A dropped link or a client that stopped early: keep what came, so that it resumes.
+    const std::string received = std::to_string(stream->received());
+    partial->Keep(header.client_id(), header.task_id(), header.total_bytes(), std::move(*stream));
+    return InvalidArgumentError("update ended after " + received + " of " + std::to_string(header.total_bytes()) +
+                                " bytes (kept: resume from byte " + received + ")");
+  }
+  if (offset > 0 && stream->ReceivedSha256() != header.payload_sha256()) {
+    return Status(StatusCode::kAborted,
+                  "the resumed update of task " + header.task_id() + " does not match its SHA-256: upload from byte 0");
+  }
+  Result<ModelState> decoded = std::move(*stream).Finish();
+  if (!decoded.ok()) return decoded.status().WithContext("update for task " + header.task_id());
+  return ReceivedUpload{std::move(decoded).value(), offset > 0};
+}
+
+}  // namespace plexus
