@@ -1,7 +1,7 @@
 #include "crdt/store/replica_file.h"
 
 #include "core/safetensors.h"
-#include "server/store/sqlite_statement.h"
+#include "sqlite/sqlite_statement.h"
 
 namespace plexus {
 namespace {
@@ -68,13 +68,10 @@ Status SaveRows(sqlite3* db, const CrdtReplica& replica) {
 Status SaveReplica(const CrdtReplica& replica, const std::string& path) {
   Connection c;
   PLEXUS_ASSIGN_OR_RETURN(c.db, OpenSqlite(path, kSchema));
-  PLEXUS_RETURN_IF_ERROR(ExecSql(c.db, "BEGIN IMMEDIATE"));
-  Status s = SaveRows(c.db, replica);
-  if (!s.ok()) {
-    (void)ExecSql(c.db, "ROLLBACK");
-    return s.WithContext("save replica to '" + path + "'");
-  }
-  return ExecSql(c.db, "COMMIT");
+  SqliteTransaction transaction(c.db);
+  PLEXUS_RETURN_IF_ERROR(transaction.status());
+  PLEXUS_RETURN_IF_ERROR(SaveRows(c.db, replica).WithContext("save replica to '" + path + "'"));
+  return transaction.Commit();
 }
 
 Result<std::unique_ptr<CrdtReplica>> LoadReplica(const std::string& path, const AuthorKeys* keys) {

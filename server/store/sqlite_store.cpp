@@ -14,7 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
-#include "server/store/sqlite_statement.h"
+#include "sqlite/sqlite_statement.h"
 
 namespace plexus {
 namespace {
@@ -285,7 +285,8 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
                                 std::to_string(model.version()));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  PLEXUS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  SqliteTransaction transaction(db_);
+  PLEXUS_RETURN_IF_ERROR(transaction.status());
   Status s = PutCheckpointLocked(model, r.model_sha256);
   if (s.ok()) {
     Stmt st(db_,
@@ -330,18 +331,16 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   if (s.ok()) {
     s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks; DELETE FROM accepted_updates WHERE round != 0;");
   }
-  if (!s.ok()) {
-    (void)Exec("ROLLBACK");
-    return s;
-  }
-  PLEXUS_RETURN_IF_ERROR(Exec("COMMIT"));
+  PLEXUS_RETURN_IF_ERROR(s);  // the transaction rolls back
+  PLEXUS_RETURN_IF_ERROR(transaction.Commit());
   RemoveUpdateFilesLocked(*obsolete);
   return Status::Ok();
 }
 
 Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
-  PLEXUS_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  SqliteTransaction transaction(db_);
+  PLEXUS_RETURN_IF_ERROR(transaction.status());
   Status s = Exec("DELETE FROM open_round; DELETE FROM open_round_tasks;");
   if (s.ok()) {
     Stmt st(db_, "INSERT INTO open_round(id, round, attempt) VALUES(1, ?, ?)");
@@ -364,11 +363,8 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
     s = Run(db_, st, "drop updates of other rounds");
   }
-  if (!s.ok()) {
-    (void)Exec("ROLLBACK");
-    return s;
-  }
-  PLEXUS_RETURN_IF_ERROR(Exec("COMMIT"));
+  PLEXUS_RETURN_IF_ERROR(s);  // the transaction rolls back
+  PLEXUS_RETURN_IF_ERROR(transaction.Commit());
   RemoveUpdateFilesLocked(*obsolete);
   return Status::Ok();
 }

@@ -1,4 +1,4 @@
-#include "server/store/sqlite_statement.h"
+#include "sqlite/sqlite_statement.h"
 
 namespace plexus {
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The layering check must fail on a tree that breaks a rule, naming the include, and pass on the
+# repository (run as its own ctest test).
+set -euo pipefail
+check="$(dirname "$0")/../scripts/check_layering.sh"
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+mkdir -p "$tree/core" "$tree/server/coordinator"
+echo '#include "server/rpc/federation_server.h"' > "$tree/core/bad.h"
+echo '#include <grpcpp/grpcpp.h>' > "$tree/server/coordinator/worse.cpp"
+if out=$("$check" "$tree" 2>&1); then
+  echo "FAIL: the check passed a tree that breaks the rules: $out"
+  exit 1
+fi
+for expected in 'core/bad.h: includes "server/rpc/federation_server.h"' 'server/coordinator/worse.cpp: #include <grpcpp/grpcpp.h>'; do
+  if ! grep -qF "$expected" <<<"$out"; then
+    echo "FAIL: the check did not name: $expected"
+    echo "$out"
+    exit 1
+  fi
+done
+echo "ok: the check refuses a tree that breaks the rules"
