@@ -7,8 +7,8 @@
 #pragma once
 
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 
 #include "core/model_state.h"
 #include "core/status.h"

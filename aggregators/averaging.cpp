@@ -4,8 +4,8 @@
 #include <optional>
 
 #include "aggregators/simd_kernels.h"
-#include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
+#include "aggregators/streaming_mean.h"
 #include "aggregators/update_buffer.h"
 
 namespace plexus {
@@ -20,9 +20,8 @@ class Averaging final : public Aggregator {
     if (base_.CheckSameLayout(base).ok()) {  // the usual case: reuse the storage, copy in parallel
       float* dst = base_.data().data();
       const float* src = base.data().data();
-      ForRanges(pool_, base.num_params(), [=](size_t begin, size_t end) {
-        std::copy(src + begin, src + end, dst + begin);
-      });
+      ForRanges(pool_, base.num_params(),
+                [=](size_t begin, size_t end) { std::copy(src + begin, src + end, dst + begin); });
       base_.set_version(base.version());
     } else {
       base_ = base;
@@ -102,9 +101,7 @@ class Averaging final : public Aggregator {
   }
 
   std::string SaveState() const override { return step_->SaveState(); }
-  Status RestoreState(std::string_view state) override {
-    return step_->RestoreState(state).WithContext(o_.name);
-  }
+  Status RestoreState(std::string_view state) override { return step_->RestoreState(state).WithContext(o_.name); }
 
   std::string Describe() const override {
     std::string opt = step_->Describe();

@@ -14,13 +14,13 @@
 namespace plexus {
 
 struct AveragingOptions {
-  std::string name;            // for Describe() and messages
-  std::string params;          // settings for Describe(), e.g. "weighted=true"
-  bool weighted = true;        // weight by examples (else uniform)
+  std::string name;      // for Describe() and messages
+  std::string params;    // settings for Describe(), e.g. "weighted=true"
+  bool weighted = true;  // weight by examples (else uniform)
   // FedNova (Wang et al., NeurIPS 2020): fold delta_i / tau_i and scale the mean by
   // tau_eff = sum_i p_i tau_i, where tau_i is the client's local step count.
   bool normalize_by_steps = false;
-  double clip_norm = 0.0;      // > 0: scale each delta to at most this L2 norm first
+  double clip_norm = 0.0;  // > 0: scale each delta to at most this L2 norm first
 };
 
 std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,

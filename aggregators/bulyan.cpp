@@ -62,8 +62,7 @@ Result<std::unique_ptr<Aggregator>> MakeBulyan(StrategySpec& spec, ThreadPool* p
     std::vector<const float*> chosen;
     for (size_t i : selected) chosen.push_back(u[i].delta.data());
     const Trim trim{theta - 2 * static_cast<size_t>(f)};
-    return ReduceSortedCoordinates(chosen, u[0].delta.size(), p, AllRanks(chosen.size()), &MeanClosestToMedian,
-                                   &trim);
+    return ReduceSortedCoordinates(chosen, u[0].delta.size(), p, AllRanks(chosen.size()), &MeanClosestToMedian, &trim);
   };
   return MakeRobust("bulyan(f=" + std::to_string(f) + ")", std::move(rule), pool, static_cast<size_t>(4 * f + 3));
 }

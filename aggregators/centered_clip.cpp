@@ -16,7 +16,8 @@ Result<std::unique_ptr<Aggregator>> MakeCenteredClip(StrategySpec& spec, ThreadP
   if (!(tau > 0)) return InvalidArgumentError("strategy 'centered_clip': tau must be positive");
   if (iters < 1) return InvalidArgumentError("strategy 'centered_clip': iters must be at least 1");
   char description[80];
-  std::snprintf(description, sizeof description, "centered_clip(tau=%g,iters=%lld)", tau, static_cast<long long>(iters));
+  std::snprintf(description, sizeof description, "centered_clip(tau=%g,iters=%lld)", tau,
+                static_cast<long long>(iters));
   auto center = std::make_shared<std::vector<double>>();
   RobustRule rule = [=](std::span<const BufferedUpdate> u, ThreadPool*) -> Result<std::vector<double>> {
     const size_t p = u[0].delta.size();

@@ -7,8 +7,8 @@
 
 #include "aggregators/robust_aggregator.h"
 #include "aggregators/simd_kernels.h"
-#include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
+#include "aggregators/streaming_mean.h"
 
 namespace plexus {
 namespace {
@@ -102,17 +102,20 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
     pairs.push_back(a);
     pairs.push_back(b);
   }
-  ForRanges(pool, blocks, [&](size_t b_begin, size_t b_end) {
-    std::vector<float> storage(n * block);
-    std::vector<float*> rows(n);
-    for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
-    for (size_t b = b_begin; b < b_end; ++b) {
-      const size_t begin = b * block, len = std::min(block, p - begin);
-      for (size_t i = 0; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
-      simd::ApplyComparators(storage.data(), block, pairs.data(), pairs.size() / 2, len);
-      reduce(rows.data(), n, len, out.data() + begin, arg);
-    }
-  }, /*min_chunk=*/1);
+  ForRanges(
+      pool, blocks,
+      [&](size_t b_begin, size_t b_end) {
+        std::vector<float> storage(n * block);
+        std::vector<float*> rows(n);
+        for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
+        for (size_t b = b_begin; b < b_end; ++b) {
+          const size_t begin = b * block, len = std::min(block, p - begin);
+          for (size_t i = 0; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
+          simd::ApplyComparators(storage.data(), block, pairs.data(), pairs.size() / 2, len);
+          reduce(rows.data(), n, len, out.data() + begin, arg);
+        }
+      },
+      /*min_chunk=*/1);
   return out;
 }
 
@@ -156,8 +159,7 @@ Result<std::unique_ptr<Aggregator>> MakeTrimmedMean(StrategySpec& spec, ThreadPo
       [beta](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
         // beta < 1/2 keeps 2 floor(beta n) < n: something always remains.
         const auto k = static_cast<size_t>(beta * static_cast<double>(u.size()));
-        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, TailRanks(u.size(), k), &TrimmedMeanRows,
-                                       &k);
+        return ReduceSortedCoordinates(Pointers(u), u[0].delta.size(), p, TailRanks(u.size(), k), &TrimmedMeanRows, &k);
       },
       pool);
 }

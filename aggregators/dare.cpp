@@ -15,7 +15,8 @@ namespace plexus {
 Result<std::unique_ptr<Aggregator>> MakeDare(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(double p, spec.GetDouble("p", 0.5));
   PLEXUS_ASSIGN_OR_RETURN(int64_t seed, spec.GetCount("seed", 0));
-  if (!(p >= 0.0 && p < 1.0)) return InvalidArgumentError("strategy 'dare': p=" + std::to_string(p) + " must lie in [0, 1)");
+  if (!(p >= 0.0 && p < 1.0))
+    return InvalidArgumentError("strategy 'dare': p=" + std::to_string(p) + " must lie in [0, 1)");
   if (seed < 0) return InvalidArgumentError("strategy 'dare': seed must not be negative");
   char description[80];
   std::snprintf(description, sizeof description, "dare(p=%g,seed=%lld)", p, static_cast<long long>(seed));

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "aggregators/robust_aggregator.h"
-#include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
+#include "aggregators/streaming_mean.h"
 
 namespace plexus {
 namespace {

@@ -11,8 +11,8 @@
 #include "aggregators/coordinate_wise.h"
 #include "aggregators/robust_aggregator.h"
 #include "aggregators/simd_kernels.h"
-#include "aggregators/streaming_mean.h"
 #include "aggregators/strategy_spec.h"
+#include "aggregators/streaming_mean.h"
 
 namespace plexus {
 

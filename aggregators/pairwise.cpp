@@ -23,26 +23,29 @@ std::vector<double> PairwiseSquaredDistances(std::span<const BufferedUpdate> u, 
   // Each chunk (a fixed range of blocks) accumulates its own Gram matrix; the chunks are then
   // summed in order, which keeps the result independent of how threads share the chunks.
   std::vector<double> partial(chunks * n * n, 0.0);
-  ForRanges(pool, chunks, [&](size_t c_begin, size_t c_end) {
-    for (size_t c = c_begin; c < c_end; ++c) {
-      double* g = partial.data() + c * n * n;
-      for (size_t b = blocks * c / chunks; b < blocks * (c + 1) / chunks; ++b) {
-        const size_t begin = b * kBlock, len = std::min(kBlock, p - begin);
-        for (size_t i = 0; i < n; ++i) {
-          const float* ui = u[i].delta.data() + begin;
-          size_t j = 0;
-          for (; j + 4 <= i + 1; j += 4) {
-            const float* rows[4];
-            for (size_t r = 0; r < 4; ++r) rows[r] = u[j + r].delta.data() + begin;
-            float dots[4];
-            simd::Dot4(ui, rows, len, dots);
-            for (size_t r = 0; r < 4; ++r) g[i * n + j + r] += dots[r];
+  ForRanges(
+      pool, chunks,
+      [&](size_t c_begin, size_t c_end) {
+        for (size_t c = c_begin; c < c_end; ++c) {
+          double* g = partial.data() + c * n * n;
+          for (size_t b = blocks * c / chunks; b < blocks * (c + 1) / chunks; ++b) {
+            const size_t begin = b * kBlock, len = std::min(kBlock, p - begin);
+            for (size_t i = 0; i < n; ++i) {
+              const float* ui = u[i].delta.data() + begin;
+              size_t j = 0;
+              for (; j + 4 <= i + 1; j += 4) {
+                const float* rows[4];
+                for (size_t r = 0; r < 4; ++r) rows[r] = u[j + r].delta.data() + begin;
+                float dots[4];
+                simd::Dot4(ui, rows, len, dots);
+                for (size_t r = 0; r < 4; ++r) g[i * n + j + r] += dots[r];
+              }
+              for (; j <= i; ++j) g[i * n + j] += simd::Dot(ui, u[j].delta.data() + begin, len);
+            }
           }
-          for (; j <= i; ++j) g[i * n + j] += simd::Dot(ui, u[j].delta.data() + begin, len);
         }
-      }
-    }
-  }, /*min_chunk=*/1);
+      },
+      /*min_chunk=*/1);
   std::vector<double> gram(n * n, 0.0);
   for (size_t c = 0; c < chunks; ++c) {
     for (size_t k = 0; k < n * n; ++k) gram[k] += partial[c * n * n + k];

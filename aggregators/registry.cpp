@@ -7,22 +7,22 @@
 namespace plexus {
 
 // One line per strategy: its name and the factory defined in the strategy's own file.
-#define PLEXUS_STRATEGIES(X)            \
-  X("fedavg", MakeFedAvg)               \
-  X("fedavgm", MakeFedAvgM)             \
-  X("fednova", MakeFedNova)             \
-  X("fedadam", MakeFedAdam)             \
-  X("fedyogi", MakeFedYogi)             \
-  X("fedadagrad", MakeFedAdagrad)       \
-  X("krum", MakeKrum)                   \
-  X("multikrum", MakeMultiKrum)         \
-  X("median", MakeMedian)               \
-  X("trimmed_mean", MakeTrimmedMean)    \
-  X("bulyan", MakeBulyan)               \
-  X("geomed", MakeGeoMed)               \
-  X("centered_clip", MakeCenteredClip)  \
-  X("norm_bound", MakeNormBound)        \
-  X("ties", MakeTies)                   \
+#define PLEXUS_STRATEGIES(X)           \
+  X("fedavg", MakeFedAvg)              \
+  X("fedavgm", MakeFedAvgM)            \
+  X("fednova", MakeFedNova)            \
+  X("fedadam", MakeFedAdam)            \
+  X("fedyogi", MakeFedYogi)            \
+  X("fedadagrad", MakeFedAdagrad)      \
+  X("krum", MakeKrum)                  \
+  X("multikrum", MakeMultiKrum)        \
+  X("median", MakeMedian)              \
+  X("trimmed_mean", MakeTrimmedMean)   \
+  X("bulyan", MakeBulyan)              \
+  X("geomed", MakeGeoMed)              \
+  X("centered_clip", MakeCenteredClip) \
+  X("norm_bound", MakeNormBound)       \
+  X("ties", MakeTies)                  \
   X("dare", MakeDare)
 
 using StrategyFactory = Result<std::unique_ptr<Aggregator>> (*)(StrategySpec&, ThreadPool*);

@@ -6,7 +6,10 @@ namespace {
 class Robust final : public Aggregator {
  public:
   Robust(std::string description, RobustRule rule, ThreadPool* pool, size_t min_updates)
-      : description_(std::move(description)), rule_(std::move(rule)), pool_(pool), min_updates_(min_updates),
+      : description_(std::move(description)),
+        rule_(std::move(rule)),
+        pool_(pool),
+        min_updates_(min_updates),
         buffer_(pool) {}
 
   Status Begin(const ModelState& base) override {
@@ -41,8 +44,7 @@ class Robust final : public Aggregator {
 
 }  // namespace
 
-std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool,
-                                       size_t min_updates) {
+std::unique_ptr<Aggregator> MakeRobust(std::string description, RobustRule rule, ThreadPool* pool, size_t min_updates) {
   return std::make_unique<Robust>(std::move(description), std::move(rule), pool, min_updates);
 }
 

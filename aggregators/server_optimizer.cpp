@@ -5,8 +5,8 @@
 #include <cstring>
 #include <initializer_list>
 
-#include "aggregators/update_buffer.h"
 #include "aggregators/streaming_mean.h"
+#include "aggregators/update_buffer.h"
 
 namespace plexus {
 namespace {
@@ -29,7 +29,8 @@ std::string PackState(const std::string& tag, std::initializer_list<const std::v
   return out;
 }
 
-Status UnpackState(std::string_view bytes, const std::string& tag, std::initializer_list<std::vector<double>*> vectors) {
+Status UnpackState(std::string_view bytes, const std::string& tag,
+                   std::initializer_list<std::vector<double>*> vectors) {
   const std::string head = tag + "\n";
   uint64_t n = 0;
   if (bytes.substr(0, head.size()) != head || bytes.size() < head.size() + sizeof n) {
@@ -119,9 +120,15 @@ class AdaptiveStep final : public ServerOptimizer {
         const double g = scale * s[j], g2 = g * g;
         m[j] = b1_ * m[j] + (1.0 - b1_) * g;
         switch (kind_) {
-          case AdaptiveKind::kAdagrad: v[j] += g2; break;
-          case AdaptiveKind::kAdam: v[j] = b2_ * v[j] + (1.0 - b2_) * g2; break;
-          case AdaptiveKind::kYogi: v[j] -= (1.0 - b2_) * g2 * (v[j] > g2 ? 1.0 : (v[j] < g2 ? -1.0 : 0.0)); break;
+          case AdaptiveKind::kAdagrad:
+            v[j] += g2;
+            break;
+          case AdaptiveKind::kAdam:
+            v[j] = b2_ * v[j] + (1.0 - b2_) * g2;
+            break;
+          case AdaptiveKind::kYogi:
+            v[j] -= (1.0 - b2_) * g2 * (v[j] > g2 ? 1.0 : (v[j] < g2 ? -1.0 : 0.0));
+            break;
         }
         x[j] = static_cast<float>(static_cast<double>(b[j]) + lr_ * m[j] / (std::sqrt(v[j]) + tau_));
       }
@@ -144,7 +151,9 @@ class AdaptiveStep final : public ServerOptimizer {
 
  private:
   std::string Tag() const {
-    return kind_ == AdaptiveKind::kAdagrad ? "plexus.fedadagrad.v1" : kind_ == AdaptiveKind::kAdam ? "plexus.fedadam.v1" : "plexus.fedyogi.v1";
+    return kind_ == AdaptiveKind::kAdagrad ? "plexus.fedadagrad.v1"
+           : kind_ == AdaptiveKind::kAdam  ? "plexus.fedadam.v1"
+                                           : "plexus.fedyogi.v1";
   }
 
   const AdaptiveKind kind_;
@@ -163,7 +172,8 @@ std::unique_ptr<ServerOptimizer> MakePlainStep(double lr) { return std::make_uni
 std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum) {
   return std::make_unique<MomentumStep>(lr, momentum);
 }
-std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2, double tau) {
+std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2,
+                                                  double tau) {
   return std::make_unique<AdaptiveStep>(kind, lr, beta1, beta2, tau);
 }
 

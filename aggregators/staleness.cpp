@@ -22,7 +22,8 @@ Result<StalenessRule> StalenessRule::Parse(std::string_view text) {
   } else {
     return InvalidArgumentError("unknown staleness rule '" + spec.name() + "' (known: constant, hinge, poly)");
   }
-  if (r.a_ < 0 || r.b_ < 0) return InvalidArgumentError("staleness rule '" + std::string(text) + "': a and b must not be negative");
+  if (r.a_ < 0 || r.b_ < 0)
+    return InvalidArgumentError("staleness rule '" + std::string(text) + "': a and b must not be negative");
   PLEXUS_RETURN_IF_ERROR(spec.CheckAllUsed());
   return r;
 }
@@ -30,9 +31,12 @@ Result<StalenessRule> StalenessRule::Parse(std::string_view text) {
 double StalenessRule::Weight(uint64_t staleness) const {
   const auto tau = static_cast<double>(staleness);
   switch (kind_) {
-    case Kind::kConstant: return 1.0;
-    case Kind::kPolynomial: return std::pow(tau + 1.0, -a_);
-    case Kind::kHinge: return tau <= b_ ? 1.0 : 1.0 / (a_ * (tau - b_) + 1.0);
+    case Kind::kConstant:
+      return 1.0;
+    case Kind::kPolynomial:
+      return std::pow(tau + 1.0, -a_);
+    case Kind::kHinge:
+      return tau <= b_ ? 1.0 : 1.0 / (a_ * (tau - b_) + 1.0);
   }
   return 1.0;
 }
@@ -40,9 +44,14 @@ double StalenessRule::Weight(uint64_t staleness) const {
 std::string StalenessRule::Describe() const {
   char buf[64];
   switch (kind_) {
-    case Kind::kConstant: return "constant";
-    case Kind::kPolynomial: std::snprintf(buf, sizeof buf, "poly:a=%g", a_); return buf;
-    case Kind::kHinge: std::snprintf(buf, sizeof buf, "hinge:a=%g,b=%g", a_, b_); return buf;
+    case Kind::kConstant:
+      return "constant";
+    case Kind::kPolynomial:
+      std::snprintf(buf, sizeof buf, "poly:a=%g", a_);
+      return buf;
+    case Kind::kHinge:
+      std::snprintf(buf, sizeof buf, "hinge:a=%g,b=%g", a_, b_);
+      return buf;
   }
   return "constant";
 }

@@ -49,8 +49,7 @@ Result<bool> StrategySpec::GetBool(const std::string& key, bool fallback) {
   if (it == params_.end()) return fallback;
   if (it->second == "true" || it->second == "1") return true;
   if (it->second == "false" || it->second == "0") return false;
-  return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "='" + it->second +
-                              "' is not true/false");
+  return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "='" + it->second + "' is not true/false");
 }
 
 Result<int64_t> StrategySpec::GetCount(const std::string& key, int64_t fallback) {
@@ -78,8 +77,8 @@ Status StrategySpec::CheckAllUsed() const {
     if (!used_.count(key)) {
       std::string known;
       for (const std::string& k : used_) known += (known.empty() ? "" : ", ") + k;
-      return InvalidArgumentError("strategy '" + name_ + "' has no parameter '" + key + "' (it takes: " +
-                                  (known.empty() ? "none" : known) + ")");
+      return InvalidArgumentError("strategy '" + name_ + "' has no parameter '" + key +
+                                  "' (it takes: " + (known.empty() ? "none" : known) + ")");
     }
   }
   return Status::Ok();

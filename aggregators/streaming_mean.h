@@ -22,9 +22,9 @@ class StreamingMean {
   void Fold(std::span<const float> delta, double weight, double scale = 1.0);
   // Folds a batch in one pass over the inputs: L2-sized blocks of the running sum take every
   // input's contribution (four inputs per pass over the block) before moving on, into a second
-  // buffer that replaces the sum only when all inputs were finite. Returns the index of the first input holding a non-finite value
-  // (nothing folded then), or deltas.size() on success.
-  // REQUIRES: weights/scales parallel to deltas, each delta num_params long.
+  // buffer that replaces the sum only when all inputs were finite. Returns the index of the first input holding a
+  // non-finite value (nothing folded then), or deltas.size() on success. REQUIRES: weights/scales parallel to deltas,
+  // each delta num_params long.
   size_t FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
                    std::span<const double> scales);
   size_t count() const { return count_; }

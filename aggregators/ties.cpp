@@ -30,7 +30,8 @@ Result<std::unique_ptr<Aggregator>> MakeTies(StrategySpec& spec, ThreadPool* poo
   if (!(density > 0.0 && density <= 1.0)) {
     return InvalidArgumentError("strategy 'ties': density=" + std::to_string(density) + " must lie in (0, 1]");
   }
-  if (!(lambda > 0.0) || !std::isfinite(lambda)) return InvalidArgumentError("strategy 'ties': lambda must be positive");
+  if (!(lambda > 0.0) || !std::isfinite(lambda))
+    return InvalidArgumentError("strategy 'ties': lambda must be positive");
   char description[64];
   std::snprintf(description, sizeof description, "ties(density=%g,lambda=%g)", density, lambda);
   RobustRule rule = [density, lambda](std::span<const BufferedUpdate> u, ThreadPool*) -> Result<std::vector<double>> {

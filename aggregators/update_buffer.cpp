@@ -50,9 +50,10 @@ Status UpdateBuffer::Add(const Update& update, const char* strategy) {
 
 std::span<const BufferedUpdate> UpdateBuffer::Sorted() {
   if (!sorted_) {
-    std::sort(updates_.begin(), updates_.begin() + static_cast<ptrdiff_t>(size_), [](const BufferedUpdate& a, const BufferedUpdate& b) {
-      return a.client_id != b.client_id ? a.client_id < b.client_id : a.task_id < b.task_id;
-    });
+    std::sort(updates_.begin(), updates_.begin() + static_cast<ptrdiff_t>(size_),
+              [](const BufferedUpdate& a, const BufferedUpdate& b) {
+                return a.client_id != b.client_id ? a.client_id < b.client_id : a.task_id < b.task_id;
+              });
     sorted_ = true;
   }
   return std::span<const BufferedUpdate>(updates_.data(), size_);

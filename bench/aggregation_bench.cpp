@@ -130,7 +130,10 @@ void Sizes(benchmark::internal::Benchmark* b) {
 
 // The strategies with a speed target run three times (the table keeps the best, as it does for
 // the triad baseline): single runs on a shared VM vary by 10-20%.
-void Repeated(benchmark::internal::Benchmark* b) { Sizes(b); b->Repetitions(3); }
+void Repeated(benchmark::internal::Benchmark* b) {
+  Sizes(b);
+  b->Repetitions(3);
+}
 
 #define PLEXUS_BENCH_STRATEGY(label, spec) BENCHMARK_CAPTURE(BM_Strategy, label, spec)->Apply(Sizes);
 #define PLEXUS_BENCH_TARGET(label, spec) BENCHMARK_CAPTURE(BM_Strategy, label, spec)->Apply(Repeated);

@@ -83,7 +83,8 @@ void BM_CrdtVerifyAndAdd(benchmark::State& state) {
 void BM_DigestSync(benchmark::State& state) {
   const auto n = static_cast<size_t>(state.range(0));
   std::vector<std::string> mine, theirs;
-  for (size_t i = 0; i < n; ++i) mine.push_back("+replica-" + std::to_string(i % 100) + "/" + std::to_string(i) + "/id");
+  for (size_t i = 0; i < n; ++i)
+    mine.push_back("+replica-" + std::to_string(i % 100) + "/" + std::to_string(i) + "/id");
   theirs = mine;
   theirs.push_back("+replica-new/1/id");
   size_t hashes = 0;

@@ -70,8 +70,8 @@ class SharedDelta {
 };
 
 // One --upload-only client: polls and uploads the shared delta until the federation finishes.
-Status UploadOnly(const std::string& server, const std::string& id, SharedDelta* delta,
-                  std::atomic<int64_t>* completed, std::atomic<int64_t>* refused) {
+Status UploadOnly(const std::string& server, const std::string& id, SharedDelta* delta, std::atomic<int64_t>* completed,
+                  std::atomic<int64_t>* refused) {
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server);
   // The server may still be starting (loading a large --initial-model): retry for a while.
   Status joined = transport->Join(id, 1, "load").status();
@@ -90,7 +90,8 @@ Status UploadOnly(const std::string& server, const std::string& id, SharedDelta*
     }
     if (a.kind == PollAnswer::Kind::kFinished) return Status::Ok();
     if (a.kind != PollAnswer::Kind::kTask) continue;
-    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> payload, delta->Get(transport.get(), a.task.model_version));
+    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> payload,
+                            delta->Get(transport.get(), a.task.model_version));
     UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
     h.want_next_task = true;
     Result<UploadAck> up = transport->Upload(h, payload);
@@ -113,9 +114,12 @@ int Main(int argc, char** argv) {
   int clients = 10;
   bool upload_only = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--upload-only")) upload_only = true;
-    else if (i + 1 < argc && !std::strcmp(argv[i], "--server")) server = argv[++i];
-    else if (i + 1 < argc && !std::strcmp(argv[i], "--clients")) clients = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--upload-only"))
+      upload_only = true;
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--server"))
+      server = argv[++i];
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--clients"))
+      clients = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: federation_load --server HOST:PORT --clients N [--upload-only]\n");
       return 2;
@@ -149,11 +153,12 @@ int Main(int argc, char** argv) {
       o.client_id = "load-" + std::to_string(c);
       o.seed = static_cast<uint64_t>(c);
       o.give_up_after_ms = 120000;
-      ClientRuntime runtime(o, transport.get(),
-                            [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
-                              return std::unique_ptr<Trainer>(std::make_unique<AddConstantTrainer>());
-                            },
-                            DatasetView::All(one));
+      ClientRuntime runtime(
+          o, transport.get(),
+          [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+            return std::unique_ptr<Trainer>(std::make_unique<AddConstantTrainer>());
+          },
+          DatasetView::All(one));
       Result<ClientSummary> r = runtime.Run();
       if (!r.ok()) {
         ++errors;

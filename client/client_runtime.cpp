@@ -40,7 +40,8 @@ void ClientRuntime::Sleep(int64_t ms) {
   while (!Stopping()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) return;
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(until - now, std::chrono::milliseconds(50)));
   }
 }
 
@@ -53,8 +54,8 @@ Status ClientRuntime::BackOff(const Status& cause) {
   const int64_t failing_for_ms = now - failing_since_ms_;
   if (Stopping()) return Stopped();
   if (failing_for_ms + delay > options_.give_up_after_ms) {
-    return UnavailableError("giving up after " + std::to_string(failing_for_ms / 1000) + " s of failures: " +
-                            cause.ToString());
+    return UnavailableError("giving up after " + std::to_string(failing_for_ms / 1000) +
+                            " s of failures: " + cause.ToString());
   }
   ++failures_;
   spdlog::warn("{}; retrying in {} ms", cause.ToString(), delay);

@@ -24,16 +24,16 @@
 namespace plexus {
 
 struct ClientOptions {
-  std::string client_id;               // empty: the server assigns one
+  std::string client_id;  // empty: the server assigns one
   std::string device = "cpu";
-  int64_t poll_wait_ms = 10000;        // long-poll window
+  int64_t poll_wait_ms = 10000;  // long-poll window
   int64_t backoff_initial_ms = 200;
   int64_t backoff_max_ms = 5000;
-  int64_t give_up_after_ms = 300000;   // longest stretch of failures before Run() gives up, from
-                                       // the first failure seen: failing calls' time counts too
-  uint64_t seed = 0;                   // batch order and backoff jitter
-  double slowdown = 1.0;               // >= 1: sleep so that each task takes this many times as long
-                                       // as training did (reproduces slow devices)
+  int64_t give_up_after_ms = 300000;  // longest stretch of failures before Run() gives up, from
+                                      // the first failure seen: failing calls' time counts too
+  uint64_t seed = 0;                  // batch order and backoff jitter
+  double slowdown = 1.0;              // >= 1: sleep so that each task takes this many times as long
+                                      // as training did (reproduces slow devices)
   // Test-only: replaces sleeping (default: std::this_thread::sleep_for) and the clock that
   // times a stretch of failures (default: real time; not owned).
   std::function<void(int64_t ms)> sleep;
@@ -43,8 +43,8 @@ struct ClientOptions {
 struct ClientSummary {
   std::string client_id;
   int64_t tasks_completed = 0;
-  int64_t tasks_refused = 0;   // uploads the server refused (e.g. the round had closed)
-  int64_t tasks_failed = 0;    // tasks whose local training diverged (nothing uploaded)
+  int64_t tasks_refused = 0;  // uploads the server refused (e.g. the round had closed)
+  int64_t tasks_failed = 0;   // tasks whose local training diverged (nothing uploaded)
   int64_t downloads = 0;
 };
 
@@ -72,7 +72,10 @@ class ClientRuntime {
   Result<ModelState> FetchModel(const Task& task);
   // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
   Status BackOff(const Status& cause);
-  void ResetBackoff() { failures_ = 0; failing_since_ms_ = -1; }
+  void ResetBackoff() {
+    failures_ = 0;
+    failing_since_ms_ = -1;
+  }
   void Sleep(int64_t ms);
 
   const std::atomic<bool>* stop_ = nullptr;  // set by Run

@@ -51,8 +51,8 @@ class GrpcFederationTransport final : public FederationTransport {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channel_ = grpc::CreateCustomChannel(target, ChannelCredentialsFor(tls), args);
     stub_ = v1::Federation::NewStub(channel_);
-    upload_method_ = std::make_unique<grpc::internal::RpcMethod>(
-        kUploadUpdatePath, grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
+    upload_method_ = std::make_unique<grpc::internal::RpcMethod>(kUploadUpdatePath,
+                                                                 grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
   }
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
@@ -96,8 +96,8 @@ class GrpcFederationTransport final : public FederationTransport {
     while (reader->Read(&chunk)) {
       if (chunk.offset() != buffer->size() || chunk.version() != version) {
         ctx.TryCancel();
-        return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) + " does not continue byte " +
-                             std::to_string(buffer->size()));
+        return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) +
+                             " does not continue byte " + std::to_string(buffer->size()));
       }
       *total_bytes = chunk.total_bytes();
       if (buffer->size() + chunk.data().size() > *total_bytes) {
@@ -178,8 +178,8 @@ class GrpcFederationTransport final : public FederationTransport {
     hdr->set_want_next_task(h.want_next_task);
     if (offset > 0) {
       hdr->set_offset(offset);
-      hdr->set_payload_sha256(
-          Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload->data()), payload->size())));
+      hdr->set_payload_sha256(Sha256Hex(
+          std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload->data()), payload->size())));
     }
     const std::string first_bytes = first.SerializeAsString();
     grpc::Slice first_slice(first_bytes);
@@ -279,7 +279,7 @@ class GrpcFederationTransport final : public FederationTransport {
   mutable std::mutex calls_mu_;
   std::set<grpc::ClientContext*> calls_;  // calls in progress; guarded by calls_mu_
   bool shut_down_ = false;                // guarded by calls_mu_
-  std::string joined_id_;  // named in downloads, which the server checks like every other call
+  std::string joined_id_;                 // named in downloads, which the server checks like every other call
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Federation::Stub> stub_;
   std::unique_ptr<grpc::internal::RpcMethod> upload_method_;

@@ -14,8 +14,8 @@ namespace plexus {
 struct Dataset {
   int64_t rows = 28;
   int64_t cols = 28;
-  std::vector<float> pixels;     // size() * rows * cols values, normalized
-  std::vector<uint8_t> labels;   // in [0, 10)
+  std::vector<float> pixels;    // size() * rows * cols values, normalized
+  std::vector<uint8_t> labels;  // in [0, 10)
 
   size_t size() const { return labels.size(); }
   int64_t pixels_per_image() const { return rows * cols; }

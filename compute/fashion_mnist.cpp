@@ -85,14 +85,16 @@ Result<Dataset> ParseIdx(const std::string& images, const std::string& labels) {
   d.labels.resize(count);
   for (size_t i = 0; i < count; ++i) {
     d.labels[i] = static_cast<uint8_t>(labels[8 + i]);
-    if (d.labels[i] > 9) return DataLossError("label " + std::to_string(d.labels[i]) + " at " + std::to_string(i) + " is not in [0, 10)");
+    if (d.labels[i] > 9)
+      return DataLossError("label " + std::to_string(d.labels[i]) + " at " + std::to_string(i) + " is not in [0, 10)");
   }
   return d;
 }
 
 Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   if (!std::filesystem::is_directory(dir)) {
-    return NotFoundError("data directory '" + dir + "' does not exist (install Debian's dataset-fashion-mnist, or pass --data-dir)");
+    return NotFoundError("data directory '" + dir +
+                         "' does not exist (install Debian's dataset-fashion-mnist, or pass --data-dir)");
   }
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   PLEXUS_ASSIGN_OR_RETURN(std::string images, ReadIdxFile(dir, prefix + "-images-idx3-ubyte"));

@@ -12,9 +12,9 @@ std::vector<TensorSpec> Layout(const std::string& name) {
     return {{"fc1.weight", {200, 784}}, {"fc1.bias", {200}}, {"fc2.weight", {10, 200}}, {"fc2.bias", {10}}};
   }
   if (name == "cnn") {
-    return {{"conv1.weight", {32, 1, 3, 3}}, {"conv1.bias", {32}},     {"conv2.weight", {64, 32, 3, 3}},
-            {"conv2.bias", {64}},            {"fc1.weight", {128, 3136}}, {"fc1.bias", {128}},
-            {"fc2.weight", {10, 128}},       {"fc2.bias", {10}}};
+    return {
+        {"conv1.weight", {32, 1, 3, 3}}, {"conv1.bias", {32}}, {"conv2.weight", {64, 32, 3, 3}}, {"conv2.bias", {64}},
+        {"fc1.weight", {128, 3136}},     {"fc1.bias", {128}},  {"fc2.weight", {10, 128}},        {"fc2.bias", {10}}};
   }
   return {};
 }

@@ -63,7 +63,8 @@ Result<std::vector<std::vector<uint32_t>>> Dirichlet(const std::vector<uint8_t>&
       for (size_t c = 0; c < k; ++c) {
         cumulative += p[c] / total;
         const size_t end = c + 1 == k ? idx.size() : std::min(idx.size(), static_cast<size_t>(cumulative * idx.size()));
-        out[c].insert(out[c].end(), idx.begin() + static_cast<ptrdiff_t>(begin), idx.begin() + static_cast<ptrdiff_t>(end));
+        out[c].insert(out[c].end(), idx.begin() + static_cast<ptrdiff_t>(begin),
+                      idx.begin() + static_cast<ptrdiff_t>(end));
         begin = std::max(begin, end);
       }
     }
@@ -75,7 +76,8 @@ Result<std::vector<std::vector<uint32_t>>> Dirichlet(const std::vector<uint8_t>&
     }
   }
   return InvalidArgumentError("dirichlet partition: could not give every one of " + std::to_string(clients) +
-                              " clients at least " + std::to_string(min_size) + " examples; raise alpha or lower the client count");
+                              " clients at least " + std::to_string(min_size) +
+                              " examples; raise alpha or lower the client count");
 }
 
 Result<std::vector<std::vector<uint32_t>>> Shards(const std::vector<uint8_t>& labels, int64_t per_client,
@@ -132,14 +134,16 @@ Result<PartitionSpec> PartitionSpec::Parse(std::string_view text) {
 
 std::string PartitionSpec::ToString() const {
   switch (kind) {
-    case Kind::kIid: return "iid";
+    case Kind::kIid:
+      return "iid";
     case Kind::kDirichlet: {
       std::string a = std::to_string(alpha);
       a.erase(a.find_last_not_of('0') + 1);
       if (a.back() == '.') a.pop_back();
       return "dirichlet:" + a;
     }
-    case Kind::kShards: return "shards:" + std::to_string(shards);
+    case Kind::kShards:
+      return "shards:" + std::to_string(shards);
   }
   return "iid";
 }
@@ -154,9 +158,12 @@ Result<std::vector<std::vector<uint32_t>>> PartitionIndices(const std::vector<ui
   }
   Rng rng = Rng::Derive(seed, 0x9a17);
   switch (spec.kind) {
-    case PartitionSpec::Kind::kIid: return Iid(labels.size(), num_clients, rng);
-    case PartitionSpec::Kind::kDirichlet: return Dirichlet(labels, spec.alpha, num_clients, rng);
-    case PartitionSpec::Kind::kShards: return Shards(labels, spec.shards, num_clients, rng);
+    case PartitionSpec::Kind::kIid:
+      return Iid(labels.size(), num_clients, rng);
+    case PartitionSpec::Kind::kDirichlet:
+      return Dirichlet(labels, spec.alpha, num_clients, rng);
+    case PartitionSpec::Kind::kShards:
+      return Shards(labels, spec.shards, num_clients, rng);
   }
   return InvalidArgumentError("unknown partition kind");
 }

@@ -18,8 +18,8 @@ namespace plexus {
 struct PartitionSpec {
   enum class Kind { kIid, kDirichlet, kShards };
   Kind kind = Kind::kIid;
-  double alpha = 0.5;   // dirichlet
-  int64_t shards = 2;   // shards per client
+  double alpha = 0.5;  // dirichlet
+  int64_t shards = 2;  // shards per client
 
   // "iid", "dirichlet:0.5", "shards:2"; InvalidArgument otherwise.
   static Result<PartitionSpec> Parse(std::string_view text);
@@ -41,8 +41,8 @@ Result<std::vector<std::vector<uint32_t>>> PartitionIndices(const std::vector<ui
 class SampledPartition {
  public:
   // InvalidArgument for empty labels or a non-positive example count.
-  static Result<SampledPartition> Make(const std::vector<uint8_t>& labels, const PartitionSpec& spec,
-                                       int64_t examples, uint64_t seed);
+  static Result<SampledPartition> Make(const std::vector<uint8_t>& labels, const PartitionSpec& spec, int64_t examples,
+                                       uint64_t seed);
   std::vector<uint32_t> For(uint64_t client) const;
   int64_t examples_per_client() const { return examples_; }
 
@@ -50,8 +50,8 @@ class SampledPartition {
   PartitionSpec spec_;
   int64_t examples_ = 0;
   uint64_t seed_ = 0;
-  std::vector<uint32_t> by_label_;       // example indices sorted by label (stable)
-  std::vector<size_t> label_begin_;      // by_label_[label_begin_[c], label_begin_[c + 1]) hold class c
+  std::vector<uint32_t> by_label_;   // example indices sorted by label (stable)
+  std::vector<size_t> label_begin_;  // by_label_[label_begin_[c], label_begin_[c + 1]) hold class c
 };
 
 }  // namespace plexus

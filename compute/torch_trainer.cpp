@@ -69,8 +69,8 @@ class TorchTrainer final : public Trainer {
       opt.step();
       const double l = loss.item<double>();
       if (!std::isfinite(l)) {
-        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " + std::to_string(step) +
-                                    "); lower the learning rate");
+        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " +
+                                                std::to_string(step) + "); lower the learning rate");
       }
       loss_sum += l;
     }
@@ -115,7 +115,8 @@ class TorchTrainer final : public Trainer {
     std::vector<torch::Tensor> out;
     for (size_t i = 0; i < m.tensors().size(); ++i) {
       auto span = m.tensor(i);
-      torch::Tensor t = torch::from_blob(const_cast<float*>(span.data()), m.tensors()[i].shape, torch::kFloat32).clone();
+      torch::Tensor t =
+          torch::from_blob(const_cast<float*>(span.data()), m.tensors()[i].shape, torch::kFloat32).clone();
       out.push_back(t.set_requires_grad(requires_grad));
     }
     return out;

@@ -15,20 +15,20 @@
 namespace plexus {
 
 struct TrainOptions {
-  int64_t local_epochs = 1;     // used when local_steps == 0
-  int64_t local_steps = 0;      // exact number of SGD steps when positive
+  int64_t local_epochs = 1;  // used when local_steps == 0
+  int64_t local_steps = 0;   // exact number of SGD steps when positive
   int64_t batch_size = 32;
   double learning_rate = 0.01;
   double momentum = 0.9;
-  double prox_mu = 0.0;         // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
-  uint64_t seed = 0;            // batch order
+  double prox_mu = 0.0;  // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
+  uint64_t seed = 0;     // batch order
 };
 
 struct TrainOutcome {
-  ModelState weights;           // trained weights, same layout and version as the start model
-  int64_t num_examples = 0;     // size of the local data set (FedAvg's weight)
+  ModelState weights;        // trained weights, same layout and version as the start model
+  int64_t num_examples = 0;  // size of the local data set (FedAvg's weight)
   int64_t steps = 0;
-  double mean_loss = 0.0;       // mean training loss over the steps
+  double mean_loss = 0.0;  // mean training loss over the steps
 };
 
 // The options a task asks for; `seed` sets the batch order.

@@ -29,7 +29,7 @@ Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
 // only), and freshly allocated pages are dear: on the virtual machines the benchmarks run on,
 // filling new page-cache pages cost more than sending the same bytes over TCP.
 constexpr size_t kDirectMinBytes = size_t{1} << 20;
-constexpr size_t kDirectAlign = 4096;              // the largest logical block size in use
+constexpr size_t kDirectAlign = 4096;  // the largest logical block size in use
 constexpr size_t kDirectBufferBytes = size_t{4} << 20;
 
 struct FreeDeleter {

@@ -74,7 +74,8 @@ Result<ModelState> ModelState::CreateUninitialized(const std::vector<TensorSpec>
     if (!seen.insert(t.name).second) return InvalidArgumentError("duplicate tensor name '" + t.name + "'");
     size_t numel = 1;
     for (int64_t d : t.shape) {
-      if (d < 0) return InvalidArgumentError("tensor '" + t.name + "' has a negative dimension " + ShapeString(t.shape));
+      if (d < 0)
+        return InvalidArgumentError("tensor '" + t.name + "' has a negative dimension " + ShapeString(t.shape));
       numel *= static_cast<size_t>(d);
     }
     m.slots_.push_back(TensorSlot{t.name, t.shape, offset, numel});
@@ -108,7 +109,8 @@ Status ModelState::CheckSameLayout(const ModelState& expected) const {
     const TensorSlot& a = slots_[i];
     const TensorSlot& b = expected.slots_[i];
     if (a.name != b.name) {
-      return InvalidArgumentError("tensor #" + std::to_string(i) + " is named '" + a.name + "', expected '" + b.name + "'");
+      return InvalidArgumentError("tensor #" + std::to_string(i) + " is named '" + a.name + "', expected '" + b.name +
+                                  "'");
     }
     if (a.shape != b.shape) {
       return InvalidArgumentError("tensor '" + a.name + "' has shape " + ShapeString(a.shape) + ", expected " +

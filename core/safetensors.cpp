@@ -107,7 +107,8 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
         char* end = nullptr;
         errno = 0;
         version = std::strtoull(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno != 0) return Malformed("plexus.version '" + text + "' is not a number");
+        if (text.empty() || *end != '\0' || errno != 0)
+          return Malformed("plexus.version '" + text + "' is not a number");
       }
       continue;
     }
@@ -131,7 +132,8 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
         return Malformed("shape of '" + e.name + "' has a non-integer or negative dimension");
       }
       const uint64_t dim = d.get<uint64_t>();
-      if (dim > (uint64_t{1} << 40) || (dim != 0 && numel > (uint64_t{1} << 40) / dim)) return Malformed("shape of '" + e.name + "' is too large");
+      if (dim > (uint64_t{1} << 40) || (dim != 0 && numel > (uint64_t{1} << 40) / dim))
+        return Malformed("shape of '" + e.name + "' is too large");
       numel *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -151,9 +153,8 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
     entries.push_back(std::move(e));
   }
   // The data section order is the model's tensor order.
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   uint64_t expected = 0;
   for (const Entry& e : entries) {
     if (e.begin != expected) return Malformed("tensor '" + e.name + "' overlaps another or leaves a gap");
@@ -172,8 +173,8 @@ Result<ModelState> DecodeSafetensors(std::string_view bytes) {
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
   if (header_len > kMaxSafetensorsHeaderBytes || header_len > bytes.size() - 8) {
-    return Malformed("header length " + std::to_string(header_len) + " exceeds the " +
-                     std::to_string(bytes.size()) + "-byte input or the limit");
+    return Malformed("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(bytes.size()) +
+                     "-byte input or the limit");
   }
   const std::string_view payload = bytes.substr(8 + header_len);
   PLEXUS_ASSIGN_OR_RETURN(ModelState model, SafetensorsLayout(bytes.substr(8, header_len), payload.size()));
@@ -200,8 +201,8 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
       }
     }
     if (header_.size() >= 8 && header_.size() == 8 + header_len_) {
-      PLEXUS_ASSIGN_OR_RETURN(ModelState m, SafetensorsLayout(std::string_view(header_).substr(8),
-                                                              total_bytes_ - header_.size()));
+      PLEXUS_ASSIGN_OR_RETURN(ModelState m,
+                              SafetensorsLayout(std::string_view(header_).substr(8), total_bytes_ - header_.size()));
       model_.emplace(std::move(m));
     }
   }
@@ -228,7 +229,8 @@ Result<ModelState> SafetensorsStreamDecoder::Finish() && {
 
 std::string SafetensorsStreamDecoder::ReceivedSha256() const {
   const std::string_view data =
-      model_ ? std::string_view(reinterpret_cast<const char*>(model_->data().data()), data_received_) : std::string_view();
+      model_ ? std::string_view(reinterpret_cast<const char*>(model_->data().data()), data_received_)
+             : std::string_view();
   return Sha256Hex({std::string_view(header_), data});
 }
 
@@ -266,9 +268,9 @@ Result<ModelState> ReadSafetensorsFile(const std::string& path) {
 
 Status WriteSafetensorsFile(const std::string& path, const ModelState& model) {
   // The header, then the values straight from the model: no encoded copy of a model-sized buffer.
-  return WriteFileAtomically(
-      path, {SafetensorsPrefix(model),
-             std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes())});
+  return WriteFileAtomically(path,
+                             {SafetensorsPrefix(model),
+                              std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes())});
 }
 
 }  // namespace plexus

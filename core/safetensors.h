@@ -52,7 +52,7 @@ class SafetensorsStreamDecoder {
   uint64_t received_ = 0;
   uint64_t header_len_ = 0;
   uint64_t data_received_ = 0;
-  std::string header_;  // the 8-byte length and the JSON, as received
+  std::string header_;       // the 8-byte length and the JSON, as received
   bool non_finite_ = false;  // a NaN or infinity among the values so far
   std::optional<ModelState> model_;
 };

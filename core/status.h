@@ -18,19 +18,19 @@ enum class StatusCode : int {
   kOk = 0,
   kCancelled = 1,
   kUnknown = 2,
-  kInvalidArgument = 3,    // bad shape, NaN, bad config, malformed bytes
+  kInvalidArgument = 3,  // bad shape, NaN, bad config, malformed bytes
   kDeadlineExceeded = 4,
-  kNotFound = 5,           // unknown client, task or version
+  kNotFound = 5,  // unknown client, task or version
   kAlreadyExists = 6,
   kPermissionDenied = 7,
-  kResourceExhausted = 8,  // oversized payload
-  kFailedPrecondition = 9, // stale base version, expired task, federation finished
+  kResourceExhausted = 8,   // oversized payload
+  kFailedPrecondition = 9,  // stale base version, expired task, federation finished
   kAborted = 10,
   kOutOfRange = 11,
   kInternal = 13,
-  kUnavailable = 14,       // peer down: back off, retry
-  kDataLoss = 15,          // hash mismatch, corrupt file
-  kUnauthenticated = 16,   // no or invalid credentials
+  kUnavailable = 14,      // peer down: back off, retry
+  kDataLoss = 15,         // hash mismatch, corrupt file
+  kUnauthenticated = 16,  // no or invalid credentials
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -52,9 +52,7 @@ class [[nodiscard]] Status {
   // Returns a status with the same code and "context: message", keeping the cause.
   Status WithContext(std::string_view context) const;
 
-  friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
-  }
+  friend bool operator==(const Status& a, const Status& b) { return a.code_ == b.code_ && a.message_ == b.message_; }
 
  private:
   StatusCode code_ = StatusCode::kOk;
@@ -74,7 +72,7 @@ inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyEx
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status");
   }
@@ -100,9 +98,9 @@ class [[nodiscard]] Result {
 #define PLEXUS_CONCAT_INNER_(a, b) a##b
 #define PLEXUS_CONCAT_(a, b) PLEXUS_CONCAT_INNER_(a, b)
 
-#define PLEXUS_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::plexus::Status plexus_status_ = (expr); \
+#define PLEXUS_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::plexus::Status plexus_status_ = (expr);        \
     if (!plexus_status_.ok()) return plexus_status_; \
   } while (0)
 

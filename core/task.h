@@ -8,8 +8,8 @@
 namespace plexus {
 
 struct TaskHyperparams {
-  int64_t local_epochs = 1;      // passes over the local data (ignored when local_steps > 0)
-  int64_t local_steps = 0;       // optimizer steps; 0 means "use local_epochs"
+  int64_t local_epochs = 1;  // passes over the local data (ignored when local_steps > 0)
+  int64_t local_steps = 0;   // optimizer steps; 0 means "use local_epochs"
   int64_t batch_size = 32;
   double learning_rate = 0.01;
   double momentum = 0.9;
@@ -19,17 +19,17 @@ struct Task {
   std::string task_id;
   uint64_t round = 0;
   uint64_t model_version = 0;
-  std::string model_sha256;     // ModelState::ContentSha256 of that version
+  std::string model_sha256;  // ModelState::ContentSha256 of that version
   TaskHyperparams hyperparams;
-  int64_t deadline_ms = 0;      // on the engine's clock
+  int64_t deadline_ms = 0;  // on the engine's clock
 };
 
 // The answer to "is there work for me?".
 struct PollAnswer {
   enum class Kind { kTask, kWait, kFinished };
   Kind kind = Kind::kWait;
-  Task task;                    // when kind == kTask
-  int64_t retry_after_ms = 0;   // when kind == kWait
+  Task task;                   // when kind == kTask
+  int64_t retry_after_ms = 0;  // when kind == kWait
 };
 
 }  // namespace plexus

@@ -15,8 +15,8 @@ struct Update {
   std::string client_id;
   std::string task_id;
   uint64_t base_version = 0;
-  int64_t num_examples = 0;  // examples the client trained on; FedAvg's weight
-  int64_t local_steps = 0;   // optimizer steps the client ran
+  int64_t num_examples = 0;               // examples the client trained on; FedAvg's weight
+  int64_t local_steps = 0;                // optimizer steps the client ran
   std::map<std::string, double> metrics;  // e.g. train_loss
   ModelState delta;
 };

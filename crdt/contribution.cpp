@@ -35,8 +35,8 @@ Status AuthorKeys::Verify(const std::string& id, const Contribution& c) const {
   PLEXUS_RETURN_IF_ERROR(c.delta.CheckFinite().WithContext("contribution " + id.substr(0, 12) + "..."));
   auto key = keys_.find(c.author);
   if (key == keys_.end()) {
-    return Status(StatusCode::kPermissionDenied, "contribution " + id.substr(0, 12) + "... from unknown author '" +
-                                                     c.author + "'");
+    return Status(StatusCode::kPermissionDenied,
+                  "contribution " + id.substr(0, 12) + "... from unknown author '" + c.author + "'");
   }
   return VerifySignature(key->second, id, c.signature)
       .WithContext("contribution " + id.substr(0, 12) + "... by '" + c.author + "'");

@@ -15,11 +15,11 @@ namespace plexus {
 
 struct Contribution {
   std::string author;
-  int64_t examples = 1;        // weight in averaging strategies; positive
-  uint64_t base_version = 0;   // the model version the delta was trained from
+  int64_t examples = 1;       // weight in averaging strategies; positive
+  uint64_t base_version = 0;  // the model version the delta was trained from
   uint64_t created_round = 0;
   ModelState delta;
-  std::string signature;       // Ed25519 by `author` over Id()
+  std::string signature;  // Ed25519 by `author` over Id()
 
   // Lower-case hex SHA-256 over "plexus.contribution.v1", the length-prefixed author, the three
   // integers (little-endian) and delta.ContentSha256().

@@ -9,7 +9,8 @@ Result<std::string> CrdtReplica::Add(const Contribution& c) {
   const std::string id = c.Id();
   PLEXUS_RETURN_IF_ERROR(keys_->Verify(id, c));
   if (!store_.empty() && !store_.begin()->second.delta.CheckSameLayout(c.delta).ok()) {
-    return store_.begin()->second.delta.CheckSameLayout(c.delta).WithContext("contribution " + id.substr(0, 12) + "...");
+    return store_.begin()->second.delta.CheckSameLayout(c.delta).WithContext("contribution " + id.substr(0, 12) +
+                                                                             "...");
   }
   store_.emplace(id, c);
   set_.Add(id);

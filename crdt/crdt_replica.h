@@ -23,7 +23,8 @@ namespace plexus {
 
 class CrdtReplica {
  public:
-  CrdtReplica(std::string replica_id, const AuthorKeys* keys) : id_(replica_id), keys_(keys), set_(std::move(replica_id)) {}
+  CrdtReplica(std::string replica_id, const AuthorKeys* keys)
+      : id_(replica_id), keys_(keys), set_(std::move(replica_id)) {}
 
   // Verifies `c` (AuthorKeys::Verify) and adds it under a fresh dot; returns its id. A refused
   // contribution changes nothing.

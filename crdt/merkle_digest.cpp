@@ -80,7 +80,8 @@ Status Descend(const MerkleDigest& mine, const DigestSource& theirs, const std::
 
 }  // namespace
 
-Result<std::vector<std::string>> MissingFrom(const MerkleDigest& mine, const DigestSource& theirs, size_t* node_hashes) {
+Result<std::vector<std::string>> MissingFrom(const MerkleDigest& mine, const DigestSource& theirs,
+                                             size_t* node_hashes) {
   std::vector<std::string> out;
   size_t count = 0;
   PLEXUS_RETURN_IF_ERROR(Descend(mine, theirs, "", &out, &count));

@@ -54,7 +54,8 @@ Result<std::string> SigningKey::Sign(std::string_view message) const {
   std::string sig(64, '\0');
   size_t len = sig.size();
   if (!key || !md || EVP_DigestSignInit(md.get(), nullptr, nullptr, nullptr, key.get()) != 1 ||
-      EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &len, Bytes(message), message.size()) != 1) {
+      EVP_DigestSign(md.get(), reinterpret_cast<unsigned char*>(sig.data()), &len, Bytes(message), message.size()) !=
+          1) {
     return InternalError("Ed25519: signing failed");
   }
   return sig;

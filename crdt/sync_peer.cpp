@@ -20,8 +20,9 @@ Result<StateDelta> LocalPeer::Fetch(const std::vector<std::string>& entries) {
   delta.set = replica_.set().Select(std::set<std::string>(entries.begin(), entries.end()));
   for (const auto& [dot, id] : delta.set.adds()) {
     const Contribution* c = replica_.Find(id);
-    if (!c) return DataLossError("replica " + replica_.replica_id() + " lists contribution " + id.substr(0, 12) +
-                                 "... it does not hold");
+    if (!c)
+      return DataLossError("replica " + replica_.replica_id() + " lists contribution " + id.substr(0, 12) +
+                           "... it does not hold");
     delta.contributions.emplace(id, *c);
   }
   return delta;

@@ -7,8 +7,6 @@
 
 namespace plexus {
 
-inline void SkipAbseilDeadlockDetection() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
+inline void SkipAbseilDeadlockDetection() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 }  // namespace plexus

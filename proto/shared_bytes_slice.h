@@ -14,8 +14,9 @@ namespace plexus {
 // REQUIRES: offset + length <= owner->size().
 inline grpc::Slice SharedBytesSlice(const std::shared_ptr<const std::string>& owner, size_t offset, size_t length) {
   auto* reference = new std::shared_ptr<const std::string>(owner);
-  return grpc::Slice(const_cast<char*>(owner->data() + offset), length,
-                     [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, reference);
+  return grpc::Slice(
+      const_cast<char*>(owner->data() + offset), length,
+      [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, reference);
 }
 
 }  // namespace plexus

@@ -63,7 +63,8 @@ Result<std::vector<CrdtOrdering>> RunCrdtSimulation(const CrdtSimOptions& o,
   for (int64_t k = 0; k < o.orderings; ++k) {
     Rng rng = Rng::Derive(o.seed, static_cast<uint64_t>(k));
     std::vector<std::unique_ptr<CrdtReplica>> replicas;
-    for (size_t r = 0; r < n; ++r) replicas.push_back(std::make_unique<CrdtReplica>("replica-" + std::to_string(r), &keys));
+    for (size_t r = 0; r < n; ++r)
+      replicas.push_back(std::make_unique<CrdtReplica>("replica-" + std::to_string(r), &keys));
 
     // Each contribution reaches one to three replicas directly, some twice (duplicates), in a
     // random order; everything else arrives by gossip.

@@ -11,12 +11,24 @@ namespace plexus {
 Result<DeviceModel> DeviceModel::Profile(const std::string& name) {
   if (name == "uniform") return DeviceModel{};
   if (name == "heterogeneous") {
-    return DeviceModel{.ms_per_step = 25.0, .speed_sigma = 0.8, .task_overhead_ms = 20, .latency_ms = 50.0,
-                       .down_mbps = 50.0, .up_mbps = 10.0, .dropout = 0.05};
+    return DeviceModel{.ms_per_step = 25.0,
+                       .speed_sigma = 0.8,
+                       .task_overhead_ms = 20,
+                       .latency_ms = 50.0,
+                       .down_mbps = 50.0,
+                       .up_mbps = 10.0,
+                       .dropout = 0.05};
   }
   if (name == "mobile") {
-    return DeviceModel{.ms_per_step = 60.0, .speed_sigma = 1.0, .task_overhead_ms = 50, .latency_ms = 100.0,
-                       .down_mbps = 10.0, .up_mbps = 2.0, .dropout = 0.1, .mean_on_s = 600.0, .mean_off_s = 300.0};
+    return DeviceModel{.ms_per_step = 60.0,
+                       .speed_sigma = 1.0,
+                       .task_overhead_ms = 50,
+                       .latency_ms = 100.0,
+                       .down_mbps = 10.0,
+                       .up_mbps = 2.0,
+                       .dropout = 0.1,
+                       .mean_on_s = 600.0,
+                       .mean_off_s = 300.0};
   }
   return InvalidArgumentError("unknown device profile '" + name + "' (known: uniform, heterogeneous, mobile)");
 }
@@ -28,8 +40,10 @@ Status DeviceModel::Validate() const {
   if (!(speed_sigma >= 0 && speed_sigma <= 5)) return InvalidArgumentError("speed-sigma must lie in [0, 5]");
   if (task_overhead_ms < 0) return InvalidArgumentError("task-overhead-ms must not be negative");
   if (!(latency_ms >= 0)) return InvalidArgumentError("latency-ms must not be negative");
-  if (!(down_mbps >= 0) || !(up_mbps >= 0)) return InvalidArgumentError("down-mbps and up-mbps must not be negative (0 = unlimited)");
-  if (!(bandwidth_sigma >= 0 && bandwidth_sigma <= 5)) return InvalidArgumentError("bandwidth-sigma must lie in [0, 5]");
+  if (!(down_mbps >= 0) || !(up_mbps >= 0))
+    return InvalidArgumentError("down-mbps and up-mbps must not be negative (0 = unlimited)");
+  if (!(bandwidth_sigma >= 0 && bandwidth_sigma <= 5))
+    return InvalidArgumentError("bandwidth-sigma must lie in [0, 5]");
   if (!(mean_on_s >= 0) || !(mean_off_s >= 0) || ((mean_on_s > 0) != (mean_off_s > 0))) {
     return InvalidArgumentError("mean-on-s and mean-off-s must both be positive (or both 0 for always available)");
   }

@@ -2,9 +2,9 @@
 // availability), and what one task costs on them. A value type; thread-safe.
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,21 +20,21 @@ namespace plexus {
 // is the median. Network: every transfer pays latency_ms, the model download num_params x 4 bytes
 // at down_mbps and the update upload the same at up_mbps (0 = instantaneous), plus a fixed
 // task_overhead_ms per task; with bandwidth_sigma > 0 each client's bandwidths (both ways) are
-// scaled by its own log-normal factor exp(bandwidth_sigma x Z), median 1. Reliability: a task is abandoned with probability `dropout` (the
-// client goes silent for as long as the task would have taken); with mean_on_s and mean_off_s
-// set, each client alternates between exponential on and off periods with those means, polls
-// only while on, and loses a task whose on period ends before the task does.
+// scaled by its own log-normal factor exp(bandwidth_sigma x Z), median 1. Reliability: a task is abandoned with
+// probability `dropout` (the client goes silent for as long as the task would have taken); with mean_on_s and
+// mean_off_s set, each client alternates between exponential on and off periods with those means, polls only while on,
+// and loses a task whose on period ends before the task does.
 struct DeviceModel {
   double ms_per_step = 10.0;
-  double speed_ratio = 1.0;        // slowest / fastest (geometric spread)
-  double speed_sigma = 0.0;        // log-normal spread; replaces speed_ratio when > 0
-  int64_t task_overhead_ms = 50;   // per task
-  double latency_ms = 0.0;         // per transfer (one download, one upload per task)
-  double down_mbps = 0.0;          // megabits per second; 0 = transfers take no time
+  double speed_ratio = 1.0;       // slowest / fastest (geometric spread)
+  double speed_sigma = 0.0;       // log-normal spread; replaces speed_ratio when > 0
+  int64_t task_overhead_ms = 50;  // per task
+  double latency_ms = 0.0;        // per transfer (one download, one upload per task)
+  double down_mbps = 0.0;         // megabits per second; 0 = transfers take no time
   double up_mbps = 0.0;
-  double bandwidth_sigma = 0.0;    // log-normal spread of the clients' bandwidths; 0 = all alike
-  double dropout = 0.0;            // probability that a task is abandoned, in [0, 1)
-  double mean_on_s = 0.0;          // availability periods; both 0 = always available
+  double bandwidth_sigma = 0.0;  // log-normal spread of the clients' bandwidths; 0 = all alike
+  double dropout = 0.0;          // probability that a task is abandoned, in [0, 1)
+  double mean_on_s = 0.0;        // availability periods; both 0 = always available
   double mean_off_s = 0.0;
 
   // Named profiles (docs/simulation.md has the table): uniform, heterogeneous, mobile.
@@ -51,8 +51,8 @@ struct DeviceModel {
   double TaskMs(int64_t steps, double ms_per_step, size_t model_bytes, double bandwidth_factor = 1.0) const;
 };
 
-// Each client's alternating on/off process (DeviceModel::mean_on_s, mean_off_s), advanced lazily: exponential periods drawn from the
-// client's own seeded stream, so the schedule does not depend on what else happens.
+// Each client's alternating on/off process (DeviceModel::mean_on_s, mean_off_s), advanced lazily: exponential periods
+// drawn from the client's own seeded stream, so the schedule does not depend on what else happens.
 class DeviceAvailability {
  public:
   DeviceAvailability(const DeviceModel& d, size_t n, uint64_t seed)
@@ -62,7 +62,7 @@ class DeviceAvailability {
     for (size_t i = 0; i < n; ++i) {
       State& c = clients_[i];
       c.on = Draw(i, c).Uniform() < on_ms_ / (on_ms_ + off_ms_);  // the stationary share
-      c.next_switch_ms = Period(i, c);  // memoryless: the residual period has the same law
+      c.next_switch_ms = Period(i, c);                            // memoryless: the residual period has the same law
     }
   }
   bool always_on() const { return clients_.empty(); }

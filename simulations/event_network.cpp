@@ -30,7 +30,8 @@ bool EventNetwork::Send(NodeId from, NodeId to, uint64_t bytes, Handler on_deliv
   double at = now_ms_;
   if (src.link.up_mbps > 0) at = src.up_free_ms = std::max(at, src.up_free_ms) + TransferMs(bytes, src.link.up_mbps);
   at += src.link.latency_ms + dst.link.latency_ms;
-  if (dst.link.down_mbps > 0) at = dst.down_free_ms = std::max(at, dst.down_free_ms) + TransferMs(bytes, dst.link.down_mbps);
+  if (dst.link.down_mbps > 0)
+    at = dst.down_free_ms = std::max(at, dst.down_free_ms) + TransferMs(bytes, dst.link.down_mbps);
   events_.push({at, seq_++, [this, bytes, h = std::move(on_delivery)] {
                   ++messages_delivered_;
                   bytes_delivered_ += bytes;

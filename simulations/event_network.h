@@ -3,9 +3,9 @@
 // latency and an upload and a download bandwidth (0 = unlimited); a limited link carries one
 // message at a time each way, reserved in the order messages are sent, so they queue behind each
 // other: a message leaves when the sender's uplink is free, takes its bytes at the uplink's rate,
-// crosses both latencies, and arrives when the receiver's downlink has taken its bytes. A partition puts nodes in groups; a message between
-// groups is lost. Handlers run one at a time in time order, and events due at the same moment in
-// the order they were scheduled, so a run is deterministic. The CRDT gossip simulation runs on it
+// crosses both latencies, and arrives when the receiver's downlink has taken its bytes. A partition puts nodes in
+// groups; a message between groups is lost. Handlers run one at a time in time order, and events due at the same moment
+// in the order they were scheduled, so a run is deterministic. The CRDT gossip simulation runs on it
 // (simulations/crdt_sim.h); a decentralized protocol is a set of handlers. Not thread-safe.
 #pragma once
 
@@ -53,7 +53,7 @@ class EventNetwork {
  private:
   struct Node {
     AccessLink link;
-    double up_free_ms = 0.0;    // when the uplink has sent everything queued on it
+    double up_free_ms = 0.0;  // when the uplink has sent everything queued on it
     double down_free_ms = 0.0;
   };
   struct Event {

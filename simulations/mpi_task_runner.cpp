@@ -154,7 +154,8 @@ Result<std::unique_ptr<MpiSession>> MpiSession::Start() {
 }
 
 void MpiSession::Abort(std::string_view why) const {
-  std::fprintf(stderr, "plexus: error (MPI rank %d of %d): %.*s\n", rank_, size_, static_cast<int>(why.size()), why.data());
+  std::fprintf(stderr, "plexus: error (MPI rank %d of %d): %.*s\n", rank_, size_, static_cast<int>(why.size()),
+               why.data());
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; this tells the compiler so
@@ -199,7 +200,9 @@ struct MpiTaskRunner::Outbox {
 };
 
 MpiTaskRunner::MpiTaskRunner(const MpiSession* session, Trainer* trainer, const Dataset* train)
-    : size_(session->size()), local_(trainer, train), rank_base_(static_cast<size_t>(session->size())),
+    : size_(session->size()),
+      local_(trainer, train),
+      rank_base_(static_cast<size_t>(session->size())),
       outbox_(std::make_unique<Outbox>()) {}
 
 MpiTaskRunner::~MpiTaskRunner() {
@@ -287,8 +290,11 @@ Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
           fetches.push_back(key);
           break;
         }
-        case kStop: stop = true; break;
-        default: return InternalError("unknown message tag " + std::to_string(tag) + " from rank 0");
+        case kStop:
+          stop = true;
+          break;
+        default:
+          return InternalError("unknown message tag " + std::to_string(tag) + " from rank 0");
       }
     }
   };

@@ -69,7 +69,7 @@ class MpiTaskRunner : public TaskRunner {
   const int size_;
   LocalTaskRunner local_;
   uint64_t dealt_ = 0;
-  std::map<uint64_t, Remote> remote_;                        // jobs dealt to other ranks
+  std::map<uint64_t, Remote> remote_;                         // jobs dealt to other ranks
   std::vector<std::shared_ptr<const ModelState>> rank_base_;  // the base each rank holds last
   std::unique_ptr<Outbox> outbox_;
 };

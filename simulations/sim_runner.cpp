@@ -11,9 +11,9 @@
 #include <optional>
 
 #include "compute/model_zoo.h"
-#include "server/coordinator/engine_factory.h"
 #include "core/clock.h"
 #include "core/rng.h"
+#include "server/coordinator/engine_factory.h"
 #include "server/store/memory_store.h"
 #include "simulations/attack.h"
 #include "simulations/event_network.h"
@@ -69,7 +69,6 @@ std::string ClientName(size_t i) {
   return name;
 }
 
-
 }  // namespace
 
 Status SimOptions::Validate() const {
@@ -98,9 +97,19 @@ class FederationSim {
  public:
   FederationSim(const SimOptions& o, const Dataset& train, TaskRunner* runner, ClientData data, Engine* engine,
                 ManualClock* clock, size_t model_bytes, const std::function<void(const SimRound&)>& on_round)
-      : o_(o), dev_(o.devices), attack_(*ParseAttack(o.attack)), train_(train), runner_(runner),
-        data_(std::move(data)), engine_(engine), clock_(clock), model_bytes_(model_bytes), on_round_(on_round),
-        n_(static_cast<size_t>(o.clients)), ms_per_step_(dev_.Assign(n_, o.seed)), availability_(dev_, n_, o.seed),
+      : o_(o),
+        dev_(o.devices),
+        attack_(*ParseAttack(o.attack)),
+        train_(train),
+        runner_(runner),
+        data_(std::move(data)),
+        engine_(engine),
+        clock_(clock),
+        model_bytes_(model_bytes),
+        on_round_(on_round),
+        n_(static_cast<size_t>(o.clients)),
+        ms_per_step_(dev_.Assign(n_, o.seed)),
+        availability_(dev_, n_, o.seed),
         train_at_handout_(attack_ == AttackKind::kIpm || attack_ == AttackKind::kAlie ||
                           attack_ == AttackKind::kMinMax),
         tasks_of_(n_, 0) {
@@ -159,9 +168,7 @@ class FederationSim {
   };
 
   EventNetwork::NodeId Node(size_t i) const { return static_cast<EventNetwork::NodeId>(i + 1); }
-  double Elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double Elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
   bool BudgetSpent() const { return o_.max_tasks > 0 && handed_out_ >= o_.max_tasks; }
   // Client i polls `delay_ms` from now.
   void Schedule(double delay_ms, size_t i) {
@@ -246,8 +253,8 @@ class FederationSim {
     const int64_t steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
     const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
     const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_, dev_.BandwidthFactor(i, o_.seed));
-    const bool drops = dev_.dropout > 0 &&
-                       Rng::Derive(o_.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of_[i]).Uniform() < dev_.dropout;
+    const bool drops =
+        dev_.dropout > 0 && Rng::Derive(o_.seed ^ 0xd40bULL, i * 1000003ULL + tasks_of_[i]).Uniform() < dev_.dropout;
     if (drops || now + planned_ms > on_until) {
       // The device abandons the task (or goes off first): silent for as long as it would have
       // worked, or until it is back on, then it polls again.
@@ -261,9 +268,9 @@ class FederationSim {
       current_base_ = std::make_shared<const ModelState>(base);
     }
     const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
-    PLEXUS_RETURN_IF_ERROR(runner_->Start(i, {current_base_, data_.Indices(i),
-                                              malicious_[i] && attack_ == AttackKind::kLabelFlip,
-                                              TrainOptionsFor(a.task.hyperparams, batch_seed)}));
+    PLEXUS_RETURN_IF_ERROR(
+        runner_->Start(i, {current_base_, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
+                           TrainOptionsFor(a.task.hyperparams, batch_seed)}));
     InFlight f{a.task, current_base_, std::nullopt};
     ++handed_out_;
     if (train_at_handout_) {
@@ -353,8 +360,8 @@ class FederationSim {
   std::map<uint64_t, HonestStats> honest_;  // by base version: what omniscient attackers see
 
   EventNetwork net_;
-  int64_t pending_ = 0;                     // client events scheduled (polls, tasks under way)
-  std::vector<uint32_t> parked_;            // told to wait; they poll again when the epoch moves
+  int64_t pending_ = 0;           // client events scheduled (polls, tasks under way)
+  std::vector<uint32_t> parked_;  // told to wait; they poll again when the epoch moves
   uint64_t parked_epoch_ = 0;
   int64_t wave_ms_ = 0;
   double next_wave_ms_ = 0.0;
@@ -382,8 +389,8 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
     PLEXUS_ASSIGN_OR_RETURN(std::string id, engine->Join({ClientName(i), data.examples(i), "virtual"}));
     if (id != ClientName(i)) return InternalError("simulation: the engine renamed client " + ClientName(i));
   }
-  FederationSim sim(options, train, runner, std::move(data), engine.get(), &clock,
-                    initial.num_params() * sizeof(float), on_round);
+  FederationSim sim(options, train, runner, std::move(data), engine.get(), &clock, initial.num_params() * sizeof(float),
+                    on_round);
   return sim.Run();
 }
 

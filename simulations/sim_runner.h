@@ -18,32 +18,32 @@
 #include "compute/dataset.h"
 #include "compute/partition.h"
 #include "compute/trainer.h"
-#include "simulations/device_model.h"
-#include "simulations/task_runner.h"
 #include "core/status.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/mode.h"
 #include "server/coordinator/sync_engine.h"
+#include "simulations/device_model.h"
+#include "simulations/task_runner.h"
 
 namespace plexus {
 
 struct SimOptions {
-  int64_t clients = 10;           // virtual clients (N)
+  int64_t clients = 10;  // virtual clients (N)
   std::string model = "mlp";
-  PartitionSpec partition;        // how the training set is split among the N clients
-  uint64_t seed = 0;              // model init, partition, sampling, speeds and batch order
+  PartitionSpec partition;  // how the training set is split among the N clients
+  uint64_t seed = 0;        // model init, partition, sampling, speeds and batch order
   Mode mode = Mode::kSync;
-  SyncOptions sync;               // sync mode; its rounds and task also apply to the other modes
-  AsyncOptions async;             // async and semiasync modes (rounds and task as in `sync`)
+  SyncOptions sync;    // sync mode; its rounds and task also apply to the other modes
+  AsyncOptions async;  // async and semiasync modes (rounds and task as in `sync`)
   DeviceModel devices;
-  double server_mbps = 0.0;       // the server's link, each way, shared by all transfers (0 = unlimited)
+  double server_mbps = 0.0;         // the server's link, each way, shared by all transfers (0 = unlimited)
   int64_t examples_per_client = 0;  // > 0: every client samples this many examples with
                                     // replacement (SampledPartition); 0: split the data among
                                     // the clients when it gives each at least 10, else sample 50
-  int64_t max_tasks = 0;          // stop once this many tasks were trained (0 = no budget); the
-                                  // run then ends with the versions published by then
-  std::string attack = "none";    // what malicious clients do, see attack.h
-  double attackers = 0.0;         // fraction of the clients that are malicious, chosen by the seed
+  int64_t max_tasks = 0;            // stop once this many tasks were trained (0 = no budget); the
+                                    // run then ends with the versions published by then
+  std::string attack = "none";      // what malicious clients do, see attack.h
+  double attackers = 0.0;           // fraction of the clients that are malicious, chosen by the seed
 
   // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
   // clients, an unknown mode or attack, bad device values); the engine options are checked
@@ -53,10 +53,10 @@ struct SimOptions {
 
 struct SimRound {
   RoundRecord record;
-  double wall_time_s = 0.0;       // real time since the simulation started
-  double virtual_time_s = 0.0;    // simulated time when the version was published
-  int64_t bytes_down = 0;         // model bytes sent to clients so far (tasks handed out)
-  int64_t bytes_up = 0;           // update bytes received so far
+  double wall_time_s = 0.0;     // real time since the simulation started
+  double virtual_time_s = 0.0;  // simulated time when the version was published
+  int64_t bytes_down = 0;       // model bytes sent to clients so far (tasks handed out)
+  int64_t bytes_up = 0;         // update bytes received so far
 };
 
 struct SimResult {
@@ -69,9 +69,9 @@ struct SimResult {
   double wall_time_s = 0.0;
   double virtual_time_s = 0.0;
   int64_t tasks_trained = 0;
-  int64_t tasks_dropped = 0;      // abandoned by their (virtual) device, or lost when it went off
-  int64_t updates_refused = 0;    // e.g. too stale, or past a sync round's close
-  int64_t attackers = 0;          // malicious clients
+  int64_t tasks_dropped = 0;        // abandoned by their (virtual) device, or lost when it went off
+  int64_t updates_refused = 0;      // e.g. too stale, or past a sync round's close
+  int64_t attackers = 0;            // malicious clients
   int64_t examples_per_client = 0;  // > 0 when partitions were sampled with replacement
   std::string strategy;
 };

@@ -6,14 +6,19 @@ Status SqliteError(sqlite3* db, int rc, const std::string& what) {
   const std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
   switch (rc) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return Status(StatusCode::kAborted, msg);
+    case SQLITE_LOCKED:
+      return Status(StatusCode::kAborted, msg);
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return DataLossError(msg);
+    case SQLITE_NOTADB:
+      return DataLossError(msg);
     case SQLITE_CANTOPEN:
     case SQLITE_IOERR:
-    case SQLITE_FULL: return UnavailableError(msg);
-    case SQLITE_CONSTRAINT: return AlreadyExistsError(msg);
-    default: return InternalError(msg);
+    case SQLITE_FULL:
+      return UnavailableError(msg);
+    case SQLITE_CONSTRAINT:
+      return AlreadyExistsError(msg);
+    default:
+      return InternalError(msg);
   }
 }
 
@@ -28,7 +33,8 @@ Status ExecSql(sqlite3* db, const char* sql) {
 
 Result<sqlite3*> OpenSqlite(const std::string& path, const char* schema) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status s = SqliteError(db, rc, "open database '" + path + "'");
     sqlite3_close(db);

@@ -36,7 +36,9 @@ class SqliteStatement {
   SqliteStatement(const SqliteStatement&) = delete;
   SqliteStatement& operator=(const SqliteStatement&) = delete;
 
-  Status prepared(const std::string& what) const { return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what); }
+  Status prepared(const std::string& what) const {
+    return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what);
+  }
   // Binds are checked: the first that fails (a wrong index, a value too large) is what Step()
   // returns, and the statement does not run.
   SqliteStatement& Bind(int i, int64_t v) { return Checked(sqlite3_bind_int64(s_, i, v)); }

@@ -55,7 +55,8 @@ int RunGnuplot(const std::string& script) {
     return -1;
   }
   // gnuplot may exit early on an error: a write to the closed pipe must not kill this process.
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &previous);
   const char* p = script.data();

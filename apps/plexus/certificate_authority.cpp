@@ -61,8 +61,8 @@ Result<Cert> NewCertificate(EVP_PKEY* key, const std::string& common_name, int d
   X509_set_pubkey(cert.get(), key);
   X509_NAME* subject = X509_get_subject_name(cert.get());
   X509_NAME_add_entry_by_txt(subject, "O", MBSTRING_ASC, reinterpret_cast<const unsigned char*>("Plexus"), -1, -1, 0);
-  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+  X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char*>(common_name.c_str()),
+                             -1, -1, 0);
   return cert;
 }
 
@@ -118,7 +118,8 @@ Status IssueCertificate(const std::string& dir, const std::string& name, bool se
   PLEXUS_ASSIGN_OR_RETURN(Cert cert, NewCertificate(key.get(), name, days));
   X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get()));
   PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
-  PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature,keyEncipherment"));
+  PLEXUS_RETURN_IF_ERROR(
+      AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature,keyEncipherment"));
   PLEXUS_RETURN_IF_ERROR(
       AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage, server ? "serverAuth" : "clientAuth"));
   PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));

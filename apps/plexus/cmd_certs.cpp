@@ -28,7 +28,8 @@ void AddCertsCommand(CLI::App& app) {
   auto* c = issue->add_option("--client", *client_name, "Client certificate; NAME becomes the client's identity");
   s->excludes(c);
   issue->callback([=] {
-    if (server_name->empty() == client_name->empty()) throw CommandError("give exactly one of --server NAME or --client NAME");
+    if (server_name->empty() == client_name->empty())
+      throw CommandError("give exactly one of --server NAME or --client NAME");
     const bool server = !server_name->empty();
     const std::string& name = server ? *server_name : *client_name;
     Check(IssueCertificate(*dir, name, server, *days));

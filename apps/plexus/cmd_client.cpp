@@ -37,7 +37,8 @@ void RunClient(const ClientFlags& f) {
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   auto parts = Take(PartitionIndices(train.labels, spec, f.num_partitions, f.seed), "partition");
   DatasetView local{&train, parts[static_cast<size_t>(f.partition_index)]};
-  spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(), local.size());
+  spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(),
+               local.size());
 
   ClientOptions o;
   o.client_id = f.client_id;
@@ -65,8 +66,8 @@ void RunClient(const ClientFlags& f) {
   }
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
   const int threads = f.threads;
-  ClientRuntime runtime(o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); },
-                        local);
+  ClientRuntime runtime(
+      o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); }, local);
   // The runtime checks the stop flag between steps; this watcher cancels the call in progress
   // (a long poll, a download or an upload, which keeps its partial state on the server for a resume)
   // so that a signal ends the client within a fraction of a second.
@@ -84,7 +85,8 @@ void RunClient(const ClientFlags& f) {
   runtime_done.store(true);
   stop_watcher.join();
   if (!summary.ok() && summary.status().code() == StatusCode::kCancelled && StopRequested().load()) {
-    spdlog::info("stopped on signal (client {}); run the same command again to continue", o.client_id.empty() ? "unnamed" : o.client_id);
+    spdlog::info("stopped on signal (client {}); run the same command again to continue",
+                 o.client_id.empty() ? "unnamed" : o.client_id);
     return;
   }
   if (!summary.ok() && summary.status().code() == StatusCode::kUnavailable) {
@@ -109,7 +111,8 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--num-partitions", f->num_partitions, "Number of partitions the training set is split into")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--partition-index", f->partition_index, "This client's partition, in [0, num-partitions)")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Partition seed (same on every client) and batch order")->capture_default_str();

@@ -20,8 +20,9 @@ void RunExport(const std::string& db, int64_t version, const std::string& out) {
     model = Take(store->Checkpoint(static_cast<uint64_t>(version)));
   }
   Check(WriteSafetensorsFile(out, model));
-  std::printf("wrote version %llu (%zu parameters, sha256 %s) to %s\n", static_cast<unsigned long long>(model.version()),
-              model.num_params(), model.ContentSha256().c_str(), out.c_str());
+  std::printf("wrote version %llu (%zu parameters, sha256 %s) to %s\n",
+              static_cast<unsigned long long>(model.version()), model.num_params(), model.ContentSha256().c_str(),
+              out.c_str());
 }
 
 }  // namespace

@@ -40,8 +40,8 @@ ModelState MergeThroughCrdt(const MergeFlags& f, std::vector<ModelState> models,
     Take(replica.Add(c), f.inputs[i]);
   }
   ModelState merged = Take(replica.Resolve(f.strategy, base), "--strategy");
-  std::printf("CRDT set: %zu distinct contributions of %zu files, root %s\n", replica.LiveIds().size(),
-              f.inputs.size(), replica.LiveRoot().c_str());
+  std::printf("CRDT set: %zu distinct contributions of %zu files, root %s\n", replica.LiveIds().size(), f.inputs.size(),
+              replica.LiveRoot().c_str());
   return merged;
 }
 
@@ -49,7 +49,8 @@ ModelState MergeThroughCrdt(const MergeFlags& f, std::vector<ModelState> models,
 std::vector<int64_t> IntegerWeights(const std::vector<double>& weights, size_t n) {
   if (weights.empty()) return std::vector<int64_t>(n, 1);
   if (weights.size() != n) {
-    throw CommandError("--weights has " + std::to_string(weights.size()) + " values for " + std::to_string(n) + " input files");
+    throw CommandError("--weights has " + std::to_string(weights.size()) + " values for " + std::to_string(n) +
+                       " input files");
   }
   std::vector<int64_t> out;
   for (double w : weights) {

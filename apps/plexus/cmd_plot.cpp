@@ -12,8 +12,8 @@ void AddPlotCommand(CLI::App& app) {
     std::string out = "accuracy.png";
   };
   auto flags = std::make_shared<PlotFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "plot", "Draw test accuracy against round and virtual time for one or several runs (gnuplot)");
+  CLI::App* cmd =
+      app.add_subcommand("plot", "Draw test accuracy against round and virtual time for one or several runs (gnuplot)");
   cmd->add_option("metrics", flags->inputs, "Metrics CSV files (plexus sim --metrics-out)")
       ->required()
       ->check(CLI::ExistingFile);

@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "apps/plexus/commands.h"
-#include "server/coordinator/engine_factory.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -16,6 +15,7 @@
 #include "core/memory_tuning.h"
 #include "core/safetensors.h"
 #include "server/coordinator/async_engine.h"
+#include "server/coordinator/engine_factory.h"
 #include "server/coordinator/sync_engine.h"
 #include "server/rpc/federation_server.h"
 #include "server/store/sqlite_store.h"
@@ -48,7 +48,6 @@ struct ServerFlags {
   std::string revoked_file;
   std::vector<std::string> admins;
 };
-
 
 // Removes the database a failed start created (not one that existed before): on destruction while
 // an exception leaves RunServer, once the store that uses it is closed.
@@ -96,8 +95,9 @@ void RunServer(const ServerFlags& f) {
   const int tls_flags = !f.tls_cert.empty() + !f.tls_key.empty() + !f.tls_client_ca.empty();
   const bool server_tls_only = tls_flags == 2 && f.tls_client_ca.empty() && limits.tokens;
   if (tls_flags != 0 && tls_flags != 3 && !server_tls_only) {
-    throw CommandError("mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca (with --tokens, "
-                       "--tls-cert and --tls-key alone encrypt the channel)");
+    throw CommandError(
+        "mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca (with --tokens, "
+        "--tls-cert and --tls-key alone encrypt the channel)");
   }
   if (tls_flags > 0) {
     tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
@@ -128,11 +128,13 @@ void RunServer(const ServerFlags& f) {
   }
   RealClock clock;
   ModelState initial = f.initial_model.empty() ? Take(InitModel(f.model, f.seed))
-                                                : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
+                                               : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
   if (!f.initial_model.empty()) {
     if (Status same = initial.CheckSameLayout(Take(InitModel(f.model, f.seed))); !same.ok()) {
-      spdlog::warn("--initial-model is not a '{}' model ({}): evaluation fails and real clients cannot train it; "
-                   "fine for load tests", f.model, same.message());
+      spdlog::warn(
+          "--initial-model is not a '{}' model ({}): evaluation fails and real clients cannot train it; "
+          "fine for load tests",
+          f.model, same.message());
     }
   }
   std::unique_ptr<Engine> engine =
@@ -160,7 +162,8 @@ void RunServer(const ServerFlags& f) {
   if (final_status.finished) {
     spdlog::info("federation finished at version {}; telling the clients (up to {} s)", final_status.model_version,
                  f.linger_s);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.linger_s * 1000));
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.linger_s * 1000));
     while (!StopRequested().load() && std::chrono::steady_clock::now() < until && !server->AllClientsToldFinished()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -198,9 +201,13 @@ void AddServerCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
   AddModeFlags(cmd, &f->mode, &f->async);
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
-  cmd->add_option("--db", f->db, "SQLite database with the federation's state, models in the folders <db>.checkpoints and <db>.updates (resumed if it exists)")
+  cmd->add_option("--db", f->db,
+                  "SQLite database with the federation's state, models in the folders <db>.checkpoints and "
+                  "<db>.updates (resumed if it exists)")
       ->capture_default_str();
-  cmd->add_option("--model", f->model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  cmd->add_option("--model", f->model, "Model: mlp or cnn")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
   cmd->add_option("--initial-model", f->initial_model,
                   "Start from this model (safetensors) instead of a freshly initialized --model; its layout must "
                   "be the --model's for evaluation and for real clients (a database that holds a model wins)")
@@ -211,16 +218,19 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
       ->capture_default_str();
-  cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")->capture_default_str();
+  cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")
+      ->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,
                   "With fewer than K but at least M clients, wait this long before sampling")
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Seed for the initial model and client sampling")->capture_default_str();
-  cmd->add_option("--data-dir", f->data_dir, "Fashion-MNIST directory for server-side evaluation")->capture_default_str();
+  cmd->add_option("--data-dir", f->data_dir, "Fashion-MNIST directory for server-side evaluation")
+      ->capture_default_str();
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
   cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
-  cmd->add_option("--linger-s", f->linger_s, "After the last round, keep serving until every client has been told, at most this many seconds")
+  cmd->add_option("--linger-s", f->linger_s,
+                  "After the last round, keep serving until every client has been told, at most this many seconds")
       ->capture_default_str();
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
@@ -264,8 +274,7 @@ void AddServerCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option_function<std::string>(
-         "--flow-control",
-         [f](const std::string& v) { f->limits.adaptive_flow_control = v == "adaptive"; },
+         "--flow-control", [f](const std::string& v) { f->limits.adaptive_flow_control = v == "adaptive"; },
          "How far ahead of the server each upload may send: adaptive (windows follow the link's "
          "bandwidth-delay product; for clients over long round trips) or fixed (64 KB windows: far less "
          "memory per waiting upload and less CPU on a LAN or one machine)")
@@ -275,7 +284,9 @@ void AddServerCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag("--insecure", f->insecure, "Allow listening on a non-loopback address without TLS");
-  cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--threads", f->threads, "LibTorch threads for evaluation")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f, cmd] {
     f->cmd = cmd;

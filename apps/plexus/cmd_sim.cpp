@@ -2,16 +2,16 @@
 
 #include <cstdio>
 
+#include "aggregators/registry.h"
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
-#include "server/coordinator/engine_factory.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
-#include "aggregators/registry.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
 #include "core/model_state.h"
 #include "core/safetensors.h"
+#include "server/coordinator/engine_factory.h"
 #include "simulations/crdt_sim.h"
 #include "simulations/mpi_task_runner.h"
 #include "simulations/sim_runner.h"
@@ -63,9 +63,10 @@ constexpr DeviceFlag<double> kDeviceDoubles[] = {
 
 std::string DescribeDevices(const DeviceModel& d, double server_mbps) {
   char buf[400];
-  int len = d.speed_sigma > 0
-                ? std::snprintf(buf, sizeof buf, "%g ms per step (median, log-normal sigma %g)", d.ms_per_step, d.speed_sigma)
-                : std::snprintf(buf, sizeof buf, "%g..%g ms per step", d.ms_per_step, d.ms_per_step * d.speed_ratio);
+  int len =
+      d.speed_sigma > 0
+          ? std::snprintf(buf, sizeof buf, "%g ms per step (median, log-normal sigma %g)", d.ms_per_step, d.speed_sigma)
+          : std::snprintf(buf, sizeof buf, "%g..%g ms per step", d.ms_per_step, d.ms_per_step * d.speed_ratio);
   if (d.down_mbps > 0 || d.up_mbps > 0 || d.latency_ms > 0) {
     len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", %g/%g Mbit/s down/up, %g ms latency",
                          d.down_mbps, d.up_mbps, d.latency_ms);
@@ -79,7 +80,8 @@ std::string DescribeDevices(const DeviceModel& d, double server_mbps) {
     len += std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", on %g s / off %g s", d.mean_on_s,
                          d.mean_off_s);
   }
-  if (server_mbps > 0) std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", server link %g Mbit/s", server_mbps);
+  if (server_mbps > 0)
+    std::snprintf(buf + len, sizeof buf - static_cast<size_t>(len), ", server link %g Mbit/s", server_mbps);
   return buf;
 }
 
@@ -94,12 +96,12 @@ void RunCrdtSim(const SimFlags& f) {
               static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
   std::vector<CrdtOrdering> results = Take(RunCrdtSimulation(o, [&](const CrdtOrdering& r) {
-    std::printf("ordering %3lld: replicas_identical=%s  gossip_rounds=%lld  converged_s=%.1f  messages=%lld  "
-                "mbytes=%.2f  lost=%lld  merkle_node_hashes=%lld  live=%lld ",
-                static_cast<long long>(r.ordering), r.identical ? "true" : "false",
-                static_cast<long long>(r.gossip_rounds), r.converged_s, static_cast<long long>(r.messages),
-                static_cast<double>(r.bytes) / 1e6, static_cast<long long>(r.messages_lost),
-                static_cast<long long>(r.node_hashes), static_cast<long long>(r.live));
+    std::printf(
+        "ordering %3lld: replicas_identical=%s  gossip_rounds=%lld  converged_s=%.1f  messages=%lld  "
+        "mbytes=%.2f  lost=%lld  merkle_node_hashes=%lld  live=%lld ",
+        static_cast<long long>(r.ordering), r.identical ? "true" : "false", static_cast<long long>(r.gossip_rounds),
+        r.converged_s, static_cast<long long>(r.messages), static_cast<double>(r.bytes) / 1e6,
+        static_cast<long long>(r.messages_lost), static_cast<long long>(r.node_hashes), static_cast<long long>(r.live));
     for (size_t i = 0; i < r.hashes.size(); ++i) {
       std::printf(" %s=%s", o.strategies[i].c_str(), r.hashes[i].substr(0, 12).c_str());
     }
@@ -158,16 +160,18 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
 
   const DeviceModel& dev = options.devices;
   if (!training_rank) {
-    std::printf("plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-                "devices: %s%s\n",
-                std::string(ModeName(options.mode)).c_str(), strategy.c_str(), static_cast<long long>(options.clients),
-                options.mode == Mode::kSync ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str() : "",
-                static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
-                static_cast<unsigned long long>(options.seed), DescribeDevices(dev, options.server_mbps).c_str(),
-                options.attack == "none" ? ""
-                                         : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
-                                            "% attackers (" + options.attack + ")")
-                                               .c_str());
+    std::printf(
+        "plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
+        "devices: %s%s\n",
+        std::string(ModeName(options.mode)).c_str(), strategy.c_str(), static_cast<long long>(options.clients),
+        options.mode == Mode::kSync ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str()
+                                    : "",
+        static_cast<long long>(options.sync.rounds), options.model.c_str(), options.partition.ToString().c_str(),
+        static_cast<unsigned long long>(options.seed), DescribeDevices(dev, options.server_mbps).c_str(),
+        options.attack == "none" ? ""
+                                 : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
+                                    "% attackers (" + options.attack + ")")
+                                       .c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
     std::fflush(stdout);
   }
@@ -195,20 +199,21 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     // ETA from the real time per version so far (the first versions include the setup).
     const double done = static_cast<double>(r.record.model_version);
     const double eta = done > 0 ? r.wall_time_s / done * (static_cast<double>(options.sync.rounds) - done) : 0.0;
-    std::printf("round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
-                "virtual %.1f s  real %.1f s  eta %.0f s\n",
-                static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
-                static_cast<long long>(r.record.num_updates), r.record.mean_train_loss,
-                r.record.test_accuracy.value_or(0.0), r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s,
-                eta);
+    std::printf(
+        "round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
+        "virtual %.1f s  real %.1f s  eta %.0f s\n",
+        static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
+        static_cast<long long>(r.record.num_updates), r.record.mean_train_loss, r.record.test_accuracy.value_or(0.0),
+        r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta);
     std::fflush(stdout);
   }));
-  std::printf("final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
-              "(%lld tasks trained, %lld dropped, %lld updates refused, peak memory %.0f MiB; model sha256 %s)\n",
-              result.final_test_accuracy, result.rounds.size(), result.virtual_time_s, result.wall_time_s,
-              static_cast<long long>(result.tasks_trained), static_cast<long long>(result.tasks_dropped),
-              static_cast<long long>(result.updates_refused), static_cast<double>(PeakRssBytes()) / (1 << 20),
-              result.final_model_sha256.c_str());
+  std::printf(
+      "final test accuracy %.4f after %zu versions, %.1f s of virtual time, %.1f s real "
+      "(%lld tasks trained, %lld dropped, %lld updates refused, peak memory %.0f MiB; model sha256 %s)\n",
+      result.final_test_accuracy, result.rounds.size(), result.virtual_time_s, result.wall_time_s,
+      static_cast<long long>(result.tasks_trained), static_cast<long long>(result.tasks_dropped),
+      static_cast<long long>(result.updates_refused), static_cast<double>(PeakRssBytes()) / (1 << 20),
+      result.final_model_sha256.c_str());
 
   RunSummary s;
   s.mode = ModeName(options.mode);
@@ -250,10 +255,13 @@ void AddSimCommand(CLI::App& app) {
   auto flags = std::make_shared<SimFlags>();
   flags->sim.sync.rounds = 20;
   flags->sim.sync.clients_per_round = 5;
-  CLI::App* cmd = app.add_subcommand(
-      "sim", "Run a simulated federation in virtual time (virtual clients, no sockets; under mpirun the training is spread over the ranks)");
+  CLI::App* cmd = app.add_subcommand("sim",
+                                     "Run a simulated federation in virtual time (virtual clients, no sockets; under "
+                                     "mpirun the training is spread over the ranks)");
   cmd->add_option("--clients", flags->sim.clients, "Virtual clients (N)")->capture_default_str();
-  cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))->capture_default_str();
+  cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")
+      ->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
   cmd->add_option("--partition", flags->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--seed", flags->sim.seed, "Seed for init, partition, sampling and batches")->capture_default_str();
   AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async);
@@ -311,7 +319,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--model-out", flags->model_out, "Write the final model to this .safetensors file");
   cmd->add_option("--train-subset", flags->train_subset, "Use only the first N training examples (0 = all)");
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
-  cmd->add_option("--threads", flags->threads, "LibTorch and OpenBLAS threads per process (equal counts give equal bits)")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--threads", flags->threads,
+                  "LibTorch and OpenBLAS threads per process (equal counts give equal bits)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   AddConfigOption(cmd);
   AddScenarioOption(cmd);
   cmd->callback([flags, cmd] {

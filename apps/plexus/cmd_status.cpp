@@ -20,7 +20,8 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
   auto stub = v1::Federation::NewStub(grpc::CreateChannel(server, ChannelCredentialsFor(tls)));
   grpc::ClientContext ctx;
   if (!tls.token.empty()) ctx.AddMetadata("authorization", "Bearer " + tls.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   v1::StatusReply r;
   grpc::Status s = stub->GetStatus(&ctx, v1::StatusRequest(), &r);
   if (!s.ok()) throw CommandError("cannot get status from " + server + ": " + s.error_message());
@@ -91,8 +92,8 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
     std::printf("%-17s %12s %6s %6s\n", "client", "ms/step", "steps", "group");
     for (const v1::ClientSchedule& c : r.schedule()) {
       std::printf("%-17s %12s %6lld %6s\n", c.client_id().c_str(),
-                  c.has_speed() ? std::to_string(c.ms_per_step()).c_str() : "-", static_cast<long long>(c.local_steps()),
-                  c.group() ? std::to_string(c.group()).c_str() : "-");
+                  c.has_speed() ? std::to_string(c.ms_per_step()).c_str() : "-",
+                  static_cast<long long>(c.local_steps()), c.group() ? std::to_string(c.group()).c_str() : "-");
     }
   }
   if (!r.error().empty()) std::printf("error             %s\n", r.error().c_str());

@@ -43,9 +43,10 @@ void IssueToken(const std::string& client, const std::string& tokens_file, std::
   std::ofstream out(tokens_file, std::ios::app);
   if (!out) throw CommandError("cannot append to " + tokens_file);
   out << updated.substr(existing.size());
-  std::printf("issued a token for %s: the token is in %s (give it to the client only), its hash in %s (for "
-              "plexus server --tokens)\n",
-              client.c_str(), token_out.c_str(), tokens_file.c_str());
+  std::printf(
+      "issued a token for %s: the token is in %s (give it to the client only), its hash in %s (for "
+      "plexus server --tokens)\n",
+      client.c_str(), token_out.c_str(), tokens_file.c_str());
 }
 
 }  // namespace

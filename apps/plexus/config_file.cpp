@@ -54,7 +54,8 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
     if (a.rfind("--", 0) != 0) continue;
     const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
     given.insert(name);
-    if (name == "config" || name == "scenario") file = a.find('=') != std::string::npos ? a.substr(a.find('=') + 1) : (i + 1 < args.size() ? args[i + 1] : "");
+    if (name == "config" || name == "scenario")
+      file = a.find('=') != std::string::npos ? a.substr(a.find('=') + 1) : (i + 1 < args.size() ? args[i + 1] : "");
   }
   if (file.empty()) return args;
 

@@ -1,13 +1,13 @@
 // plexus: the command-line entry point. Exceptions end here; everything below returns Status.
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <grpc/support/log.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <string>
 #include <vector>
-#include <cstdio>
 
 #include "apps/plexus/commands.h"
 #include "core/memory_tuning.h"

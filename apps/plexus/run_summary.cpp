@@ -59,8 +59,9 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   nlohmann::json rounds = nlohmann::json::array();
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
-    nlohmann::json row = {{"round", r.round},         {"model_version", r.model_version}, {"updates", r.num_updates},
-                          {"dropped", r.num_dropped}, {"examples", r.num_examples},       {"train_loss", r.mean_train_loss}};
+    nlohmann::json row = {{"round", r.round},           {"model_version", r.model_version},
+                          {"updates", r.num_updates},   {"dropped", r.num_dropped},
+                          {"examples", r.num_examples}, {"train_loss", r.mean_train_loss}};
     row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
     if (i < s.round_wall_time_s.size()) row["wall_time_s"] = s.round_wall_time_s[i];

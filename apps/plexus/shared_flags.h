@@ -39,11 +39,14 @@ inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o) {
   cmd->add_option("--server-lr", o->server_lr,
                   "async, semiasync: server learning rate (FedAsync's alpha when buffer-size is 1)")
       ->capture_default_str();
-  cmd->add_option("--staleness", o->staleness, "async, semiasync: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
+  cmd->add_option("--staleness", o->staleness,
+                  "async, semiasync: staleness weight, constant | poly:a=A | hinge:a=A,b=B")
       ->capture_default_str();
-  cmd->add_option("--max-staleness", o->max_staleness, "async, semiasync: refuse updates more versions behind than this")
+  cmd->add_option("--max-staleness", o->max_staleness,
+                  "async, semiasync: refuse updates more versions behind than this")
       ->capture_default_str();
-  cmd->add_option("--max-concurrency", o->max_concurrency, "async, semiasync: most tasks in flight at once (0 = no bound)")
+  cmd->add_option("--max-concurrency", o->max_concurrency,
+                  "async, semiasync: most tasks in flight at once (0 = no bound)")
       ->capture_default_str();
   cmd->add_option("--q-min", o->compass.q_min, "semiasync: fewest local steps per task")->capture_default_str();
   cmd->add_option("--q-max", o->compass.q_max, "semiasync: most local steps per task")->capture_default_str();

@@ -113,10 +113,9 @@ Result<std::unique_ptr<CrdtReplica>> LoadReplica(const std::string& path, const 
     if (rc != SQLITE_DONE) return SqliteError(c.db, rc, "load tombstones");
   }
   auto replica = std::make_unique<CrdtReplica>(replica_id, keys);
-  PLEXUS_RETURN_IF_ERROR(replica
-                             ->Restore(ContributionSet::FromState(replica_id, std::move(adds), std::move(tombstones)),
-                                       contributions)
-                             .WithContext("load replica from '" + path + "'"));
+  PLEXUS_RETURN_IF_ERROR(
+      replica->Restore(ContributionSet::FromState(replica_id, std::move(adds), std::move(tombstones)), contributions)
+          .WithContext("load replica from '" + path + "'"));
   return replica;
 }
 

@@ -56,18 +56,18 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   if (options.semi_async) {
     const CompassOptions& c = options.compass;
     e->description_ = "fedcompass(q=" + std::to_string(c.q_min) + ".." + std::to_string(c.q_max) +
-                      ",lambda=" + std::to_string(c.latest_time_factor) + ",server_lr=" +
-                      std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
-                      merge->Describe() + ")";
+                      ",lambda=" + std::to_string(c.latest_time_factor) +
+                      ",server_lr=" + std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() +
+                      ",merge=" + merge->Describe() + ")";
     e->compass_ = std::make_unique<CompassScheduler>(c);
     buffer_size = INT64_MAX;  // groups decide when to publish
   } else {
-    e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) + ",server_lr=" +
-                      std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() + ",merge=" +
-                      merge->Describe() + ")";
+    e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) +
+                      ",server_lr=" + std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() +
+                      ",merge=" + merge->Describe() + ")";
   }
-  PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({buffer_size, options.server_lr}, staleness,
-                                                            std::move(merge)));
+  PLEXUS_ASSIGN_OR_RETURN(e->buffer_,
+                          FedBuffBuffer::Create({buffer_size, options.server_lr}, staleness, std::move(merge)));
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
   e->model_ = std::move(restored.model);
   e->model_sha256_ = e->model_.ContentSha256();
@@ -202,7 +202,8 @@ Status AsyncEngine::Submit(Update update) {
                                    std::to_string(options_.max_staleness) + "); poll for a task on the current model");
   }
   // Validated before it is logged, so that a bad update is refused to its sender and never logged.
-  if (Status valid = CheckUpdate(update, model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
+  if (Status valid =
+          CheckUpdate(update, model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
       !valid.ok()) {
     ++updates_refused_;
     end_task(false);

@@ -41,18 +41,18 @@ namespace plexus {
 
 struct AsyncOptions {
   // Behaviour.
-  int64_t rounds = 5;                       // model versions to publish; then the federation finishes
-  int64_t buffer_size = 1;                  // K: updates per published version
-  double server_lr = 1.0;                   // FedBuff's eta_g (FedAsync's alpha when K = 1)
-  std::string staleness = "poly:a=0.5";     // s(tau), see aggregators/staleness.h
-  int64_t max_staleness = 10;               // refuse updates more versions behind than this
-  int64_t max_concurrency = 0;              // tasks in flight at once; 0 = no bound
+  int64_t rounds = 5;                              // model versions to publish; then the federation finishes
+  int64_t buffer_size = 1;                         // K: updates per published version
+  double server_lr = 1.0;                          // FedBuff's eta_g (FedAsync's alpha when K = 1)
+  std::string staleness = "poly:a=0.5";            // s(tau), see aggregators/staleness.h
+  int64_t max_staleness = 10;                      // refuse updates more versions behind than this
+  int64_t max_concurrency = 0;                     // tasks in flight at once; 0 = no bound
   std::string strategy = "fedavg:weighted=false";  // the buffer's merge (uniform mean: B / K)
-  int64_t task_timeout_ms = 600000;         // a task not reported by then is forgotten
-  int64_t client_timeout_ms = 60000;        // clients silent for longer are not counted connected
+  int64_t task_timeout_ms = 600000;                // a task not reported by then is forgotten
+  int64_t client_timeout_ms = 60000;               // clients silent for longer are not counted connected
   int64_t poll_retry_ms = 1000;
   TaskHyperparams task;
-  bool semi_async = false;                  // FedCompass scheduling (task.local_steps is then chosen per task)
+  bool semi_async = false;  // FedCompass scheduling (task.local_steps is then chosen per task)
   CompassOptions compass;
   // Publishing queues the version's hash and commit for the caller (Engine::TakeCommit) instead
   // of running them inside Submit, so that a server can run them outside its lock while updates
@@ -129,27 +129,27 @@ class AsyncEngine final : public Engine {
 
   ModelState model_;
   std::string model_sha256_;
-  uint64_t head_version_ = 0;                    // newest aggregated version, committed or not
+  uint64_t head_version_ = 0;  // newest aggregated version, committed or not
   // The model of head_version_ while its commit is queued or running (shared with the commit,
   // only read meanwhile); null once it is model_.
   std::shared_ptr<ModelState> head_model_;
-  int64_t versions_refused_nonfinite_ = 0;       // aggregates not published because not finite
-  std::deque<PendingCommit> commits_queued_;     // commit_outside: not yet taken, oldest first
-  size_t commits_running_ = 0;                   // taken and not yet handed back
+  int64_t versions_refused_nonfinite_ = 0;    // aggregates not published because not finite
+  std::deque<PendingCommit> commits_queued_;  // commit_outside: not yet taken, oldest first
+  size_t commits_running_ = 0;                // taken and not yet handed back
   ClientRegistry clients_;
-  std::map<std::string, OpenTask> tasks_;             // task id -> task
+  std::map<std::string, OpenTask> tasks_;              // task id -> task
   std::map<std::string, std::string> task_of_client_;  // client id -> task id
   uint64_t next_task_ = 0;
   int64_t buffered_examples_ = 0;
   double buffered_loss_ = 0.0;
   int64_t buffered_loss_count_ = 0;
   std::vector<RoundRecord> history_;
-  std::unique_ptr<CompassScheduler> compass_;       // semi-asynchronous mode only
-  std::map<uint64_t, std::vector<Logged>> held_;    // group -> updates that arrived on time
-  std::vector<MergedUpdate> merged_;                // folded into the buffer since the last version
-  std::vector<Logged> late_;                        // arrived after their group closed
-  uint64_t next_log_seq_ = 1;                       // the next update's log entry
-  std::vector<uint64_t> logged_done_;               // log entries the next commit forgets
+  std::unique_ptr<CompassScheduler> compass_;     // semi-asynchronous mode only
+  std::map<uint64_t, std::vector<Logged>> held_;  // group -> updates that arrived on time
+  std::vector<MergedUpdate> merged_;              // folded into the buffer since the last version
+  std::vector<Logged> late_;                      // arrived after their group closed
+  uint64_t next_log_seq_ = 1;                     // the next update's log entry
+  std::vector<uint64_t> logged_done_;             // log entries the next commit forgets
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   uint64_t poll_epoch_ = 0;

@@ -49,9 +49,9 @@ class BackupWorkers {
  private:
   enum class Kind { kNone, kStatic, kDynamic };
   Kind kind_ = Kind::kNone;
-  size_t backups_ = 0;                          // static
-  std::map<std::string, double> duration_ms_;   // dynamic: per-client estimate
-  std::optional<double> noise_ratio_;           // dynamic: r = S / G
+  size_t backups_ = 0;                         // static
+  std::map<std::string, double> duration_ms_;  // dynamic: per-client estimate
+  std::optional<double> noise_ratio_;          // dynamic: r = S / G
 };
 
 }  // namespace plexus

@@ -2,8 +2,8 @@
 // heard from, on the engine's clock. Borrows store and clock. Single-threaded (owned by an engine).
 #pragma once
 
-#include <map>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 

@@ -8,7 +8,8 @@ namespace plexus {
 Status CompassOptions::Validate() const {
   if (q_min < 1) return InvalidArgumentError("q-min must be at least 1");
   if (q_max < q_min) return InvalidArgumentError("q-max must be at least q-min");
-  if (!(speed_momentum > 0.0 && speed_momentum <= 1.0)) return InvalidArgumentError("speed-momentum must lie in (0, 1]");
+  if (!(speed_momentum > 0.0 && speed_momentum <= 1.0))
+    return InvalidArgumentError("speed-momentum must lie in (0, 1]");
   if (!(latest_time_factor >= 1.0)) return InvalidArgumentError("latest-time-factor must be at least 1");
   return Status::Ok();
 }

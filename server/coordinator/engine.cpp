@@ -51,8 +51,7 @@ Status CheckReportedNumbers(const Update& update) {
   constexpr int64_t kMaxCount = int64_t{1} << 40;
   const std::string from = " from client '" + update.client_id + "' (task '" + update.task_id + "')";
   if (update.num_examples < 0 || update.num_examples > kMaxCount) {
-    return InvalidArgumentError("num_examples " + std::to_string(update.num_examples) + from +
-                                " is outside [0, 2^40]");
+    return InvalidArgumentError("num_examples " + std::to_string(update.num_examples) + from + " is outside [0, 2^40]");
   }
   if (update.local_steps < 0 || update.local_steps > kMaxCount) {
     return InvalidArgumentError("local_steps " + std::to_string(update.local_steps) + from + " is outside [0, 2^40]");

@@ -20,7 +20,7 @@ namespace plexus {
 
 struct EngineStatus {
   std::string mode;
-  uint64_t round = 0;             // round in progress (or last round when finished)
+  uint64_t round = 0;  // round in progress (or last round when finished)
   uint64_t model_version = 0;
   int64_t known_clients = 0;
   int64_t connected_clients = 0;  // heard from within the client timeout
@@ -28,12 +28,12 @@ struct EngineStatus {
   int64_t round_received = 0;     // updates waiting to be aggregated
   int64_t updates_accepted = 0;   // since this process started
   int64_t updates_refused = 0;
-  int64_t updates_stale = 0;      // refused for exceeding the staleness bound (async)
+  int64_t updates_stale = 0;         // refused for exceeding the staleness bound (async)
   int64_t aggregates_nonfinite = 0;  // aggregates not published because not finite (since start)
   std::optional<double> last_accuracy;
   std::vector<ClientSchedule> schedule;  // semiasync: every client's speed estimate, steps and group
   bool finished = false;
-  std::string error;              // sticky store error, empty when healthy
+  std::string error;  // sticky store error, empty when healthy
 };
 
 // A version an engine has aggregated but not yet committed, handed to its caller so that the

@@ -131,8 +131,8 @@ void SyncEngine::MaybeStartRound() {
   r.deadline_ms = now + options_.round_deadline_ms;
   Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
   rng.Shuffle(std::span<std::string>(available));
-  const auto wanted = static_cast<int64_t>(
-      std::ceil(static_cast<double>(options_.clients_per_round) * options_.overselect - 1e-9));
+  const auto wanted =
+      static_cast<int64_t>(std::ceil(static_cast<double>(options_.clients_per_round) * options_.overselect - 1e-9));
   available.resize(static_cast<size_t>(std::min(n, wanted)));
   std::sort(available.begin(), available.end());
   for (const std::string& id : available) {
@@ -281,7 +281,8 @@ Status SyncEngine::CloseRound() {
     // round retried with a new sample; the updates it held are not merged.
     ++rounds_refused_nonfinite_;
     if (Status restored = aggregator_->RestoreState(state_before); !restored.ok()) {
-      sticky_error_ = restored.WithContext("restore the aggregator after a non-finite round " + std::to_string(open_->round));
+      sticky_error_ =
+          restored.WithContext("restore the aggregator after a non-finite round " + std::to_string(open_->round));
       return sticky_error_;
     }
     AbandonRound();

@@ -55,9 +55,9 @@ struct SyncOptions {
   // Backup workers: none | static:b=B | dynamic (DBW), see backup_workers.h. A round then closes
   // once the chosen number of updates is in (never fewer than min_clients); the rest are dropped.
   std::string backup_workers = "none";
-  std::string strategy = "fedavg";     // aggregator spec, see aggregators/registry.h
+  std::string strategy = "fedavg";  // aggregator spec, see aggregators/registry.h
   TaskHyperparams task;
-  uint64_t seed = 0;                   // client sampling
+  uint64_t seed = 0;  // client sampling
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -132,8 +132,8 @@ class SyncEngine final : public Engine {
   ClientRegistry clients_;
   std::optional<BackupWorkers> backups_;
   std::optional<OpenRound> open_;
-  int64_t attempts_ = 0;        // abandoned attempts of the current round
-  int64_t idle_since_ms_ = 0;   // when the engine last became ready for a new round
+  int64_t attempts_ = 0;       // abandoned attempts of the current round
+  int64_t idle_since_ms_ = 0;  // when the engine last became ready for a new round
   std::vector<RoundRecord> history_;
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;

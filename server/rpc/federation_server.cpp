@@ -109,8 +109,9 @@ Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::str
                                                                   const Clock* clock) {
   if (tls.enabled() && tls.key_pem.empty()) return InvalidArgumentError("TLS needs the certificate's key");
   if (tls.enabled() && tls.client_ca_pem.empty() && !limits.tokens) {
-    return InvalidArgumentError("TLS without a client CA leaves clients unauthenticated: give the client CA "
-                                "(mutual TLS) or a token file");
+    return InvalidArgumentError(
+        "TLS without a client CA leaves clients unauthenticated: give the client CA "
+        "(mutual TLS) or a token file");
   }
   const bool proven_identities = !tls.client_ca_pem.empty() || limits.tokens;
   if (!limits.admins.empty() && !proven_identities) {

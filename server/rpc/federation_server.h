@@ -2,9 +2,9 @@
 // Every engine call happens under one mutex; long polls wait on a condition variable that is
 // signalled whenever the engine's state may have changed. A ticker thread applies round
 // deadlines; a committer thread runs the commits the engine leaves to its caller
-// (Engine::TakeCommit) without the mutex, and uploads wait while two are pending. Update uploads are size-checked chunk by chunk against the current model's size
-// and decoded only once complete. Borrows the engine and store, which must outlive it.
-// Thread-safe.
+// (Engine::TakeCommit) without the mutex, and uploads wait while two are pending. Update uploads are size-checked chunk
+// by chunk against the current model's size and decoded only once complete. Borrows the engine and store, which must
+// outlive it. Thread-safe.
 #pragma once
 
 #include <memory>
@@ -29,12 +29,12 @@ struct ServerInfo {
 // values, known tasks). Refusals of every kind are logged and counted per status code in the
 // admin status.
 struct DoorLimits {
-  double max_update_norm = 0;       // refuse updates whose L2 norm exceeds this (0: no bound)
+  double max_update_norm = 0;  // refuse updates whose L2 norm exceeds this (0: no bound)
   // Refuse updates whose L2 norm exceeds this many times the median of recent accepted ones (or,
   // before five are, of the model's norm): AdaptiveNormBound. 0: off.
   double adaptive_norm_factor = 10;
-  double requests_per_s = 100;      // per client, on average (0: no limit)
-  double burst = 200;               // per client, at once
+  double requests_per_s = 100;  // per client, on average (0: no limit)
+  double burst = 200;           // per client, at once
   // Uploads received and decoded at once; the others wait before reading their payload (its
   // bytes wait in the transport's flow control), so the server holds a few models' worth of
   // uploads whatever the number of clients. 0: no bound.

@@ -44,7 +44,8 @@ constexpr uint32_t kModelChunkDataField = 4;  // ModelChunk.data
 // `how`: "" or e.g. " at its deadline".
 void LogRoundClosed(const RoundRecord& r, std::string_view how) {
   spdlog::info("round {} closed{}: {} updates, {} dropped, version {}{}", r.round, how, r.num_updates, r.num_dropped,
-               r.model_version, r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+               r.model_version,
+               r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
 }
 
 double L2Norm(const ModelState& m) { return std::sqrt(simd::SquaredNorm(m.data().data(), m.num_params())); }
@@ -76,12 +77,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
                                   grpc::ServerSplitStreamer<v1::DownloadModelRequest, grpc::ByteBuffer>* stream) {
                              return DownloadModelRaw(ctx, stream);
                            }));
-    MarkMethodStreamed(kUploadUpdateMethod,
-                       new grpc::internal::ClientStreamingHandler<FederationServiceImpl, grpc::ByteBuffer, v1::UploadReply>(
-                           [](FederationServiceImpl* s, grpc::ServerContext* ctx,
-                              grpc::ServerReader<grpc::ByteBuffer>* reader,
-                              v1::UploadReply* rep) { return s->UploadUpdateRaw(ctx, reader, rep); },
-                           this));
+    MarkMethodStreamed(
+        kUploadUpdateMethod,
+        new grpc::internal::ClientStreamingHandler<FederationServiceImpl, grpc::ByteBuffer, v1::UploadReply>(
+            [](FederationServiceImpl* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+               v1::UploadReply* rep) { return s->UploadUpdateRaw(ctx, reader, rep); },
+            this));
   }
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
@@ -164,8 +165,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     UploadChunks chunks(reader);
     Result<UpdateChunkView> chunk = InvalidArgumentError("an upload must start with a header chunk");
     if (!chunks.Next(&chunk) || !chunk.ok() || !chunk->has_header) {
-      return Refuse("upload", chunk.ok() ? InvalidArgumentError("an upload must start with a header chunk")
-                                         : chunk.status());
+      return Refuse("upload",
+                    chunk.ok() ? InvalidArgumentError("an upload must start with a header chunk") : chunk.status());
     }
     v1::UpdateHeader header;
     if (!header.ParseFromString(chunk->header)) {
@@ -180,9 +181,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
       limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
     }
     if (header.total_bytes() > limit) {
-      return Refuse("upload", ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
-                                                     " bytes exceeds the limit of " + std::to_string(limit) +
-                                                     " for this model"));
+      return Refuse("upload",
+                    ResourceExhaustedError("update of " + std::to_string(header.total_bytes()) +
+                                           " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
     if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32 &&
         header.encoding() != v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
@@ -200,8 +201,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
       // against whatever the model is now: in async mode versions move on while a client trains.
       Result<ModelState> base = store_->Checkpoint(header.base_version());
       if (!base.ok()) {
-        return Refuse("upload", FailedPreconditionError("weights for task " + header.task_id() + " start from version " +
-                                                        std::to_string(header.base_version()) +
+        return Refuse("upload", FailedPreconditionError("weights for task " + header.task_id() +
+                                                        " start from version " + std::to_string(header.base_version()) +
                                                         ", which this server cannot read: " + base.status().message()));
       }
       Status layout = u.delta.CheckSameLayout(*base);
@@ -214,7 +215,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
     std::unique_lock<std::mutex> lock(mu_);
     if (received->resumed) ++uploads_resumed_;
-    if (Status within = WithinNormBoundsLocked(header.task_id(), norm); !within.ok()) return RefuseLocked("upload", within);
+    if (Status within = WithinNormBoundsLocked(header.task_id(), norm); !within.ok())
+      return RefuseLocked("upload", within);
     // Commits the engine left to the committer hold a model each: wait while there are too many.
     cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
     const uint64_t version_before = engine_->model().version();
@@ -350,13 +352,14 @@ class FederationServiceImpl final : public v1::Federation::Service {
   Status WithinNormBoundsLocked(const std::string& task_id, double norm) {
     if (!std::isfinite(norm)) return Status::Ok();
     if (limits_.max_update_norm > 0 && norm > limits_.max_update_norm) {
-      return InvalidArgumentError(fmt::format(
-          "update for task {} has L2 norm {:g}, above the server's bound of {:g} (--max-update-norm)", task_id, norm,
-          limits_.max_update_norm));
+      return InvalidArgumentError(
+          fmt::format("update for task {} has L2 norm {:g}, above the server's bound of {:g} (--max-update-norm)",
+                      task_id, norm, limits_.max_update_norm));
     }
     if (!adaptive_bound_.enabled()) return Status::Ok();
     const ModelState& m = engine_->model();
-    if (!model_norm_ || model_norm_->first != m.version()) model_norm_.emplace(m.version(), L2Norm(m));  // once a version
+    if (!model_norm_ || model_norm_->first != m.version())
+      model_norm_.emplace(m.version(), L2Norm(m));  // once a version
     const double adaptive = adaptive_bound_.Bound(model_norm_->second);
     if (norm <= adaptive) return Status::Ok();
     return InvalidArgumentError(fmt::format(
@@ -368,9 +371,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // ResourceExhausted when `client` is over its request rate. Requires mu_.
   Status RateLimited(const std::string& client) {
     if (rate_.Allow(client)) return Status::Ok();
-    return ResourceExhaustedError(fmt::format(
-        "client '{}' is over the server's limit of {:g} requests per second; retry in {} ms", client,
-        limits_.requests_per_s, rate_.RetryAfterMs(client)));
+    return ResourceExhaustedError(
+        fmt::format("client '{}' is over the server's limit of {:g} requests per second; retry in {} ms", client,
+                    limits_.requests_per_s, rate_.RetryAfterMs(client)));
   }
 
   // The current version is kept encoded; older versions come from the store.
@@ -400,16 +403,16 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  RateLimiter rate_;                              // guarded by mu_
-  AdaptiveNormBound adaptive_bound_;              // guarded by mu_
+  RateLimiter rate_;                                       // guarded by mu_
+  AdaptiveNormBound adaptive_bound_;                       // guarded by mu_
   std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
-  std::map<std::string, int64_t> refusals_;       // guarded by mu_; by status code name
-  int64_t uploads_resumed_ = 0;                   // guarded by mu_
-  bool shutting_down_ = false;                    // guarded by mu_
-  std::set<std::string> active_clients_;          // guarded by mu_; clients seen by this process
-  std::set<std::string> told_finished_;           // guarded by mu_
-  std::shared_ptr<const std::string> encoded_;    // guarded by mu_
-  uint64_t encoded_version_ = 0;                  // guarded by mu_
+  std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
+  int64_t uploads_resumed_ = 0;                            // guarded by mu_
+  bool shutting_down_ = false;                             // guarded by mu_
+  std::set<std::string> active_clients_;                   // guarded by mu_; clients seen by this process
+  std::set<std::string> told_finished_;                    // guarded by mu_
+  std::shared_ptr<const std::string> encoded_;             // guarded by mu_
+  uint64_t encoded_version_ = 0;                           // guarded by mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,

@@ -33,7 +33,8 @@ std::string WhyCannotListen(const std::string& listen) {
     ::close(fd);
     if (bound == 0) continue;
     if (err == EADDRINUSE) {
-      why = "port " + port + " is already in use (another plexus server?): stop it, or choose another port with --listen HOST:PORT";
+      why = "port " + port +
+            " is already in use (another plexus server?): stop it, or choose another port with --listen HOST:PORT";
     } else if (err == EADDRNOTAVAIL) {
       why = host + " is not an address of this machine (--listen 0.0.0.0:" + port + " listens on all of them)";
     } else if (err == EACCES) {

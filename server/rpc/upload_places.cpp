@@ -19,9 +19,9 @@ UploadPlaces::Place::Place(UploadPlaces* places, grpc::ServerContext* ctx, const
     auto free = [this] { return places_->receiving_ < places_->limits_.max_concurrent; };
     if (limits.wait_ms > 0) {
       if (!places_->freed_.wait_for(lock, std::chrono::milliseconds(limits.wait_ms), free)) {
-        status_ = ResourceExhaustedError(fmt::format(
-            "all {} upload places stayed busy for {} ms (--max-concurrent-uploads): retry later", limits.max_concurrent,
-            limits.wait_ms));
+        status_ = ResourceExhaustedError(
+            fmt::format("all {} upload places stayed busy for {} ms (--max-concurrent-uploads): retry later",
+                        limits.max_concurrent, limits.wait_ms));
         return;
       }
     } else {

@@ -22,9 +22,9 @@ namespace plexus {
 class UploadPlaces {
  public:
   struct Limits {
-    int max_concurrent = 8;     // 0: no bound
-    int64_t wait_ms = 30000;    // 0: wait without bound
-    int64_t stall_ms = 30000;   // 0: never cancel
+    int max_concurrent = 8;    // 0: no bound
+    int64_t wait_ms = 30000;   // 0: wait without bound
+    int64_t stall_ms = 30000;  // 0: never cancel
   };
   UploadPlaces(const Limits& limits, const Clock* clock) : limits_(limits), clock_(clock) {}
 
@@ -58,10 +58,10 @@ class UploadPlaces {
   const Clock* const clock_;
   std::mutex mu_;
   std::condition_variable freed_;
-  int receiving_ = 0;                                // guarded by mu_; places taken (when bounded)
-  std::set<std::string> clients_;                    // guarded by mu_; clients with an upload in flight
+  int receiving_ = 0;                                      // guarded by mu_; places taken (when bounded)
+  std::set<std::string> clients_;                          // guarded by mu_; clients with an upload in flight
   std::map<grpc::ServerContext*, int64_t> last_chunk_ms_;  // guarded by mu_; uploads holding a place
-  std::set<grpc::ServerContext*> cancelled_;         // guarded by mu_; cancelled for stalling
+  std::set<grpc::ServerContext*> cancelled_;               // guarded by mu_; cancelled for stalling
 };
 
 }  // namespace plexus

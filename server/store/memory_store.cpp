@@ -12,7 +12,6 @@ Update KeptPartOf(const Update& update) {
 }
 }  // namespace
 
-
 Status MemoryStore::PutMeta(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);
   meta_[key] = value;
@@ -62,7 +61,8 @@ Status MemoryStore::CommitRound(const RoundRecord& round, const ModelState& mode
                                 std::to_string(model.version()));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (rounds_.count(round.round)) return AlreadyExistsError("round " + std::to_string(round.round) + " is already committed");
+  if (rounds_.count(round.round))
+    return AlreadyExistsError("round " + std::to_string(round.round) + " is already committed");
   PLEXUS_RETURN_IF_ERROR(PutCheckpointLocked(model));
   rounds_[round.round] = round;
   aggregator_state_ = aggregator_state;

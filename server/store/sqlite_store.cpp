@@ -412,7 +412,8 @@ Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Upd
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
-  const std::string what = round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
+  const std::string what =
+      round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
   if (updates_dir_.empty()) {
     const std::string delta = EncodeSafetensors(u.delta);
     st.BindBlobNoCopy(9, delta);
@@ -456,8 +457,9 @@ Result<std::vector<LoggedUpdate>> SqliteStore::ListLoggedUpdates() {
 
 Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, int64_t attempt, const char* order) {
   const std::string sql =
-      std::string("SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt "
-                  "FROM accepted_updates WHERE round = ?") +
+      std::string(
+          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt "
+          "FROM accepted_updates WHERE round = ?") +
       (attempt >= 0 ? " AND attempt = ? " : " ") + order;
   Stmt st(db_, sql.c_str());
   PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
@@ -474,11 +476,13 @@ Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, i
     u.num_examples = st.Int(3);
     u.local_steps = st.Int(4);
     if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
-    Result<ModelState> delta = st.IsNull(7)                   ? DecodeSafetensors(st.Text(6))
-                               : IsPlainFileName(st.Text(7)) ? ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7))
-                                                             : Result<ModelState>(InvalidArgumentError(
-                                                                   "it names '" + st.Text(7) + "', not a file of its folder"));
-    if (!delta.ok()) return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
+    Result<ModelState> delta =
+        st.IsNull(7) ? DecodeSafetensors(st.Text(6))
+        : IsPlainFileName(st.Text(7))
+            ? ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7))
+            : Result<ModelState>(InvalidArgumentError("it names '" + st.Text(7) + "', not a file of its folder"));
+    if (!delta.ok())
+      return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
     u.delta = std::move(delta).value();
     row.seq = static_cast<uint64_t>(st.Int(8));
     out.push_back(std::move(row));
@@ -561,7 +565,8 @@ Result<ModelState> SqliteStore::CheckpointLocked(uint64_t version) {
       return DataLossError("checkpoint " + std::to_string(version) + " is missing: " + model.status().message());
     }
   }
-  if (!model.ok()) return DataLossError("checkpoint " + std::to_string(version) + " is corrupt: " + model.status().message());
+  if (!model.ok())
+    return DataLossError("checkpoint " + std::to_string(version) + " is corrupt: " + model.status().message());
   if (model->ContentSha256() != st.Text(0)) {
     return DataLossError("checkpoint " + std::to_string(version) + " does not match its stored SHA-256");
   }

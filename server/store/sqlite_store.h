@@ -1,7 +1,7 @@
 // SqliteStore: the server's Store in one SQLite file (WAL mode, synchronous=FULL) and, next to it,
 // two folders of safetensors files: `<path>.checkpoints/` (one per model version) and
-// `<path>.updates/` (the accepted updates of the open round in sync mode, the update log of the asynchronous modes). Every state change is
-// one transaction. A model's file is written atomically and synced before the row that names it
+// `<path>.updates/` (the accepted updates of the open round in sync mode, the update log of the asynchronous modes).
+// Every state change is one transaction. A model's file is written atomically and synced before the row that names it
 // commits, so a model the database knows is on disk whole (checkpoints also carry their SHA-256,
 // verified on read); files whose rows are deleted go after the commit, and any a crash left
 // behind are removed when the database is next opened (once ten minutes old, so that a second

@@ -27,8 +27,8 @@ struct ClientRecord {
 struct MergedUpdate {
   std::string client_id;
   std::string task_id;
-  uint64_t staleness = 0;          // versions published between its task's start and the merge
-  uint64_t group = 0;              // semiasync group id; 0 for none
+  uint64_t staleness = 0;             // versions published between its task's start and the merge
+  uint64_t group = 0;                 // semiasync group id; 0 for none
   std::optional<double> ms_per_step;  // semiasync: the client's estimated time per local step
 
   friend bool operator==(const MergedUpdate&, const MergedUpdate&) = default;
@@ -39,10 +39,10 @@ struct RoundRecord {
   uint64_t model_version = 0;  // version published by this round
   std::string model_sha256;    // the checkpoint's ContentSha256 (empty: the store computes it)
   int64_t num_selected = 0;
-  int64_t num_updates = 0;     // updates aggregated
-  int64_t num_dropped = 0;     // selected clients that missed the deadline
+  int64_t num_updates = 0;  // updates aggregated
+  int64_t num_dropped = 0;  // selected clients that missed the deadline
   int64_t num_examples = 0;
-  int64_t attempts = 1;        // 1 + rounds abandoned for lack of quorum
+  int64_t attempts = 1;  // 1 + rounds abandoned for lack of quorum
   double mean_train_loss = 0.0;
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;

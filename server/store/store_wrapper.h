@@ -22,7 +22,9 @@ class StoreWrapper : public Store {
   Result<std::string> AggregatorState() override { return target_->AggregatorState(); }
   Status PutOpenRound(const OpenRoundRecord& r) override { return target_->PutOpenRound(r); }
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override { return target_->GetOpenRound(); }
-  Status PutAcceptedUpdate(uint64_t r, int64_t a, const Update& u) override { return target_->PutAcceptedUpdate(r, a, u); }
+  Status PutAcceptedUpdate(uint64_t r, int64_t a, const Update& u) override {
+    return target_->PutAcceptedUpdate(r, a, u);
+  }
   Status LogUpdate(uint64_t seq, const Update& u) override { return target_->LogUpdate(seq, u); }
   Result<std::vector<LoggedUpdate>> ListLoggedUpdates() override { return target_->ListLoggedUpdates(); }
   Result<std::vector<Update>> ListAcceptedUpdates(uint64_t r, int64_t a) override {

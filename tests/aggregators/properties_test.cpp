@@ -50,9 +50,19 @@ ModelState Run(const std::string& spec, const Input& in, const std::vector<size_
   return *out;
 }
 
-const std::vector<std::string> kStrategies = {
-    "fedavg", "fedavg:weighted=false", "fedavgm", "fednova", "fedadam", "krum:f=1", "multikrum:f=1",
-    "median", "trimmed_mean:beta=0.2", "bulyan:f=1", "geomed", "centered_clip:tau=5", "norm_bound:max=median"};
+const std::vector<std::string> kStrategies = {"fedavg",
+                                              "fedavg:weighted=false",
+                                              "fedavgm",
+                                              "fednova",
+                                              "fedadam",
+                                              "krum:f=1",
+                                              "multikrum:f=1",
+                                              "median",
+                                              "trimmed_mean:beta=0.2",
+                                              "bulyan:f=1",
+                                              "geomed",
+                                              "centered_clip:tau=5",
+                                              "norm_bound:max=median"};
 
 RC_GTEST_PROP(AggregatorLaws, PermutationInvariant, ()) {
   const auto strategy = *rc::gen::elementOf(kStrategies);

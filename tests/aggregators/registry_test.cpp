@@ -9,13 +9,16 @@ namespace {
 using ::plexus::testing::StatusIs;
 
 TEST(RegistryTest, UnknownNameListsKnownOnes) {
-  EXPECT_THAT(MakeAggregator("fedmagic", nullptr), StatusIs(StatusCode::kInvalidArgument, "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, fedadagrad"));
+  EXPECT_THAT(MakeAggregator("fedmagic", nullptr),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, fedadagrad"));
 }
 
 TEST(RegistryTest, UnknownParameterIsNamed) {
   EXPECT_THAT(MakeAggregator("fedavg:momentum=0.9", nullptr),
               StatusIs(StatusCode::kInvalidArgument, "no parameter 'momentum' (it takes: weighted)"));
-  EXPECT_THAT(MakeAggregator("fedavg:weighted=maybe", nullptr), StatusIs(StatusCode::kInvalidArgument, "not true/false"));
+  EXPECT_THAT(MakeAggregator("fedavg:weighted=maybe", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "not true/false"));
 }
 
 TEST(StrategySpecTest, ParsesNameAndParameters) {

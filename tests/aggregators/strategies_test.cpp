@@ -74,7 +74,8 @@ TEST(FedOptTest, FirstStepMatchesTheFormulas) {
   EXPECT_NEAR(Aggregate(*Make("fedadagrad:lr=0.1,beta1=0.9,tau=1e-3"), {{1}})->data()[0],
               lr * m / (std::sqrt(v_adagrad) + tau), 1e-6);
   EXPECT_THAT(MakeAggregator("fedadam:beta1=1.5", nullptr), StatusIs(StatusCode::kInvalidArgument, "beta1"));
-  EXPECT_THAT(MakeAggregator("fedadagrad:beta2=0.5", nullptr), StatusIs(StatusCode::kInvalidArgument, "no parameter 'beta2'"));
+  EXPECT_THAT(MakeAggregator("fedadagrad:beta2=0.5", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "no parameter 'beta2'"));
 }
 
 TEST(KrumTest, PicksTheMostCentralUpdate) {
@@ -166,8 +167,8 @@ TEST(StalenessTest, RulesMatchTheirDefinitions) {
 TEST(FedBuffTest, PublishesEveryKStalenessWeighted) {
   auto buffer = *FedBuffBuffer::Create({2, 1.0}, *StalenessRule::Parse("poly:a=1"), Make("fedavg:weighted=false"));
   ASSERT_OK(buffer->Begin(Vec({10})));
-  EXPECT_FALSE(*buffer->Add(U("a", {2}), 0));  // weight 1
-  EXPECT_TRUE(*buffer->Add(U("b", {4}), 1));   // weight 1/2
+  EXPECT_FALSE(*buffer->Add(U("a", {2}), 0));          // weight 1
+  EXPECT_TRUE(*buffer->Add(U("b", {4}), 1));           // weight 1/2
   EXPECT_FLOAT_EQ(buffer->Flush()->data()[0], 12.0f);  // 10 + (2 + 2) / 2
 
   auto slow = *FedBuffBuffer::Create({1, 0.5}, *StalenessRule::Parse("constant"), Make("fedavg"));
@@ -183,28 +184,31 @@ TEST(AllStrategiesTest, FoldScaledFoldsTheScaledDelta) {
   // either way the result is that of folding the scaled deltas.
   const std::vector<std::vector<float>> deltas = {{1.0f, -2.0f, 3.0f}, {0.5f, 4.0f, -1.0f}, {2.0f, 2.0f, 2.0f}};
   const std::vector<double> factors = {1.0, 0.5, 0.25};
-  for (const char* spec : {"fedavg", "fedavg:weighted=false", "fednova", "fedadam", "median",
-                           "trimmed_mean", "krum:f=0", "geomed", "centered_clip"}) {
+  for (const char* spec : {"fedavg", "fedavg:weighted=false", "fednova", "fedadam", "median", "trimmed_mean",
+                           "krum:f=0", "geomed", "centered_clip"}) {
     auto scaled = Make(spec), reference = Make(spec);
     ASSERT_OK(scaled->Begin(Vec({0, 0, 0})));
     ASSERT_OK(reference->Begin(Vec({0, 0, 0})));
     for (size_t i = 0; i < deltas.size(); ++i) {
       const std::string client(1, static_cast<char>('a' + i));
-      Update u = U(client, deltas[i], /*examples=*/static_cast<int64_t>(i + 1), /*steps=*/static_cast<int64_t>(2 * i + 1));
+      Update u =
+          U(client, deltas[i], /*examples=*/static_cast<int64_t>(i + 1), /*steps=*/static_cast<int64_t>(2 * i + 1));
       ASSERT_OK(scaled->FoldScaled(u, factors[i])) << spec;
       std::vector<float> by_hand = deltas[i];
       for (float& x : by_hand) x = static_cast<float>(x * factors[i]);
-      ASSERT_OK(reference->Fold(U(client, by_hand, static_cast<int64_t>(i + 1), static_cast<int64_t>(2 * i + 1)))) << spec;
+      ASSERT_OK(reference->Fold(U(client, by_hand, static_cast<int64_t>(i + 1), static_cast<int64_t>(2 * i + 1))))
+          << spec;
     }
     const ModelState got = *scaled->Finalize(), want = *reference->Finalize();
-    for (size_t j = 0; j < want.num_params(); ++j) EXPECT_NEAR(got.data()[j], want.data()[j], 1e-6) << spec << " [" << j << "]";
+    for (size_t j = 0; j < want.num_params(); ++j)
+      EXPECT_NEAR(got.data()[j], want.data()[j], 1e-6) << spec << " [" << j << "]";
   }
 }
 
 TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
-  for (const char* spec : {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
-                                  "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
-                                  "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
+  for (const char* spec :
+       {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0", "multikrum:f=0", "median",
+        "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip", "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
     auto agg = Make(spec);
     ASSERT_OK(agg->Begin(Vec({0, 0})));
     EXPECT_THAT(agg->Fold(U("a", {1})), StatusIs(StatusCode::kInvalidArgument, "shape [1], expected [2]")) << spec;
@@ -402,7 +406,8 @@ TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
       ptrs.push_back(d.data());
     }
     auto median = [](const float* const* rows, size_t k, size_t len, double* out, const void*) {
-      for (size_t c = 0; c < len; ++c) out[c] = k % 2 ? rows[k / 2][c] : 0.5 * (double(rows[k / 2 - 1][c]) + rows[k / 2][c]);
+      for (size_t c = 0; c < len; ++c)
+        out[c] = k % 2 ? rows[k / 2][c] : 0.5 * (double(rows[k / 2 - 1][c]) + rows[k / 2][c]);
     };
     std::vector<uint32_t> ranks = {static_cast<uint32_t>(n / 2)};
     if (n % 2 == 0) ranks.insert(ranks.begin(), static_cast<uint32_t>(n / 2 - 1));

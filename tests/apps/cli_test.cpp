@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <thread>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/process.h"
@@ -101,7 +101,8 @@ TEST(CliTest, ASecondServerOnTheSameDatabaseIsRefused) {
   EXPECT_NE(out.find("in use by another process"), std::string::npos) << out;
   // Its port, with a database of its own: one line saying so, and no new database left behind.
   const std::string other_db = Temp("other.db");
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", first_address, "--db", other_db, "--no-eval"}, &out), 1);
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", first_address, "--db", other_db, "--no-eval"}, &out),
+            1);
   EXPECT_NE(out.find("is already in use"), std::string::npos) << out;
   EXPECT_NE(out.find("--listen"), std::string::npos) << out;
   EXPECT_EQ(out.find("grpc"), std::string::npos) << "gRPC's own log leaked: " << out;
@@ -117,22 +118,24 @@ TEST(CliTest, ASecondServerOnTheSameDatabaseIsRefused) {
 // five times a second. Refused before anything starts, naming the fix.
 TEST(CliTest, AStrategyThatNeedsMoreClientsIsRefusedAtStart) {
   std::string out;
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"sim", "--strategy", "krum", "--clients", "10", "--clients-per-round", "4", "--dry-run"}, &out),
-            1);
+  EXPECT_EQ(
+      RunToCompletion(PLEXUS_BINARY,
+                      {"sim", "--strategy", "krum", "--clients", "10", "--clients-per-round", "4", "--dry-run"}, &out),
+      1);
   EXPECT_NE(out.find("needs at least 5 updates per round"), std::string::npos) << out;
   EXPECT_NE(out.find("--min-clients"), std::string::npos) << out;
   const std::string db = Temp("krum.db");
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"server", "--listen", "127.0.0.1:0", "--db", db, "--strategy", "krum", "--clients-per-round",
-                             "4", "--min-clients", "4", "--no-eval"},
+                            {"server", "--listen", "127.0.0.1:0", "--db", db, "--strategy", "krum",
+                             "--clients-per-round", "4", "--min-clients", "4", "--no-eval"},
                             &out),
             1);
   EXPECT_NE(out.find("needs at least 5 updates per round"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(db)) << "a refused start left a database behind";
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"sim", "--mode", "async", "--strategy", "bulyan", "--buffer-size", "4", "--dry-run"}, &out),
-            1);
+  EXPECT_EQ(
+      RunToCompletion(PLEXUS_BINARY,
+                      {"sim", "--mode", "async", "--strategy", "bulyan", "--buffer-size", "4", "--dry-run"}, &out),
+      1);
   EXPECT_NE(out.find("raise --buffer-size to 7"), std::string::npos) << out;
 }
 
@@ -147,13 +150,15 @@ TEST(CliTest, AMistypedFlagSuggestsTheClosestOne) {
 TEST(CliTest, HelpListsEveryCommand) {
   std::string out;
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"--help"}, &out), 0) << out;
-  for (const char* cmd : {"server", "client", "sim", "status", "export", "merge"}) EXPECT_NE(out.find(cmd), std::string::npos) << cmd;
+  for (const char* cmd : {"server", "client", "sim", "status", "export", "merge"})
+    EXPECT_NE(out.find(cmd), std::string::npos) << cmd;
   for (const char* cmd : {"server", "client", "sim", "status", "export", "merge"}) {
     ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {cmd, "--help"}, &out), 0) << cmd << out;
     EXPECT_NE(out.find("--config"), std::string::npos) << cmd;
   }
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--help"}, &out), 0);
-  for (const char* flag : {"--listen", "--db", "--rounds", "--clients-per-round", "--min-clients", "--model", "--summary-out"}) {
+  for (const char* flag :
+       {"--listen", "--db", "--rounds", "--clients-per-round", "--min-clients", "--model", "--summary-out"}) {
     EXPECT_NE(out.find(flag), std::string::npos) << flag;
   }
 }
@@ -202,7 +207,8 @@ TEST(CliTest, InvalidSettingsAreClearErrors) {
   EXPECT_NE(out.find("unknown strategy"), std::string::npos) << out;
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"sim", "--clients", "2", "--clients-per-round", "3"}, &out), 1);
   EXPECT_NE(out.find("exceeds --clients"), std::string::npos) << out;
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"export", "--db", Temp("none.db"), "--out", Temp("x.safetensors")}, &out), 1);
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"export", "--db", Temp("none.db"), "--out", Temp("x.safetensors")}, &out),
+            1);
   EXPECT_NE(out.find("does not exist"), std::string::npos) << out;
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"status", "--server", "127.0.0.1:1", "--timeout-s", "1"}, &out), 1);
   EXPECT_NE(out.find("cannot get status"), std::string::npos) << out;
@@ -293,11 +299,11 @@ TEST(CliTest, PlotRunsNoCommandFromAFileName) {
 
 TEST(CliTest, CrdtReplicaSimulationEndsWithTheVerdictLine) {
   std::string out;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"sim", "--crdt-replicas", "8", "--orderings", "2", "--crdt-contributions", "4",
-                             "--partition-heal"},
-                            &out),
-            0)
+  ASSERT_EQ(
+      RunToCompletion(
+          PLEXUS_BINARY,
+          {"sim", "--crdt-replicas", "8", "--orderings", "2", "--crdt-contributions", "4", "--partition-heal"}, &out),
+      0)
       << out;
   EXPECT_NE(out.find("ordering   1: replicas_identical=true"), std::string::npos) << out;
   EXPECT_NE(out.find("\nreplicas_identical=true hash="), std::string::npos) << out;
@@ -372,8 +378,8 @@ TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
 #else
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::vector<std::string> common = {"--clients", "8", "--train-subset", "4000", "--test-subset", "500",
-                                           "--rounds", "3", "--seed", "5"};
-  const std::vector<std::vector<std::string>> settings = {
+                                           "--rounds",  "3", "--seed",         "5"};
+  const std::vector<std::vector<std::string> > settings = {
       {"--clients-per-round", "4", "--attack", "labelflip", "--attackers", "0.25"},
       {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"}};
   for (const std::vector<std::string>& extra : settings) {
@@ -437,7 +443,9 @@ TEST(MergeCliTest, MergesFilesWithWeightsAndStrategies) {
   WriteModel(b, "w", {3, 6});
   WriteModel(c, "w", {100, -100});
   std::string log;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "fedavg", "--weights", "1,3", "--out", out, a, b}, &log), 0)
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "fedavg", "--weights", "1,3", "--out", out, a, b}, &log),
+      0)
       << log;
   EXPECT_EQ(ReadValues(out, 2), (std::vector<float>{2.5f, 5.0f}));
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--strategy", "median", "--out", out, a, b, c}, &log), 0) << log;
@@ -458,14 +466,18 @@ TEST(MergeCliTest, MergesFilesWithWeightsAndStrategies) {
 TEST(TokensCliTest, IssueWritesTheTokenAndAppendsOnlyItsHash) {
   const std::string hashes = Temp("tokens.txt"), token = Temp("alice.token");
   std::string log;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log), 0)
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log),
+            0)
       << log;
   const std::string secret = ReadFile(token);
   EXPECT_EQ(secret.size(), 65u);  // 64 hex digits and a newline
   const std::string listed = ReadFile(hashes);
   EXPECT_EQ(listed.rfind("alice ", 0), 0u);
   EXPECT_EQ(listed.find(secret.substr(0, 64)), std::string::npos);
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log), 1);
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"tokens", "issue", "--client", "alice", "--file", hashes, "--token-out", token}, &log),
+            1);
   EXPECT_NE(log.find("listed twice"), std::string::npos) << log;
   EXPECT_EQ(ReadFile(token), secret);  // the refused second issue changed nothing
   for (const auto& p : {hashes, token}) std::filesystem::remove(p);
@@ -477,10 +489,12 @@ TEST(MergeCliTest, CrdtMergeCountsDuplicatesOnceAndIgnoresOrder) {
   WriteModel(a, "w", {1, 2});
   WriteModel(b, "w", {3, 6});
   std::string log;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out1, a, b, a}, &log), 0)
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out1, a, b, a}, &log), 0)
       << log;
   EXPECT_NE(log.find("2 distinct contributions of 3 files"), std::string::npos) << log;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out2, b, a}, &log), 0)
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--strategy", "dare:p=0.5", "--out", out2, b, a}, &log),
+            0)
       << log;
   EXPECT_EQ(ReadFile(out1), ReadFile(out2));
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"merge", "--crdt", "--out", out1, a, b, b}, &log), 0) << log;

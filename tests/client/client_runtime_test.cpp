@@ -70,7 +70,7 @@ class InProcessTransport : public FederationTransport {
     return ack;
   }
 
-  std::deque<bool> failures;          // next calls fail while the front is true
+  std::deque<bool> failures;  // next calls fail while the front is true
   size_t drop_download_after_ = 0;
   std::vector<size_t> resumed_from_;
   std::function<void()> on_failure;   // e.g. the time a failing call takes
@@ -115,7 +115,9 @@ class ClientRuntimeTest : public ::testing::Test {
   }
 
   TrainerFactory Factory() {
-    return [](const std::string&) -> Result<std::unique_ptr<Trainer>> { return std::unique_ptr<Trainer>(new AddOneTrainer); };
+    return [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+      return std::unique_ptr<Trainer>(new AddOneTrainer);
+    };
   }
 
   ManualClock clock_;

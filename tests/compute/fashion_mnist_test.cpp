@@ -11,9 +11,7 @@ namespace {
 
 using ::plexus::testing::StatusIs;
 
-std::string Be32(uint32_t v) {
-  return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-}
+std::string Be32(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 
 std::string Images(uint32_t n, uint32_t rows, uint32_t cols) {
   std::string s = Be32(0x803) + Be32(n) + Be32(rows) + Be32(cols);

@@ -95,8 +95,10 @@ TEST(SampledPartitionTest, DrawsWithReplacementReproduciblyPerClient) {
   EXPECT_EQ(p.For(5), SampledPartition::Make(labels, iid, 30, 7)->For(5));  // any process, same client, same data
   EXPECT_NE(p.For(5), p.For(6));
   for (uint32_t i : p.For(123456)) EXPECT_LT(i, 1000u);
-  EXPECT_THAT(SampledPartition::Make(labels, iid, 0, 7).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "positive"));
-  EXPECT_THAT(SampledPartition::Make({}, iid, 5, 7).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "empty"));
+  EXPECT_THAT(SampledPartition::Make(labels, iid, 0, 7).status(),
+              ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "positive"));
+  EXPECT_THAT(SampledPartition::Make({}, iid, 5, 7).status(),
+              ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "empty"));
 }
 
 TEST(SampledPartitionTest, DirichletAndShardsSkewLabels) {

@@ -19,7 +19,8 @@ std::string Contents(const std::string& path) {
 }
 
 TEST(AtomicFileTest, WritesThePiecesInOrderAndReplacesTheOldFile) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("plexus_atomic_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plexus_atomic_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "f.bin").string();
@@ -34,7 +35,8 @@ TEST(AtomicFileTest, WritesThePiecesInOrderAndReplacesTheOldFile) {
 
 TEST(AtomicFileTest, LargeFilesOfAnyLengthComeOutExact) {
   // Large writes take the direct path in whole blocks; the file must still end where the bytes do.
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("plexus_atomic_big_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plexus_atomic_big_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::string body((size_t{9} << 20) + 12345, '\0');

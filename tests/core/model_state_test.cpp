@@ -34,7 +34,8 @@ TEST(ModelStateTest, RefusesDuplicateAndNegative) {
 TEST(ModelStateTest, LayoutMismatchNamesTheTensor) {
   ModelState a = TwoTensors();
   ModelState b = *ModelState::Create({{"w", {3, 2}}, {"b", {3}}});
-  EXPECT_THAT(b.CheckSameLayout(a), StatusIs(StatusCode::kInvalidArgument, "tensor 'w' has shape [3, 2], expected [2, 3]"));
+  EXPECT_THAT(b.CheckSameLayout(a),
+              StatusIs(StatusCode::kInvalidArgument, "tensor 'w' has shape [3, 2], expected [2, 3]"));
   ModelState c = *ModelState::Create({{"w", {2, 3}}});
   EXPECT_THAT(c.CheckSameLayout(a), StatusIs(StatusCode::kInvalidArgument, "1 tensors, expected 2"));
 }

@@ -36,8 +36,7 @@ TEST(SafetensorsTest, RoundTripKeepsOrderValuesAndVersion) {
 TEST(SafetensorsTest, ReadsAFileWithoutMetadata) {
   float v[2] = {1.5f, -2.0f};
   std::string data(reinterpret_cast<const char*>(v), sizeof v);
-  Result<ModelState> m =
-      DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
+  Result<ModelState> m = DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data));
   ASSERT_OK(m);
   EXPECT_EQ(m->version(), 0u);
   EXPECT_EQ(m->data()[1], -2.0f);
@@ -47,7 +46,8 @@ TEST(SafetensorsTest, RefusesMalformedInput) {
   EXPECT_THAT(DecodeSafetensors("abc"), StatusIs(StatusCode::kInvalidArgument, "shorter"));
   std::string huge(8, '\xff');
   EXPECT_THAT(DecodeSafetensors(huge), StatusIs(StatusCode::kInvalidArgument, "header length"));
-  EXPECT_THAT(DecodeSafetensors(HandMade("{not json", "")), StatusIs(StatusCode::kInvalidArgument, "not a JSON object"));
+  EXPECT_THAT(DecodeSafetensors(HandMade("{not json", "")),
+              StatusIs(StatusCode::kInvalidArgument, "not a JSON object"));
   EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", "abcd")),
               StatusIs(StatusCode::kInvalidArgument, "F32 only"));
   EXPECT_THAT(DecodeSafetensors(HandMade(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", "12345678")),
@@ -125,7 +125,8 @@ TEST(SafetensorsStreamDecoderTest, RefusesWhatTheWholeDecoderRefuses) {
 TEST(SafetensorsStreamDecoderTest, ChecksFinitenessAsValuesArriveAndForgetsItOnWrites) {
   const auto stream = [](const std::string& bytes, size_t piece) {
     SafetensorsStreamDecoder d(bytes.size());
-    for (size_t at = 0; at < bytes.size(); at += piece) EXPECT_TRUE(d.Append(std::string_view(bytes).substr(at, piece)).ok());
+    for (size_t at = 0; at < bytes.size(); at += piece)
+      EXPECT_TRUE(d.Append(std::string_view(bytes).substr(at, piece)).ok());
     return *std::move(d).Finish();
   };
   ModelState nan_inside = Sample();

@@ -60,7 +60,10 @@ TEST(StatusMatchersTest, OkMacrosEvaluateTheirArgumentOnce) {
   EXPECT_FATAL_FAILURE(AssertOkOnFailingCall(), "INTERNAL: call 1");
   EXPECT_EQ(calls_of_failing_call, 1);
   int ok_calls = 0;
-  EXPECT_OK([&] { ++ok_calls; return Status(); }());
+  EXPECT_OK([&] {
+    ++ok_calls;
+    return Status();
+  }());
   EXPECT_EQ(ok_calls, 1);
 }
 

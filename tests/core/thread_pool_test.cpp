@@ -13,9 +13,12 @@ TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
     ThreadPool pool(threads);
     for (size_t n : {0u, 1u, 5u, 100000u}) {
       std::vector<std::atomic<int>> hits(n);
-      pool.ParallelFor(n, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) hits[i]++;
-      }, 16);
+      pool.ParallelFor(
+          n,
+          [&](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) hits[i]++;
+          },
+          16);
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << threads << " " << n << " " << i;
     }
   }

@@ -45,8 +45,10 @@ TEST(SigningTest, SignAndVerify) {
   const std::string sig = *k.Sign("hello");
   EXPECT_EQ(sig.size(), 64u);
   EXPECT_OK(VerifySignature(k.public_key(), "hello", sig));
-  EXPECT_THAT(VerifySignature(k.public_key(), "hellO", sig), StatusIs(StatusCode::kPermissionDenied, "does not verify"));
-  EXPECT_THAT(VerifySignature(KeyFor(1).public_key(), "hello", sig), StatusIs(StatusCode::kPermissionDenied, "does not verify"));
+  EXPECT_THAT(VerifySignature(k.public_key(), "hellO", sig),
+              StatusIs(StatusCode::kPermissionDenied, "does not verify"));
+  EXPECT_THAT(VerifySignature(KeyFor(1).public_key(), "hello", sig),
+              StatusIs(StatusCode::kPermissionDenied, "does not verify"));
   const SigningKey fresh = *SigningKey::Generate();
   EXPECT_OK(VerifySignature(fresh.public_key(), "x", *fresh.Sign("x")));
 }
@@ -160,7 +162,8 @@ TEST(CrdtReplicaTest, SyncCarriesContributionsAndRetractions) {
   EXPECT_EQ(a.LiveIds().size(), 2u);
   EXPECT_EQ(a.Resolve("median", Base())->ContentSha256(), b.Resolve("median", Base())->ContentSha256());
   EXPECT_THAT(a.Retract(x), StatusIs(StatusCode::kNotFound, "not live"));
-  EXPECT_THAT(CrdtReplica("empty", &keys).Resolve("fedavg", Base()), StatusIs(StatusCode::kFailedPrecondition, "no live contributions"));
+  EXPECT_THAT(CrdtReplica("empty", &keys).Resolve("fedavg", Base()),
+              StatusIs(StatusCode::kFailedPrecondition, "no live contributions"));
 }
 
 // A peer that ships a tampered copy of every contribution it is asked for.

@@ -15,7 +15,8 @@ using ::plexus::testing::StatusIs;
 class ReplicaFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    path_ = (std::filesystem::temp_directory_path() / ("plexus_replica_" + std::to_string(::getpid()) + ".db")).string();
+    path_ =
+        (std::filesystem::temp_directory_path() / ("plexus_replica_" + std::to_string(::getpid()) + ".db")).string();
     Remove();
     for (int a = 0; a < 3; ++a) {
       keys_list_.push_back(*SigningKey::FromSeed(std::string(31, 'f') + static_cast<char>('0' + a)));
@@ -69,7 +70,8 @@ TEST_F(ReplicaFileTest, ATamperedFileIsRefused) {
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "UPDATE contributions SET examples = examples + 1", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
-  EXPECT_THAT(LoadReplica(path_, &keys_).status(), StatusIs(StatusCode::kInvalidArgument, "does not match its content"));
+  EXPECT_THAT(LoadReplica(path_, &keys_).status(),
+              StatusIs(StatusCode::kInvalidArgument, "does not match its content"));
   Remove();
   EXPECT_THAT(LoadReplica(path_, &keys_).status(), StatusIs(StatusCode::kNotFound, "no replica state"));
 }

@@ -64,10 +64,12 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   const std::string db = (dir / "s.db").string();
   auto start_server = [&](int i) {
-    std::vector<std::string> args = {"server", "--listen", address, "--db", db, "--rounds", std::to_string(rounds),
-                                     "--no-eval", "--local-steps", "5", "--linger-s", "30"};
+    std::vector<std::string> args = {
+        "server",    "--listen",      address, "--db",       db,  "--rounds", std::to_string(rounds),
+        "--no-eval", "--local-steps", "5",     "--linger-s", "30"};
     args.insert(args.end(), mode_flags.begin(), mode_flags.end());
-    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, (dir / ("server" + std::to_string(i) + ".log")).string());
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args,
+                                          (dir / ("server" + std::to_string(i) + ".log")).string());
   };
   std::vector<std::unique_ptr<ChildProcess>> clients;
   for (int i = 0; i < 3; ++i) {
@@ -122,7 +124,8 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
   auto store = *SqliteStore::Open(db);
   EXPECT_EQ(store->ListRounds()->size(), static_cast<size_t>(rounds));
   EXPECT_EQ(store->CheckpointVersions()->size(), static_cast<size_t>(rounds + 1));
-  for (const auto& r : *store->ListRounds()) EXPECT_EQ((*store->Checkpoint(r.model_version)).ContentSha256(), r.model_sha256);
+  for (const auto& r : *store->ListRounds())
+    EXPECT_EQ((*store->Checkpoint(r.model_version)).ContentSha256(), r.model_sha256);
   store.reset();
   if (db_out) {
     *db_out = db;  // the caller reads it, then removes the folder
@@ -135,8 +138,9 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
 TEST(CrashHarness, TwentyKillsLoseNothing) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const int rounds = RoundsFor(40);
-  const std::vector<std::string> logs = RunTwentyKills("crash_sync", rounds, {"--clients-per-round", "3", "--min-clients", "3"},
-                                                       /*clients_must_finish=*/true);
+  const std::vector<std::string> logs =
+      RunTwentyKills("crash_sync", rounds, {"--clients-per-round", "3", "--min-clients", "3"},
+                     /*clients_must_finish=*/true);
   // An acknowledged update that the server lost would make its client train and upload the same
   // task again.
   const std::map<std::string, int> uploads = AcknowledgedUploads(logs);

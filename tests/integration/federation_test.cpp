@@ -1,7 +1,7 @@
 // Real federations: a plexus server and client processes on 127.0.0.1.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
@@ -23,8 +23,8 @@ class FederationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
-    dir_ = std::filesystem::temp_directory_path() /
-           ("plexus_fed_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = std::filesystem::temp_directory_path() / ("plexus_fed_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     address_ = "127.0.0.1:" + std::to_string(FreePort());
@@ -37,7 +37,8 @@ class FederationTest : public ::testing::Test {
         if (e.path().extension() == ".log") {
           std::ifstream in(e.path());
           std::string text((std::istreambuf_iterator<char>(in)), {});
-          std::cerr << "---- " << e.path() << " (last 3000 bytes)\n" << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+          std::cerr << "---- " << e.path() << " (last 3000 bytes)\n"
+                    << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
         }
       }
     }
@@ -45,10 +46,28 @@ class FederationTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartServer(int rounds, const std::string& log,
-                                           const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args{"server", "--listen", address_, "--db", db_, "--rounds", std::to_string(rounds),
-                                  "--clients-per-round", "4", "--min-clients", "4", "--model", "mlp", "--test-subset",
-                                  "2000", "--summary-out", summary_, "--linger-s", "60", "--round-deadline-s", "120"};
+                                            const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"server",
+                                  "--listen",
+                                  address_,
+                                  "--db",
+                                  db_,
+                                  "--rounds",
+                                  std::to_string(rounds),
+                                  "--clients-per-round",
+                                  "4",
+                                  "--min-clients",
+                                  "4",
+                                  "--model",
+                                  "mlp",
+                                  "--test-subset",
+                                  "2000",
+                                  "--summary-out",
+                                  summary_,
+                                  "--linger-s",
+                                  "60",
+                                  "--round-deadline-s",
+                                  "120"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, (dir_ / log).string());
   }
@@ -57,9 +76,19 @@ class FederationTest : public ::testing::Test {
   std::vector<std::unique_ptr<ChildProcess>> StartClients(int n, int slow = 0) {
     std::vector<std::unique_ptr<ChildProcess>> clients;
     for (int i = 0; i < n; ++i) {
-      std::vector<std::string> args{"client", "--server", address_, "--partition", "iid", "--num-partitions",
-                                    std::to_string(n), "--partition-index", std::to_string(i), "--client-id",
-                                    "c" + std::to_string(i), "--give-up-s", "120"};
+      std::vector<std::string> args{"client",
+                                    "--server",
+                                    address_,
+                                    "--partition",
+                                    "iid",
+                                    "--num-partitions",
+                                    std::to_string(n),
+                                    "--partition-index",
+                                    std::to_string(i),
+                                    "--client-id",
+                                    "c" + std::to_string(i),
+                                    "--give-up-s",
+                                    "120"};
       if (i >= n - slow) {
         args.push_back("--slowdown");
         args.push_back("8");

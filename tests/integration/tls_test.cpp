@@ -1,6 +1,6 @@
 // Mutual TLS and client identity, with certificates from `plexus certs` and a real server.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
@@ -31,21 +31,38 @@ class TlsTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string certs = (dir_ / "certs").string(), evil = (dir_ / "evil").string();
-    for (const std::vector<std::string>& args :
-         {std::vector<std::string>{"certs", "init", "--dir", certs}, {"certs", "issue", "--dir", certs, "--server", "localhost"},
-          {"certs", "issue", "--dir", certs, "--client", "alice"}, {"certs", "issue", "--dir", certs, "--client", "bob"},
-          {"certs", "init", "--dir", evil}, {"certs", "issue", "--dir", evil, "--client", "mallory"}}) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"certs", "init", "--dir", certs},
+                                                 {"certs", "issue", "--dir", certs, "--server", "localhost"},
+                                                 {"certs", "issue", "--dir", certs, "--client", "alice"},
+                                                 {"certs", "issue", "--dir", certs, "--client", "bob"},
+                                                 {"certs", "init", "--dir", evil},
+                                                 {"certs", "issue", "--dir", evil, "--client", "mallory"}}) {
       std::string out;
       ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
     }
     port_ = FreePort();
-    server_ = std::make_unique<ChildProcess>(
-        PLEXUS_BINARY,
-        std::vector<std::string>{"server", "--listen", "127.0.0.1:" + std::to_string(port_), "--db", (dir_ / "s.db").string(),
-                                 "--rounds", "1", "--clients-per-round", "1", "--min-clients", "1", "--no-eval",
-                                 "--tls-cert", certs + "/localhost.crt", "--tls-key", certs + "/localhost.key",
-                                 "--tls-client-ca", certs + "/ca.crt", "--linger-s", "5"},
-        (dir_ / "server.log").string());
+    server_ = std::make_unique<ChildProcess>(PLEXUS_BINARY,
+                                             std::vector<std::string>{"server",
+                                                                      "--listen",
+                                                                      "127.0.0.1:" + std::to_string(port_),
+                                                                      "--db",
+                                                                      (dir_ / "s.db").string(),
+                                                                      "--rounds",
+                                                                      "1",
+                                                                      "--clients-per-round",
+                                                                      "1",
+                                                                      "--min-clients",
+                                                                      "1",
+                                                                      "--no-eval",
+                                                                      "--tls-cert",
+                                                                      certs + "/localhost.crt",
+                                                                      "--tls-key",
+                                                                      certs + "/localhost.key",
+                                                                      "--tls-client-ca",
+                                                                      certs + "/ca.crt",
+                                                                      "--linger-s",
+                                                                      "5"},
+                                             (dir_ / "server.log").string());
     // Wait until it listens.
     for (int i = 0; i < 200 && Read(dir_ / "server.log").find("listening") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -58,7 +75,8 @@ class TlsTest : public ::testing::Test {
   }
 
   ClientTls Tls(const std::string& ca_dir, const std::string& name) {
-    return {Read(dir_ / "certs" / "ca.crt"), Read(dir_ / ca_dir / (name + ".crt")), Read(dir_ / ca_dir / (name + ".key"))};
+    return {Read(dir_ / "certs" / "ca.crt"), Read(dir_ / ca_dir / (name + ".crt")),
+            Read(dir_ / ca_dir / (name + ".key"))};
   }
   std::unique_ptr<v1::Federation::Stub> Stub(std::shared_ptr<grpc::ChannelCredentials> creds) {
     return v1::Federation::NewStub(grpc::CreateChannel("localhost:" + std::to_string(port_), creds));
@@ -119,7 +137,8 @@ TEST_F(TlsTest, AClientActsOnlyAsItself) {
   h.task_id = prep.has_task() ? prep.task().task_id() : "r1a0-bob";
   EXPECT_EQ(transport->Upload(h, "x").status().code(), StatusCode::kPermissionDenied);
   h.client_id = "alice";
-  EXPECT_EQ(transport->Upload(h, "x").status().code(), StatusCode::kInvalidArgument);  // malformed payload, not Bob's task
+  EXPECT_EQ(transport->Upload(h, "x").status().code(),
+            StatusCode::kInvalidArgument);  // malformed payload, not Bob's task
 }
 
 TEST_F(TlsTest, ARealClientTrainsOverMutualTls) {
@@ -142,12 +161,14 @@ TEST(ListenTest, NonLoopbackWithoutTlsNeedsInsecure) {
   const std::string db = (dir / "x.db").string();
   EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", "0.0.0.0:0", "--db", db, "--no-eval"}, &out), 1);
   EXPECT_NE(out.find("refusing to listen on 0.0.0.0:0 without TLS"), std::string::npos) << out;
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", "127.0.0.1:0", "--db", db, "--tls-cert", "x"}, &out), 1);
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--listen", "127.0.0.1:0", "--db", db, "--tls-cert", "x"}, &out),
+            1);
   EXPECT_NE(out.find("needs all of"), std::string::npos) << out;
 
-  ChildProcess insecure(PLEXUS_BINARY,
-                        {"server", "--listen", "0.0.0.0:" + std::to_string(FreePort()), "--db", db, "--no-eval", "--insecure"},
-                        (dir / "insecure.log").string());
+  ChildProcess insecure(
+      PLEXUS_BINARY,
+      {"server", "--listen", "0.0.0.0:" + std::to_string(FreePort()), "--db", db, "--no-eval", "--insecure"},
+      (dir / "insecure.log").string());
   for (int i = 0; i < 200 && insecure.Log().find("listening") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

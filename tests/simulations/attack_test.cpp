@@ -76,7 +76,7 @@ TEST(AttackTest, MinMaxGoesAsFarAlongMinusStdAsTheHonestSpreadAllows) {
 }
 
 TEST(AttackTest, AlieZFollowsTheNormalQuantile) {
-  EXPECT_NEAR(AlieZ(10, 2), 0.2533, 1e-3);  // s = 4, p = 0.6
+  EXPECT_NEAR(AlieZ(10, 2), 0.2533, 1e-3);   // s = 4, p = 0.6
   EXPECT_NEAR(AlieZ(50, 10), 0.4677, 1e-3);  // s = 16, p = 0.68
 }
 

@@ -21,7 +21,7 @@ TEST(CrdtSimTest, ReplicasAgreeThroughDuplicatesDelaysAndAPartition) {
     EXPECT_EQ(ordering.hashes, (*r)[0].hashes);  // the same set in every ordering
     EXPECT_EQ(ordering.live, 5);                 // the poisoned one retracted, the re-added one kept
     EXPECT_GT(ordering.node_hashes, 0);
-    EXPECT_GT(ordering.messages_lost, 0);  // sent across the partition
+    EXPECT_GT(ordering.messages_lost, 0);   // sent across the partition
     EXPECT_GE(ordering.converged_s, 10.0);  // not before the partition healed (10 intervals of 1 s)
   }
 }

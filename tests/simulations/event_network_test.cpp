@@ -46,7 +46,7 @@ TEST(EventNetworkTest, MessagesOnOneLinkQueueBehindEachOther) {
   net.Send(b, c, 10, [&] { at.push_back(net.now_ms()); });         // another uplink: not held up
   net.Run();
   ASSERT_EQ(at.size(), 3u);
-  EXPECT_DOUBLE_EQ(at[0], 0);      // b -> c: unlimited links, no latency
+  EXPECT_DOUBLE_EQ(at[0], 0);  // b -> c: unlimited links, no latency
   EXPECT_DOUBLE_EQ(at[1], 1005);
   EXPECT_DOUBLE_EQ(at[2], 2005);
 }

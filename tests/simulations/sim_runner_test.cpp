@@ -81,7 +81,7 @@ TEST_F(SimRunnerTest, AsyncPublishesFastUpdatesWithoutWaiting) {
   ASSERT_OK(r);
   ASSERT_EQ(r->rounds.size(), 5u);
   EXPECT_DOUBLE_EQ(r->rounds[0].virtual_time_s, 0.1);
-  EXPECT_DOUBLE_EQ(r->rounds[2].virtual_time_s, 0.3);  // three fast tasks before the slow one ends
+  EXPECT_DOUBLE_EQ(r->rounds[2].virtual_time_s, 0.3);      // three fast tasks before the slow one ends
   EXPECT_EQ(r->rounds[3].record.merged[0].staleness, 3u);  // the slow update, 3 versions behind
 }
 
@@ -176,7 +176,8 @@ TEST_F(SimRunnerTest, TheServersLinkIsSharedByEveryTransfer) {
   Result<SimResult> r = Run(o);
   ASSERT_OK(r);
   ASSERT_EQ(r->rounds.size(), 1u);
-  const double transfer_ms = static_cast<double>(InitModel(o.model, 0)->num_params() * sizeof(float)) * 8 / 1e6 / 10 * 1000;
+  const double transfer_ms =
+      static_cast<double>(InitModel(o.model, 0)->num_params() * sizeof(float)) * 8 / 1e6 / 10 * 1000;
   // Both downloads leave the server one after the other; the slow client's 400 ms of steps come
   // after its own download at the earliest, and its upload after them.
   EXPECT_GE(r->rounds[0].virtual_time_s, (400 + 2 * transfer_ms) / 1000 - 1e-9);
@@ -273,7 +274,7 @@ TEST(DeviceModelTest, TaskTimeIsDownloadComputeAndUpload) {
   // 1,000,000 bytes = 8 Mbit: 1 s down, 2 s up; 10 steps of 20 ms; two latencies; the overhead.
   EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60 + 1000 + 2000);
   EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000, 2.0), 200 + 50 + 60 + 500 + 1000);  // twice the bandwidth
-  d.down_mbps = d.up_mbps = 0;  // unlimited
+  d.down_mbps = d.up_mbps = 0;                                                     // unlimited
   EXPECT_DOUBLE_EQ(d.TaskMs(10, 20.0, 1000000), 200 + 50 + 60);
 }
 
@@ -298,7 +299,7 @@ TEST(DeviceModelTest, LogNormalSpeedsHaveTheirMedianAndSpread) {
   std::vector<double> v = d.Assign(20001, 3);
   EXPECT_EQ(v, d.Assign(20001, 3));
   std::sort(v.begin(), v.end());
-  EXPECT_NEAR(v[10000], 20.0, 0.5);                  // the median
+  EXPECT_NEAR(v[10000], 20.0, 0.5);                       // the median
   EXPECT_NEAR(v[16827] / v[10000], std::exp(0.5), 0.03);  // one sigma above (84.1st percentile)
 }
 

@@ -10,19 +10,19 @@ namespace plexus::testing {
 
 inline const Status& GetStatus(const Status& s) { return s; }
 template <typename T>
-Status GetStatus(const Result<T>& r) { return r.status(); }
+Status GetStatus(const Result<T>& r) {
+  return r.status();
+}
 
 // EXPECT_OK(expr) / ASSERT_OK(expr): `expr` (a Status or a Result<T>) must be OK. The expression is
 // evaluated exactly once, so a failing Submit or Upload is neither repeated nor described by a
 // second call. The status is copied before the temporary holding it goes away.
-#define PLEXUS_TEST_OK_IMPL_(expr, on_failure)                                                      \
-  GTEST_AMBIGUOUS_ELSE_BLOCKER_                                                                     \
-  if (const ::plexus::Status plexus_test_status_ = ::plexus::testing::GetStatus(expr);              \
-      plexus_test_status_.ok())                                                                     \
-    ;                                                                                               \
-  else                                                                                              \
-    on_failure << "Value of: " #expr "\n  Actual: " << plexus_test_status_.ToString()               \
-               << "\nExpected: OK\n"
+#define PLEXUS_TEST_OK_IMPL_(expr, on_failure)                                                                   \
+  GTEST_AMBIGUOUS_ELSE_BLOCKER_                                                                                  \
+  if (const ::plexus::Status plexus_test_status_ = ::plexus::testing::GetStatus(expr); plexus_test_status_.ok()) \
+    ;                                                                                                            \
+  else                                                                                                           \
+    on_failure << "Value of: " #expr "\n  Actual: " << plexus_test_status_.ToString() << "\nExpected: OK\n"
 #define EXPECT_OK(expr) PLEXUS_TEST_OK_IMPL_(expr, ADD_FAILURE())
 #define ASSERT_OK(expr) PLEXUS_TEST_OK_IMPL_(expr, GTEST_FAIL())
 

@@ -142,7 +142,8 @@ TEST_F(AsyncEngineTest, UpdatesBeyondTheStalenessBoundAreRefused) {
   ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
   ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
   const float before = W();
-  EXPECT_THAT(Report("slow", slow, 100.0f), StatusIs(StatusCode::kFailedPrecondition, "2 versions stale (the limit is 1)"));
+  EXPECT_THAT(Report("slow", slow, 100.0f),
+              StatusIs(StatusCode::kFailedPrecondition, "2 versions stale (the limit is 1)"));
   EXPECT_FLOAT_EQ(W(), before);
   EXPECT_EQ(engine_->status().updates_stale, 1);
   // The refused task is over: the slow client gets a fresh one on the current model.

@@ -22,7 +22,7 @@ TEST(BackupWorkersTest, DynamicWaitsForEveryoneUntilItKnowsMore) {
   EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 4u);
   for (const char* id : {"a", "b", "c"}) w.ObserveDuration(id, 100);
   w.ObserveDuration("d", 1000);
-  EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 4u);  // durations, but no noise ratio yet
+  EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 4u);                        // durations, but no noise ratio yet
   w.ObserveRound(/*mean_update_sq_norm=*/2.0, /*step_sq_norm=*/1.0);  // r = 1
   // gain(k) / time(k): k = 3 gives (3/4) / 100, k = 4 only (4/5) / 1000.
   EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 3u);
@@ -35,9 +35,9 @@ TEST(BackupWorkersTest, DynamicWaitsLongerWhenUpdatesAreNoisyAndTimesClose) {
   w.ObserveDuration("b", 100);
   w.ObserveDuration("c", 100);
   w.ObserveDuration("d", 130);
-  w.ObserveRound(1.0, 1.0);  // r = 0: no noise, the fastest alone is best per unit time
+  w.ObserveRound(1.0, 1.0);                     // r = 0: no noise, the fastest alone is best per unit time
   EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 3u);  // ties between 1..3 go to the larger k
-  w.ObserveRound(101.0, 1.0);  // r = 100: every extra update is worth its 30% longer wait
+  w.ObserveRound(101.0, 1.0);                   // r = 100: every extra update is worth its 30% longer wait
   EXPECT_EQ(w.UpdatesToWaitFor(kFour, 1), 4u);
 }
 

@@ -318,7 +318,7 @@ TEST_F(SyncEngineTest, BadUpdatesAreRefusedAndLoseNothing) {
 
   ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 50.0f)));  // duplicate of an accepted task: ignored
   ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f)));
-  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.0f);      // 1 + (2 + 4) / 2
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.0f);  // 1 + (2 + 4) / 2
 }
 
 TEST_F(SyncEngineTest, ResumesFromTheLatestCheckpoint) {
@@ -418,7 +418,7 @@ TEST_F(SyncEngineTest, AcknowledgedUpdatesSurviveACrashMidRound) {
   Join("b");
   Task ta = TaskOf("a"), tb = TaskOf("b");
   ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));  // acknowledged
-  engine_.reset();                                             // "kill -9" before the round closes
+  engine_.reset();                                            // "kill -9" before the round closes
 
   Open(Options(1, 2, 2));
   EXPECT_EQ(engine_->status().round_received, 1);

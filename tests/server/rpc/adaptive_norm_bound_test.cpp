@@ -9,7 +9,7 @@ namespace {
 
 TEST(AdaptiveNormBoundTest, StartsFromTheModelNormThenFollowsTheMedianOfRecentUpdates) {
   AdaptiveNormBound bound(10, /*window=*/5, /*min_samples=*/3);
-  EXPECT_DOUBLE_EQ(bound.Bound(2.0), 20.0);  // nothing accepted yet: 10 x the model's norm
+  EXPECT_DOUBLE_EQ(bound.Bound(2.0), 20.0);   // nothing accepted yet: 10 x the model's norm
   EXPECT_TRUE(std::isinf(bound.Bound(0.0)));  // a zero model says nothing
   bound.Accepted(1.0);
   bound.Accepted(3.0);

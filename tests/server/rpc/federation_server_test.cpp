@@ -318,7 +318,8 @@ TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
   h.num_examples = 10;
   ModelState big = ModelState::ZerosLike(model);
   for (float& x : big.data()) x = 3.0f;  // norm 6
-  EXPECT_THAT(transport->Upload(h, EncodeSafetensors(big)), StatusIs(StatusCode::kInvalidArgument, "above the server's bound of 5"));
+  EXPECT_THAT(transport->Upload(h, EncodeSafetensors(big)),
+              StatusIs(StatusCode::kInvalidArgument, "above the server's bound of 5"));
   ModelState small = ModelState::ZerosLike(model);
   for (float& x : small.data()) x = 2.0f;  // norm 4
   ASSERT_OK(transport->Upload(h, EncodeSafetensors(small)));
@@ -338,9 +339,12 @@ TEST(TokenAuthTest, TokensNameTheClientAndEverythingElseIsRefused) {
     return MakeGrpcFederationTransport(target, auth);
   };
   EXPECT_EQ(transport_for("secret-a")->Join("", 10, "test")->client_id, "alice");  // the token names the client
-  EXPECT_THAT(transport_for("")->Join("alice", 10, "test"), StatusIs(StatusCode::kUnauthenticated, "needs a client token"));
-  EXPECT_THAT(transport_for("guess")->Join("alice", 10, "test"), StatusIs(StatusCode::kUnauthenticated, "unknown client token"));
-  EXPECT_THAT(transport_for("secret-b")->Poll("alice", 10), StatusIs(StatusCode::kPermissionDenied, "cannot act as 'alice'"));
+  EXPECT_THAT(transport_for("")->Join("alice", 10, "test"),
+              StatusIs(StatusCode::kUnauthenticated, "needs a client token"));
+  EXPECT_THAT(transport_for("guess")->Join("alice", 10, "test"),
+              StatusIs(StatusCode::kUnauthenticated, "unknown client token"));
+  EXPECT_THAT(transport_for("secret-b")->Poll("alice", 10),
+              StatusIs(StatusCode::kPermissionDenied, "cannot act as 'alice'"));
   EXPECT_EQ(transport_for("secret-a")->Poll("alice", 1000)->kind, PollAnswer::Kind::kTask);
 }
 
@@ -458,7 +462,8 @@ TEST(DownloadAuthTest, DownloadsAndTheStatusNeedAValidUnrevokedIdentity) {
 
 TEST(DownloadAuthTest, PublicStatusOpensTheStatusToEveryCaller) {
   DoorLimits limits;
-  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(TokenRegistry::EntryFor("alice", "secret-a") + "\n"));
+  limits.tokens =
+      std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(TokenRegistry::EntryFor("alice", "secret-a") + "\n"));
   limits.public_status = true;
   OneClientServer fed(limits);
   EXPECT_TRUE(StatusAs(fed.target, "").ok());

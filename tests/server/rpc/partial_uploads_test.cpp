@@ -21,8 +21,8 @@ TEST(PartialUploadsTest, KeepsOnePerClientForItsTaskUntilItsTimeIsUp) {
   const std::string bytes = EncodeSafetensors(*ModelState::Create({{"w", {64}}}));
   partial.Keep("a", "t1", bytes.size(), Arrived(bytes, 100));
   EXPECT_EQ(partial.HeldBytes("a", "t1", bytes.size()), 100u);
-  EXPECT_EQ(partial.HeldBytes("a", "t2", bytes.size()), 0u);  // another task
-  EXPECT_EQ(partial.HeldBytes("b", "t1", bytes.size()), 0u);  // another client
+  EXPECT_EQ(partial.HeldBytes("a", "t2", bytes.size()), 0u);   // another task
+  EXPECT_EQ(partial.HeldBytes("b", "t1", bytes.size()), 0u);   // another client
   partial.Keep("a", "t1", bytes.size(), Arrived(bytes, 120));  // a newer one replaces it
   EXPECT_EQ(partial.HeldBytes("a", "t1", bytes.size()), 120u);
   clock.AdvanceMs(1001);  // on the injected clock, not the wall clock

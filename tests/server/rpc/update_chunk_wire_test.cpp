@@ -72,7 +72,8 @@ TEST(UpdateChunkWireTest, LengthDelimitedFieldHeaderWritesWhatProtobufWrites) {
     EXPECT_EQ(LengthDelimitedFieldHeader(2, n) + data, update.SerializeAsString()) << n;
     v1::ModelChunk model;
     model.set_data(data);
-    if (n > 0) EXPECT_EQ(LengthDelimitedFieldHeader(4, n) + data, model.SerializeAsString()) << n;  // proto3 omits empty
+    if (n > 0)
+      EXPECT_EQ(LengthDelimitedFieldHeader(4, n) + data, model.SerializeAsString()) << n;  // proto3 omits empty
   }
   EXPECT_EQ(LengthDelimitedFieldHeader(16, 1), std::string("\x82\x01\x01", 3));  // a tag past one byte
 }
@@ -82,8 +83,8 @@ TEST(UpdateChunkWireTest, SkipsUnknownFieldsAsProtobufDoes) {
   chunk.set_data("abc");
   // Field 15 as a varint, field 16 as 64-bit, field 17 as length-delimited, field 18 as 32-bit.
   const std::string wire = std::string("\x78\x96\x01", 3) + std::string("\x81\x01", 2) + std::string(8, 'x') +
-                           std::string("\x8a\x01\x02hi", 5) + chunk.SerializeAsString() +
-                           std::string("\x95\x01", 2) + std::string(4, 'y');
+                           std::string("\x8a\x01\x02hi", 5) + chunk.SerializeAsString() + std::string("\x95\x01", 2) +
+                           std::string(4, 'y');
   v1::UpdateChunk reference;
   ASSERT_TRUE(reference.ParseFromString(wire));
   ASSERT_EQ(reference.data(), "abc");
@@ -103,9 +104,17 @@ TEST(UpdateChunkWireTest, RefusesMalformedChunksNamingTheFault) {
   };
   const std::vector<Case> cases = {
       {"", "neither a header nor data"},
-      {std::string("\x12\x05" "abc", 5), "longer than the message"},
+      {std::string("\x12\x05"
+                   "abc",
+                   5),
+       "longer than the message"},
       {std::string("\x12\xff", 2), "truncated length"},
-      {std::string("\x12\x01" "a" "\x12\x01" "b", 6), "more than one part"},
+      {std::string("\x12\x01"
+                   "a"
+                   "\x12\x01"
+                   "b",
+                   6),
+       "more than one part"},
       {std::string("\x0a\x00\x12\x00", 4), "more than one part"},
       {std::string("\x10\x01", 2), "field 2 has wire type 0"},
       {std::string("\x13", 1), "wire type 3"},

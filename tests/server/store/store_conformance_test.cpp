@@ -28,7 +28,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
  protected:
   void SetUp() override {
     path_ = (std::filesystem::temp_directory_path() /
-             ("plexus_store_" + GetParam().name + "_" + std::to_string(::getpid()) + ".db")).string();
+             ("plexus_store_" + GetParam().name + "_" + std::to_string(::getpid()) + ".db"))
+                .string();
     Remove();
     store_ = GetParam().open(path_);
     ASSERT_NE(store_, nullptr);
@@ -38,7 +39,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
     Remove();
   }
   void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"}) std::filesystem::remove_all(path_ + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"})
+      std::filesystem::remove_all(path_ + suffix);
   }
 
   static ModelState Model(uint64_t version, float fill) {
@@ -251,14 +253,16 @@ class ScratchDatabase {
   std::vector<std::string> update_files() const {
     std::vector<std::string> out;
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec)) out.push_back(e.path().filename().string());
+    for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec))
+      out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
   }
 
  private:
   void Remove() {
-    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"}) std::filesystem::remove_all(path_ + suffix);
+    for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"})
+      std::filesystem::remove_all(path_ + suffix);
   }
   std::string path_;
 };
@@ -271,7 +275,6 @@ Update AcceptedUpdate(const std::string& client, size_t params, float fill) {
   u.delta = Filled(params, 0, fill);
   return u;
 }
-
 
 TEST(SqliteStoreTest, CheckpointsAreFilesNextToTheDatabase) {
   ScratchDatabase db("plexus_ckpt_files");
@@ -400,9 +403,11 @@ TEST(SqliteStoreTest, ReadsCheckpointsStoredInsideOlderDatabases) {
     // The checkpoints table as databases had it before checkpoints moved to files.
     sqlite3* raw = nullptr;
     ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE checkpoints (version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL)",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(
+            raw, "CREATE TABLE checkpoints (version INTEGER PRIMARY KEY, sha256 TEXT NOT NULL, bytes BLOB NOT NULL)",
+            nullptr, nullptr, nullptr),
+        SQLITE_OK);
     sqlite3_stmt* st = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO checkpoints VALUES(0, ?, ?)", -1, &st, nullptr), SQLITE_OK);
     const std::string sha = old_model.ContentSha256(), bytes = EncodeSafetensors(old_model);
@@ -514,7 +519,11 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
 
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string path = (std::filesystem::temp_directory_path() / "plexus_notadb.db").string();
-  { FILE* f = fopen(path.c_str(), "w"); fputs("this is not sqlite, just text that is long enough to matter......", f); fclose(f); }
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    fputs("this is not sqlite, just text that is long enough to matter......", f);
+    fclose(f);
+  }
   EXPECT_FALSE(SqliteStore::Open(path).ok());
   std::filesystem::remove(path);
 }
