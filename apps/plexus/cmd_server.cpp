@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "apps/plexus/commands.h"
+#include "apps/plexus/http_endpoint.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -18,6 +19,7 @@
 #include "server/coordinator/engine_factory.h"
 #include "server/coordinator/sync_engine.h"
 #include "server/rpc/federation_server.h"
+#include "server/rpc/prometheus_text.h"
 #include "server/store/sqlite_store.h"
 
 namespace plexus::cli {
@@ -47,6 +49,7 @@ struct ServerFlags {
   std::string tokens_file;
   std::string revoked_file;
   std::vector<std::string> admins;
+  std::string metrics_listen;
 };
 
 // Removes the database a failed start created (not one that existed before): on destruction while
@@ -148,6 +151,17 @@ void RunServer(const ServerFlags& f) {
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
   created.Keep();
+  std::unique_ptr<HttpEndpoint> metrics_endpoint;
+  if (!f.metrics_listen.empty()) {
+    FederationServer* watched = server.get();
+    metrics_endpoint =
+        Take(HttpEndpoint::Start(f.metrics_listen,
+                                 {{"/metrics",
+                                   {"text/plain; version=0.0.4",
+                                    [watched] { return PrometheusText(watched->metrics(), ResidentBytes()); }}}}),
+             "--metrics-listen");
+    spdlog::info("metrics on http://{}/metrics (port {})", f.metrics_listen, metrics_endpoint->port());
+  }
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
                security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description());
 
@@ -242,6 +256,8 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--admins", f->admins,
                   "Client names allowed to read the status (needs mutual TLS or --tokens; default: anyone)")
       ->delimiter(',');
+  cmd->add_option("--metrics-listen", f->metrics_listen,
+                  "Serve Prometheus metrics at http://HOST:PORT/metrics (default: off)");
   cmd->add_flag("--public-status", f->limits.public_status,
                 "Answer the status to every caller, also when the server has mutual TLS or --tokens (default: "
                 "only to callers with a valid certificate or token)");

@@ -4,6 +4,7 @@
 #include "server/rpc/federation_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
 #include <chrono>
@@ -35,6 +36,9 @@ class GrpcFederationServer final : public FederationServer {
 
   Status Init(const std::string& listen) {
     SkipAbseilDeadlockDetection();
+    // The standard grpc.health.v1 service on the same port (Kubernetes probes, load balancers):
+    // SERVING from the start, since a server starts only once its store is open.
+    grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
     if (tls_.enabled()) {
@@ -56,6 +60,9 @@ class GrpcFederationServer final : public FederationServer {
     if (!adaptive_flow_control_) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) return UnavailableError("cannot listen on " + listen + ": " + WhyCannotListen(listen));
+    if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+      health->SetServingStatus(true);
+    }
     committer_ = std::thread([this] { service_.RunCommits(stop_commits_); });
     ticker_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(stop_mu_);
@@ -70,6 +77,7 @@ class GrpcFederationServer final : public FederationServer {
 
   int port() const override { return port_; }
   EngineStatus status() override { return service_.status(); }
+  ServerMetrics metrics() override { return service_.metrics(); }
   bool AllClientsToldFinished() override { return service_.AllClientsToldFinished(); }
 
   void Shutdown() override {
@@ -81,6 +89,7 @@ class GrpcFederationServer final : public FederationServer {
     stop_cv_.notify_all();
     if (ticker_.joinable()) ticker_.join();
     service_.BeginShutdown();
+    if (server_ && server_->GetHealthCheckService()) server_->GetHealthCheckService()->Shutdown();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     // After the last upload handler: what they queued is committed before the store closes.
     stop_commits_ = true;

@@ -7,9 +7,11 @@
 // outlive it. Thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/status.h"
@@ -75,6 +77,22 @@ struct ServerTls {
   bool enabled() const { return !cert_pem.empty(); }
 };
 
+// What operators watch (`plexus server --metrics-listen`): the engine's status and the door's
+// counters since this process started.
+struct ServerMetrics {
+  EngineStatus engine;
+  std::map<std::string, int64_t> refusals;  // refused calls by status code name
+  int64_t uploads_resumed = 0;
+  int64_t upload_bytes = 0;    // payload bytes of accepted updates
+  int64_t download_bytes = 0;  // model bytes sent
+  // Accepted uploads by how long they took (first chunk to acknowledgement): counts of those at
+  // most kUploadSecondsBounds[i] seconds, then all of them.
+  static constexpr double kUploadSecondsBounds[] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60};
+  std::vector<int64_t> upload_seconds_le;  // cumulative, one per bound
+  int64_t upload_count = 0;
+  double upload_seconds_sum = 0;
+};
+
 class FederationServer {
  public:
   // Unavailable when the address cannot be bound.
@@ -86,6 +104,7 @@ class FederationServer {
   virtual int port() const = 0;
   // Engine status under the server's lock.
   virtual EngineStatus status() = 0;
+  virtual ServerMetrics metrics() = 0;
   // True once every client that called this server has been told the federation finished.
   virtual bool AllClientsToldFinished() = 0;
   // Stops accepting calls, ends open long polls, and joins all threads. Idempotent.

@@ -6,9 +6,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -152,6 +154,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
       grpc::Slice parts[2] = {grpc::Slice(head), SharedBytesSlice(*bytes, off, n)};
       grpc::ByteBuffer message(parts, 2);
       if (!stream->Write(message)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
+      download_bytes_ += static_cast<int64_t>(n);
       if (b.empty()) break;
     }
     return grpc::Status::OK;
@@ -191,6 +194,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
     // Held until the update is submitted or refused: the places bound how many decoded updates
     // the server holds at once.
+    const int64_t started_ms = clock_->NowMs();
     UploadPlaces::Place place(&places_, ctx, *who);
     if (!place.status().ok()) return Refuse("upload", place.status());
     Result<ReceivedUpload> received = ReceiveUpload(chunks, header, &partial_, &place);
@@ -223,6 +227,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     Status s = engine_->Submit(std::move(u));
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
     adaptive_bound_.Accepted(norm);
+    CountUploadLocked(header.total_bytes(), static_cast<double>(clock_->NowMs() - started_ms) / 1000.0);
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
     if (header.want_next_task()) {
@@ -272,6 +277,16 @@ class FederationServiceImpl final : public v1::Federation::Service {
   EngineStatus status() {
     std::lock_guard<std::mutex> lock(mu_);
     return engine_->status();
+  }
+
+  ServerMetrics metrics() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ServerMetrics m = upload_metrics_;
+    m.engine = engine_->status();
+    m.refusals = refusals_;
+    m.uploads_resumed = uploads_resumed_;
+    m.download_bytes = download_bytes_.load();
+    return m;
   }
 
   bool AllClientsToldFinished() {
@@ -368,6 +383,18 @@ class FederationServiceImpl final : public v1::Federation::Service {
         task_id, norm, adaptive, limits_.adaptive_norm_factor));
   }
 
+  // Counts an accepted upload of `bytes` that took `seconds`. Requires mu_.
+  void CountUploadLocked(int64_t bytes, double seconds) {
+    ServerMetrics& m = upload_metrics_;
+    if (m.upload_seconds_le.empty()) m.upload_seconds_le.assign(std::size(ServerMetrics::kUploadSecondsBounds), 0);
+    for (size_t i = 0; i < m.upload_seconds_le.size(); ++i) {
+      if (seconds <= ServerMetrics::kUploadSecondsBounds[i]) ++m.upload_seconds_le[i];
+    }
+    ++m.upload_count;
+    m.upload_seconds_sum += seconds;
+    m.upload_bytes += bytes;
+  }
+
   // ResourceExhausted when `client` is over its request rate. Requires mu_.
   Status RateLimited(const std::string& client) {
     if (rate_.Allow(client)) return Status::Ok();
@@ -408,11 +435,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
   std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
   int64_t uploads_resumed_ = 0;                            // guarded by mu_
-  bool shutting_down_ = false;                             // guarded by mu_
-  std::set<std::string> active_clients_;                   // guarded by mu_; clients seen by this process
-  std::set<std::string> told_finished_;                    // guarded by mu_
-  std::shared_ptr<const std::string> encoded_;             // guarded by mu_
-  uint64_t encoded_version_ = 0;                           // guarded by mu_
+  ServerMetrics upload_metrics_;                           // guarded by mu_; the upload counters
+  std::atomic<int64_t> download_bytes_{0};
+  bool shutting_down_ = false;                  // guarded by mu_
+  std::set<std::string> active_clients_;        // guarded by mu_; clients seen by this process
+  std::set<std::string> told_finished_;         // guarded by mu_
+  std::shared_ptr<const std::string> encoded_;  // guarded by mu_
+  uint64_t encoded_version_ = 0;                // guarded by mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
@@ -421,6 +450,7 @@ FederationService::FederationService(Engine* engine, Store* store, ServerInfo in
 FederationService::~FederationService() = default;
 grpc::Service* FederationService::service() { return impl_.get(); }
 EngineStatus FederationService::status() { return impl_->status(); }
+ServerMetrics FederationService::metrics() { return impl_->metrics(); }
 bool FederationService::AllClientsToldFinished() { return impl_->AllClientsToldFinished(); }
 void FederationService::Tick() { impl_->Tick(); }
 void FederationService::RunCommits(const std::atomic<bool>& stop) { impl_->RunCommits(stop); }

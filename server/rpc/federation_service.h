@@ -28,6 +28,7 @@ class FederationService {
   // What a grpc::ServerBuilder registers.
   grpc::Service* service();
   EngineStatus status();
+  ServerMetrics metrics();
   bool AllClientsToldFinished();
   // Applies the engine's deadlines and cancels stalled uploads; the server's ticker calls it.
   void Tick();

@@ -1,5 +1,9 @@
 // The plexus command as a user runs it: help, config files, and clear errors on bad input.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -7,11 +11,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "tests/integration/process.h"
+#include "tests/testing/prometheus_samples.h"
 
 namespace plexus {
 namespace {
@@ -145,6 +151,65 @@ TEST(CliTest, AMistypedFlagSuggestsTheClosestOne) {
   EXPECT_NE(out.find("did you mean --rounds?"), std::string::npos) << out;
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"server", "--min-client", "3"}, &out), 0);
   EXPECT_NE(out.find("did you mean --min-clients?"), std::string::npos) << out;
+}
+
+// GET http://127.0.0.1:PORT/PATH over a plain socket; the response's body ("" on failure).
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[4096];
+      for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) response.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// Operators scrape /metrics while a federation runs: the counters move as rounds close.
+TEST(CliTest, TheMetricsEndpointIsScrapedDuringAFederation) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string address = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
+  const int metrics_port = ::plexus::testing::FreePort();
+  const std::string db = Temp("metrics.db");
+  ::plexus::testing::ChildProcess server(
+      PLEXUS_BINARY,
+      {"server", "--listen", address, "--db", db, "--rounds", "3", "--clients-per-round", "2", "--min-clients", "2",
+       "--no-eval", "--local-steps", "5", "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)},
+      Temp("server_metrics.log"));
+  ASSERT_TRUE(WaitForLog(server, "metrics on")) << server.Log();
+  const std::string before = HttpGet(metrics_port, "/metrics");
+  EXPECT_EQ(::plexus::testing::PrometheusSample(before, "plexus_model_version"), 0) << before;
+  EXPECT_EQ(::plexus::testing::PrometheusSample(before, "plexus_updates_accepted_total"), 0) << before;
+  EXPECT_EQ(HttpGet(metrics_port, "/other"), "") << "only /metrics is served";
+  std::vector<std::unique_ptr<::plexus::testing::ChildProcess>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::make_unique<::plexus::testing::ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"client", "--server", address, "--num-partitions", "30", "--partition-index",
+                                 std::to_string(i), "--client-id", "m" + std::to_string(i)},
+        Temp("client_metrics" + std::to_string(i) + ".log")));
+  }
+  ASSERT_TRUE(WaitForLog(server, "round 1 closed")) << server.Log();
+  const std::string during = HttpGet(metrics_port, "/metrics");
+  const double version = ::plexus::testing::PrometheusSample(during, "plexus_model_version");
+  EXPECT_GE(version, 1) << during;
+  EXPECT_GE(::plexus::testing::PrometheusSample(during, "plexus_updates_accepted_total"), 2 * version) << during;
+  EXPECT_GT(::plexus::testing::PrometheusSample(during, "plexus_upload_bytes_total"), 0) << during;
+  EXPECT_GT(::plexus::testing::PrometheusSample(during, "plexus_download_bytes_total"), 0) << during;
+  EXPECT_GE(::plexus::testing::PrometheusSample(during, "plexus_upload_seconds_count"), 2) << during;
+  EXPECT_GT(::plexus::testing::PrometheusSample(during, "plexus_resident_memory_bytes"), 0) << during;
+  for (auto& c : clients) EXPECT_EQ(c->Wait(120000), 0) << c->Log();
+  EXPECT_EQ(server.Wait(60000), 0) << server.Log();
+  RemoveDatabase(db);
 }
 
 TEST(CliTest, HelpListsEveryCommand) {
@@ -379,7 +444,7 @@ TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::vector<std::string> common = {"--clients", "8", "--train-subset", "4000", "--test-subset", "500",
                                            "--rounds",  "3", "--seed",         "5"};
-  const std::vector<std::vector<std::string> > settings = {
+  const std::vector<std::vector<std::string>> settings = {
       {"--clients-per-round", "4", "--attack", "labelflip", "--attackers", "0.25"},
       {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"}};
   for (const std::vector<std::string>& extra : settings) {

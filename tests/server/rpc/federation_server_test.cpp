@@ -6,6 +6,7 @@
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <unistd.h>
@@ -852,6 +853,36 @@ TEST(AdaptiveNormTest, HugeUpdatesAreRefusedByDefaultAndHonestOnesPass) {
   EXPECT_EQ(engine->model().version(), 1u);
   EXPECT_TRUE(AllFinite(engine->model().data()));
   server->Shutdown();
+}
+
+// Kubernetes probes and load balancers speak grpc.health.v1: the server answers SERVING. Called
+// as raw bytes: an empty HealthCheckRequest, and the reply's field 1 (status) = 1 (SERVING).
+TEST_F(FederationServerTest, TheStandardHealthServiceAnswersServing) {
+  auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice no_bytes(std::string{});  // HealthCheckRequest{service: ""} encodes to no bytes
+  grpc::ByteBuffer request(&no_bytes, 1);
+  grpc::ByteBuffer reply;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &reply, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = s;
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
