@@ -8,10 +8,12 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <string>
 #include <type_traits>
 
 #include "core/safetensors.h"
+#include "simulations/task_wire.h"
 
 namespace plexus {
 namespace {
@@ -19,49 +21,15 @@ namespace {
 // Message tags. From rank 0: a base model, a job, a fetch, stop; to rank 0: an outcome.
 enum Tag : int { kBase = 1, kJob = 2, kFetch = 3, kStop = 4, kOutcome = 5 };
 
-// Fixed-width fields appended to a byte string, read back in the same order. Both ends are
-// the same binary on the same kind of machine, so host byte order is fine.
-class Writer {
- public:
-  template <typename T>
-  Writer& Put(const T& v) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
-    return *this;
+// MPI counts a message's bytes in an int: a larger message is refused here, not truncated.
+Result<int> MpiCount(size_t bytes) {
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return ResourceExhaustedError("a message of " + std::to_string(bytes) +
+                                  " bytes exceeds MPI's limit of 2^31 - 1 bytes per message (a model that large "
+                                  "cannot be spread over MPI ranks)");
   }
-  Writer& PutBytes(std::string_view b) {
-    Put<uint64_t>(b.size());
-    bytes_.append(b);
-    return *this;
-  }
-  std::string Take() { return std::move(bytes_); }
-
- private:
-  std::string bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(std::string_view bytes) : rest_(bytes) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (rest_.size() < sizeof(T)) return false;
-    std::memcpy(v, rest_.data(), sizeof(T));
-    rest_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool GetBytes(std::string_view* b) {
-    uint64_t n = 0;
-    if (!Get(&n) || rest_.size() < n) return false;
-    *b = rest_.substr(0, n);
-    rest_.remove_prefix(n);
-    return true;
-  }
-  bool done() const { return rest_.empty(); }
-
- private:
-  std::string_view rest_;
-};
+  return static_cast<int>(bytes);
+}
 
 Status MpiError(const char* call, int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -83,62 +51,6 @@ Status Receive(int source, int tag, int* got_tag, std::string* bytes) {
   }
   *got_tag = st.MPI_TAG;
   return Status::Ok();
-}
-
-std::string EncodeJob(uint64_t key, const TrainJob& job) {
-  const TrainOptions& o = job.options;
-  Writer w;
-  w.Put(key).Put(o.local_epochs).Put(o.local_steps).Put(o.batch_size).Put(o.learning_rate).Put(o.momentum);
-  w.Put(o.prox_mu).Put(o.seed).Put<uint8_t>(job.flip_labels);
-  w.PutBytes({reinterpret_cast<const char*>(job.indices.data()), job.indices.size() * sizeof(uint32_t)});
-  return w.Take();
-}
-
-bool DecodeJob(std::string_view bytes, uint64_t* key, TrainJob* job) {
-  Reader r(bytes);
-  TrainOptions& o = job->options;
-  uint8_t flip = 0;
-  std::string_view indices;
-  if (!(r.Get(key) && r.Get(&o.local_epochs) && r.Get(&o.local_steps) && r.Get(&o.batch_size) &&
-        r.Get(&o.learning_rate) && r.Get(&o.momentum) && r.Get(&o.prox_mu) && r.Get(&o.seed) && r.Get(&flip) &&
-        r.GetBytes(&indices) && r.done() && indices.size() % sizeof(uint32_t) == 0)) {
-    return false;
-  }
-  job->flip_labels = flip != 0;
-  job->indices.resize(indices.size() / sizeof(uint32_t));
-  std::memcpy(job->indices.data(), indices.data(), indices.size());
-  return true;
-}
-
-// An outcome: ok, examples, steps, loss and the weights; or not ok and the error's code and text.
-std::string EncodeOutcome(const Result<TrainOutcome>& r) {
-  Writer w;
-  if (!r.ok()) {
-    w.Put<uint8_t>(0).Put(static_cast<int32_t>(r.status().code())).PutBytes(r.status().message());
-    return w.Take();
-  }
-  w.Put<uint8_t>(1).Put(r->num_examples).Put(r->steps).Put(r->mean_loss).PutBytes(EncodeSafetensors(r->weights));
-  return w.Take();
-}
-
-Result<TrainOutcome> DecodeOutcome(std::string_view bytes, int rank) {
-  const std::string from = "training rank " + std::to_string(rank);
-  Reader r(bytes);
-  uint8_t ok = 0;
-  if (!r.Get(&ok)) return InternalError(from + " sent an empty outcome");
-  if (!ok) {
-    int32_t code = 0;
-    std::string_view message;
-    if (!r.Get(&code) || !r.GetBytes(&message)) return InternalError(from + " sent a malformed error");
-    return Status(static_cast<StatusCode>(code), std::string(message)).WithContext(from);
-  }
-  TrainOutcome out;
-  std::string_view weights;
-  if (!(r.Get(&out.num_examples) && r.Get(&out.steps) && r.Get(&out.mean_loss) && r.GetBytes(&weights) && r.done())) {
-    return InternalError(from + " sent a malformed outcome");
-  }
-  PLEXUS_ASSIGN_OR_RETURN(out.weights, DecodeSafetensors(weights));
-  return out;
 }
 
 }  // namespace
@@ -176,11 +88,10 @@ struct MpiTaskRunner::Outbox {
   std::deque<Send> sends;  // deque: elements stay put while others are added
 
   Status Post(int rank, Tag tag, std::string bytes) {
+    PLEXUS_ASSIGN_OR_RETURN(const int count, MpiCount(bytes.size()));
     Send& s = sends.emplace_back();
     s.bytes = std::move(bytes);
-    if (int rc = MPI_Isend(s.bytes.data(), static_cast<int>(s.bytes.size()), MPI_BYTE, rank, tag, MPI_COMM_WORLD,
-                           &s.request);
-        rc != MPI_SUCCESS) {
+    if (int rc = MPI_Isend(s.bytes.data(), count, MPI_BYTE, rank, tag, MPI_COMM_WORLD, &s.request); rc != MPI_SUCCESS) {
       sends.pop_back();
       return MpiError("MPI_Isend", rc);
     }
@@ -221,8 +132,8 @@ Status MpiTaskRunner::Start(uint64_t key, TrainJob job) {
     // A blocking send: a model is too large to go out at once, and a nonblocking send would
     // only move while this rank is inside MPI, not while it trains its own share.
     const std::string model = EncodeSafetensors(*job.base);
-    if (int rc = MPI_Send(model.data(), static_cast<int>(model.size()), MPI_BYTE, rank, kBase, MPI_COMM_WORLD);
-        rc != MPI_SUCCESS) {
+    PLEXUS_ASSIGN_OR_RETURN(const int count, MpiCount(model.size()));
+    if (int rc = MPI_Send(model.data(), count, MPI_BYTE, rank, kBase, MPI_COMM_WORLD); rc != MPI_SUCCESS) {
       return MpiError("MPI_Send", rc);
     }
     held = job.base;
@@ -235,7 +146,7 @@ Result<TrainOutcome> MpiTaskRunner::Finish(uint64_t key) {
   if (it == remote_.end()) return local_.Finish(key);
   const Remote job = std::move(it->second);
   remote_.erase(it);
-  PLEXUS_RETURN_IF_ERROR(outbox_->Post(job.rank, kFetch, Writer().Put(key).Take()));
+  PLEXUS_RETURN_IF_ERROR(outbox_->Post(job.rank, kFetch, EncodeFetch(key)));
   // The rank answers fetches in the order they were sent, and this is the only one outstanding.
   int tag = 0;
   std::string bytes;
@@ -284,7 +195,7 @@ Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
         }
         case kFetch: {
           uint64_t key = 0;
-          if (Reader r(bytes); !r.Get(&key) || (!queued.count(key) && !outcomes.count(key))) {
+          if (!DecodeFetch(bytes, &key) || (!queued.count(key) && !outcomes.count(key))) {
             return InternalError("rank 0 fetched a job this rank does not hold");
           }
           fetches.push_back(key);
@@ -310,8 +221,8 @@ Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
       const uint64_t key = fetches.front();
       if (!outcomes.count(key)) train_now(key);
       const std::string& out = outcomes[key];
-      if (int rc = MPI_Send(out.data(), static_cast<int>(out.size()), MPI_BYTE, 0, kOutcome, MPI_COMM_WORLD);
-          rc != MPI_SUCCESS) {
+      PLEXUS_ASSIGN_OR_RETURN(const int count, MpiCount(out.size()));
+      if (int rc = MPI_Send(out.data(), count, MPI_BYTE, 0, kOutcome, MPI_COMM_WORLD); rc != MPI_SUCCESS) {
         return MpiError("MPI_Send", rc);
       }
       outcomes.erase(key);
