@@ -1,6 +1,6 @@
 // The wire format of training jobs and their outcomes between simulator processes (rank 0 and the
 // training ranks of `mpirun -np R plexus sim`): fixed-width fields and length-prefixed byte
-// strings with 64-bit lengths. No MPI here, so it is built and tested in every profile. Both ends
+// strings with 64-bit lengths. No MPI here, so it is built and tested with or without MPI. Both ends
 // are the same binary on the same kind of machine, so host byte order is fine. Decoders check
 // every length against what is left before reading. Stateless; thread-safe.
 #pragma once
