@@ -50,6 +50,8 @@ struct ServerFlags {
   std::string revoked_file;
   std::vector<std::string> admins;
   std::string metrics_listen;
+  int64_t keep_checkpoints = 100;
+  int64_t keep_every = 0;
 };
 
 // Removes the database a failed start created (not one that existed before): on destruction while
@@ -114,6 +116,7 @@ void RunServer(const ServerFlags& f) {
   // A start that fails (port in use, data missing, ...) leaves no new empty database behind.
   DatabaseCreatedForThisRun created(f.db);
   std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db, SqliteStore::Access::kExclusive));
+  store->SetCheckpointRetention(f.keep_checkpoints, f.keep_every);
   Result<std::string> stored_model = store->GetMeta("model");
   if (stored_model.ok() && *stored_model != f.model) {
     throw CommandError("database '" + f.db + "' holds a federation of model '" + *stored_model + "', not '" + f.model +
@@ -256,6 +259,14 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--admins", f->admins,
                   "Client names allowed to read the status (needs mutual TLS or --tokens; default: anyone)")
       ->delimiter(',');
+  cmd->add_option("--keep-checkpoints", f->keep_checkpoints,
+                  "Keep the model files of the newest N versions (and version 0); older ones are deleted after "
+                  "each commit (0: keep all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--keep-every", f->keep_every, "Also keep every K-th version's model (0: none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "Serve Prometheus metrics at http://HOST:PORT/metrics (default: off)");
   cmd->add_flag("--public-status", f->limits.public_status,

@@ -334,7 +334,43 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   PLEXUS_RETURN_IF_ERROR(s);  // the transaction rolls back
   PLEXUS_RETURN_IF_ERROR(transaction.Commit());
   RemoveUpdateFilesLocked(*obsolete);
+  PruneCheckpointsLocked(r.model_version);
   return Status::Ok();
+}
+
+void SqliteStore::SetCheckpointRetention(int64_t keep_last, int64_t keep_every) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keep_last_ = keep_last;
+  keep_every_ = keep_every;
+}
+
+void SqliteStore::PruneCheckpointsLocked(uint64_t newest) {
+  if (keep_last_ <= 0 || checkpoint_dir_.empty() || newest < static_cast<uint64_t>(keep_last_) + 1) return;
+  // Best effort after a commit that succeeded: what fails here is found again next time.
+  Stmt find(db_, "SELECT version, file FROM checkpoints WHERE file IS NOT NULL AND version > 0 AND version <= ?");
+  if (!find.prepared("find old checkpoints").ok()) return;
+  find.Bind(1, static_cast<int64_t>(newest) - keep_last_);
+  std::vector<std::pair<int64_t, std::string>> old;
+  while (find.Step() == SQLITE_ROW) {
+    const int64_t version = find.Int(0);
+    if (keep_every_ > 0 && version % keep_every_ == 0) continue;
+    old.emplace_back(version, find.Text(1));
+  }
+  if (old.empty()) return;
+  SqliteTransaction transaction(db_);
+  if (!transaction.status().ok()) return;
+  for (const auto& [version, file] : old) {
+    // The row stays (the rounds name their version and its SHA-256); the model goes.
+    Stmt st(db_, "UPDATE checkpoints SET file = NULL, bytes = x'' WHERE version = ?");
+    st.Bind(1, version);
+    if (!Run(db_, st, "drop an old checkpoint").ok()) return;
+  }
+  if (!transaction.Commit().ok()) return;
+  for (const auto& [version, file] : old) {
+    if (!IsPlainFileName(file)) continue;
+    std::error_code ec;
+    std::filesystem::remove(checkpoint_dir_ + "/" + file, ec);
+  }
 }
 
 Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
@@ -553,6 +589,10 @@ Result<ModelState> SqliteStore::CheckpointLocked(uint64_t version) {
   if (rc == SQLITE_DONE) return NotFoundError("no checkpoint of version " + std::to_string(version));
   if (rc != SQLITE_ROW) return SqliteError(db_, rc, "read checkpoint");
   Result<ModelState> model = InvalidArgumentError("no checkpoint bytes");
+  if (st.IsNull(2) && st.Text(1).empty() && !checkpoint_dir_.empty()) {
+    return NotFoundError("the checkpoint of version " + std::to_string(version) +
+                         " was deleted by checkpoint retention (plexus server --keep-checkpoints, --keep-every)");
+  }
   if (st.IsNull(2)) {
     model = DecodeSafetensors(st.Text(1));
   } else if (!IsPlainFileName(st.Text(2))) {
@@ -602,7 +642,7 @@ Result<ModelState> SqliteStore::Checkpoint(uint64_t version) {
 
 Result<std::vector<uint64_t>> SqliteStore::CheckpointVersions() {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt st(db_, "SELECT version FROM checkpoints ORDER BY version");
+  Stmt st(db_, "SELECT version FROM checkpoints WHERE file IS NOT NULL OR length(bytes) > 0 ORDER BY version");
   PLEXUS_RETURN_IF_ERROR(st.prepared("list checkpoints"));
   std::vector<uint64_t> out;
   int rc;

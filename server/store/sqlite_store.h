@@ -39,6 +39,13 @@ class SqliteStore final : public Store {
   static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path, Access access = Access::kShared);
   ~SqliteStore() override;
 
+  // Checkpoint retention: after each commit, the model files of versions older than the newest
+  // `keep_last` are deleted, except version 0 and every `keep_every`-th version (0: none of
+  // those). Their rows stay (rounds name them); reading one is NotFound saying so, and
+  // CheckpointVersions lists only the versions still held. keep_last 0 keeps everything (the
+  // default). Databases without a checkpoint folder (":memory:") keep everything.
+  void SetCheckpointRetention(int64_t keep_last, int64_t keep_every);
+
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
   Status PutClient(const ClientRecord& client) override;
@@ -88,6 +95,10 @@ class SqliteStore final : public Store {
   bool updates_dir_ready_ = false;     // guarded by mu_
   std::mt19937_64 name_rng_;           // guarded by mu_; names accepted-update files
   int lock_fd_ = -1;                   // the database file, flock-ed, when opened kExclusive
+  int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
+  int64_t keep_every_ = 0;             // guarded by mu_
+  // Applies the retention after the commit of `newest`. Requires mu_.
+  void PruneCheckpointsLocked(uint64_t newest);
 };
 
 }  // namespace plexus

@@ -64,9 +64,20 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   const std::string db = (dir / "s.db").string();
   auto start_server = [&](int i) {
-    std::vector<std::string> args = {
-        "server",    "--listen",      address, "--db",       db,  "--rounds", std::to_string(rounds),
-        "--no-eval", "--local-steps", "5",     "--linger-s", "30"};
+    std::vector<std::string> args = {"server",
+                                     "--listen",
+                                     address,
+                                     "--db",
+                                     db,
+                                     "--rounds",
+                                     std::to_string(rounds),
+                                     "--no-eval",
+                                     "--local-steps",
+                                     "5",
+                                     "--linger-s",
+                                     "30",
+                                     "--keep-checkpoints",
+                                     "0"};  // every version is checked at the end
     args.insert(args.end(), mode_flags.begin(), mode_flags.end());
     return std::make_unique<ChildProcess>(PLEXUS_BINARY, args,
                                           (dir / ("server" + std::to_string(i) + ".log")).string());

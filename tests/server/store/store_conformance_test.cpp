@@ -517,6 +517,28 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
   EXPECT_TRUE(db.update_files().empty());  // its file went with its row
 }
 
+// Checkpoint retention keeps the newest N versions' models, version 0 and every K-th; the rounds
+// keep their records, and an old version says why it is gone.
+TEST(SqliteStoreTest, CheckpointRetentionKeepsTheNewestVersionZeroAndEveryKth) {
+  ScratchDatabase db("plexus_retention");
+  auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  s->SetCheckpointRetention(/*keep_last=*/2, /*keep_every=*/3);
+  ASSERT_OK(s->PutCheckpoint(Filled(1000, 0, 0.0f)));
+  for (uint64_t v = 1; v <= 7; ++v) {
+    RoundRecord r;
+    r.round = v;
+    r.model_version = v;
+    ASSERT_OK(s->CommitRound(r, Filled(1000, v, static_cast<float>(v)), ""));
+  }
+  EXPECT_EQ(*s->CheckpointVersions(), (std::vector<uint64_t>{0, 3, 6, 7}));
+  EXPECT_THAT(s->Checkpoint(4).status(), StatusIs(StatusCode::kNotFound, "checkpoint retention"));
+  EXPECT_FALSE(std::filesystem::exists(db.checkpoint_file(4)));
+  EXPECT_TRUE(std::filesystem::exists(db.checkpoint_file(6)));
+  EXPECT_EQ((*s->Checkpoint(6)).data()[0], 6.0f);
+  EXPECT_EQ((**s->LatestCheckpoint()).version(), 7u);
+  EXPECT_EQ(s->ListRounds()->size(), 7u);  // every round's record stays
+}
+
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
   const std::string path = (std::filesystem::temp_directory_path() / "plexus_notadb.db").string();
   {
