@@ -169,6 +169,22 @@ TEST_F(FederationServerTest, UploadWithoutHeaderOrShortPayloadIsRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_NE(s.error_message().find("malformed safetensors: header length"), std::string::npos) << s.error_message();
   }
+  {
+    // Empty data chunks are refused: as progress they would keep a stalled upload's place.
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub->UploadUpdate(&ctx, &rep);
+    v1::UpdateChunk c;
+    c.mutable_header()->set_client_id("b");
+    c.mutable_header()->set_task_id(task_b_.task_id);
+    c.mutable_header()->set_total_bytes(Delta(1.0f).size());
+    w->Write(c);
+    w->Write(v1::UpdateChunk());
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(s.error_message().find("neither a header nor data"), std::string::npos) << s.error_message();
+  }
 }
 
 class DoorLimitsTest : public FederationServerTest {
