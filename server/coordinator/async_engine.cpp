@@ -268,6 +268,16 @@ Status AsyncEngine::PublishGroup(uint64_t group) {
 }
 
 Status AsyncEngine::Publish() {
+  if (compass_ && head_version_ + 1 >= static_cast<uint64_t>(options_.rounds)) {
+    // The federation's last version: every update still held for a group or late was
+    // acknowledged, and no later version would take it, so it goes into this one.
+    for (auto& [group, held] : held_) {
+      for (Logged& u : held) (void)Fold(std::move(u), group);
+    }
+    held_.clear();
+    for (Logged& u : late_) (void)Fold(std::move(u), 0);
+    late_.clear();
+  }
   const auto merged = static_cast<int64_t>(buffer_->size());
   Result<ModelState> next = buffer_->Flush();
   if (!next.ok()) {

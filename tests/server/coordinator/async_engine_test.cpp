@@ -418,6 +418,30 @@ TEST_F(AsyncEngineTest, SemiAsyncPublishesWhatItHadHeldAfterARestart) {
   EXPECT_TRUE(store_.ListLoggedUpdates()->empty());
 }
 
+// Updates held for a group are acknowledged: when another arrival publishes the federation's last
+// version, they go into it rather than being left behind unmerged.
+TEST_F(AsyncEngineTest, SemiAsyncMergesEveryHeldUpdateIntoTheLastVersion) {
+  AsyncOptions o = SemiAsync();
+  o.rounds = 3;
+  Open(o);
+  Task a = TaskOf("a");
+  Task b = TaskOf("b");
+  ASSERT_OK(Report("a", a, 1.0f));  // speeds unknown: published alone (versions 1 and 2)
+  ASSERT_OK(Report("b", b, 1.0f));
+  ASSERT_EQ(engine_->model().version(), 2u);
+  a = TaskOf("a");
+  b = TaskOf("b");
+  clock_.SetMs(clock_.NowMs() + a.hyperparams.local_steps);
+  ASSERT_OK(Report("a", a, 1.0f));  // held for its group, which b has not reached
+  ASSERT_EQ(engine_->status().round_received, 1);
+  Task c = TaskOf("c");  // c's first update is published alone, as the last version
+  ASSERT_OK(Report("c", c, 1.0f));
+  ASSERT_EQ(engine_->model().version(), 3u);
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->history().back().merged.size(), 2u);  // c's and the held one of a
+  EXPECT_EQ(engine_->status().round_received, 0);
+}
+
 TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   AsyncOptions o;
   o.buffer_size = 0;
