@@ -89,7 +89,9 @@ Status AsyncEngine::RestoreLogged() {
       continue;
     }
     // Neither task checks nor the staleness bound: the update was accepted before the restart.
-    PLEXUS_RETURN_IF_ERROR(Fold({std::move(entry.update), entry.seq}));
+    // One the buffer refuses now (a model of another layout) is forgotten with the next commit,
+    // like any refused fold; it must not keep the server from starting.
+    if (!Fold({std::move(entry.update), entry.seq}).ok()) continue;
     if (!compass_ && buffer_->size() >= static_cast<size_t>(options_.buffer_size)) PLEXUS_RETURN_IF_ERROR(Publish());
   }
   if (compass_ && buffer_->size() > 0) PLEXUS_RETURN_IF_ERROR(Publish());

@@ -442,6 +442,21 @@ TEST_F(AsyncEngineTest, SemiAsyncMergesEveryHeldUpdateIntoTheLastVersion) {
   EXPECT_EQ(engine_->status().round_received, 0);
 }
 
+TEST_F(AsyncEngineTest, ALoggedUpdateTheBufferRefusesDoesNotKeepTheEngineFromOpening) {
+  Update wrong;
+  wrong.client_id = "a";
+  wrong.task_id = "t";
+  wrong.num_examples = 10;
+  wrong.delta = *ModelState::Create({{"other", {5}}});  // not the model's layout
+  ASSERT_OK(store_.LogUpdate(1, wrong));
+  Open(Options(5, 2, 1.0, "constant"));
+  EXPECT_EQ(engine_->status().round_received, 0);
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  ASSERT_OK(Report("b", TaskOf("b"), 4.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_TRUE(store_.ListLoggedUpdates()->empty());  // forgotten with that commit
+}
+
 TEST(AsyncOptionsTest, ValidateNamesTheBadField) {
   AsyncOptions o;
   o.buffer_size = 0;
