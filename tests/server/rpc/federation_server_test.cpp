@@ -374,14 +374,20 @@ grpc::Status StatusAs(const std::string& target, const std::string& token) {
   return stub->GetStatus(&ctx, v1::StatusRequest(), &r);
 }
 
-TEST(RevocationTest, RevokedClientsAreRefusedAndTheListIsReadAgainWhenItChanges) {
-  const std::string path = ::testing::TempDir() + "/revoked_" + std::to_string(::getpid());
-  std::ofstream(path) << "# revoked clients\nmallory\n";
+// Door limits with tokens for alice ("secret-a") and mallory ("secret-m") and a revocation list
+// at `path` holding `revoked`, read again whenever it changes.
+DoorLimits AliceAndMallory(const std::string& path, const std::string& revoked) {
+  std::ofstream(path) << revoked;
   DoorLimits limits;
   limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(
       TokenRegistry::EntryFor("alice", "secret-a") + "\n" + TokenRegistry::EntryFor("mallory", "secret-m") + "\n"));
   limits.revoked = *RevocationList::Open(path, /*recheck_ms=*/0);
-  OneClientServer fed(limits);
+  return limits;
+}
+
+TEST(RevocationTest, RevokedClientsAreRefusedAndTheListIsReadAgainWhenItChanges) {
+  const std::string path = ::testing::TempDir() + "/revoked_" + std::to_string(::getpid());
+  OneClientServer fed(AliceAndMallory(path, "# revoked clients\nmallory\n"));
   ClientTls as_alice, as_mallory;
   as_alice.token = "secret-a";
   as_mallory.token = "secret-m";
@@ -443,12 +449,7 @@ grpc::Status DownloadAs(const std::string& target, const std::string& token, con
 // without a valid, unrevoked token gets neither.
 TEST(DownloadAuthTest, DownloadsAndTheStatusNeedAValidUnrevokedIdentity) {
   const std::string path = ::testing::TempDir() + "/revoked_dl_" + std::to_string(::getpid());
-  std::ofstream(path) << "mallory\n";
-  DoorLimits limits;
-  limits.tokens = std::make_shared<const TokenRegistry>(*TokenRegistry::Parse(
-      TokenRegistry::EntryFor("alice", "secret-a") + "\n" + TokenRegistry::EntryFor("mallory", "secret-m") + "\n"));
-  limits.revoked = *RevocationList::Open(path, /*recheck_ms=*/0);
-  OneClientServer fed(limits);
+  OneClientServer fed(AliceAndMallory(path, "mallory\n"));
   int chunks = 0;
   EXPECT_TRUE(DownloadAs(fed.target, "secret-a", "", &chunks).ok());
   EXPECT_GT(chunks, 0);
