@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace plexus {
 namespace {
@@ -152,6 +153,18 @@ void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng&
       break;
   }
   for (float& v : x) v = -10.0f * v;
+}
+
+std::vector<bool> ChooseAttackers(AttackKind kind, double fraction, size_t n, uint64_t seed) {
+  std::vector<bool> malicious(n, false);
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  Rng pick = Rng::Derive(seed, 0xbadc0deULL);
+  pick.Shuffle(std::span<size_t>(order));
+  const auto count =
+      kind == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(fraction * static_cast<double>(n)));
+  for (size_t i = 0; i < count; ++i) malicious[order[i]] = true;
+  return malicious;
 }
 
 }  // namespace plexus

@@ -60,6 +60,10 @@ class HonestStats {
   mutable double max_distance_ = 0.0;
 };
 
+// Which of n clients (or nodes) are malicious: a seeded choice of round(fraction x n), none for
+// kNone.
+std::vector<bool> ChooseAttackers(AttackKind kind, double fraction, size_t n, uint64_t seed);
+
 // ALIE's z for n clients per round of which f are malicious: the largest z such that the
 // crafted value stays closer to the mean than at least n/2 + 1 - f honest values (Baruch et al.).
 double AlieZ(size_t n, size_t f);

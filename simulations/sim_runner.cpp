@@ -16,6 +16,7 @@
 #include "server/coordinator/engine_factory.h"
 #include "server/store/memory_store.h"
 #include "simulations/attack.h"
+#include "simulations/client_data.h"
 #include "simulations/event_network.h"
 
 namespace plexus {
@@ -35,33 +36,6 @@ Result<std::unique_ptr<Engine>> OpenSimEngine(const SimOptions& o, const ModelSt
   options.async.poll_retry_ms = kTickMs;
   return OpenEngine(options, initial, store, clock, evaluator, nullptr);
 }
-
-// Where each client's examples come from: a split of the data (materialised once; its total
-// size is the data's) or, for populations larger than the data, samples drawn on demand.
-class ClientData {
- public:
-  static Result<ClientData> Make(const SimOptions& o, const Dataset& train) {
-    ClientData d;
-    int64_t k = o.examples_per_client;
-    if (k == 0 && static_cast<int64_t>(train.size()) < 10 * o.clients) k = 50;
-    if (k > 0) {
-      PLEXUS_ASSIGN_OR_RETURN(SampledPartition s, SampledPartition::Make(train.labels, o.partition, k, o.seed));
-      d.sampled_.emplace(std::move(s));
-    } else {
-      PLEXUS_ASSIGN_OR_RETURN(d.parts_, PartitionIndices(train.labels, o.partition, o.clients, o.seed));
-    }
-    return d;
-  }
-  int64_t examples(size_t i) const {
-    return sampled_ ? sampled_->examples_per_client() : static_cast<int64_t>(parts_[i].size());
-  }
-  std::vector<uint32_t> Indices(size_t i) const { return sampled_ ? sampled_->For(i) : parts_[i]; }
-  int64_t sampled_examples() const { return sampled_ ? sampled_->examples_per_client() : 0; }
-
- private:
-  std::optional<SampledPartition> sampled_;
-  std::vector<std::vector<uint32_t>> parts_;
-};
 
 std::string ClientName(size_t i) {
   char name[32];
@@ -118,14 +92,7 @@ class FederationSim {
       const double f = dev_.BandwidthFactor(i, o.seed);
       net_.AddNode({dev_.latency_ms, dev_.up_mbps * f, dev_.down_mbps * f});
     }
-    // The malicious clients: a seeded choice of round(attackers x N).
-    malicious_.assign(n_, false);
-    std::vector<size_t> order(n_);
-    std::iota(order.begin(), order.end(), size_t{0});
-    Rng pick = Rng::Derive(o.seed, 0xbadc0deULL);
-    pick.Shuffle(std::span<size_t>(order));
-    const auto count = attack_ == AttackKind::kNone ? 0 : static_cast<size_t>(std::llround(o.attackers * n_));
-    for (size_t i = 0; i < count; ++i) malicious_[order[i]] = true;
+    malicious_ = ChooseAttackers(attack_, o.attackers, n_, o.seed);
     const size_t per_round = o.mode == Mode::kSync ? static_cast<size_t>(o.sync.clients_per_round) : n_;
     alie_z_ = AlieZ(per_round, static_cast<size_t>(std::llround(o.attackers * static_cast<double>(per_round))));
     const int64_t timeout_ms = o.mode == Mode::kSync ? o.sync.client_timeout_ms : o.async.client_timeout_ms;
@@ -381,7 +348,8 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
   PLEXUS_RETURN_IF_ERROR(options.Validate());
   PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(options.model, options.seed));
-  PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(options, train));
+  PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(train.labels, options.partition, options.clients,
+                                                            options.examples_per_client, options.seed));
   ManualClock clock;
   MemoryStore store(/*keep_recovery_data=*/false);
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenSimEngine(options, initial, &store, &clock, evaluator));

@@ -5,14 +5,16 @@ set -euo pipefail
 check="$(dirname "$0")/../scripts/check_layering.sh"
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
-mkdir -p "$tree/core" "$tree/server/coordinator"
+mkdir -p "$tree/core" "$tree/server/coordinator" "$tree/gossip/protocol"
 echo '#include "server/rpc/federation_server.h"' > "$tree/core/bad.h"
 echo '#include <grpcpp/grpcpp.h>' > "$tree/server/coordinator/worse.cpp"
+echo '#include "compute/trainer.h"' > "$tree/gossip/protocol/node.cpp"
 if out=$("$check" "$tree" 2>&1); then
   echo "FAIL: the check passed a tree that breaks the rules: $out"
   exit 1
 fi
-for expected in 'core/bad.h: includes "server/rpc/federation_server.h"' 'server/coordinator/worse.cpp: #include <grpcpp/grpcpp.h>'; do
+for expected in 'core/bad.h: includes "server/rpc/federation_server.h"' 'server/coordinator/worse.cpp: #include <grpcpp/grpcpp.h>' \
+  'gossip/protocol/node.cpp: includes "compute/trainer.h": gossip/protocol may not depend on compute'; do
   if ! grep -qF "$expected" <<<"$out"; then
     echo "FAIL: the check did not name: $expected"
     echo "$out"

@@ -5,6 +5,7 @@
 #include "aggregators/registry.h"
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/gossip_sim_command.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -35,6 +36,8 @@ struct SimFlags {
   std::string devices;  // a named DeviceModel profile; explicit device flags override its fields
   std::string plot;     // PNG of accuracy against round and virtual time
   bool dry_run = false;
+  bool gossip_mode = false;  // --mode gossip
+  GossipFlags gossip;
 };
 
 // The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
@@ -137,22 +140,60 @@ void RunSim(const SimFlags& f) {
 #endif
 }
 
+// The devices: the named --devices profile with the device flags given on top, or the flags.
+DeviceModel DevicesFor(const SimFlags& f) {
+  if (f.devices.empty()) return f.sim.devices;
+  DeviceModel p = Take(DeviceModel::Profile(f.devices), "--devices");
+  for (const DeviceFlag<double>& d : kDeviceDoubles) {
+    if (f.cmd->count(d.name)) p.*d.field = f.sim.devices.*d.field;
+  }
+  if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = f.sim.devices.task_overhead_ms;
+  return p;
+}
+
+// --mode gossip: the shared flags (nodes, rounds, model, seed, local training, devices, attack,
+// outputs) and the gossip flags.
+void RunGossip(const SimFlags& f, const MpiSession* mpi) {
+  for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--buffer-size", "--server-lr",
+                                  "--server-mbps", "--max-tasks", "--backup-workers"}) {
+    if (f.cmd->count(server_only)) {
+      throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
+    }
+  }
+  GossipRun run;
+  GossipSimOptions& o = run.options;
+  o.nodes = f.sim.clients;
+  o.rounds = f.sim.sync.rounds;
+  o.model = f.sim.model;
+  o.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
+  o.seed = f.sim.seed;
+  o.task = f.sim.sync.task;
+  o.devices = DevicesFor(f);
+  o.examples_per_client = f.sim.examples_per_client;
+  o.attack = f.sim.attack;
+  o.attackers = f.sim.attackers;
+  run.data_dir = f.data_dir;
+  run.metrics_out = f.metrics_out;
+  run.summary_out = f.summary_out;
+  run.model_out = f.model_out;
+  run.plot = f.plot;
+  run.train_subset = f.train_subset;
+  run.test_subset = f.test_subset;
+  run.threads = f.threads;
+  run.dry_run = f.dry_run;
+  RunGossipSim(std::move(run), f.gossip, mpi);
+}
+
 // The federation on rank 0 (or alone); with `mpi`, ranks above 0 only train.
 void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
+  if (f.gossip_mode) return RunGossip(f, mpi);
   const bool training_rank = mpi && mpi->rank() > 0;
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");
-  if (!f.devices.empty()) {
-    DeviceModel p = Take(DeviceModel::Profile(f.devices), "--devices");
-    for (const DeviceFlag<double>& d : kDeviceDoubles) {
-      if (f.cmd->count(d.name)) p.*d.field = f.sim.devices.*d.field;
-    }
-    if (f.cmd->count("--task-overhead-ms")) p.task_overhead_ms = f.sim.devices.task_overhead_ms;
-    options.devices = p;
-  }
+  options.devices = DevicesFor(f);
   Check(options.Validate(), "invalid settings");
   const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
   Take(MakeAggregator(strategy, nullptr), "--strategy");
@@ -258,13 +299,14 @@ void AddSimCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("sim",
                                      "Run a simulated federation in virtual time (virtual clients, no sockets; under "
                                      "mpirun the training is spread over the ranks)");
-  cmd->add_option("--clients", flags->sim.clients, "Virtual clients (N)")->capture_default_str();
+  cmd->add_option("--clients", flags->sim.clients, "Virtual clients (N); in gossip mode, nodes")->capture_default_str();
   cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")
       ->check(CLI::IsMember({"mlp", "cnn"}))
       ->capture_default_str();
   cmd->add_option("--partition", flags->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--seed", flags->sim.seed, "Seed for init, partition, sampling and batches")->capture_default_str();
-  AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async);
+  AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async, &flags->gossip_mode);
+  AddGossipFlags(cmd, &flags->gossip);
   AddFederationFlags(cmd, &flags->sim.sync);
   cmd->add_option("--min-clients", flags->sim.sync.min_clients,
                   "sync: fewest updates to close a round (default: clients-per-round)");

@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/mode.h"
 #include "server/coordinator/sync_engine.h"
@@ -28,11 +31,20 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
 }
 
-inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o) {
+// With `gossip` (plexus sim), --mode also takes "gossip": decentralized nodes, no server.
+inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o, bool* gossip = nullptr) {
+  std::vector<std::string> names{"sync", "async", "semiasync"};
+  if (gossip) names.push_back("gossip");
   cmd->add_option_function<std::string>(
-         "--mode", [mode](const std::string& name) { *mode = ParseMode(name).value(); },
-         "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
-      ->check(CLI::IsMember({"sync", "async", "semiasync"}))
+         "--mode",
+         [mode, gossip](const std::string& name) {
+           if (gossip) *gossip = name == "gossip";
+           if (name != "gossip") *mode = ParseMode(name).value();
+         },
+         gossip ? "Mode: sync (rounds), async (FedBuff/FedAsync), semiasync (FedCompass groups) or gossip "
+                  "(decentralized nodes, no server)"
+                : "Federation mode: sync (rounds), async (FedBuff/FedAsync) or semiasync (FedCompass groups)")
+      ->check(CLI::IsMember(names))
       ->default_str(std::string(ModeName(*mode)));
   cmd->add_option("--buffer-size", o->buffer_size, "async: updates per published version (FedBuff's K; 1 = FedAsync)")
       ->capture_default_str();

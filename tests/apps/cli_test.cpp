@@ -434,6 +434,46 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   std::filesystem::remove(cfg);
 }
 
+// `plexus sim --mode gossip`: progress per round, the summary fields users read, the metrics
+// file the plot command reads, and clear errors for settings that cannot work.
+TEST(CliTest, GossipSimWritesItsResultsAndRefusesWhatCannotWork) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string summary = Temp("gossip.json"), csv = Temp("gossip.csv");
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim",   "--mode",        "gossip", "--gossip",           "el:s=2", "--clients",
+                             "8",     "--rounds",      "2",      "--local-steps",      "5",      "--train-subset",
+                             "4000",  "--test-subset", "500",    "--node-test-subset", "200",    "--summary-out",
+                             summary, "--metrics-out", csv},
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("round   2/2  live 8"), std::string::npos) << out;
+  const std::string json = ReadFile(summary);
+  for (const char* field : {"final_test_accuracy", "mean_node_accuracy", "min_node_accuracy", "consensus_distance",
+                            "bytes_sent_per_node", "final_model_sha256", "peak_rss_bytes", "wall_time_s"}) {
+    EXPECT_NE(JsonField(json, field), "") << field << " missing from " << json;
+  }
+  EXPECT_EQ(JsonField(json, "rounds_completed"), "\"rounds_completed\": 2");
+  EXPECT_EQ(ReadFile(csv).rfind("round,live_nodes,test_accuracy,", 0), 0u);
+  std::filesystem::remove(summary);
+  std::filesystem::remove(csv);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--gossip", "flood"}, "--gossip: unknown algorithm 'flood'"},
+      {{"--topology", "regular:d=5", "--clients", "7"}, "--topology: regular:d=5 needs N x d even"},
+      {{"--merge", "average"}, "--merge: unknown strategy 'average'"},
+      {{"--attack", "alie", "--attackers", "0.99", "--clients", "10"}, "--attackers leaves no honest node"},
+      {{"--strategy", "median"}, "--strategy belongs to the server modes"},
+      {{"--churn", "lots"}, "--churn: expected FRACTION:EVERY"}};
+  for (const auto& [flags, message] : bad) {
+    std::vector<std::string> args = {"sim", "--mode", "gossip", "--dry-run"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 1) << flags[0];
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+  }
+}
+
 // `mpirun -np 2 plexus sim` spreads the training over two ranks and ends with the model the
 // single-process run ends with, bit for bit (sync with label flippers, whose flag travels with
 // the job, and async, where tasks on several versions are in flight).
@@ -446,7 +486,8 @@ TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
                                            "--rounds",  "3", "--seed",         "5"};
   const std::vector<std::vector<std::string>> settings = {
       {"--clients-per-round", "4", "--attack", "labelflip", "--attackers", "0.25"},
-      {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"}};
+      {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"},
+      {"--mode", "gossip", "--gossip", "dpsgd", "--topology", "ring", "--attack", "labelflip", "--attackers", "0.25"}};
   for (const std::vector<std::string>& extra : settings) {
     std::vector<std::string> sim = {"sim"};
     sim.insert(sim.end(), common.begin(), common.end());

@@ -1,0 +1,45 @@
+// `plexus sim --mode gossip`: the decentralized simulation's own flags, its progress lines and
+// its result files (summary JSON, metrics CSV, plot). cmd_sim.cpp registers the flags and hands
+// over when --mode is gossip. Throws CommandError (CLI edge only).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "simulations/gossip_sim.h"
+
+namespace plexus {
+class MpiSession;
+}
+
+namespace plexus::cli {
+
+struct GossipFlags {
+  std::string gossip = "el:s=3";
+  std::string merge = "mean";
+  std::string topology;  // empty: the algorithm's own
+  std::string train = "all";
+  std::string churn;  // FRACTION:EVERY
+  int64_t partition_at = -1, heal_at = -1;
+  int64_t eval_nodes = 16;
+  size_t node_test_subset = 1000;
+};
+
+void AddGossipFlags(CLI::App* cmd, GossipFlags* flags);
+
+// What the rest of `plexus sim` collected: the shared options (nodes, rounds, model, seed,
+// local training, devices, attack) and the output files.
+struct GossipRun {
+  GossipSimOptions options;
+  std::string data_dir, metrics_out, summary_out, model_out, plot;
+  size_t train_subset = 0, test_subset = 0;
+  int threads = 1;
+  bool dry_run = false;
+};
+
+// Completes run.options from `flags` (InvalidArgument naming the flag as CommandError), prints
+// the settings, and runs; with `mpi`, ranks above 0 only train.
+void RunGossipSim(GossipRun run, const GossipFlags& flags, const MpiSession* mpi);
+
+}  // namespace plexus::cli

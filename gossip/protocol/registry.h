@@ -1,0 +1,67 @@
+// The gossip registry: builds the nodes of a decentralized federation from `--gossip SPEC` and
+// `--merge SPEC`:
+//   dpsgd[:wait_ms=W]            D-PSGD with Metropolis-Hastings weights (dpsgd.cpp)
+//   el[:s=S,wait_ms=W]           Epidemic Learning, S random peers per round (epidemic.cpp)
+//   pushsum                      push-sum / stochastic gradient push, running sums (push_sum.cpp)
+// A new algorithm is one file defining its Make function plus one line in registry.cpp.
+// A factory owns the merge rule its nodes share: the nodes of one factory belong to one driver
+// thread. Immutable otherwise.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "aggregators/strategy_spec.h"
+#include "gossip/protocol/neighbour_merge.h"
+#include "gossip/protocol/protocol.h"
+
+namespace plexus::gossip {
+
+using NodeMaker = std::function<std::unique_ptr<Protocol>(const NodeContext&, std::shared_ptr<const ModelState>,
+                                                          NeighbourMerge*)>;
+
+class ProtocolFactory {
+ public:
+  ProtocolFactory(std::string description, std::string default_topology, bool mixes_by_weight_only, NodeMaker make)
+      : description_(std::move(description)),
+        default_topology_(std::move(default_topology)),
+        mixes_by_weight_only_(mixes_by_weight_only),
+        make_(std::move(make)) {}
+
+  // A node starting from `initial` (shared by every node that starts from the same model).
+  std::unique_ptr<Protocol> MakeNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial) const {
+    return make_(ctx, std::move(initial), merge_.get());
+  }
+  // E.g. "el(s=3,wait_ms=1000)" and "mean".
+  const std::string& description() const { return description_; }
+  std::string merge_description() const { return merge_ ? merge_->Describe() : "mean"; }
+  // The topology the algorithm is defined on, for an empty --topology.
+  const std::string& default_topology() const { return default_topology_; }
+  bool mixes_by_weight_only() const { return mixes_by_weight_only_; }
+  void set_merge(std::unique_ptr<NeighbourMerge> merge) { merge_ = std::move(merge); }
+
+ private:
+  std::string description_, default_topology_;
+  bool mixes_by_weight_only_;
+  NodeMaker make_;
+  std::unique_ptr<NeighbourMerge> merge_;
+};
+
+// For the algorithm files: a factory of round-based nodes (any merge rule).
+inline Result<std::unique_ptr<ProtocolFactory>> MakeFactory(std::string description, std::string default_topology,
+                                                            NodeMaker make, bool mixes_by_weight_only = false) {
+  return std::make_unique<ProtocolFactory>(std::move(description), std::move(default_topology), mixes_by_weight_only,
+                                           std::move(make));
+}
+
+// InvalidArgument naming --gossip or --merge for an unknown algorithm or rule, a bad parameter,
+// or a rule the algorithm cannot use (push-sum mixes by weights only: mean).
+Result<std::unique_ptr<ProtocolFactory>> MakeGossip(std::string_view gossip_spec, std::string_view merge_spec);
+
+// Registered algorithm names.
+std::vector<std::string> GossipNames();
+
+}  // namespace plexus::gossip

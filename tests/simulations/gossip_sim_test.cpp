@@ -1,0 +1,205 @@
+// The decentralized simulator with a stand-in Trainer whose every step is known (it adds 0.01 to
+// each weight per local step), so the models the protocols end with can be checked exactly.
+#include "simulations/gossip_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "compute/model_zoo.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+class AddingTrainer final : public Trainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    TrainOutcome out;
+    out.weights = start;
+    for (float& x : out.weights.data()) x += 0.01f * static_cast<float>(o.local_steps);
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = o.local_steps;
+    out.mean_loss = 1.0;
+    return out;
+  }
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+};
+
+class CountingEvaluator final : public ModelEvaluator {
+ public:
+  Result<Evaluation> Evaluate(const ModelState&) override {
+    ++calls;
+    return Evaluation{0.5, 1.0, 10};
+  }
+  int calls = 0;
+};
+
+Dataset Synthetic(size_t n) {
+  Dataset d;
+  d.labels.resize(n);
+  for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
+  d.pixels.assign(n * 28 * 28, 0.0f);
+  return d;
+}
+
+GossipSimOptions Small(const std::string& gossip, const std::string& topology, int64_t nodes, int64_t rounds) {
+  GossipSimOptions o;
+  o.nodes = nodes;
+  o.rounds = rounds;
+  o.gossip = gossip;
+  o.topology = topology;
+  o.seed = 5;
+  o.task.local_steps = 2;
+  o.devices.ms_per_step = 10;
+  o.devices.task_overhead_ms = 0;
+  o.eval_nodes = 4;
+  return o;
+}
+
+class GossipSimTest : public ::testing::Test {
+ protected:
+  Result<GossipResult> Run(const GossipSimOptions& o) {
+    LocalTaskRunner runner(&trainer_, &data_);
+    return RunGossipSimulation(o, &data_, o.train ? &runner : nullptr, &average_, &nodes_, nullptr);
+  }
+  // How far every weight of `m` moved from the seed's initial model, on average.
+  static double Shift(const GossipSimOptions& o, const ModelState& m) {
+    ModelState initial = *InitModel(o.model, o.seed);
+    double s = 0.0;
+    for (size_t k = 0; k < m.num_params(); ++k) s += m.data()[k] - initial.data()[k];
+    return s / static_cast<double>(m.num_params());
+  }
+
+  AddingTrainer trainer_;
+  Dataset data_ = Synthetic(2000);
+  CountingEvaluator average_, nodes_;
+};
+
+TEST_F(GossipSimTest, DpsgdKeepsTheAverageAndEveryNodesSteps) {
+  GossipSimOptions o = Small("dpsgd", "regular:d=4", 16, 3);
+  Result<GossipResult> r = Run(o);
+  ASSERT_OK(r.status());
+  ASSERT_EQ(r->rounds.size(), 3u);
+  EXPECT_EQ(r->rounds_completed, 3);
+  // Everyone started alike and took the same steps: the merge must not move anything else.
+  EXPECT_NEAR(Shift(o, r->final_model), 3 * 0.02, 1e-5);
+  EXPECT_NEAR(r->consensus_distance, 0.0, 1e-4);
+  EXPECT_EQ(r->trainings, 16 * 3);  // (the 4th round's jobs have started, not finished)
+  // Four neighbours per round, each sent the model plus a header.
+  const double model_bytes = static_cast<double>(InitModel("mlp", 0)->num_bytes());
+  EXPECT_NEAR(r->bytes_sent_per_node, 3 * 4 * (model_bytes + 64), 1.0);
+  EXPECT_EQ(average_.calls, 3);
+  EXPECT_EQ(nodes_.calls, 3 * 4);
+  EXPECT_EQ(r->messages_lost, 0);
+}
+
+TEST_F(GossipSimTest, TheSameSeedGivesTheSameModelAndAnotherSeedAnother) {
+  for (const char* gossip : {"el:s=2", "dpsgd", "pushsum"}) {
+    GossipSimOptions o = Small(gossip, "", 12, 4);
+    o.train = false;  // the nodes start apart and only mix
+    Result<GossipResult> a = Run(o), b = Run(o);
+    ASSERT_OK(a.status());
+    ASSERT_OK(b.status());
+    EXPECT_EQ(a->final_model_sha256, b->final_model_sha256) << gossip;
+    o.seed = 6;
+    Result<GossipResult> c = Run(o);
+    ASSERT_OK(c.status());
+    EXPECT_NE(a->final_model_sha256, c->final_model_sha256) << gossip;
+  }
+}
+
+TEST_F(GossipSimTest, WithoutTrainingTheNodesAgreeRoundAfterRound) {
+  GossipSimOptions o = Small("dpsgd", "ring", 16, 6);
+  o.train = false;
+  Result<GossipResult> r = Run(o);
+  ASSERT_OK(r.status());
+  ASSERT_EQ(r->rounds.size(), 6u);
+  for (size_t i = 1; i < r->rounds.size(); ++i) {
+    EXPECT_LT(r->rounds[i].consensus_distance, r->rounds[i - 1].consensus_distance) << "round " << i + 1;
+  }
+  EXPECT_EQ(average_.calls, 0);  // nothing to evaluate without training
+}
+
+TEST_F(GossipSimTest, ChurnDoesNotStallTraining) {
+  for (const char* gossip : {"el:s=3", "dpsgd", "pushsum"}) {
+    GossipSimOptions o = Small(gossip, gossip == std::string("pushsum") ? "exponential" : "", 20, 9);
+    o.churn_fraction = 0.2;
+    o.churn_every = 2;
+    Result<GossipResult> r = Run(o);
+    ASSERT_OK(r.status()) << gossip;
+    ASSERT_EQ(r->rounds.size(), 9u) << gossip;
+    EXPECT_EQ(r->rounds[0].live_nodes, 20);
+    EXPECT_EQ(r->rounds[2].live_nodes, 16) << gossip;  // four left after round 2
+    EXPECT_EQ(r->rounds[4].live_nodes, 16) << gossip;  // they came back, four others left
+    // Everyone keeps training: the average moved by about 0.02 per round (push-sum's mass
+    // moves with the leavers, so its average is the live nodes' estimate).
+    EXPECT_GT(Shift(o, r->final_model), 0.5 * 9 * 0.02) << gossip;
+  }
+}
+
+TEST_F(GossipSimTest, APartitionLosesMessagesAndConsensusRecoversAfterTheHeal) {
+  GossipSimOptions o = Small("el:s=3", "complete", 16, 10);
+  o.train = false;
+  o.partition_at = 2;
+  o.heal_at = 5;
+  Result<GossipResult> r = Run(o);
+  ASSERT_OK(r.status());
+  EXPECT_GT(r->messages_lost, 0);
+  EXPECT_FALSE(r->rounds[1].partitioned);
+  EXPECT_TRUE(r->rounds[2].partitioned);
+  EXPECT_FALSE(r->rounds[5].partitioned);
+  EXPECT_GE(r->rounds_to_recover, 1);
+}
+
+TEST_F(GossipSimTest, ATrimmedMeanHoldsOffSignFlippingNeighboursThatAPlainMeanLetsIn) {
+  GossipSimOptions o = Small("dpsgd", "regular:d=4", 20, 4);
+  Result<GossipResult> clean = Run(o);
+  ASSERT_OK(clean.status());
+  o.attack = "signflip";
+  o.attackers = 0.1;
+  Result<GossipResult> mean = Run(o);
+  o.merge = "trimmed_mean:beta=0.2";
+  Result<GossipResult> trimmed = Run(o);
+  ASSERT_OK(mean.status());
+  ASSERT_OK(trimmed.status());
+  EXPECT_EQ(mean->attackers, 2);
+  const double free = Shift(o, clean->final_model);
+  const double hurt = std::abs(Shift(o, mean->final_model) - free);
+  const double held = std::abs(Shift(o, trimmed->final_model) - free);
+  EXPECT_GT(hurt, 0.5 * free);   // the attack bites
+  EXPECT_LT(held, 0.25 * hurt);  // the defence holds (a node with two lying neighbours trims one)
+  std::printf("attack-free shift %.4f, plain mean off by %.4f, trimmed mean off by %.4f\n", free, hurt, held);
+}
+
+TEST_F(GossipSimTest, BadSettingsNameTheFlag) {
+  auto error = [&](GossipSimOptions o) {
+    Result<GossipResult> r = Run(o);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  GossipSimOptions o = Small("el", "", 7, 3);
+  o.gossip = "flood";
+  EXPECT_NE(error(o).find("--gossip"), std::string::npos);
+  o = Small("dpsgd", "regular:d=5", 7, 3);
+  EXPECT_NE(error(o).find("--topology: regular:d=5 needs N x d even"), std::string::npos);
+  o = Small("el", "", 7, 3);
+  o.attack = "alie";
+  o.attackers = 0.95;
+  EXPECT_NE(error(o).find("--attackers"), std::string::npos);
+  o = Small("pushsum", "", 8, 3);
+  o.attack = "alie";
+  o.attackers = 0.1;
+  EXPECT_NE(error(o).find("only labelflip"), std::string::npos);
+  o = Small("el", "", 8, 3);
+  o.partition_at = 4;
+  o.heal_at = 2;
+  EXPECT_NE(error(o).find("--heal-at"), std::string::npos);
+  o.partition_at = -1;
+  o.heal_at = -1;
+  o.churn_fraction = 0.2;
+  EXPECT_NE(error(o).find("--churn"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace plexus
