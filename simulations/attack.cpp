@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "aggregators/strategy_spec.h"
+
 namespace plexus {
 namespace {
 
@@ -75,16 +77,42 @@ void MinMax(const HonestStats& honest, std::span<float> x) {
 
 }  // namespace
 
-Result<AttackKind> ParseAttack(const std::string& name) {
-  if (name == "none") return AttackKind::kNone;
-  if (name == "signflip") return AttackKind::kSignFlip;
-  if (name == "gaussian") return AttackKind::kGaussian;
-  if (name == "labelflip") return AttackKind::kLabelFlip;
-  if (name == "ipm") return AttackKind::kIpm;
-  if (name == "alie") return AttackKind::kAlie;
-  if (name == "minmax") return AttackKind::kMinMax;
-  return InvalidArgumentError("unknown attack '" + name +
-                              "' (known: none, signflip, gaussian, labelflip, ipm, alie, minmax)");
+Result<AttackSpec> ParseAttackSpec(const std::string& text) {
+  auto parsed = StrategySpec::Parse(text);
+  if (!parsed.ok()) return InvalidArgumentError("--attack: " + parsed.status().message());
+  StrategySpec spec = std::move(parsed).value();
+  const std::string& name = spec.name();
+  AttackSpec a;
+  if (name == "none") {
+    a.kind = AttackKind::kNone;
+  } else if (name == "signflip") {
+    a.kind = AttackKind::kSignFlip;
+  } else if (name == "gaussian") {
+    a.kind = AttackKind::kGaussian;
+  } else if (name == "labelflip") {
+    a.kind = AttackKind::kLabelFlip;
+  } else if (name == "ipm") {
+    a.kind = AttackKind::kIpm;
+    PLEXUS_ASSIGN_OR_RETURN(a.ipm_epsilon, spec.GetDouble("eps", 0.5));
+    if (!(a.ipm_epsilon > 0) || !std::isfinite(a.ipm_epsilon))
+      return InvalidArgumentError("--attack: ipm:eps must be positive");
+  } else if (name == "alie") {
+    a.kind = AttackKind::kAlie;
+    PLEXUS_ASSIGN_OR_RETURN(a.alie_z, spec.GetDouble("z", -1.0));
+    if (!std::isfinite(a.alie_z)) return InvalidArgumentError("--attack: alie:z must be finite");
+  } else if (name == "minmax") {
+    a.kind = AttackKind::kMinMax;
+  } else {
+    return InvalidArgumentError("unknown attack '" + name +
+                                "' (known: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax)");
+  }
+  if (Status s = spec.CheckAllUsed(); !s.ok()) return InvalidArgumentError("--attack: " + s.message());
+  return a;
+}
+
+Result<AttackKind> ParseAttack(const std::string& text) {
+  PLEXUS_ASSIGN_OR_RETURN(AttackSpec a, ParseAttackSpec(text));
+  return a.kind;
 }
 
 void HonestStats::Add(std::span<const float> delta) {
@@ -124,7 +152,9 @@ double AlieZ(size_t n, size_t f) {
   return std::max(0.0, NormalQuantile(p));
 }
 
-void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta) {
+void ApplyAttack(const AttackSpec& spec, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta) {
+  const AttackKind kind = spec.kind;
+  if (spec.alie_z >= 0) alie_z = spec.alie_z;
   std::span<float> x = delta.data();
   const bool informed = honest.count() > 0;
   switch (kind) {
@@ -136,7 +166,7 @@ void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng&
       return;
     case AttackKind::kIpm:
       if (informed) {
-        for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(-0.5 * honest.Mean(j));
+        for (size_t j = 0; j < x.size(); ++j) x[j] = static_cast<float>(-spec.ipm_epsilon * honest.Mean(j));
         return;
       }
       break;

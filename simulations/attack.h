@@ -6,9 +6,9 @@
 //   gaussian  values drawn from N(0, 1) per coordinate, independent of the data
 //   labelflip the honest training run on poisoned data: label y reads as 9 - y (FlippedLabel);
 //             the update is sent as trained
-//   ipm       -0.5 x the mean of the honest updates on the same model version (inner-product
+//   ipm[:eps=E]  -E x the mean of the honest updates on the same model version (E 0.5 by default; inner-product
 //             manipulation, Xie, Koyejo, Gupta 2020; omniscient attacker)
-//   alie      mean - z x std of the honest updates per coordinate, z chosen from the number of
+//   alie[:z=Z] mean - z x std of the honest updates per coordinate, z given or chosen from the number of
 //             clients per round and of attackers so the value still looks typical ("a little is
 //             enough", Baruch, Baruch, Goldberg 2019; omniscient attacker)
 //   minmax    mean + gamma x p with p = -std of the honest updates per coordinate and gamma the
@@ -33,8 +33,16 @@ enum class AttackKind { kNone, kSignFlip, kGaussian, kLabelFlip, kIpm, kAlie, kM
 // The label map of label-flipping attackers over the ten classes: y -> 9 - y.
 inline constexpr uint8_t kFlippedLabels[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
 
-// InvalidArgument naming the kinds that exist.
-Result<AttackKind> ParseAttack(const std::string& name);
+// An attack and its strength (`--attack ipm:eps=4`, `--attack alie:z=2`).
+struct AttackSpec {
+  AttackKind kind = AttackKind::kNone;
+  double ipm_epsilon = 0.5;
+  double alie_z = -1.0;  // negative: AlieZ of the clients per round and attackers
+};
+
+// InvalidArgument naming the kinds that exist, or the parameter that is wrong.
+Result<AttackSpec> ParseAttackSpec(const std::string& text);
+Result<AttackKind> ParseAttack(const std::string& text);
 
 // Per-coordinate running statistics of the honest updates on one model version, and, when
 // asked (min-max needs their distances), the updates themselves.
@@ -71,6 +79,10 @@ double AlieZ(size_t n, size_t f);
 // Replaces `delta` (the attacker's honest update) by the attack. `honest` holds the honest
 // updates on the same version so far (ipm and alie fall back to the sign flip without any,
 // minmax with fewer than two kept).
-void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta);
+// `alie_z` is used when the spec gives none.
+void ApplyAttack(const AttackSpec& spec, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta);
+inline void ApplyAttack(AttackKind kind, const HonestStats& honest, double alie_z, Rng& rng, ModelState& delta) {
+  ApplyAttack(AttackSpec{kind}, honest, alie_z, rng, delta);
+}
 
 }  // namespace plexus

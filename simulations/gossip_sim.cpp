@@ -88,7 +88,7 @@ class LivePeers final : public gossip::PeerView {
     }
   }
   bool undirected() const override { return !topology_.directed(); }
-  bool IsLive(NodeId node) const override { return live_[node]; }
+  bool IsLive(NodeId node) const override { return node >= live_.size() || live_[node]; }  // (N: the server)
 
   void SetLive(NodeId node, bool live) {
     if (live_[node] == live) return;
@@ -136,19 +136,22 @@ class GossipSim {
         factory_(std::move(factory)),
         peers_(std::move(topology)),
         on_round_(on_round),
-        attack_(*ParseAttack(o.attack)),
+        attack_spec_(*ParseAttackSpec(o.attack)),
+        attack_(attack_spec_.kind),
         train_at_start_(attack_ == AttackKind::kIpm || attack_ == AttackKind::kAlie || attack_ == AttackKind::kMinMax),
         ms_per_step_(o.devices.Assign(n_, o.seed)),
-        live_(n_, true),
-        incarnation_(n_, 0),
+        live_(n_ + 1, true),  // (slot n_: the server of semi-decentralized runs)
+        incarnation_(n_ + 1, 0),
         jobs_(n_, 0),
-        completed_(n_, 0),
-        train_base_(n_) {
+        completed_(n_ + 1, 0),
+        train_base_(n_ + 1) {
     for (size_t i = 0; i < n_; ++i) {
       const double f = o.devices.BandwidthFactor(i, o.seed);
       net_.AddNode({o.devices.latency_ms, o.devices.up_mbps * f, o.devices.down_mbps * f});
     }
     malicious_ = ChooseAttackers(attack_, o.attackers, n_, o.seed);
+    malicious_.push_back(false);
+    if (factory_->needs_server()) net_.AddNode({0.0, 0.0, 0.0});  // node n_: the server's link is unlimited
     alie_z_ = AlieZ(n_, static_cast<size_t>(std::count(malicious_.begin(), malicious_.end(), true)));
   }
 
@@ -192,13 +195,18 @@ class GossipSim {
     PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(o_.model, o_.seed));
     auto shared = std::make_shared<const ModelState>(std::move(initial));
     for (size_t i = 0; i < n_; ++i) {
-      gossip::NodeContext ctx{static_cast<NodeId>(i), &peers_, o_.seed, static_cast<uint64_t>(o_.rounds)};
+      gossip::NodeContext ctx{static_cast<NodeId>(i),           &peers_, o_.seed,
+                              static_cast<uint64_t>(o_.rounds), n_,      static_cast<NodeId>(n_)};
       std::shared_ptr<const ModelState> start = shared;
       if (!o_.train) {  // nothing will be trained: start the nodes apart, to watch them agree
         PLEXUS_ASSIGN_OR_RETURN(ModelState own, InitModel(o_.model, o_.seed + 1 + i));
         start = std::make_shared<const ModelState>(std::move(own));
       }
       nodes_.push_back(factory_->MakeNode(ctx, std::move(start)));
+    }
+    if (factory_->needs_server()) {
+      nodes_.push_back(factory_->MakeServer(
+          {static_cast<NodeId>(n_), &peers_, o_.seed, static_cast<uint64_t>(o_.rounds), n_, static_cast<NodeId>(n_)}));
     }
     model_bytes_ = shared->num_bytes();
     return Status::Ok();
@@ -217,7 +225,7 @@ class GossipSim {
         s.message.model = crafted;
       }
       const uint64_t bytes = s.message.bytes();
-      bytes_sent_ += bytes;
+      if (i < n_) bytes_sent_ += bytes;  // what the nodes send (a server's answers are not counted)
       const NodeId to = s.to;
       const bool sent = net_.Send(i, to, bytes, [this, i, to, m = std::move(s.message)] {
         if (!live_[to]) {
@@ -241,7 +249,7 @@ class GossipSim {
 
   void StartTraining(NodeId i) {
     std::shared_ptr<const ModelState> base = nodes_[i]->model();
-    train_base_[i] = base;
+    if (malicious_[i]) train_base_[i] = base;  // what its crafted models start from
     const uint64_t inc = incarnation_[i];
     if (!o_.train) {
       net_.After(0.0, [this, i, inc, base] {
@@ -298,7 +306,7 @@ class GossipSim {
     ModelState delta = trained;
     delta.Subtract(base);
     Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, (static_cast<uint64_t>(i) << 32) | round);
-    ApplyAttack(attack_, honest_[round], alie_z_, rng, delta);
+    ApplyAttack(attack_spec_, honest_[round], alie_z_, rng, delta);
     ModelState out = base;
     std::span<float> o = out.data();
     std::span<const float> d = delta.data();
@@ -350,6 +358,7 @@ class GossipSim {
       Rng rng = Rng::Derive(o_.seed, 0x9a7717ULL);
       for (size_t i = 0; i < n_; ++i) group[i] = static_cast<uint32_t>(i % 2);
       rng.Shuffle(std::span<uint32_t>(group));
+      if (factory_->needs_server()) group.push_back(0);  // the server stays with the first half
       net_.Partition(std::move(group));
       partitioned_ = true;
     }
@@ -402,7 +411,8 @@ class GossipSim {
     }
     GossipRound g;
     g.round = r;
-    g.live_nodes = static_cast<int64_t>(std::count(live_.begin(), live_.end(), true));
+    g.live_nodes =
+        static_cast<int64_t>(std::count(live_.begin(), live_.begin() + static_cast<std::ptrdiff_t>(n_), true));
     g.partitioned = partitioned_;
     if (honest.empty()) return InternalError("gossip simulation: no honest node is live at round " + std::to_string(r));
     // The average model of the live honest nodes, and how far they are from it.
@@ -475,6 +485,7 @@ class GossipSim {
   std::unique_ptr<gossip::ProtocolFactory> factory_;
   LivePeers peers_;
   const std::function<void(const GossipRound&)>& on_round_;
+  const AttackSpec attack_spec_;
   const AttackKind attack_;
   const bool train_at_start_;
   const std::vector<double> ms_per_step_;
@@ -487,7 +498,7 @@ class GossipSim {
   std::vector<uint64_t> incarnation_;  // bumped when a node leaves or rejoins: its old timers lapse
   std::vector<uint32_t> jobs_;         // training jobs started per node (runner keys)
   std::vector<uint64_t> completed_;    // rounds completed per node, as last seen
-  std::vector<std::shared_ptr<const ModelState>> train_base_;  // what each node last trained from
+  std::vector<std::shared_ptr<const ModelState>> train_base_;  // what each attacker last trained from
   std::map<uint64_t, HonestStats> honest_;                     // by round, for omniscient attacks
   std::map<uint64_t, std::pair<double, int64_t>> train_loss_;  // by round: sum and count
   std::vector<NodeId> away_;

@@ -5,7 +5,8 @@
 // and bandwidth), fires timers, and trains through the TaskRunner seam (so `mpirun` spreads the
 // training and the result stays the same bit for bit). It also plays the world around them:
 // attackers (whose outgoing models it replaces), churn (nodes leave gracefully and rejoin,
-// fetching a neighbour's model first), and a partition that heals.
+// fetching a neighbour's model first), and a partition that heals. Semi-decentralized runs have
+// one more node, id N, the server, with an unlimited link.
 //
 // A round r is measured once every live node has completed it: the average model of the live
 // honest nodes (test accuracy, SHA-256), the accuracy of a sample of the honest nodes' own models

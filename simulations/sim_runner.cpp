@@ -73,7 +73,8 @@ class FederationSim {
                 ManualClock* clock, size_t model_bytes, const std::function<void(const SimRound&)>& on_round)
       : o_(o),
         dev_(o.devices),
-        attack_(*ParseAttack(o.attack)),
+        attack_spec_(*ParseAttackSpec(o.attack)),
+        attack_(attack_spec_.kind),
         train_(train),
         runner_(runner),
         data_(std::move(data)),
@@ -289,7 +290,7 @@ class FederationSim {
     Update& u = *it->second.update;
     if (malicious_[i]) {
       Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of_[i]);
-      ApplyAttack(attack_, honest_[u.base_version], alie_z_, rng, u.delta);
+      ApplyAttack(attack_spec_, honest_[u.base_version], alie_z_, rng, u.delta);
     }
     Status s = engine_->Submit(std::move(u));
     in_flight_.erase(it);
@@ -309,6 +310,7 @@ class FederationSim {
 
   const SimOptions& o_;
   const DeviceModel& dev_;
+  const AttackSpec attack_spec_;
   const AttackKind attack_;
   const Dataset& train_;
   TaskRunner* const runner_;

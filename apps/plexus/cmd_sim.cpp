@@ -314,7 +314,7 @@ void AddSimCommand(CLI::App& app) {
     cmd->add_option(d.name, flags->sim.devices.*d.field, d.help)->capture_default_str();
   }
   cmd->add_option("--attack", flags->sim.attack,
-                  "What malicious clients do: none, signflip, gaussian, labelflip, ipm, alie, minmax")
+                  "What malicious clients do: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax")
       ->capture_default_str();
   cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();

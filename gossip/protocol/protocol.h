@@ -81,6 +81,8 @@ struct NodeContext {
   const PeerView* peers = nullptr;  // borrowed; outlives the node
   uint64_t seed = 0;                // the node's random stream: Rng::Derive(seed, self)
   uint64_t total_rounds = 0;        // the run's length, for schedules such as BALANCE's
+  size_t nodes = 0;                 // how many nodes the federation has (ids 0 .. nodes - 1)
+  NodeId server = 0;                // semi-decentralized only: the server's id (= nodes)
 };
 
 class Protocol {

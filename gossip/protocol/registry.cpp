@@ -6,7 +6,8 @@ namespace plexus::gossip {
 #define PLEXUS_GOSSIP_ALGORITHMS(X) \
   X("dpsgd", MakeDpsgd)             \
   X("el", MakeEpidemic)             \
-  X("pushsum", MakePushSum)
+  X("pushsum", MakePushSum)         \
+  X("semidecentralized", MakeSemiDecentralized)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);
 PLEXUS_GOSSIP_ALGORITHMS(PLEXUS_DECLARE_MAKER)

@@ -3,6 +3,9 @@
 //   dpsgd[:wait_ms=W]            D-PSGD with Metropolis-Hastings weights (dpsgd.cpp)
 //   el[:s=S,wait_ms=W]           Epidemic Learning, S random peers per round (epidemic.cpp)
 //   pushsum                      push-sum / stochastic gradient push, running sums (push_sum.cpp)
+//   semidecentralized[:every=H,sample=K,mode=s2s|s2a,wait_ms=W]
+//                                D-PSGD plus a server's average of K sampled nodes every H rounds
+//                                (semi_decentralized.cpp)
 // A new algorithm is one file defining its Make function plus one line in registry.cpp.
 // A factory owns the merge rule its nodes share: the nodes of one factory belong to one driver
 // thread. Immutable otherwise.
@@ -43,10 +46,17 @@ class ProtocolFactory {
   bool mixes_by_weight_only() const { return mixes_by_weight_only_; }
   void set_merge(std::unique_ptr<NeighbourMerge> merge) { merge_ = std::move(merge); }
 
+  // Algorithms with a server (semi-decentralized): the driver adds one more node, id N.
+  using ServerMaker = std::function<std::unique_ptr<Protocol>(const NodeContext&)>;
+  bool needs_server() const { return static_cast<bool>(make_server_); }
+  std::unique_ptr<Protocol> MakeServer(const NodeContext& ctx) const { return make_server_(ctx); }
+  void set_server_maker(ServerMaker make) { make_server_ = std::move(make); }
+
  private:
   std::string description_, default_topology_;
   bool mixes_by_weight_only_;
   NodeMaker make_;
+  ServerMaker make_server_;
   std::unique_ptr<NeighbourMerge> merge_;
 };
 

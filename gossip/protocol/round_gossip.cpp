@@ -5,9 +5,10 @@
 namespace plexus::gossip {
 namespace {
 
-// Timer ids: even for a round's wait (2 t), odd for a fetch (2 k + 1).
-uint64_t WaitTimer(uint64_t round) { return 2 * round; }
-uint64_t FetchTimer(uint64_t fetch) { return 2 * fetch + 1; }
+// Timer ids: 3 t for a round's wait, 3 k + 1 for a fetch, 3 t + 2 for a server's answer.
+uint64_t WaitTimer(uint64_t round) { return 3 * round; }
+uint64_t FetchTimer(uint64_t fetch) { return 3 * fetch + 1; }
+uint64_t ServerTimer(uint64_t round) { return 3 * round + 2; }
 
 }  // namespace
 
@@ -72,6 +73,10 @@ Actions RoundGossip::OnMessage(NodeId from, const Message& m) {
       return a;
     }
     case Message::Kind::kModelReply:
+      if (phase_ == Phase::kServer && m.round + 1 == round_ && from == ctx_.server) {
+        if (Acceptable(m)) model_ = m.model;  // the server's average replaces the node's model
+        return BeginTraining();
+      }
       if (phase_ != Phase::kFetching || !Acceptable(m)) return {};
       model_ = m.model;
       round_ = std::max(round_, m.round);
@@ -103,6 +108,7 @@ Actions RoundGossip::OnMessage(NodeId from, const Message& m) {
 Actions RoundGossip::OnTimer(uint64_t timer) {
   if (phase_ == Phase::kWaiting && timer == WaitTimer(round_)) return Merge();
   if (phase_ == Phase::kFetching && timer == FetchTimer(fetches_)) return BeginTraining();  // nobody answered
+  if (phase_ == Phase::kServer && timer == ServerTimer(round_)) return BeginTraining();     // nor did the server
   return {};
 }
 
@@ -150,8 +156,14 @@ Actions RoundGossip::Merge() {
   model_ = merged.ok() ? std::make_shared<const ModelState>(std::move(merged).value()) : trained_;
   trained_.reset();
   ++round_;
-  Actions a = BeginTraining();
+  Actions a;
   a.rounds_completed = 1;
+  if (AwaitsServer(round_ - 1, &a)) {
+    phase_ = Phase::kServer;
+    a.timers.push_back({ServerTimer(round_), wait_ms_});
+    return a;
+  }
+  a.Append(BeginTraining());
   return a;
 }
 

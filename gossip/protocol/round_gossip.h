@@ -48,6 +48,10 @@ class RoundGossip : public Protocol {
   virtual double Weight(uint32_t sender_degree, size_t received) = 0;
   // True: models of earlier rounds join the next merge instead of being dropped.
   virtual bool keeps_late_models() const = 0;
+  // After the merge that completed `round`: true when the node now waits for a server's model
+  // (semi-decentralized), with what it sends the server in `a`. The wait ends with the server's
+  // kModelReply, or after wait_ms with the node's own model.
+  virtual bool AwaitsServer(uint64_t /*round*/, Actions* /*a*/) { return false; }
 
   // Live out-neighbours at this node's current round.
   uint32_t LiveDegree();
@@ -56,7 +60,7 @@ class RoundGossip : public Protocol {
   Rng rng_;
 
  private:
-  enum class Phase { kIdle, kFetching, kTraining, kWaiting };
+  enum class Phase { kIdle, kFetching, kTraining, kWaiting, kServer };
   struct Received {
     NodeId from;
     std::shared_ptr<const ModelState> model;
@@ -69,7 +73,11 @@ class RoundGossip : public Protocol {
   Actions BeginTraining();
 
   NeighbourMerge* const merge_;
+
+ protected:
   const double wait_ms_;
+
+ private:
   Phase phase_ = Phase::kIdle;
   uint64_t round_ = 0;
   uint64_t fetches_ = 0;

@@ -8,15 +8,12 @@
 #include <cmath>
 
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/vector_model.h"
 
 namespace plexus::gossip {
 namespace {
 
-ModelState Vector(std::vector<float> values) {
-  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(values.size())}}});
-  std::copy(values.begin(), values.end(), m.data().begin());
-  return m;
-}
+ModelState Vector(const std::vector<float>& values) { return ::plexus::testing::VectorModel(values); }
 
 ModelState MergeWith(const std::string& spec, const ModelState& self, double self_weight,
                      const std::vector<std::pair<ModelState, double>>& neighbours, uint64_t round = 0) {

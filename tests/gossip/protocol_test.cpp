@@ -14,15 +14,12 @@
 #include "gossip/protocol/round_gossip.h"
 #include "gossip/protocol/topology.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/vector_model.h"
 
 namespace plexus::gossip {
 namespace {
 
-ModelState Vector(std::vector<float> values) {
-  ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(values.size())}}});
-  std::copy(values.begin(), values.end(), m.data().begin());
-  return m;
-}
+ModelState Vector(const std::vector<float>& values) { return ::plexus::testing::VectorModel(values); }
 
 // A topology with a live set the test controls.
 class TestPeers final : public PeerView {
@@ -37,7 +34,7 @@ class TestPeers final : public PeerView {
     std::erase_if(*out, [&](NodeId j) { return !live_[j]; });
   }
   bool undirected() const override { return !t_.directed(); }
-  bool IsLive(NodeId node) const override { return live_[node]; }
+  bool IsLive(NodeId node) const override { return node >= live_.size() || live_[node]; }
   std::vector<bool> live_;
 
  private:
@@ -54,9 +51,13 @@ struct Harness {
   Harness(const std::string& gossip, const std::string& topology, std::vector<ModelState> starts,
           const std::string& merge = "mean")
       : peers(*Topology::Parse(topology, starts.size(), 1)), factory(*MakeGossip(gossip, merge)) {
-    for (size_t i = 0; i < starts.size(); ++i) {
-      nodes.push_back(factory->MakeNode({static_cast<NodeId>(i), &peers, 3, 10},
+    const size_t n = starts.size();
+    for (size_t i = 0; i < n; ++i) {
+      nodes.push_back(factory->MakeNode({static_cast<NodeId>(i), &peers, 3, 10, n, static_cast<NodeId>(n)},
                                         std::make_shared<const ModelState>(std::move(starts[i]))));
+    }
+    if (factory->needs_server()) {
+      nodes.push_back(factory->MakeServer({static_cast<NodeId>(n), &peers, 3, 10, n, static_cast<NodeId>(n)}));
     }
   }
   void Take(NodeId i, Actions a) {
@@ -78,8 +79,22 @@ struct Harness {
     while (!queue.empty()) {
       Envelope e = std::move(queue.front());
       queue.pop_front();
-      if (peers.live_[e.to]) Take(e.to, nodes[e.to]->OnMessage(e.from, e.message));
+      if (peers.IsLive(e.to)) Take(e.to, nodes[e.to]->OnMessage(e.from, e.message));
     }
+  }
+  // Delivers everything but what goes to `held`, which it returns.
+  std::vector<Envelope> DeliverAllExceptTo(NodeId held) {
+    std::vector<Envelope> kept;
+    while (!queue.empty()) {
+      Envelope e = std::move(queue.front());
+      queue.pop_front();
+      if (e.to == held) {
+        kept.push_back(std::move(e));
+      } else if (peers.IsLive(e.to)) {
+        Take(e.to, nodes[e.to]->OnMessage(e.from, e.message));
+      }
+    }
+    return kept;
   }
   float Value(NodeId i, size_t k = 0) const { return nodes[i]->model()->data()[k]; }
 
@@ -196,6 +211,37 @@ TEST(EpidemicLearningTest, SendsToSPeersAndAveragesWhatArrivedWhenItsTimerFires)
   }
 }
 
+TEST(SemiDecentralizedTest, ServerToAllGivesEveryNodeTheMeanOfTheSampledNodes) {
+  Harness h("semidecentralized:every=1,sample=2,mode=s2a", "ring",
+            {Vector({0}), Vector({4}), Vector({8}), Vector({12})});
+  for (NodeId i = 0; i < 4; ++i) h.Take(i, h.nodes[i]->Start(false));
+  h.TrainAll();
+  // Gossip first; then the two sampled nodes upload their merged models and everyone waits.
+  std::vector<Envelope> uploads = h.DeliverAllExceptTo(4);
+  ASSERT_EQ(uploads.size(), 2u);
+  EXPECT_TRUE(h.to_train.empty());  // nobody trains before the server answers
+  const float mean = (uploads[0].message.model->data()[0] + uploads[1].message.model->data()[0]) / 2;
+  for (Envelope& e : uploads) h.Take(4, h.nodes[4]->OnMessage(e.from, e.message));
+  h.DeliverAll();
+  for (NodeId i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(h.Value(i), mean) << i;
+  EXPECT_EQ(h.to_train.size(), 4u);
+}
+
+TEST(SemiDecentralizedTest, ServerToSampledLeavesTheOthersTrainingOnAndATimerEndsAWait) {
+  Harness h("semidecentralized:every=1,sample=1,mode=s2s,wait_ms=100", "ring",
+            {Vector({0}), Vector({4}), Vector({8}), Vector({12})});
+  for (NodeId i = 0; i < 4; ++i) h.Take(i, h.nodes[i]->Start(false));
+  h.TrainAll();
+  std::vector<Envelope> uploads = h.DeliverAllExceptTo(4);
+  ASSERT_EQ(uploads.size(), 1u);
+  EXPECT_EQ(h.to_train.size(), 3u);  // the three others go on at once
+  // The upload is lost: the sampled node's timer ends its wait.
+  const NodeId sampled = uploads[0].from;
+  const uint64_t timer = h.timers[sampled].back();
+  h.Take(sampled, h.nodes[sampled]->OnTimer(timer));
+  EXPECT_EQ(h.to_train.size(), 4u);
+}
+
 TEST(GossipRegistryTest, BadSpecsNameTheirFlag) {
   auto message = [](const std::string& gossip, const std::string& merge) {
     auto f = MakeGossip(gossip, merge);
@@ -208,6 +254,8 @@ TEST(GossipRegistryTest, BadSpecsNameTheirFlag) {
   EXPECT_NE(message("el", "average").find("--merge"), std::string::npos);
   EXPECT_NE(message("pushsum", "median").find("--merge: pushsum mixes by weights only"), std::string::npos);
   EXPECT_NE(message("dpsgd", "balance:gamma=0").find("--merge"), std::string::npos);
+  EXPECT_NE(message("semidecentralized:mode=s2x", "mean").find("--gossip: semidecentralized:mode is s2s or s2a"),
+            std::string::npos);
 }
 
 // Push-sum's invariant: no mass is lost or counted twice, whatever the network does. Messages

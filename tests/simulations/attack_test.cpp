@@ -82,9 +82,28 @@ TEST(AttackTest, AlieZFollowsTheNormalQuantile) {
 
 TEST(AttackTest, UnknownAttackIsNamed) {
   EXPECT_THAT(ParseAttack("minsum").status(),
-              StatusIs(StatusCode::kInvalidArgument, "known: none, signflip, gaussian, labelflip, ipm, alie, minmax"));
+              StatusIs(StatusCode::kInvalidArgument,
+                       "known: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax"));
   EXPECT_EQ(*ParseAttack("minmax"), AttackKind::kMinMax);
   EXPECT_EQ(*ParseAttack("labelflip"), AttackKind::kLabelFlip);
+}
+
+TEST(AttackTest, StrengthsAreParametersOfTheSpec) {
+  AttackSpec ipm = *ParseAttackSpec("ipm:eps=4");
+  EXPECT_EQ(ipm.kind, AttackKind::kIpm);
+  Rng rng(1);
+  ModelState d = Vec({1, -2});
+  ApplyAttack(ipm, TwoHonest(), 0.0, rng, d);
+  EXPECT_EQ(d, Vec({-8, -8}));  // -4 x the honest mean (2, 2)
+  AttackSpec alie = *ParseAttackSpec("alie:z=3");
+  d = Vec({1, -2});
+  ApplyAttack(alie, TwoHonest(), 0.5, rng, d);  // the given z wins over the computed one
+  EXPECT_EQ(d, Vec({-1, 2}));                   // mean (2, 2) - 3 x std (1, 0)
+  EXPECT_EQ(ParseAttackSpec("ipm").value().ipm_epsilon, 0.5);
+  EXPECT_THAT(ParseAttackSpec("ipm:eps=0").status(),
+              StatusIs(StatusCode::kInvalidArgument, "ipm:eps must be positive"));
+  EXPECT_THAT(ParseAttackSpec("signflip:eps=2").status(), StatusIs(StatusCode::kInvalidArgument, "eps"));
+  EXPECT_THAT(ParseAttackSpec("sybil").status(), StatusIs(StatusCode::kInvalidArgument, "unknown attack 'sybil'"));
 }
 
 }  // namespace

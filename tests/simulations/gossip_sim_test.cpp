@@ -172,6 +172,19 @@ TEST_F(GossipSimTest, ATrimmedMeanHoldsOffSignFlippingNeighboursThatAPlainMeanLe
   std::printf("attack-free shift %.4f, plain mean off by %.4f, trimmed mean off by %.4f\n", free, hurt, held);
 }
 
+TEST_F(GossipSimTest, ASemiDecentralizedServerToAllRoundBringsEveryNodeToOneModel) {
+  GossipSimOptions o = Small("semidecentralized:every=2,sample=3,mode=s2a", "ring", 8, 4);
+  o.train = false;  // the nodes start apart: only the server's average can make them agree at once
+  Result<GossipResult> r = Run(o);
+  ASSERT_OK(r.status());
+  ASSERT_EQ(r->rounds.size(), 4u);
+  EXPECT_GT(r->rounds[1].consensus_distance, 0.1);   // measured before the server's answer
+  EXPECT_LT(r->rounds[2].consensus_distance, 1e-4);  // everyone took the average, then gossiped
+  // Two nodes per ring neighbourhood each round, plus three uploads every second round.
+  const double model_bytes = static_cast<double>(InitModel("mlp", 0)->num_bytes()) + 64;
+  EXPECT_NEAR(r->bytes_sent_per_node, (4 * 2 * 8 + 2 * 3) * model_bytes / 8, 1.0);
+}
+
 TEST_F(GossipSimTest, BadSettingsNameTheFlag) {
   auto error = [&](GossipSimOptions o) {
     Result<GossipResult> r = Run(o);
