@@ -163,7 +163,7 @@ Result<std::unique_ptr<NeighbourMerge>> MakeNeighbourMerge(std::string_view text
     if (!(tau >= 0) || !std::isfinite(tau)) return MergeError("clipped:tau must be positive (omit it for adaptive)");
     merge = std::make_unique<ClippedMerge>(tau);
   } else if (spec.name() == "balance") {
-    PLEXUS_ASSIGN_OR_RETURN(double gamma, get("gamma", 0.5));
+    PLEXUS_ASSIGN_OR_RETURN(double gamma, get("gamma", 0.3));
     PLEXUS_ASSIGN_OR_RETURN(double kappa, get("kappa", 1.0));
     PLEXUS_ASSIGN_OR_RETURN(double alpha, get("alpha", 0.5));
     if (!(gamma > 0) || !(kappa >= 0) || !(alpha >= 0 && alpha < 1)) {

@@ -6,7 +6,7 @@
 //                             fewer than half of them lying cannot stretch it
 //   balance[:gamma=G,kappa=K,alpha=A]  BALANCE: a neighbour is accepted only when
 //                             ||x_i - x_j|| <= G exp(-K t / T) ||x_i||; then
-//                             x_i <- A x_i + (1 - A) mean(accepted) (defaults 0.5, 1, 0.5)
+//                             x_i <- A x_i + (1 - A) mean(accepted) (defaults 0.3, 1, 0.5)
 //   any strategy of the aggregators registry, e.g. trimmed_mean:beta=0.2 or median, run over self
 //   plus neighbours (robust rules need more honest neighbours than the degree allows liars).
 // The protocol checks layout and finiteness of every neighbour model before it gets here.
