@@ -337,7 +337,7 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--crdt-strategy", flags->crdt.strategies,
                   "CRDT simulation: strategy to resolve with (repeat for several; default fedavg, median, "
-                  "trimmed_mean, ties, dare)");
+                  "trimmed_mean:beta=0.2, ties:density=0.3, dare:p=0.3)");
   cmd->add_option("--devices", flags->devices,
                   "Device profile: uniform, heterogeneous or mobile (the device flags override its fields)");
   cmd->add_option("--max-tasks", flags->sim.max_tasks,

@@ -86,11 +86,18 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   std::string csv =
       "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
-      "bytes_down,bytes_up\n";
+      "bytes_down,bytes_up,mean_staleness\n";
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s\n",
+    // Asynchronous modes: the mean staleness of the updates merged into the version (as in the JSON).
+    std::string staleness;
+    if (!r.merged.empty()) {
+      double sum = 0.0;
+      for (const MergedUpdate& m : r.merged) sum += static_cast<double>(m.staleness);
+      staleness = std::to_string(sum / static_cast<double>(r.merged.size()));
+    }
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
@@ -99,7 +106,7 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
                   i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "",
                   i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "",
                   i < s.round_bytes_down.size() ? std::to_string(s.round_bytes_down[i]).c_str() : "",
-                  i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "");
+                  i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "", staleness.c_str());
     csv += line;
   }
   return WriteFile(path, csv);

@@ -434,6 +434,28 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   std::filesystem::remove(cfg);
 }
 
+// The asynchronous modes' metrics file carries the mean staleness of each version, as the
+// summary JSON does (docs/simulation.md promises both).
+TEST(CliTest, AsyncMetricsHaveTheMeanStaleness) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string csv = Temp("async.csv");
+  std::string out;
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY,
+                      {"sim", "--mode", "async", "--buffer-size", "2", "--clients", "4", "--rounds", "3",
+                       "--speed-ratio", "3", "--train-subset", "2000", "--test-subset", "200", "--metrics-out", csv},
+                      &out),
+      0)
+      << out;
+  std::istringstream in(ReadFile(csv));
+  std::string header, row;
+  std::getline(in, header);
+  std::getline(in, row);
+  EXPECT_NE(header.find(",mean_staleness"), std::string::npos) << header;
+  EXPECT_NE(row.back(), ',') << row;  // the column has a value
+  std::filesystem::remove(csv);
+}
+
 // `plexus sim --mode gossip`: progress per round, the summary fields users read, the metrics
 // file the plot command reads, and clear errors for settings that cannot work.
 TEST(CliTest, GossipSimWritesItsResultsAndRefusesWhatCannotWork) {
