@@ -160,7 +160,24 @@ TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {
   const size_t at_kill = CommittedRounds();
   ASSERT_LT(at_kill, 5u) << "the federation finished before the kill; nothing to resume";
 
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The server stays down until every client has noticed (a failed call, then a retry), so
+  // that the restart is a reconnection and not a blip nobody saw.
+  auto retries = [](const std::string& log) {
+    size_t n = 0;
+    for (size_t at = log.find("retrying"); at != std::string::npos; at = log.find("retrying", at + 1)) ++n;
+    return n;
+  };
+  std::vector<size_t> before;
+  for (auto& c : clients) before.push_back(retries(c->Log()));
+  const auto noticed_by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (size_t i = 0; i < clients.size(); ++i) {
+    while (retries(clients[i]->Log()) == before[i] && clients[i]->running() &&
+           std::chrono::steady_clock::now() < noticed_by) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_GT(retries(clients[i]->Log()), before[i]) << "client " << i << " never noticed the outage\n"
+                                                     << clients[i]->Log();
+  }
   auto restarted = StartServer(5, "server2.log");
   ASSERT_EQ(restarted->Wait(240000), 0) << restarted->Log();
   EXPECT_NE(restarted->Log().find("resuming from checkpoint version " + std::to_string(at_kill)), std::string::npos)

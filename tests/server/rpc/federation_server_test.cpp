@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -736,10 +737,21 @@ TEST(CommitOutsideTest, UploadsAreAcknowledgedWhileAVersionCommitsAndShutdownCom
   EXPECT_EQ(transport->Poll("a", 10)->task.model_version, 0u);
   EXPECT_EQ(server->status().model_version, 0u);
 
-  std::thread shutdown([&] { server->Shutdown(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic<bool> stopped{false};
+  std::thread shutdown([&] {
+    server->Shutdown();
+    stopped = true;
+  });
+  // Shutdown has begun once the server refuses calls; it must then wait for the blocked commit.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (transport->Poll("a", 10).ok() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(transport->Poll("a", 10).ok()) << "the server kept answering after Shutdown began";
+  EXPECT_FALSE(stopped) << "Shutdown returned while a version's commit was still blocked";
   store.Open();
   shutdown.join();
+  EXPECT_TRUE(stopped);
   // Both versions were committed before the server stopped, and each checkpoint is the model.
   ASSERT_EQ(memory.ListRounds()->size(), 2u);
   EXPECT_EQ(engine->model().version(), 2u);
