@@ -40,6 +40,7 @@ struct ServerFlags {
   uint64_t seed = 0;
   std::string data_dir = kDefaultFashionMnistDir;
   bool no_eval = false;
+  bool dry_run = false;
   size_t test_subset = 0;
   std::string summary_out;
   int threads = 1;
@@ -112,6 +113,12 @@ void RunServer(const ServerFlags& f) {
     throw CommandError("refusing to listen on " + f.listen +
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
+  }
+  if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
+    std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
+                std::string(ModeName(f.mode)).c_str(), f.sync.strategy.c_str(), f.listen.c_str(),
+                tls_flags > 0 ? " with TLS" : "", f.db.c_str());
+    return;
   }
   // A start that fails (port in use, data missing, ...) leaves no new empty database behind.
   DatabaseCreatedForThisRun created(f.db);
@@ -244,6 +251,9 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--data-dir", f->data_dir, "Fashion-MNIST directory for server-side evaluation")
       ->capture_default_str();
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
+  cmd->add_flag("--dry-run", f->dry_run,
+                "Check the settings (flags and --config, TLS files readable) without opening the database or "
+                "listening, print them and exit");
   cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
   cmd->add_option("--linger-s", f->linger_s,
