@@ -15,7 +15,7 @@ packages=(
   dataset-fashion-mnist gnuplot-nox
   clang-14 libclang-rt-14-dev clang-format
   libopenmpi-dev openmpi-bin
-  systemd python3-yaml
+  systemd python3-yaml chromium
 )
 
 missing=()

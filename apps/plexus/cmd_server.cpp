@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "apps/plexus/commands.h"
+#include "apps/plexus/dashboard_page.h"
 #include "apps/plexus/http_endpoint.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
@@ -51,6 +52,7 @@ struct ServerFlags {
   std::string revoked_file;
   std::vector<std::string> admins;
   std::string metrics_listen;
+  std::string dashboard_listen;
   int64_t keep_checkpoints = 100;
   int64_t keep_every = 0;
 };
@@ -172,6 +174,19 @@ void RunServer(const ServerFlags& f) {
              "--metrics-listen");
     spdlog::info("metrics on http://{}/metrics (port {})", f.metrics_listen, metrics_endpoint->port());
   }
+  std::unique_ptr<HttpEndpoint> dashboard_endpoint;
+  if (!f.dashboard_listen.empty()) {
+    FederationServer* watched = server.get();
+    const std::string title = std::string(ModeName(f.mode)) + " mode, model " + f.model + ", " +
+                              std::to_string(sync.rounds) + " versions, strategy " + engine->strategy_description();
+    dashboard_endpoint = Take(
+        HttpEndpoint::Start(
+            f.dashboard_listen,
+            {{"/",
+              {"text/html; charset=utf-8", [watched, title] { return RenderDashboard(watched->metrics(), title); }}}}),
+        "--dashboard-listen");
+    spdlog::info("dashboard on http://{}/ (port {})", f.dashboard_listen, dashboard_endpoint->port());
+  }
   spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
                security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description());
 
@@ -277,6 +292,9 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--keep-every", f->keep_every, "Also keep every K-th version's model (0: none)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--dashboard-listen", f->dashboard_listen,
+                  "Serve a live dashboard page (accuracy curve, progress, clients, refusals, last version) at "
+                  "http://HOST:PORT/ (plain HTTP without authentication: loopback or a trusted network; default: off)");
   cmd->add_option("--metrics-listen", f->metrics_listen,
                   "Serve Prometheus metrics at http://HOST:PORT/metrics (default: off)");
   cmd->add_flag("--public-status", f->limits.public_status,

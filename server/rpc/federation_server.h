@@ -9,8 +9,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -91,6 +93,10 @@ struct ServerMetrics {
   std::vector<int64_t> upload_seconds_le;  // cumulative, one per bound
   int64_t upload_count = 0;
   double upload_seconds_sum = 0;
+  // For the dashboard: (version, test accuracy) of every evaluated version, oldest first, and the
+  // newest published version's record (its merged updates in the asynchronous modes).
+  std::vector<std::pair<uint64_t, double>> accuracy;
+  std::optional<RoundRecord> last_round;
 };
 
 class FederationServer {

@@ -286,6 +286,14 @@ class FederationServiceImpl final : public v1::Federation::Service {
     m.refusals = refusals_;
     m.uploads_resumed = uploads_resumed_;
     m.download_bytes = download_bytes_.load();
+    const std::vector<RoundRecord>& history = engine_->history();
+    for (const RoundRecord& r : history) {
+      if (r.test_accuracy) m.accuracy.emplace_back(r.model_version, *r.test_accuracy);
+    }
+    if (!history.empty()) {
+      m.last_round = history.back();
+      m.last_round->logged_done.clear();
+    }
     return m;
   }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -209,6 +210,66 @@ TEST(CliTest, TheMetricsEndpointIsScrapedDuringAFederation) {
   EXPECT_GT(::plexus::testing::PrometheusSample(during, "plexus_resident_memory_bytes"), 0) << during;
   for (auto& c : clients) EXPECT_EQ(c->Wait(120000), 0) << c->Log();
   EXPECT_EQ(server.Wait(60000), 0) << server.Log();
+  RemoveDatabase(db);
+}
+
+// The dashboard as an operator sees it: headless Chromium loads the page of a running federation,
+// finds the current version and an accuracy point per evaluated version, and takes a screenshot.
+TEST(CliTest, TheDashboardShowsTheFederationInAHeadlessBrowser) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0) GTEST_SKIP() << "chromium not installed";
+  const std::string address = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
+  const std::string dashboard = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
+  const std::string db = Temp("dashboard.db");
+  // Many versions, so that the federation is still running while the browser looks; stopped below.
+  ::plexus::testing::ChildProcess server(
+      PLEXUS_BINARY,
+      {"server", "--listen", address, "--db", db, "--rounds", "100000", "--clients-per-round", "2", "--min-clients",
+       "2", "--local-steps", "5", "--test-subset", "200", "--dashboard-listen", dashboard},
+      Temp("server_dashboard.log"));
+  ASSERT_TRUE(WaitForLog(server, "dashboard on")) << server.Log();
+  std::vector<std::unique_ptr<::plexus::testing::ChildProcess>> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.push_back(std::make_unique<::plexus::testing::ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"client", "--server", address, "--num-partitions", "30", "--partition-index",
+                                 std::to_string(i), "--client-id", "d" + std::to_string(i)},
+        Temp("client_dashboard" + std::to_string(i) + ".log")));
+  }
+  ASSERT_TRUE(WaitForLog(server, "round 3 closed")) << server.Log();
+  const std::vector<std::string> browser = {"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"};
+  std::vector<std::string> dump = browser;
+  dump.insert(dump.end(), {"--dump-dom", "http://" + dashboard + "/"});
+  std::string dom;
+  ASSERT_EQ(RunToCompletion("/usr/bin/chromium", dump, &dom), 0) << dom;
+  const std::string version_tag = "id=\"version\">";
+  const size_t at = dom.find(version_tag);
+  ASSERT_NE(at, std::string::npos) << dom;
+  const int version = std::atoi(dom.c_str() + at + version_tag.size());
+  EXPECT_GE(version, 3) << dom;
+  size_t points = 0;
+  for (size_t p = dom.find("class=\"accuracy-point\""); p != std::string::npos;
+       p = dom.find("class=\"accuracy-point\"", p + 1)) {
+    ++points;
+  }
+  EXPECT_GE(points, 3u) << "one point per evaluated version";
+  EXPECT_LE(points, static_cast<size_t>(version));
+  EXPECT_NE(dom.find("data-version=\"1\""), std::string::npos) << dom;
+  const std::string png = Temp("dashboard.png");
+  std::vector<std::string> shot = browser;
+  shot.insert(shot.end(), {"--screenshot=" + png, "--window-size=900,1000", "http://" + dashboard + "/"});
+  std::string shot_log;
+  ASSERT_EQ(RunToCompletion("/usr/bin/chromium", shot, &shot_log), 0) << shot_log;
+  const std::string image = ReadFile(png);
+  ASSERT_GT(image.size(), 1000u);
+  EXPECT_EQ(image.substr(1, 3), "PNG");
+  std::filesystem::remove(png);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(30000), 0) << server.Log();
+  for (auto& c : clients) {
+    c->Signal(SIGTERM);
+    c->Wait(30000);
+  }
   RemoveDatabase(db);
 }
 
