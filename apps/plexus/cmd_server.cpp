@@ -315,6 +315,11 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--rate-limit", f->limits.requests_per_s, "Requests per second allowed per client (0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--max-long-polls", f->limits.max_long_polls,
+                  "Polls in progress at once (each waiting poll holds a server thread); more are told to retry "
+                  "(0 = no bound; the threads of all calls are capped from this and the upload places)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-concurrent-uploads", f->limits.max_concurrent_uploads,
                   "Uploads received and decoded at once (the others wait; bounds server memory; 0: no bound)")
       ->capture_default_str();

@@ -5,7 +5,9 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,7 +33,12 @@ class GrpcFederationServer final : public FederationServer {
                        const DoorLimits& limits, const Clock* clock)
       : service_(engine, store, info, tls.enabled() && !tls.client_ca_pem.empty(), limits, clock),
         tls_(tls),
-        adaptive_flow_control_(limits.adaptive_flow_control) {}
+        adaptive_flow_control_(limits.adaptive_flow_control),
+        // Threads for every long poll, two per upload place (the upload and a waiting one), and
+        // headroom for joins, downloads, status and gRPC's own pollers.
+        max_call_threads_(limits.max_long_polls > 0
+                              ? limits.max_long_polls + 2 * std::max(limits.max_concurrent_uploads, 8) + 64
+                              : 0) {}
   ~GrpcFederationServer() override { Shutdown(); }
 
   Status Init(const std::string& listen) {
@@ -57,6 +64,11 @@ class GrpcFederationServer final : public FederationServer {
     // split the clients between two federations.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kIdleServerThreads);
+    if (max_call_threads_ > 0) {  // a bound on the calls in progress, whatever they are
+      grpc::ResourceQuota quota("plexus-server");
+      quota.SetMaxThreads(max_call_threads_);
+      builder.SetResourceQuota(quota);
+    }
     if (!adaptive_flow_control_) builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) return UnavailableError("cannot listen on " + listen + ": " + WhyCannotListen(listen));
@@ -100,6 +112,7 @@ class GrpcFederationServer final : public FederationServer {
   FederationService service_;
   const ServerTls tls_;
   const bool adaptive_flow_control_;
+  const int max_call_threads_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::thread ticker_;

@@ -49,6 +49,10 @@ struct DoorLimits {
   // An upload holding a place that delivers no chunk for this long is cancelled; what arrived is
   // kept for a resume. 0: no bound. A client has at most one upload in flight either way.
   int64_t upload_stall_ms = 30000;
+  // Polls in progress at once (each long poll holds a server thread while it waits); more are
+  // refused with RESOURCE_EXHAUSTED and the client retries. 0: no bound. The threads of all
+  // calls together are capped by a gRPC resource quota sized from this and the upload places.
+  int max_long_polls = 1024;
   // How much of each upload the transport takes in ahead of the server reading it. Adaptive
   // (gRPC's default): each stream's window grows with the link's measured bandwidth-delay
   // product, which uploads over long round trips need to go at the link's speed. Fixed: gRPC's
@@ -85,6 +89,7 @@ struct ServerMetrics {
   EngineStatus engine;
   std::map<std::string, int64_t> refusals;  // refused calls by status code name
   int64_t uploads_resumed = 0;
+  int64_t open_polls = 0;      // PollTask calls in progress
   int64_t upload_bytes = 0;    // payload bytes of accepted updates
   int64_t download_bytes = 0;  // model bytes sent
   // Accepted uploads by how long they took (first chunk to acknowledgement): counts of those at

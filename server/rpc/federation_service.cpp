@@ -110,6 +110,17 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (!who.ok()) return Refuse("poll", who.status());
     std::unique_lock<std::mutex> lock(mu_);
     if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("poll", limited);
+    // Each waiting poll holds a server thread: beyond the cap, callers are told to come back.
+    if (limits_.max_long_polls > 0 && open_polls_ >= limits_.max_long_polls) {
+      return RefuseLocked("poll",
+                          ResourceExhaustedError("the server already holds " + std::to_string(limits_.max_long_polls) +
+                                                 " waiting polls (--max-long-polls); retry later"));
+    }
+    struct OpenPoll {  // destroyed before `lock`, so the count changes under mu_
+      int& n;
+      explicit OpenPoll(int& count) : n(++count) {}
+      ~OpenPoll() { --n; }
+    } open(open_polls_);
     while (true) {
       Result<PollAnswer> a = engine_->Poll(req->client_id());
       if (!a.ok()) return RefuseLocked("poll", a.status());
@@ -285,6 +296,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     m.engine = engine_->status();
     m.refusals = refusals_;
     m.uploads_resumed = uploads_resumed_;
+    m.open_polls = open_polls_;
     m.download_bytes = download_bytes_.load();
     const std::vector<RoundRecord>& history = engine_->history();
     for (const RoundRecord& r : history) {
@@ -442,6 +454,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   AdaptiveNormBound adaptive_bound_;                       // guarded by mu_
   std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
   std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
+  int open_polls_ = 0;                                     // guarded by mu_; PollTask calls in progress
   int64_t uploads_resumed_ = 0;                            // guarded by mu_
   ServerMetrics upload_metrics_;                           // guarded by mu_; the upload counters
   std::atomic<int64_t> download_bytes_{0};

@@ -322,6 +322,34 @@ struct OneClientServer {
   std::string target;
 };
 
+TEST(LongPollCapTest, PollsBeyondTheCapAreToldToComeBack) {
+  RealClock clock;
+  MemoryStore store;
+  const ModelState model = *ModelState::Create({{"w", {4}}});
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 3;
+  o.min_clients = 3;  // two clients never make a round: their polls wait
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  DoorLimits limits;
+  limits.max_long_polls = 1;
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, limits);
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  ASSERT_OK(transport->Join("b", 10, "test"));
+  std::thread waiting([&] { EXPECT_OK(transport->Poll("a", 2000).status()); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server->metrics().open_polls == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(server->metrics().open_polls, 1);
+  EXPECT_THAT(transport->Poll("b", 10), StatusIs(StatusCode::kResourceExhausted, "--max-long-polls"));
+  waiting.join();
+  EXPECT_EQ(server->metrics().open_polls, 0);
+  EXPECT_OK(transport->Poll("b", 10).status());  // a place is free again
+  server->Shutdown();
+}
+
 TEST(DoorNormTest, UpdatesAboveTheNormBoundAreRefused) {
   DoorLimits limits;
   limits.max_update_norm = 5.0;
