@@ -25,10 +25,11 @@ declare -A allowed=(
   [client]="core compute client proto"
   [server/rpc]="core aggregators server/store server/coordinator server/rpc proto"
   [gossip/protocol]="core aggregators gossip/protocol"
-  [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol simulations"
+  [compression]="core aggregators compression"
+  [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol compression simulations"
 )
 # Parts that stay plain C++: no heavy dependency at all.
-plain="core aggregators crdt server/store server/coordinator gossip/protocol"
+plain="core aggregators crdt server/store server/coordinator gossip/protocol compression"
 heavy='^#include <(torch/|ATen/|grpc|grpcpp/|sqlite3\.h|uv\.h|mpi\.h)'
 
 # Sets `part` to the part of a source file or included path (bash only: this runs per include).
@@ -66,7 +67,7 @@ while IFS= read -r file; do
     echo "$file: $(grep -E "$heavy" "$file" | head -1): $from stays free of LibTorch, gRPC, SQLite, libuv and MPI"
     violations=$((violations + 1))
   fi
-done < <(find core aggregators crdt sqlite server compute client gossip simulations \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null | sort)
+done < <(find core aggregators crdt sqlite server compute client gossip compression simulations \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null | sort)
 
 if [ "$violations" -gt 0 ]; then
   echo "check_layering: $violations include(s) break the dependency rules" >&2

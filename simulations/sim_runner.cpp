@@ -10,6 +10,7 @@
 #include <numeric>
 #include <optional>
 
+#include "compression/codec.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
 #include "core/rng.h"
@@ -55,6 +56,7 @@ Status SimOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(devices.Validate());
   if (!(server_mbps >= 0)) return InvalidArgumentError("--server-mbps must not be negative (0 = unlimited)");
   PLEXUS_RETURN_IF_ERROR(ParseAttack(attack).status());
+  if (!codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(codec).status());
   if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
   return Status::Ok();
 }
@@ -81,6 +83,7 @@ class FederationSim {
         engine_(engine),
         clock_(clock),
         model_bytes_(model_bytes),
+        codec_(o.codec.empty() ? nullptr : *MakeCodec(o.codec)),
         on_round_(on_round),
         n_(static_cast<size_t>(o.clients)),
         ms_per_step_(dev_.Assign(n_, o.seed)),
@@ -101,6 +104,7 @@ class FederationSim {
     next_wave_ms_ = static_cast<double>(wave_ms_);
     parked_epoch_ = engine_->poll_epoch();
     reported_ = engine_->history().size();
+    upload_bytes_ = codec_ ? codec_->EncodedSize(engine_->model()) : model_bytes_;
   }
 
   Result<SimResult> Run() {
@@ -250,7 +254,7 @@ class FederationSim {
     ++pending_;
     net_.Send(0, Node(i), model_bytes_, [this, i, compute_ms] {
       net_.After(compute_ms, [this, i] {
-        net_.Send(Node(i), 0, model_bytes_, [this, i] {
+        net_.Send(Node(i), 0, upload_bytes_, [this, i] {
           --pending_;
           Guard(UpdateArrives(i));
         });
@@ -292,9 +296,16 @@ class FederationSim {
       Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of_[i]);
       ApplyAttack(attack_spec_, honest_[u.base_version], alie_z_, rng, u.delta);
     }
+    if (codec_) {  // what the server receives is what the codec kept
+      ModelState* residual = nullptr;
+      if (codec_->uses_residual()) residual = &residual_.try_emplace(i, ModelState::ZerosLike(u.delta)).first->second;
+      const uint64_t seed = Rng::Derive(o_.seed ^ 0xc0deULL, i * 1000003ULL + tasks_of_[i]).NextU64();
+      const std::string bytes = codec_->Encode(u.delta, residual, seed);
+      PLEXUS_ASSIGN_OR_RETURN(u.delta, codec_->Decode(bytes, u.delta));
+    }
     Status s = engine_->Submit(std::move(u));
     in_flight_.erase(it);
-    bytes_up_ += static_cast<int64_t>(model_bytes_);
+    bytes_up_ += static_cast<int64_t>(upload_bytes_);
     if (!s.ok()) {
       // Expected in a federation (too stale, the round closed without it); anything else is a bug.
       if (s.code() != StatusCode::kFailedPrecondition && s.code() != StatusCode::kNotFound) {
@@ -318,6 +329,9 @@ class FederationSim {
   Engine* const engine_;
   ManualClock* const clock_;
   const size_t model_bytes_;
+  const std::unique_ptr<Codec> codec_;     // null: uploads travel as float32
+  size_t upload_bytes_ = 0;                // of one upload: model_bytes_, or its encoded size
+  std::map<size_t, ModelState> residual_;  // per client: the codec's error feedback (top-k)
   const std::function<void(const SimRound&)>& on_round_;
   const size_t n_;
   const std::vector<double> ms_per_step_;

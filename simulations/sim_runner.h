@@ -44,6 +44,7 @@ struct SimOptions {
                                     // run then ends with the versions published by then
   std::string attack = "none";      // what malicious clients do, see attack.h
   double attackers = 0.0;           // fraction of the clients that are malicious, chosen by the seed
+  std::string codec;                // compression of the uploads (compression/codec.h); empty: float32 as is
 
   // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
   // clients, an unknown mode or attack, bad device values); the engine options are checked
@@ -56,7 +57,7 @@ struct SimRound {
   double wall_time_s = 0.0;     // real time since the simulation started
   double virtual_time_s = 0.0;  // simulated time when the version was published
   int64_t bytes_down = 0;       // model bytes sent to clients so far (tasks handed out)
-  int64_t bytes_up = 0;         // update bytes received so far
+  int64_t bytes_up = 0;         // update bytes received so far (encoded, with --codec)
 };
 
 struct SimResult {

@@ -154,6 +154,11 @@ DeviceModel DevicesFor(const SimFlags& f) {
 // --mode gossip: the shared flags (nodes, rounds, model, seed, local training, devices, attack,
 // outputs) and the gossip flags.
 void RunGossip(const SimFlags& f, const MpiSession* mpi) {
+  if (f.cmd->count("--codec")) {
+    throw CommandError(
+        "--codec is not built for --mode gossip yet (compressed gossip needs CHOCO-style error "
+        "compensation to reach consensus)");
+  }
   for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--buffer-size", "--server-lr",
                                   "--server-mbps", "--max-tasks", "--backup-workers"}) {
     if (f.cmd->count(server_only)) {
@@ -203,7 +208,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (!training_rank) {
     std::printf(
         "plexus sim: %s mode, %s, %lld clients%s, %lld versions, model %s, partition %s, seed %llu, "
-        "devices: %s%s\n",
+        "devices: %s%s%s\n",
         std::string(ModeName(options.mode)).c_str(), strategy.c_str(), static_cast<long long>(options.clients),
         options.mode == Mode::kSync ? (", " + std::to_string(options.sync.clients_per_round) + " per round").c_str()
                                     : "",
@@ -212,7 +217,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
         options.attack == "none" ? ""
                                  : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
                                     "% attackers (" + options.attack + ")")
-                                       .c_str());
+                                       .c_str(),
+        options.codec.empty() ? "" : (", uploads compressed with " + options.codec).c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
     std::fflush(stdout);
   }
@@ -318,6 +324,9 @@ void AddSimCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();
+  cmd->add_option("--codec", flags->sim.codec,
+                  "Compress every upload: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R] (error feedback), terngrad "
+                  "or qsgd[:levels=L]; bytes counted as encoded (default: float32 as is)");
   cmd->add_option("--crdt-replicas", flags->crdt_replicas,
                   "Instead of a federation: simulate this many CRDT replicas merging the same contributions "
                   "(docs/crdt.md)");

@@ -2,6 +2,7 @@
 // times can be checked to the millisecond.
 #include "simulations/sim_runner.h"
 
+#include "compression/codec.h"
 #include "compute/model_zoo.h"
 
 #include <algorithm>
@@ -95,6 +96,31 @@ TEST_F(SimRunnerTest, SemiAsyncRunsAndIsDeterministic) {
   EXPECT_EQ(a->rounds.size(), 6u);
   EXPECT_EQ(a->final_model_sha256, b->final_model_sha256);
   EXPECT_EQ(a->virtual_time_s, b->virtual_time_s);
+}
+
+// --codec: the server gets what the codec kept, and the bytes counted are the encoded ones.
+TEST_F(SimRunnerTest, UploadsAreCompressedAndCountedAsEncoded) {
+  SimOptions o = TwoSpeeds("sync", 2);
+  Result<SimResult> plain = Run(o);
+  ASSERT_OK(plain);
+  o.codec = "f32";  // lossless: the same model
+  Result<SimResult> f32 = Run(o);
+  ASSERT_OK(f32);
+  EXPECT_EQ(f32->final_model_sha256, plain->final_model_sha256);
+  o.codec = "int8";
+  Result<SimResult> int8 = Run(o);
+  ASSERT_OK(int8);
+  const ModelState model = *InitModel("mlp", 0);
+  const int64_t encoded = static_cast<int64_t>((*MakeCodec("int8"))->EncodedSize(model));
+  EXPECT_EQ(int8->rounds.back().bytes_up, 4 * encoded);  // two rounds of two updates
+  EXPECT_LT(encoded * 3, static_cast<int64_t>(model.num_bytes()));
+  // Every weight moved by 0.01 per round: int8's steps (absmax / 127 per chunk) keep it close.
+  const ModelState initial = *InitModel("mlp", o.seed);
+  double drift = 0;
+  for (size_t k = 0; k < model.num_params(); ++k) drift += int8->final_model.data()[k] - initial.data()[k];
+  EXPECT_NEAR(drift / static_cast<double>(model.num_params()), 0.02, 1e-4);
+  o.codec = "zip";
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--codec: unknown codec"));
 }
 
 TEST_F(SimRunnerTest, TaskBudgetEndsTheRun) {

@@ -1,0 +1,50 @@
+// Codec: a compressed wire form for deltas (`--codec SPEC`). Encode turns a delta into bytes,
+// Decode turns bytes back into a delta of a given layout, checking every size, index and scale
+// before touching memory. Specs:
+//   f32                 the float32 values as they are (the baseline: 4 bytes per value)
+//   fp16, bf16          16-bit floats, round to nearest even (2 bytes per value)
+//   int8[:chunk=C]      per chunk of C values (default 4096) a float32 scale absmax/127 and one
+//                       int8 per value, rounded to nearest (about 1 byte per value)
+//   topk:ratio=R        the ceil(R x P) largest values in magnitude, as (index, value) pairs, with
+//                       error feedback: what is not sent stays in the sender's residual and is
+//                       added to its next delta (8 bytes per sent value)
+//   terngrad            per tensor a scale s = max |v| and per value a stochastic ternary
+//                       s x sign(v) x Bernoulli(|v| / s), unbiased (2 bits per value)
+//   qsgd[:levels=L]     per tensor the L2 norm and per value a stochastic level of |v| / norm on L
+//                       levels (default 16) with its sign, unbiased (1 byte per value)
+// Layout: "PXC1", the codec's id byte, the number of values (u64), then the codec's payload; all
+// little-endian. A new codec is one class in codec.cpp and one line in MakeCodec.
+// Codecs are immutable; thread-safe. The residual belongs to one sender.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/model_state.h"
+#include "core/status.h"
+
+namespace plexus {
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  // `residual`: the sender's error feedback (same layout as `delta`, zeros at first), used and
+  // updated by codecs that keep one (uses_residual), ignored by the others. `seed` drives the
+  // stochastic codecs (terngrad, qsgd), so an encoding is reproducible.
+  virtual std::string Encode(const ModelState& delta, ModelState* residual, uint64_t seed) const = 0;
+  // The delta with `layout`'s tensors. InvalidArgument for bytes of another codec or length, an
+  // index out of range or out of order, a scale that is not finite or negative.
+  virtual Result<ModelState> Decode(std::string_view bytes, const ModelState& layout) const = 0;
+  // The exact size of Encode's bytes for a delta of `layout` (every codec here has a fixed size
+  // for a layout), so that a simulator can time a transfer before it encodes.
+  virtual size_t EncodedSize(const ModelState& layout) const = 0;
+  virtual std::string Describe() const = 0;
+  virtual bool uses_residual() const { return false; }
+};
+
+// InvalidArgument naming --codec for an unknown codec or a bad parameter.
+Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+
+}  // namespace plexus

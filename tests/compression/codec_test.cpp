@@ -1,0 +1,182 @@
+#include "compression/codec.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/rng.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+// Two tensors of 1000 and 37 values, normal with a few large ones.
+ModelState RandomDelta(uint64_t seed) {
+  ModelState m = *ModelState::Create({{"a", {10, 100}}, {"b", {37}}});
+  Rng rng(seed);
+  for (float& x : m.data()) x = static_cast<float>(rng.Normal() * 0.01);
+  m.data()[5] = 3.0f;
+  m.data()[1010] = -2.0f;
+  return m;
+}
+
+ModelState RoundTrip(const std::string& spec, const ModelState& d, ModelState* residual = nullptr, uint64_t seed = 1) {
+  auto codec = *MakeCodec(spec);
+  const std::string bytes = codec->Encode(d, residual, seed);
+  EXPECT_EQ(bytes.size(), codec->EncodedSize(d)) << spec;
+  Result<ModelState> out = codec->Decode(bytes, d);
+  EXPECT_OK(out.status());
+  return out.ok() ? std::move(out).value() : ModelState();
+}
+
+TEST(CodecTest, LosslessAndHalfPrecisionRoundTrips) {
+  const ModelState d = RandomDelta(1);
+  EXPECT_EQ(RoundTrip("f32", d), d);
+  const ModelState h = RoundTrip("fp16", d), b = RoundTrip("bf16", d);
+  for (size_t i = 0; i < d.num_params(); ++i) {
+    const float x = d.data()[i];
+    EXPECT_LE(std::abs(h.data()[i] - x), std::abs(x) * 0x1p-11f + 0x1p-25f) << i;  // half ulp (+ subnormal step)
+    EXPECT_LE(std::abs(b.data()[i] - x), std::abs(x) * 0x1p-8f) << i;
+  }
+  EXPECT_EQ(*MakeCodec("fp16").value()->Encode(d, nullptr, 0).data(), 'P');
+  EXPECT_EQ(MakeCodec("fp16").value()->EncodedSize(d), 13 + 2 * d.num_params());  // half of float32
+}
+
+TEST(CodecTest, Int8ErrsByAtMostHalfAStepOfItsChunk) {
+  const ModelState d = RandomDelta(2);
+  const ModelState q = RoundTrip("int8:chunk=64", d);
+  for (size_t begin = 0; begin < d.num_params(); begin += 64) {
+    float absmax = 0;
+    const size_t end = std::min(d.num_params(), begin + 64);
+    for (size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::abs(d.data()[i]));
+    for (size_t i = begin; i < end; ++i) {
+      EXPECT_LE(std::abs(q.data()[i] - d.data()[i]), absmax / 254 * 1.0001f + 1e-9f) << i;
+    }
+  }
+  // About a quarter of float32's bytes.
+  EXPECT_LT(MakeCodec("int8").value()->EncodedSize(d), d.num_bytes() / 4 + 64);
+}
+
+TEST(CodecTest, TopKSendsTheLargestAndKeepsTheRestForLater) {
+  const ModelState d = RandomDelta(3);
+  ModelState residual = ModelState::ZerosLike(d);
+  residual.data()[7] = 5.0f;  // left over from the last task: now the largest
+  const ModelState before = residual;
+  const ModelState sent = RoundTrip("topk:ratio=0.01", d, &residual);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < d.num_params(); ++i) {
+    nonzero += sent.data()[i] != 0.0f;
+    // Nothing lost: what was sent plus what stays is the delta plus what was waiting.
+    EXPECT_EQ(sent.data()[i] + residual.data()[i], d.data()[i] + before.data()[i]) << i;
+  }
+  EXPECT_EQ(nonzero, 11u);  // ceil(0.01 x 1037)
+  EXPECT_EQ(sent.data()[7], 5.0f + d.data()[7]);
+  EXPECT_EQ(sent.data()[5], 3.0f);
+  EXPECT_EQ(residual.data()[5], 0.0f);
+}
+
+TEST(CodecTest, StochasticCodecsAreOnTheirGridAndUnbiased) {
+  const ModelState d = RandomDelta(4);
+  std::vector<double> tern(d.num_params(), 0.0), qsgd(d.num_params(), 0.0);
+  const int draws = 400;
+  for (int s = 0; s < draws; ++s) {
+    const ModelState t = RoundTrip("terngrad", d, nullptr, s), q = RoundTrip("qsgd:levels=8", d, nullptr, s);
+    for (size_t i = 0; i < d.num_params(); ++i) {
+      const float scale = i < 1000 ? 3.0f : 2.0f;  // max |v| per tensor
+      EXPECT_TRUE(t.data()[i] == 0.0f || std::abs(t.data()[i]) == scale) << i;
+      tern[i] += t.data()[i];
+      qsgd[i] += q.data()[i];
+    }
+  }
+  // E[decode] = x: the sum over all values of the mean error is near 0, far below the scale.
+  double tern_bias = 0, qsgd_bias = 0;
+  for (size_t i = 0; i < d.num_params(); ++i) {
+    tern_bias += tern[i] / draws - d.data()[i];
+    qsgd_bias += qsgd[i] / draws - d.data()[i];
+  }
+  EXPECT_LT(std::abs(tern_bias) / static_cast<double>(d.num_params()), 0.01);
+  EXPECT_LT(std::abs(qsgd_bias) / static_cast<double>(d.num_params()), 0.01);
+  // The same seed encodes the same bytes.
+  auto codec = *MakeCodec("terngrad");
+  EXPECT_EQ(codec->Encode(d, nullptr, 9), codec->Encode(d, nullptr, 9));
+}
+
+TEST(CodecTest, BadPayloadsAreRefusedNamingTheProblem) {
+  const ModelState d = RandomDelta(5);
+  const ModelState other = *ModelState::Create({{"a", {3}}});
+  auto check = [&](const std::string& spec, std::string bytes, const std::string& message, const ModelState& layout) {
+    EXPECT_THAT(MakeCodec(spec).value()->Decode(bytes, layout).status(),
+                StatusIs(StatusCode::kInvalidArgument, message))
+        << spec;
+  };
+  const std::string int8 = MakeCodec("int8:chunk=100").value()->Encode(d, nullptr, 0);
+  check("int8", int8.substr(0, int8.size() - 1), "bytes where", d);
+  check("int8", "junk", "not a plexus compressed payload", d);
+  check("fp16", int8, "encoded with codec 3", d);
+  check("int8", int8, "holds 1037 values", other);
+  std::string nan_scale = int8;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_scale.data() + 13 + 4, &nan, 4);
+  check("int8", nan_scale, "int8 scale", d);
+  std::string topk = MakeCodec("topk:ratio=0.01").value()->Encode(d, nullptr, 0);
+  std::string swapped = topk;  // the first two (index, value) pairs in the wrong order
+  std::memcpy(swapped.data() + 21, topk.data() + 29, 8);
+  std::memcpy(swapped.data() + 29, topk.data() + 21, 8);
+  check("topk", swapped, "out of range or out of order", d);
+  std::string far = topk;
+  const uint32_t beyond = 5000;
+  std::memcpy(far.data() + 21, &beyond, 4);
+  check("topk", far, "out of range", d);
+  std::string tern = MakeCodec("terngrad").value()->Encode(d, nullptr, 0);
+  tern.back() = static_cast<char>(0xff);
+  check("terngrad", tern, "terngrad code 3", d);
+  std::string q = MakeCodec("qsgd:levels=4").value()->Encode(d, nullptr, 0);
+  q.back() = 0x7f;
+  check("qsgd", q, "qsgd level 127 above 4", d);
+  std::string f32 = MakeCodec("f32").value()->Encode(d, nullptr, 0);
+  std::memcpy(f32.data() + 13, &nan, 4);
+  EXPECT_FALSE(MakeCodec("f32").value()->Decode(f32, d).ok());
+}
+
+TEST(CodecTest, SpecsAreCheckedNamingTheFlag) {
+  for (const char* bad : {"zip", "int8:chunk=0", "topk:ratio=2", "qsgd:levels=200", "fp16:x=1"}) {
+    Result<std::unique_ptr<Codec>> c = MakeCodec(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.status().message().rfind("--codec: ", 0), 0u) << c.status().message();
+  }
+}
+
+// decode(encode(x)) stays within each codec's bound for any finite input.
+RC_GTEST_PROP(CodecProperty, RoundTripsStayWithinTheirBounds, ()) {
+  const auto values = *rc::gen::nonEmpty(rc::gen::container<std::vector<int>>(rc::gen::inRange(-100000, 100000)));
+  ModelState d = *ModelState::Create({{"w", {static_cast<int64_t>(values.size())}}});
+  float absmax = 0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    d.data()[i] = static_cast<float>(values[i]) / 1000.0f;
+    absmax = std::max(absmax, std::abs(d.data()[i]));
+  }
+  for (const char* spec : {"fp16", "int8:chunk=1000000"}) {
+    auto codec = *MakeCodec(spec);
+    const std::string bytes = codec->Encode(d, nullptr, 0);
+    RC_ASSERT(bytes.size() == codec->EncodedSize(d));
+    Result<ModelState> out = codec->Decode(bytes, d);
+    RC_ASSERT(out.ok());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float err = std::abs(out->data()[i] - d.data()[i]);
+      if (std::string(spec) == "fp16") {
+        RC_ASSERT(err <= std::abs(d.data()[i]) * 0x1p-11f + 0x1p-25f);
+      } else {
+        RC_ASSERT(err <= absmax / 254 * 1.0001f + 1e-9f);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace plexus
