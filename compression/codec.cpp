@@ -29,11 +29,12 @@ T Get(std::string_view bytes, size_t at) {
   return v;
 }
 
-std::string Header(uint8_t id, uint64_t n) {
-  std::string out(kMagic, 4);
-  out.push_back(static_cast<char>(id));
-  Put<uint64_t>(out, n);
-  return out;
+// Starts `out` (replacing what it held, keeping its capacity) with the header.
+std::string& Header(std::string* out, uint8_t id, uint64_t n) {
+  out->assign(kMagic, 4);
+  out->push_back(static_cast<char>(id));
+  Put<uint64_t>(*out, n);
+  return *out;
 }
 
 Status CodecError(const std::string& what) { return InvalidArgumentError("compressed update: " + what); }
@@ -116,10 +117,10 @@ Result<ModelState> Finished(ModelState out) {
 
 class F32Codec final : public Codec {
  public:
-  std::string Encode(const ModelState& d, ModelState*, uint64_t) const override {
-    std::string out = Header(0, d.num_params());
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
+    std::string& out = Header(result, 0, d.num_params());
+    out.reserve(EncodedSize(d));
     out.append(reinterpret_cast<const char*>(d.data().data()), d.num_bytes());
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 0, layout));
@@ -136,8 +137,9 @@ template <uint16_t (*To)(float), float (*From)(uint16_t), uint8_t kId>
 class Half final : public Codec {
  public:
   explicit Half(const char* name) : name_(name) {}
-  std::string Encode(const ModelState& d, ModelState*, uint64_t) const override {
-    std::string out = Header(kId, d.num_params());
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
+    std::string& out = Header(result, kId, d.num_params());
+    out.reserve(EncodedSize(d));
     const size_t at = out.size();
     out.resize(at + 2 * d.num_params());
     auto* p = reinterpret_cast<uint16_t*>(out.data() + at);  // (string storage is suitably aligned for memcpy)
@@ -146,7 +148,6 @@ class Half final : public Codec {
       const uint16_t h = To(v[i]);
       std::memcpy(p + i, &h, 2);
     }
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, kId, layout));
@@ -166,22 +167,26 @@ class Half final : public Codec {
 class Int8Codec final : public Codec {
  public:
   explicit Int8Codec(uint32_t chunk) : chunk_(chunk) {}
-  std::string Encode(const ModelState& d, ModelState*, uint64_t) const override {
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
     std::span<const float> v = d.data();
-    std::string out = Header(3, v.size());
+    std::string& out = Header(result, 3, v.size());
+    out.reserve(EncodedSize(d));
     Put<uint32_t>(out, chunk_);
     for (size_t begin = 0; begin < v.size(); begin += chunk_) {
       const size_t end = std::min(v.size(), begin + chunk_);
       float absmax = 0.0f;
       for (size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::abs(v[i]));
       const float scale = absmax / 127.0f;
+      const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
       Put<float>(out, scale);
+      const size_t at = out.size();
+      out.resize(at + (end - begin));
+      char* q = out.data() + at;
       for (size_t i = begin; i < end; ++i) {
-        const long q = scale > 0 ? std::lrint(v[i] / scale) : 0;
-        out.push_back(static_cast<char>(static_cast<int8_t>(std::clamp<long>(q, -127, 127))));
+        // (|v| x inverse <= 127 up to rounding: the clamp only catches that rounding)
+        q[i - begin] = static_cast<char>(static_cast<int8_t>(std::clamp(std::lrintf(v[i] * inverse), -127L, 127L)));
       }
     }
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 3, layout));
@@ -214,7 +219,7 @@ class Int8Codec final : public Codec {
 class TopKCodec final : public Codec {
  public:
   explicit TopKCodec(double ratio) : ratio_(ratio) {}
-  std::string Encode(const ModelState& d, ModelState* residual, uint64_t) const override {
+  void EncodeTo(const ModelState& d, ModelState* residual, uint64_t, std::string* result) const override {
     std::span<const float> delta = d.data();
     const size_t n = delta.size();
     std::vector<float> v(delta.begin(), delta.end());
@@ -232,7 +237,8 @@ class TopKCodec final : public Codec {
     });
     idx.resize(k);
     std::sort(idx.begin(), idx.end());
-    std::string out = Header(4, n);
+    std::string& out = Header(result, 4, n);
+    out.reserve(EncodedSize(d));
     Put<uint64_t>(out, k);
     for (uint32_t i : idx) {
       Put<uint32_t>(out, i);
@@ -242,7 +248,6 @@ class TopKCodec final : public Codec {
       for (uint32_t i : idx) v[i] = 0.0f;
       std::copy(v.begin(), v.end(), residual->data().begin());
     }
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 4, layout));
@@ -277,9 +282,10 @@ class TopKCodec final : public Codec {
 
 class TernGradCodec final : public Codec {
  public:
-  std::string Encode(const ModelState& d, ModelState*, uint64_t seed) const override {
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t seed, std::string* result) const override {
     Rng rng(seed);
-    std::string out = Header(5, d.num_params());
+    std::string& out = Header(result, 5, d.num_params());
+    out.reserve(EncodedSize(d));
     std::vector<uint8_t> codes((d.num_params() + 3) / 4, 0);
     size_t pos = 0;
     for (size_t t = 0; t < d.tensors().size(); ++t) {
@@ -295,7 +301,6 @@ class TernGradCodec final : public Codec {
       }
     }
     out.append(reinterpret_cast<const char*>(codes.data()), codes.size());
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 5, layout));
@@ -325,9 +330,10 @@ class TernGradCodec final : public Codec {
 class QsgdCodec final : public Codec {
  public:
   explicit QsgdCodec(uint8_t levels) : levels_(levels) {}
-  std::string Encode(const ModelState& d, ModelState*, uint64_t seed) const override {
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t seed, std::string* result) const override {
     Rng rng(seed);
-    std::string out = Header(6, d.num_params());
+    std::string& out = Header(result, 6, d.num_params());
+    out.reserve(EncodedSize(d));
     out.push_back(static_cast<char>(levels_));
     std::string values;
     for (size_t t = 0; t < d.tensors().size(); ++t) {
@@ -345,7 +351,6 @@ class QsgdCodec final : public Codec {
       }
     }
     out += values;
-    return out;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 6, layout));

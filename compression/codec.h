@@ -33,7 +33,14 @@ class Codec {
   // `residual`: the sender's error feedback (same layout as `delta`, zeros at first), used and
   // updated by codecs that keep one (uses_residual), ignored by the others. `seed` drives the
   // stochastic codecs (terngrad, qsgd), so an encoding is reproducible.
-  virtual std::string Encode(const ModelState& delta, ModelState* residual, uint64_t seed) const = 0;
+  std::string Encode(const ModelState& delta, ModelState* residual, uint64_t seed) const {
+    std::string out;
+    EncodeTo(delta, residual, seed, &out);
+    return out;
+  }
+  // As Encode, into `out` (replaced; its capacity is reused, which spares a senders that encodes
+  // every task the page faults of a fresh model-sized buffer).
+  virtual void EncodeTo(const ModelState& delta, ModelState* residual, uint64_t seed, std::string* out) const = 0;
   // The delta with `layout`'s tensors. InvalidArgument for bytes of another codec or length, an
   // index out of range or out of order, a scale that is not finite or negative.
   virtual Result<ModelState> Decode(std::string_view bytes, const ModelState& layout) const = 0;

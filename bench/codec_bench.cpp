@@ -1,0 +1,75 @@
+// Encode and decode speed of every codec (compression/codec.h) on a 10M-value delta (40 MB of
+// float32), single-threaded, beside a single-threaded triad over the same number of values in the
+// same run. Bytes counted: the float32 bytes of the delta (read by Encode, written by Decode), so
+// that "GB/s of model" compares across codecs; bench/run_codec_bench.sh prints the table.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "compression/codec.h"
+#include "core/rng.h"
+
+namespace plexus {
+namespace {
+
+constexpr size_t kValues = 10'000'000;
+
+const ModelState& Delta() {
+  static const ModelState d = [] {
+    ModelState m = *ModelState::Create({{"w", {static_cast<int64_t>(kValues)}}});
+    Rng rng(1);
+    for (float& x : m.data()) x = static_cast<float>(rng.Normal() * 0.01);
+    return m;
+  }();
+  return d;
+}
+
+void BM_Triad(benchmark::State& state) {
+  std::vector<float> a(kValues, 1.0f), b(kValues, 2.0f), c(kValues, 3.0f);
+  for (auto _ : state) {
+    for (size_t j = 0; j < kValues; ++j) a[j] = b[j] + 0.5f * c[j];
+    benchmark::DoNotOptimize(a.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * kValues * sizeof(float)));
+}
+BENCHMARK(BM_Triad)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+
+void BM_Encode(benchmark::State& state, const char* spec) {
+  auto codec = *MakeCodec(spec);
+  const ModelState& d = Delta();
+  ModelState residual = ModelState::ZerosLike(d);
+  uint64_t seed = 0;
+  std::string bytes;  // reused, as a sender would
+  for (auto _ : state) {
+    codec->EncodeTo(d, &residual, ++seed, &bytes);
+    benchmark::DoNotOptimize(bytes.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * d.num_bytes()));
+}
+
+void BM_Decode(benchmark::State& state, const char* spec) {
+  auto codec = *MakeCodec(spec);
+  const ModelState& d = Delta();
+  const std::string bytes = codec->Encode(d, nullptr, 1);
+  for (auto _ : state) {
+    Result<ModelState> out = codec->Decode(bytes, d);
+    benchmark::DoNotOptimize(out->data().data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * d.num_bytes()));
+}
+
+#define PLEXUS_CODEC_BENCH(name, spec)                                                                    \
+  BENCHMARK_CAPTURE(BM_Encode, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \
+  BENCHMARK_CAPTURE(BM_Decode, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+PLEXUS_CODEC_BENCH(f32, "f32")
+PLEXUS_CODEC_BENCH(fp16, "fp16")
+PLEXUS_CODEC_BENCH(bf16, "bf16")
+PLEXUS_CODEC_BENCH(int8, "int8")
+PLEXUS_CODEC_BENCH(qsgd, "qsgd")
+PLEXUS_CODEC_BENCH(terngrad, "terngrad")
+PLEXUS_CODEC_BENCH(topk_1pct, "topk:ratio=0.01")
+
+}  // namespace
+}  // namespace plexus
+
+BENCHMARK_MAIN();

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds and runs the codec benchmarks and prints the table for docs/compression.md: encode and
+# decode speed per codec in GB/s of float32 model, and the ratio to a single-threaded triad
+# measured in the same run (best of three repetitions each). About a minute on 2 cores.
+# usage: bench/run_codec_bench.sh
+set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_args "$@"
+cd "$(dirname "$0")/.."
+bench/build_bench.sh codec_bench
+out=$(mktemp)
+build-bench/bench/codec_bench --benchmark_out="$out" --benchmark_out_format=json >&2
+python3 - "$out" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+best = {}
+for b in data["benchmarks"]:
+    if b.get("run_type", "iteration") != "iteration":
+        continue
+    parts = b["name"].split("/")
+    name = parts[0] if parts[0] == "BM_Triad" else parts[0] + "/" + parts[1]
+    best[name] = max(best.get(name, 0), b["bytes_per_second"])
+triad = best.pop("BM_Triad")
+print(f"Single-threaded triad in this run: {triad / 1e9:.1f} GB/s.\n")
+print("| codec | encode GB/s | vs triad | decode GB/s | vs triad |")
+print("| --- | ---: | ---: | ---: | ---: |")
+for key in [k for k in best if k.startswith("BM_Encode")]:
+    codec = key.split("/")[1]
+    enc, dec = best[key], best.get(key.replace("Encode", "Decode"), 0)
+    print(f"| {codec} | {enc / 1e9:.2f} | {enc / triad:.2f} | {dec / 1e9:.2f} | {dec / triad:.2f} |")
+PY
