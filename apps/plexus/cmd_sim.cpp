@@ -6,6 +6,7 @@
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/gossip_sim_command.h"
+#include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -229,6 +230,24 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     train.pixels.resize(train.size() * static_cast<size_t>(train.pixels_per_image()));
   }
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
+  if (!training_rank) {  // long runs say so before they start
+    const TaskHyperparams& hp = options.sync.task;
+    const auto clients = options.clients;
+    const int64_t per_client = options.examples_per_client > 0 ? options.examples_per_client
+                               : static_cast<int64_t>(train.size()) >= 10 * clients
+                                   ? static_cast<int64_t>(train.size()) / clients
+                                   : 50;
+    int64_t steps =
+        hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * ((per_client + hp.batch_size - 1) / hp.batch_size);
+    if (options.mode == Mode::kSemiAsync) steps = (options.async.compass.q_min + options.async.compass.q_max) / 2;
+    // Tasks per version: K in sync rounds, the buffer in async mode, about K per group in semiasync.
+    const int64_t per_version =
+        options.mode == Mode::kAsync ? options.async.buffer_size : options.sync.clients_per_round;
+    int64_t tasks = options.sync.rounds * per_version;
+    if (options.max_tasks > 0) tasks = std::min(tasks, options.max_tasks);
+    PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), options.model, train, hp.batch_size), tasks, steps,
+                          mpi ? mpi->size() : 1);
+  }
 #if PLEXUS_WITH_MPI
   if (training_rank) return Check(ServeMpiTrainingJobs(trainer.get(), train), "MPI training rank");
   std::unique_ptr<MpiTaskRunner> spread;

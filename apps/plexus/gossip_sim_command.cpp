@@ -7,6 +7,7 @@
 
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
@@ -158,6 +159,17 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
       train.pixels.resize(train.size() * static_cast<size_t>(train.pixels_per_image()));
     }
     trainer = Take(MakeTorchTrainer(o.model, run.threads));
+    if (!training_rank) {  // long runs say so before they start
+      const int64_t per_node = o.examples_per_client > 0 ? o.examples_per_client
+                               : static_cast<int64_t>(train.size()) >= 10 * o.nodes
+                                   ? static_cast<int64_t>(train.size()) / o.nodes
+                                   : 50;
+      const int64_t steps = o.task.local_steps > 0
+                                ? o.task.local_steps
+                                : o.task.local_epochs * ((per_node + o.task.batch_size - 1) / o.task.batch_size);
+      PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), o.model, train, o.task.batch_size), o.rounds * o.nodes,
+                            steps, mpi ? mpi->size() : 1);
+    }
   }
 #if PLEXUS_WITH_MPI
   if (training_rank) {

@@ -477,6 +477,7 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
               0)
         << out;
     EXPECT_NE(out.find("round   2/2"), std::string::npos) << out;
+    EXPECT_NE(out.find("of training ahead (4 tasks x"), std::string::npos) << out;  // 2 rounds x 2 per round
     summaries.push_back(ReadFile(summary));
     csvs.push_back(ReadFile(csv));
     std::filesystem::remove(summary);
