@@ -13,6 +13,12 @@ struct TaskHyperparams {
   int64_t batch_size = 32;
   double learning_rate = 0.01;
   double momentum = 0.9;
+
+  // The optimizer steps of one task on `examples` local examples: local_steps when set, else
+  // local_epochs passes of ceil(examples / batch_size) batches.
+  int64_t StepsFor(int64_t examples) const {
+    return local_steps > 0 ? local_steps : local_epochs * ((examples + batch_size - 1) / batch_size);
+  }
 };
 
 struct Task {

@@ -17,6 +17,10 @@ class ClientData {
   // when it gives each client at least 10 examples, else sample 50.
   static Result<ClientData> Make(const std::vector<uint8_t>& labels, const PartitionSpec& partition, int64_t clients,
                                  int64_t examples_per_client, uint64_t seed);
+  // How many examples each client gets (on average, for a split) from a data set of `data_size`:
+  // `examples_per_client` when positive; else an equal split when it gives each at least 10;
+  // else 50 sampled. Make follows the same rule.
+  static int64_t ExamplesPerClient(size_t data_size, int64_t clients, int64_t examples_per_client);
   int64_t examples(size_t i) const {
     return sampled_ ? sampled_->examples_per_client() : static_cast<int64_t>(parts_[i].size());
   }

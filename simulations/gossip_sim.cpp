@@ -275,10 +275,7 @@ class GossipSim {
     });
   }
 
-  int64_t Steps(NodeId i) const {
-    if (o_.task.local_steps > 0) return o_.task.local_steps;
-    return o_.task.local_epochs * ((data_->examples(i) + o_.task.batch_size - 1) / o_.task.batch_size);
-  }
+  int64_t Steps(NodeId i) const { return o_.task.StepsFor(data_->examples(i)); }
 
   // Finishes job `key` and feeds the honest statistics omniscient attackers read.
   Result<TrainOutcome> Finish(NodeId i, uint64_t key, const ModelState& base) {

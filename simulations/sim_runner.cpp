@@ -221,8 +221,7 @@ class FederationSim {
     }
     bytes_down_ += static_cast<int64_t>(model_bytes_);
     const TaskHyperparams& hp = a.task.hyperparams;
-    const int64_t batches = (data_.examples(i) + hp.batch_size - 1) / hp.batch_size;
-    const int64_t steps = hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * batches;
+    const int64_t steps = hp.StepsFor(data_.examples(i));
     const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
     const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_, dev_.BandwidthFactor(i, o_.seed));
     const bool drops =

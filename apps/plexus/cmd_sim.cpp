@@ -14,6 +14,7 @@
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "server/coordinator/engine_factory.h"
+#include "simulations/client_data.h"
 #include "simulations/crdt_sim.h"
 #include "simulations/mpi_task_runner.h"
 #include "simulations/sim_runner.h"
@@ -232,13 +233,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
   if (!training_rank) {  // long runs say so before they start
     const TaskHyperparams& hp = options.sync.task;
-    const auto clients = options.clients;
-    const int64_t per_client = options.examples_per_client > 0 ? options.examples_per_client
-                               : static_cast<int64_t>(train.size()) >= 10 * clients
-                                   ? static_cast<int64_t>(train.size()) / clients
-                                   : 50;
     int64_t steps =
-        hp.local_steps > 0 ? hp.local_steps : hp.local_epochs * ((per_client + hp.batch_size - 1) / hp.batch_size);
+        hp.StepsFor(ClientData::ExamplesPerClient(train.size(), options.clients, options.examples_per_client));
     if (options.mode == Mode::kSemiAsync) steps = (options.async.compass.q_min + options.async.compass.q_max) / 2;
     // Tasks per version: K in sync rounds, the buffer in async mode, about K per group in semiasync.
     const int64_t per_version =

@@ -13,6 +13,7 @@
 #include "compute/fashion_mnist.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "simulations/client_data.h"
 #include "simulations/mpi_task_runner.h"
 
 namespace plexus::cli {
@@ -160,13 +161,8 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
     }
     trainer = Take(MakeTorchTrainer(o.model, run.threads));
     if (!training_rank) {  // long runs say so before they start
-      const int64_t per_node = o.examples_per_client > 0 ? o.examples_per_client
-                               : static_cast<int64_t>(train.size()) >= 10 * o.nodes
-                                   ? static_cast<int64_t>(train.size()) / o.nodes
-                                   : 50;
-      const int64_t steps = o.task.local_steps > 0
-                                ? o.task.local_steps
-                                : o.task.local_epochs * ((per_node + o.task.batch_size - 1) / o.task.batch_size);
+      const int64_t steps =
+          o.task.StepsFor(ClientData::ExamplesPerClient(train.size(), o.nodes, o.examples_per_client));
       PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), o.model, train, o.task.batch_size), o.rounds * o.nodes,
                             steps, mpi ? mpi->size() : 1);
     }

@@ -8,6 +8,7 @@
 
 #include "compute/model_zoo.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/synthetic_data.h"
 
 namespace plexus {
 namespace {
@@ -35,13 +36,7 @@ class CountingEvaluator final : public ModelEvaluator {
   int calls = 0;
 };
 
-Dataset Synthetic(size_t n) {
-  Dataset d;
-  d.labels.resize(n);
-  for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
-  d.pixels.assign(n * 28 * 28, 0.0f);
-  return d;
-}
+Dataset Synthetic(size_t n) { return ::plexus::testing::SyntheticData(n); }
 
 GossipSimOptions Small(const std::string& gossip, const std::string& topology, int64_t nodes, int64_t rounds) {
   GossipSimOptions o;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/synthetic_data.h"
 
 namespace plexus {
 namespace {
@@ -28,13 +29,7 @@ class StepCountingTrainer final : public Trainer {
   Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
 };
 
-Dataset Synthetic(size_t n) {
-  Dataset d;
-  d.labels.resize(n);
-  for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
-  d.pixels.assign(n * 28 * 28, 0.0f);
-  return d;
-}
+Dataset Synthetic(size_t n) { return ::plexus::testing::SyntheticData(n); }
 
 // Two clients at 10 and 40 ms per step, 10 steps per task, no transfer overhead: tasks take
 // 100 ms and 400 ms of virtual time.
