@@ -25,6 +25,7 @@ declare -A allowed=(
   [client]="core compute client proto"
   [server/rpc]="core aggregators server/store server/coordinator server/rpc proto"
   [gossip/protocol]="core aggregators gossip/protocol"
+  [gossip/node]="core aggregators gossip/protocol gossip/node sqlite proto"
   [compression]="core aggregators compression"
   [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol compression simulations"
 )

@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache
   libtorch-dev libopenblas0-pthread
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libssl-dev libsqlite3-dev zlib1g-dev
+  libssl-dev libsqlite3-dev zlib1g-dev libuv1-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
   dataset-fashion-mnist gnuplot-nox

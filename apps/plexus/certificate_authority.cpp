@@ -99,7 +99,8 @@ Status CreateCertificateAuthority(const std::string& dir, int days) {
   return WritePem(dir + "/ca.crt", nullptr, cert.get());
 }
 
-Status IssueCertificate(const std::string& dir, const std::string& name, bool server, int days) {
+Status IssueCertificate(const std::string& dir, const std::string& name, CertificateKind kind, int days) {
+  const bool server = kind == CertificateKind::kServer;
   if (!ValidName(name)) {
     return InvalidArgumentError("'" + name + "' is not a valid name (letters, digits, '-', '_' and '.', at most 64)");
   }
@@ -120,8 +121,10 @@ Status IssueCertificate(const std::string& dir, const std::string& name, bool se
   PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
   PLEXUS_RETURN_IF_ERROR(
       AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature,keyEncipherment"));
-  PLEXUS_RETURN_IF_ERROR(
-      AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage, server ? "serverAuth" : "clientAuth"));
+  PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage,
+                                      server                           ? "serverAuth"
+                                      : kind == CertificateKind::kPeer ? "serverAuth,clientAuth"
+                                                                       : "clientAuth"));
   PLEXUS_RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
   if (server) {
     unsigned char buf[16];

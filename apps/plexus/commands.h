@@ -57,5 +57,6 @@ void AddExportCommand(CLI::App& app);
 void AddMergeCommand(CLI::App& app);
 void AddCertsCommand(CLI::App& app);
 void AddTokensCommand(CLI::App& app);
+void AddPeerCommand(CLI::App& app);
 
 }  // namespace plexus::cli

@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   AddMergeCommand(app);
   AddCertsCommand(app);
   AddTokensCommand(app);
+  AddPeerCommand(app);
 #endif
   AddClientCommand(app);
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).

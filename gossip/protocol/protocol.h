@@ -83,6 +83,7 @@ struct NodeContext {
   uint64_t total_rounds = 0;        // the run's length, for schedules such as BALANCE's
   size_t nodes = 0;                 // how many nodes the federation has (ids 0 .. nodes - 1)
   NodeId server = 0;                // semi-decentralized only: the server's id (= nodes)
+  uint64_t start_round = 0;         // rounds already completed (a node restarted from its saved state)
 };
 
 class Protocol {

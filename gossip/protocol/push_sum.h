@@ -177,7 +177,7 @@ class PushSum final : public Protocol {
   mutable std::shared_ptr<const ModelState> z_;  // y / w, computed when asked
   std::shared_ptr<const ModelState> train_base_;
   Phase phase_ = Phase::kIdle;
-  uint64_t round_ = 0;
+  uint64_t round_ = ctx_.start_round;
   uint64_t fetches_ = 0;
   uint64_t refused_ = 0;
   std::map<NodeId, Link> sent_, received_;

@@ -79,7 +79,7 @@ class RoundGossip : public Protocol {
 
  private:
   Phase phase_ = Phase::kIdle;
-  uint64_t round_ = 0;
+  uint64_t round_ = ctx_.start_round;
   uint64_t fetches_ = 0;
   std::shared_ptr<const ModelState> model_, trained_;
   std::map<uint64_t, std::vector<Received>> inbox_;  // by round

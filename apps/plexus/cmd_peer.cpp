@@ -1,0 +1,230 @@
+// `plexus peer`: one node of a decentralized federation with no server (gossip/node/peer_node.h),
+// training on its partition of Fashion-MNIST and gossiping with the peers it finds through
+// --peers. Writes a summary JSON at the end, with its own model's accuracy on the test set.
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "apps/plexus/commands.h"
+#include "apps/plexus/run_summary.h"
+#include "compute/fashion_mnist.h"
+#include "compute/model_zoo.h"
+#include "compute/partition.h"
+#include "compute/trainer.h"
+#include "core/atomic_file.h"
+#include "gossip/node/peer_node.h"
+
+namespace plexus::cli {
+namespace {
+
+struct PeerFlags {
+  std::string listen = "127.0.0.1:7070";
+  std::string advertise;
+  std::string peers;
+  std::string gossip = "el:s=2";
+  std::string merge = "mean";
+  std::string topology;
+  uint64_t rounds = 10;
+  std::string model = "mlp";
+  std::string data_dir = kDefaultFashionMnistDir;
+  std::string partition = "iid";
+  int64_t num_partitions = 1;
+  int64_t partition_index = 0;
+  uint64_t seed = 0;
+  TaskHyperparams task;
+  std::string db;
+  std::string summary_out;
+  std::string tls_ca, tls_cert, tls_key;
+  bool insecure = false;
+  int threads = 1;
+  int64_t test_subset = 0;
+  double linger_s = 2;
+};
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Local training on the peer's partition, on libuv's worker thread.
+class PartitionTrainer final : public gossip::PeerTrainer {
+ public:
+  PartitionTrainer(std::unique_ptr<Trainer> trainer, DatasetView data, TaskHyperparams task, uint64_t seed)
+      : trainer_(std::move(trainer)), data_(std::move(data)), task_(task), seed_(seed) {}
+  Result<ModelState> Train(const ModelState& start, uint64_t round) override {
+    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out,
+                            trainer_->Train(start, data_, TrainOptionsFor(task_, seed_ * 1000003 + round)));
+    return std::move(out.weights);
+  }
+
+ private:
+  std::unique_ptr<Trainer> trainer_;
+  DatasetView data_;
+  TaskHyperparams task_;
+  uint64_t seed_;
+};
+
+void RunPeer(const PeerFlags& f) {
+  if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
+    throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
+  }
+  if (f.num_partitions < 2) throw CommandError("--num-partitions is the number of peers: at least 2");
+  Check(gossip::CheckPeerAddress(f.listen, "--listen"));
+  if (!f.advertise.empty()) Check(gossip::CheckPeerAddress(f.advertise, "--advertise"));
+  const std::vector<std::string> seeds = SplitList(f.peers);
+  for (const std::string& s : seeds) Check(gossip::CheckPeerAddress(s, "--peers"));
+  auto factory = Take(gossip::MakeGossip(f.gossip, f.merge));
+  if (factory->needs_server()) {
+    throw CommandError("--gossip " + f.gossip +
+                       ": semi-decentralized peers over the network are not built yet (plexus sim --mode gossip "
+                       "runs them in simulation)");
+  }
+
+  gossip::PeerNodeOptions o;
+  o.self = static_cast<gossip::NodeId>(f.partition_index);
+  o.nodes = static_cast<size_t>(f.num_partitions);
+  o.listen = f.listen;
+  o.advertise = f.advertise;
+  o.seeds = seeds;
+  o.rounds = f.rounds;
+  o.seed = f.seed;
+  o.topology = f.topology;
+  o.linger_ms = f.linger_s * 1000;
+  o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
+
+  const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
+  if (tls_flags != 0 && tls_flags != 3)
+    throw CommandError("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key");
+  if (tls_flags == 3) {
+    o.tls = Take(gossip::TlsContext::Create(ReadFileForFlag(f.tls_ca, "--tls-ca"),
+                                            ReadFileForFlag(f.tls_cert, "--tls-cert"),
+                                            ReadFileForFlag(f.tls_key, "--tls-key")));
+  } else if (!f.insecure) {
+    // Models in plaintext are anyone's who can see the traffic: only on this machine.
+    std::vector<std::string> addresses = seeds;
+    addresses.push_back(f.listen);
+    if (!f.advertise.empty()) addresses.push_back(f.advertise);
+    for (const std::string& a : addresses) {
+      if (!IsLoopback(a)) {
+        throw CommandError("refusing plaintext gossip with " + a +
+                           ": give --tls-ca, --tls-cert and --tls-key (plexus certs issue --peer peer-" +
+                           std::to_string(f.partition_index) + "), or --insecure");
+      }
+    }
+  }
+
+  PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
+  Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
+  Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
+  auto parts = Take(PartitionIndices(train.labels, spec, static_cast<size_t>(f.num_partitions), f.seed), "partition");
+  DatasetView local{&train, parts[static_cast<size_t>(f.partition_index)]};
+  spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
+               spec.ToString(), local.size());
+  ModelState initial = Take(InitModel(f.model, f.seed), "--model");
+  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), local, f.task,
+                           f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL);
+
+  std::unique_ptr<gossip::PeerStore> store;
+  if (!f.db.empty()) store = Take(gossip::PeerStore::Open(f.db), "--db " + f.db);
+
+  gossip::PeerNode node(o, factory.get(), std::move(initial), &trainer, store.get());
+  gossip::PeerNodeStats stats = Take(node.Run(&StopRequested()), "peer");
+
+  std::unique_ptr<Trainer> evaluator = Take(MakeTorchTrainer(f.model, f.threads));
+  std::vector<uint32_t> test_indices(test.labels.size());
+  for (size_t i = 0; i < test_indices.size(); ++i) test_indices[i] = static_cast<uint32_t>(i);
+  if (f.test_subset > 0 && static_cast<size_t>(f.test_subset) < test_indices.size()) {
+    test_indices.resize(static_cast<size_t>(f.test_subset));
+  }
+  Evaluation eval = Take(evaluator->Evaluate(*node.model(), DatasetView{&test, test_indices}), "evaluation");
+  spdlog::info("peer {} done: {} rounds, test accuracy {:.4f}, {} peers seen, {} bytes sent, {} received, {} refused",
+               f.partition_index, stats.rounds_completed, eval.accuracy, stats.peers_seen.size(), stats.bytes_sent,
+               stats.bytes_received, stats.frames_refused);
+  if (!f.summary_out.empty()) {
+    nlohmann::json j;
+    j["node"] = f.partition_index;
+    j["nodes"] = f.num_partitions;
+    j["gossip"] = factory->description();
+    j["merge"] = factory->merge_description();
+    j["rounds"] = f.rounds;
+    j["rounds_completed"] = stats.rounds_completed;
+    j["resumed"] = stats.resumed;
+    j["final_test_accuracy"] = eval.accuracy;
+    j["final_test_loss"] = eval.loss;
+    j["peers_seen"] = stats.peers_seen.size();
+    j["bytes_sent"] = stats.bytes_sent;
+    j["bytes_received"] = stats.bytes_received;
+    j["frames_refused"] = stats.frames_refused;
+    j["models_received"] = stats.models_received;
+    j["peak_rss_bytes"] = PeakRssBytes();
+    j["cpu_seconds"] = CpuTimeSeconds();
+    nlohmann::json members = nlohmann::json::array();
+    for (const gossip::MemberUpdate& u : stats.members) {
+      members.push_back({{"node", u.node}, {"address", u.address}, {"state", gossip::MemberStateName(u.state)}});
+    }
+    j["members"] = members;
+    Check(WriteFileAtomically(f.summary_out, {j.dump(2), "\n"}), "--summary-out");
+  }
+  if (StopRequested().load()) spdlog::info("stopped on signal; run the same command (same --db) to continue");
+}
+
+}  // namespace
+
+void AddPeerCommand(CLI::App& app) {
+  auto f = std::make_shared<PeerFlags>();
+  f->task.local_epochs = 1;
+  CLI::App* cmd = app.add_subcommand("peer", "Run one node of a decentralized federation (gossip, no server)");
+  cmd->add_option("--listen", f->listen, "Address to listen on, HOST:PORT")->capture_default_str();
+  cmd->add_option("--advertise", f->advertise, "Address other peers dial (default: the listening address)");
+  cmd->add_option("--peers", f->peers, "Peers to join through, HOST:PORT[,HOST:PORT...] (empty: wait for others)");
+  cmd->add_option("--gossip", f->gossip, "Algorithm: el[:s=S,wait_ms=W], dpsgd[:wait_ms=W] or pushsum")
+      ->capture_default_str();
+  cmd->add_option("--merge", f->merge, "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy")
+      ->capture_default_str();
+  cmd->add_option("--topology", f->topology,
+                  "ring, torus, exponential, regular:d=D, complete (default: the "
+                  "algorithm's)");
+  cmd->add_option("--rounds", f->rounds, "Gossip rounds to complete")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--model", f->model, "Model from the zoo")->capture_default_str();
+  cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
+  cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
+  cmd->add_option("--num-partitions", f->num_partitions, "Peers in the federation (the training set's partitions)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--partition-index", f->partition_index, "This peer's id and partition, in [0, num-partitions)")
+      ->capture_default_str();
+  cmd->add_option("--seed", f->seed, "Partition and initial-model seed (the same on every peer)")
+      ->capture_default_str();
+  cmd->add_option("--local-epochs", f->task.local_epochs, "Local epochs per round")->capture_default_str();
+  cmd->add_option("--local-steps", f->task.local_steps, "Local SGD steps per round (overrides epochs when > 0)")
+      ->capture_default_str();
+  cmd->add_option("--batch-size", f->task.batch_size, "Local batch size")->capture_default_str();
+  cmd->add_option("--lr", f->task.learning_rate, "Learning rate")->capture_default_str();
+  cmd->add_option("--momentum", f->task.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--db", f->db, "SQLite file for the peer's model, round and membership (restart to continue)");
+  cmd->add_option("--summary-out", f->summary_out, "Write a summary JSON here at the end");
+  cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) of the federation (plexus certs init)");
+  cmd->add_option("--tls-cert", f->tls_cert,
+                  "This peer's certificate, named peer-<partition-index> "
+                  "(plexus certs issue --peer)");
+  cmd->add_option("--tls-key", f->tls_key, "This peer's private key (PEM)");
+  cmd->add_flag("--insecure", f->insecure, "Allow plaintext links to other machines");
+  cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--linger-s", f->linger_s, "Seconds to stay after the last round, delivering queued models")
+      ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  AddConfigOption(cmd);
+  cmd->callback([f] { RunPeer(*f); });
+}
+
+}  // namespace plexus::cli

@@ -1,0 +1,75 @@
+// The framing of a peer link (`plexus peer`): every frame is
+//   u32 length (little-endian, of what follows) | u8 type | u32 stream | u32 index | payload
+// A kMessage frame's payload is one protobuf plexus.v1.GossipEnvelope (proto/plexus/v1/gossip.proto);
+// a kChunk frame carries bytes `index` of model stream `stream`, announced before by an envelope
+// holding the stream's total size and the SHA-256 of the whole model. Sizes are checked before
+// anything is allocated: a length beyond the limit ends the connection, a stream larger than the
+// model limit is refused. Plain C++; FrameReader and ModelAssembler are thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace plexus::gossip {
+
+enum class FrameType : uint8_t { kMessage = 1, kChunk = 2 };
+
+inline constexpr size_t kFrameHeaderBytes = 4 + 1 + 4 + 4;
+// What follows the length prefix apart from the payload: type, stream, index.
+inline constexpr size_t kFrameFixedBytes = 1 + 4 + 4;
+
+struct Frame {
+  FrameType type = FrameType::kMessage;
+  uint32_t stream = 0;
+  uint32_t index = 0;
+  std::string payload;
+};
+
+// The 13 header bytes of a frame carrying `payload_bytes`.
+std::string EncodeFrameHeader(FrameType type, uint32_t stream, uint32_t index, size_t payload_bytes);
+// A whole frame.
+std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::string_view payload);
+
+// Cuts a byte stream into frames.
+class FrameReader {
+ public:
+  explicit FrameReader(uint32_t max_payload_bytes) : max_payload_(max_payload_bytes) {}
+  // Appends `bytes` and moves every complete frame to `out`. InvalidArgument for a length prefix
+  // beyond the limit (checked before the payload is buffered) or an unknown frame type; the
+  // reader (and the connection) is then of no further use.
+  Status Append(std::string_view bytes, std::vector<Frame>* out);
+  // Bytes of a frame received in part.
+  size_t buffered() const { return buffer_.size(); }
+
+ private:
+  const uint32_t max_payload_;
+  std::string buffer_;
+};
+
+// Reassembles the chunks of one model stream: in order, no more than announced, then the
+// SHA-256 of the whole compared with the header's.
+class ModelAssembler {
+ public:
+  // InvalidArgument when `total_bytes` is zero or beyond `max_model_bytes`, or the hash is not 64
+  // hex digits. Nothing is allocated before these checks.
+  static Result<ModelAssembler> Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes);
+  // InvalidArgument for a chunk out of order or past the announced size.
+  Status Add(uint32_t index, std::string_view bytes);
+  bool complete() const { return bytes_.size() == total_; }
+  uint64_t total_bytes() const { return total_; }
+  // The model's bytes once complete; DataLoss when their SHA-256 is not the announced one.
+  Result<std::string> Finish() &&;
+
+ private:
+  ModelAssembler(uint64_t total, std::string sha) : total_(total), sha_(std::move(sha)) {}
+  uint64_t total_;
+  std::string sha_;
+  uint32_t next_index_ = 0;
+  std::string bytes_;
+};
+
+}  // namespace plexus::gossip

@@ -1,0 +1,935 @@
+#include "gossip/node/peer_node.h"
+
+#include <spdlog/spdlog.h>
+#include <uv.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+
+#include "core/safetensors.h"
+#include "gossip/node/frame.h"
+#include "gossip/protocol/topology.h"
+#include "plexus/v1/gossip.pb.h"
+
+namespace plexus::gossip {
+namespace {
+
+constexpr NodeId kNoPeer = ~NodeId{0};
+constexpr size_t kReadBufferBytes = 64 << 10;
+constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
+constexpr double kTickMs = 100;
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+Result<HostPort> SplitAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) return InvalidArgumentError("'" + address + "' is not HOST:PORT");
+  HostPort hp;
+  hp.host = address.substr(0, colon);
+  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
+  if (hp.host == "localhost") hp.host = "127.0.0.1";
+  const std::string port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(port) > 65535) {
+    return InvalidArgumentError("'" + address + "' has no valid port");
+  }
+  hp.port = std::stoi(port);
+  return hp;
+}
+
+Result<sockaddr_storage> ToSockaddr(const std::string& address) {
+  PLEXUS_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
+  sockaddr_storage ss{};
+  if (uv_ip4_addr(hp.host.c_str(), hp.port, reinterpret_cast<sockaddr_in*>(&ss)) == 0) return ss;
+  if (uv_ip6_addr(hp.host.c_str(), hp.port, reinterpret_cast<sockaddr_in6*>(&ss)) == 0) return ss;
+  return InvalidArgumentError("'" + address + "': the host must be a numeric IPv4 or IPv6 address, or localhost");
+}
+
+v1::GossipMember ToProto(const MemberUpdate& u) {
+  v1::GossipMember m;
+  m.set_node(u.node);
+  m.set_address(u.address);
+  m.set_incarnation(u.incarnation);
+  m.set_state(static_cast<v1::GossipMember::State>(u.state));
+  return m;
+}
+
+MemberUpdate FromProto(const v1::GossipMember& m) {
+  return {m.node(), m.address(), m.incarnation(), static_cast<MemberState>(std::clamp<int>(m.state(), 0, 3))};
+}
+
+// The protocol's view of its peers: the topology, filtered by the membership.
+class MembershipView final : public PeerView {
+ public:
+  MembershipView(Topology topology, const Membership* membership)
+      : topology_(std::move(topology)), membership_(membership) {}
+  void OutNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
+    Neighbours(self, round, out, true);
+  }
+  void InNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
+    Neighbours(self, round, out, false);
+  }
+  bool undirected() const override { return !topology_.directed(); }
+  bool IsLive(NodeId node) const override { return membership_->IsLive(node); }
+
+ private:
+  void Neighbours(NodeId self, uint64_t round, std::vector<NodeId>* out, bool outgoing) const {
+    if (topology_.kind() == Topology::Kind::kComplete) {
+      *out = membership_->LiveMembers();
+      std::erase_if(*out, [&](NodeId j) { return j == self || j >= topology_.size(); });
+      return;
+    }
+    outgoing ? topology_.Out(self, round, out) : topology_.In(self, round, out);
+    std::erase_if(*out, [&](NodeId j) { return !membership_->IsLive(j); });
+  }
+  Topology topology_;
+  const Membership* membership_;
+};
+
+double NowMs(uv_loop_t* loop) { return static_cast<double>(uv_now(loop)); }
+
+}  // namespace
+
+Status CheckPeerAddress(const std::string& address, const std::string& flag) {
+  auto ss = ToSockaddr(address);
+  if (!ss.ok()) return InvalidArgumentError(flag + ": " + ss.status().message());
+  return Status::Ok();
+}
+
+struct PeerNode::Impl {
+  struct Connection;
+  struct Stream {
+    std::shared_ptr<const std::string> bytes;
+    uint32_t id = 0;
+    size_t offset = 0;
+    uint32_t index = 0;
+  };
+  struct Inbound {
+    v1::GossipModel header;
+    ModelAssembler assembler;
+  };
+  struct Connection {
+    uv_tcp_t tcp;
+    Impl* node = nullptr;
+    bool initiator = false;
+    bool connected = false;  // TCP up
+    bool closing = false;
+    bool paused = false;     // reading stopped: the inbound budget is full
+    bool hello_in = false;   // the peer's hello arrived and was accepted
+    NodeId peer = kNoPeer;
+    std::unique_ptr<TlsChannel> tls;
+    FrameReader reader;
+    std::deque<std::string> control;  // small frames, sent before chunks
+    std::deque<Stream> streams;       // models, chunk by chunk
+    size_t writing = 0;               // bytes handed to uv_write, not yet written
+    uint32_t next_stream = 1;
+    std::map<uint32_t, Inbound> inbound;
+    explicit Connection(uint32_t max_frame) : reader(max_frame) {}
+    bool ready() const { return connected && (!tls || tls->established()); }
+  };
+  struct WriteRequest {
+    uv_write_t req;
+    Connection* conn;
+    std::string bytes;
+  };
+  struct Encoded {
+    std::weak_ptr<const ModelState> model;
+    std::shared_ptr<const std::string> bytes;
+    std::string sha;
+  };
+  struct PendingSend {
+    NodeId to;
+    Message message;
+  };
+
+  PeerNodeOptions o;
+  const ProtocolFactory* factory;
+  ModelState initial;
+  PeerTrainer* trainer;
+  PeerStore* store;
+
+  uv_loop_t loop;
+  uv_tcp_t server;
+  uv_timer_t tick;
+  uv_timer_t linger;
+  bool linger_started = false;
+  std::string read_buffer = std::string(kReadBufferBytes, '\0');
+  std::string address;  // what others dial
+
+  std::unique_ptr<Membership> membership;
+  std::unique_ptr<MembershipView> view;
+  std::unique_ptr<Protocol> protocol;
+  bool started = false, finished = false, stopping = false, training = false;
+  bool rejoining = false;
+  bool linger_ms_over = false, exiting = false;
+  uint64_t max_round_seen = 0;
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const PeerNodeStats&)> on_progress;
+  PeerNodeStats stats;
+  std::shared_ptr<const ModelState> final_model;
+
+  std::set<Connection*> connections;
+  std::map<NodeId, Connection*> links;  // the link each peer's messages go out on
+  std::map<uint64_t, uv_timer_t*> timers;
+  std::vector<Encoded> encoded;                                   // recent encodings, reused per target
+  std::map<const ModelState*, std::vector<PendingSend>> encoding;  // encodings in flight
+  uint64_t inbound_bytes = 0;
+  std::vector<NodeId> paused_peers;
+  bool save_in_flight = false, save_again = false;
+  Status fatal = Status::Ok();
+
+  Impl(PeerNodeOptions options, const ProtocolFactory* f, ModelState init, PeerTrainer* t, PeerStore* s)
+      : o(std::move(options)), factory(f), initial(std::move(init)), trainer(t), store(s) {}
+
+  // ---- writing -------------------------------------------------------------------------------
+
+  void WriteRaw(Connection* c, std::string bytes) {
+    if (bytes.empty() || c->closing) return;
+    stats.bytes_sent += bytes.size();
+    auto* w = new WriteRequest{{}, c, std::move(bytes)};
+    w->req.data = w;
+    c->writing += w->bytes.size();
+    uv_buf_t buf = uv_buf_init(w->bytes.data(), static_cast<unsigned>(w->bytes.size()));
+    const int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&c->tcp), &buf, 1, [](uv_write_t* req, int status) {
+      auto* w = static_cast<WriteRequest*>(req->data);
+      Connection* c = w->conn;
+      c->writing -= w->bytes.size();
+      delete w;
+      if (status < 0) return c->node->Close(c, "write failed");
+      c->node->Pump(c);
+    });
+    if (rc < 0) {
+      c->writing -= w->bytes.size();
+      delete w;
+      Close(c, "write failed");
+    }
+  }
+
+  void WriteFrame(Connection* c, const std::string& frame) {
+    if (!c->tls) return WriteRaw(c, frame);
+    std::string cipher;
+    Status s = c->tls->Write(frame, &cipher);
+    WriteRaw(c, std::move(cipher));
+    if (!s.ok()) Close(c, s.message());
+  }
+
+  // Sends what the link may send now: control frames first, then model chunks, while fewer than
+  // write_high_water bytes wait in the socket.
+  void Pump(Connection* c) {
+    if (c->closing || !c->ready()) return;
+    while (!c->closing && c->writing < o.write_high_water) {
+      if (!c->control.empty()) {
+        std::string f = std::move(c->control.front());
+        c->control.pop_front();
+        WriteFrame(c, f);
+        continue;
+      }
+      if (c->streams.empty()) break;
+      Stream& s = c->streams.front();
+      const size_t n = std::min(o.chunk_bytes, s.bytes->size() - s.offset);
+      WriteFrame(c, EncodeFrame(FrameType::kChunk, s.id, s.index++, std::string_view(*s.bytes).substr(s.offset, n)));
+      s.offset += n;
+      if (s.offset == s.bytes->size()) c->streams.pop_front();
+    }
+    MaybeExit();
+  }
+
+  v1::GossipEnvelope Envelope() {
+    v1::GossipEnvelope e;
+    for (const MemberUpdate& u : membership->Piggyback()) *e.add_members() = ToProto(u);
+    return e;
+  }
+
+  void SendEnvelope(Connection* c, const v1::GossipEnvelope& e) {
+    c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, e.SerializeAsString()));
+    Pump(c);
+  }
+
+  // The link to `peer`, dialling it when there is none. Null when its address is unknown.
+  Connection* LinkTo(NodeId peer) {
+    if (exiting) return nullptr;
+    if (auto it = links.find(peer); it != links.end()) return it->second;
+    const std::string& addr = membership->address_of(peer);
+    if (addr.empty()) return nullptr;
+    Connection* c = Dial(addr);
+    if (c) links[peer] = c;
+    if (c) c->peer = peer;
+    return c;
+  }
+
+  // ---- connections ---------------------------------------------------------------------------
+
+  Connection* NewConnection(bool initiator) {
+    auto* c = new Connection(o.max_frame_bytes);
+    c->node = this;
+    c->initiator = initiator;
+    uv_tcp_init(&loop, &c->tcp);
+    c->tcp.data = c;
+    if (o.tls) c->tls = std::make_unique<TlsChannel>(*o.tls, initiator);
+    connections.insert(c);
+    // The hello goes first on every link.
+    v1::GossipEnvelope hello = Envelope();
+    auto* h = hello.mutable_hello();
+    h->set_node(o.self);
+    h->set_address(address);
+    h->set_incarnation(membership->incarnation());
+    h->set_nodes(static_cast<uint32_t>(o.nodes));
+    h->set_run(o.run);
+    h->set_round(protocol ? protocol->rounds_completed() : 0);
+    c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, hello.SerializeAsString()));
+    return c;
+  }
+
+  Connection* Dial(const std::string& addr) {
+    auto ss = ToSockaddr(addr);
+    if (!ss.ok()) return nullptr;
+    Connection* c = NewConnection(true);
+    auto* req = new uv_connect_t;
+    req->data = c;
+    const int rc = uv_tcp_connect(req, &c->tcp, reinterpret_cast<const sockaddr*>(&ss.value()), [](uv_connect_t* req,
+                                                                                                 int status) {
+      auto* c = static_cast<Connection*>(req->data);
+      delete req;
+      if (status < 0) return c->node->Close(c, std::string("connect: ") + uv_strerror(status));
+      c->node->Connected(c);
+    });
+    if (rc < 0) {
+      delete req;
+      Close(c, "connect failed");
+      return nullptr;
+    }
+    return c;
+  }
+
+  void Connected(Connection* c) {
+    if (c->closing) return;
+    c->connected = true;
+    uv_tcp_nodelay(&c->tcp, 1);
+    StartReading(c);
+    if (c->tls) {
+      std::string out;
+      Status s = c->tls->Start(&out);
+      WriteRaw(c, std::move(out));
+      if (!s.ok()) return Refuse(c, s.message());
+    }
+    Pump(c);
+  }
+
+  void StartReading(Connection* c) {
+    uv_read_start(
+        reinterpret_cast<uv_stream_t*>(&c->tcp),
+        [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+          auto* c = static_cast<Connection*>(h->data);
+          *buf = uv_buf_init(c->node->read_buffer.data(), static_cast<unsigned>(c->node->read_buffer.size()));
+        },
+        [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
+          auto* c = static_cast<Connection*>(s->data);
+          if (n < 0) return c->node->Close(c, n == UV_EOF ? "closed by the peer" : uv_strerror(static_cast<int>(n)));
+          if (n > 0) c->node->Received(c, std::string_view(buf->base, static_cast<size_t>(n)));
+        });
+  }
+
+  void Close(Connection* c, const std::string& why) {
+    if (c->closing) return;
+    c->closing = true;
+    if (c->peer != kNoPeer) spdlog::debug("link to peer {} closed: {}", c->peer, why);
+    if (auto it = links.find(c->peer); it != links.end() && it->second == c) links.erase(it);
+    for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.assembler.total_bytes());
+    c->inbound.clear();
+    connections.erase(c);
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+    MaybeExit();
+  }
+
+  void Refuse(Connection* c, const std::string& why) {
+    ++stats.frames_refused;
+    spdlog::warn("refused {} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame", c->peer == kNoPeer ? -1
+                 : static_cast<int64_t>(c->peer), why);
+    Close(c, why);
+  }
+
+  // ---- reading -------------------------------------------------------------------------------
+
+  void Received(Connection* c, std::string_view bytes) {
+    stats.bytes_received += bytes.size();
+    std::string plain;
+    std::string_view data = bytes;
+    if (c->tls) {
+      const bool was = c->tls->established();
+      std::string out;
+      Status s = c->tls->Feed(bytes, &plain, &out);
+      WriteRaw(c, std::move(out));
+      if (!s.ok()) return Refuse(c, s.message());
+      if (!was && c->tls->established()) Pump(c);
+      data = plain;
+    }
+    if (data.empty()) return;
+    std::vector<Frame> frames;
+    Status s = c->reader.Append(data, &frames);
+    for (Frame& f : frames) {
+      if (c->closing) return;
+      HandleFrame(c, std::move(f));
+    }
+    if (!s.ok() && !c->closing) return Refuse(c, s.message());
+    if (!c->closing && !c->paused && inbound_bytes > o.inbound_budget) {
+      c->paused = true;
+      uv_read_stop(reinterpret_cast<uv_stream_t*>(&c->tcp));
+      paused_peers.push_back(c->peer);
+    }
+  }
+
+  void ResumeReading() {
+    if (inbound_bytes > o.inbound_budget) return;
+    for (Connection* c : connections) {
+      if (c->paused && !c->closing) {
+        c->paused = false;
+        StartReading(c);
+      }
+    }
+    paused_peers.clear();
+  }
+
+  void HandleFrame(Connection* c, Frame f) {
+    if (f.type == FrameType::kChunk) return HandleChunk(c, f);
+    v1::GossipEnvelope e;
+    if (!e.ParseFromString(f.payload)) return Refuse(c, "malformed message");
+    if (!c->hello_in) {
+      if (!e.has_hello()) return Refuse(c, "a message before the hello");
+      if (!AcceptHello(c, e.hello())) return;
+    }
+    const double now = NowMs(&loop);
+    Membership::Changes changes;
+    for (const v1::GossipMember& m : e.members()) {
+      if (m.node() < o.nodes) membership->Apply(FromProto(m), now, &changes);
+    }
+    std::vector<Membership::Probe> probes;
+    switch (e.body_case()) {
+      case v1::GossipEnvelope::kPing:
+        if (e.ping().target() < o.nodes) membership->OnPing(c->peer, e.ping().target(), e.ping().seq(), now, &probes);
+        break;
+      case v1::GossipEnvelope::kAck:
+        membership->OnAck(c->peer, e.ack().target(), e.ack().seq(), now, &probes, &changes);
+        break;
+      case v1::GossipEnvelope::kLeave:
+        if (e.leave().node() == c->peer) membership->Apply(FromProto(e.leave()), now, &changes);
+        break;
+      case v1::GossipEnvelope::kModel:
+        HandleModelHeader(c, e.model());
+        break;
+      default:
+        break;
+    }
+    SendProbes(probes);
+    Apply(changes);
+  }
+
+  bool AcceptHello(Connection* c, const v1::GossipHello& h) {
+    if (h.nodes() != o.nodes || h.node() >= o.nodes) {
+      Refuse(c, "hello from node " + std::to_string(h.node()) + " of a " + std::to_string(h.nodes()) +
+                    "-node federation (this one has " + std::to_string(o.nodes) + ")");
+      return false;
+    }
+    if (h.node() == o.self) {
+      Close(c, "a link to itself");
+      return false;
+    }
+    if (h.run() != o.run) {
+      Refuse(c, "peer " + std::to_string(h.node()) + " runs '" + h.run() + "', this node '" + o.run + "'");
+      return false;
+    }
+    if (c->tls && c->tls->peer_name() != "peer-" + std::to_string(h.node())) {
+      Refuse(c, "certificate '" + c->tls->peer_name() + "' claims to be peer " + std::to_string(h.node()));
+      return false;
+    }
+    if (c->peer != kNoPeer && c->peer != h.node()) {
+      Refuse(c, "dialled peer " + std::to_string(c->peer) + ", answered by " + std::to_string(h.node()));
+      return false;
+    }
+    c->hello_in = true;
+    c->peer = h.node();
+    stats.peers_seen.insert(h.node());
+    links.try_emplace(h.node(), c);
+    max_round_seen = std::max(max_round_seen, h.round());
+    Membership::Changes changes;
+    membership->Apply({h.node(), h.address(), h.incarnation(), MemberState::kAlive}, NowMs(&loop), &changes);
+    // A newcomer learns the whole membership from whoever it meets.
+    v1::GossipEnvelope snapshot;
+    for (const MemberUpdate& u : membership->Snapshot()) *snapshot.add_members() = ToProto(u);
+    SendEnvelope(c, snapshot);
+    Apply(changes);
+    return !c->closing;
+  }
+
+  void HandleModelHeader(Connection* c, const v1::GossipModel& m) {
+    if (m.kind() < v1::GossipModel::MODEL || m.kind() > v1::GossipModel::MODEL_REPLY) {
+      return Refuse(c, "unknown model message kind");
+    }
+    if (m.total_bytes() == 0) {
+      if (m.kind() != v1::GossipModel::MODEL_REQUEST) return Refuse(c, "a model message without a model");
+      return Deliver(c->peer, Message{Message::Kind::kModelRequest, m.round(), nullptr, m.weight(), m.degree()});
+    }
+    if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(m.stream())) {
+      return Refuse(c, "too many model streams at once, or a stream id reused");
+    }
+    auto assembler = ModelAssembler::Begin(m.total_bytes(), m.sha256(), o.max_model_bytes);
+    if (!assembler.ok()) return Refuse(c, assembler.status().message());
+    inbound_bytes += m.total_bytes();
+    c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value()});
+  }
+
+  void HandleChunk(Connection* c, const Frame& f) {
+    auto it = c->inbound.find(f.stream);
+    if (it == c->inbound.end()) return Refuse(c, "a chunk of an unannounced model stream");
+    if (Status s = it->second.assembler.Add(f.index, f.payload); !s.ok()) return Refuse(c, s.message());
+    if (!it->second.assembler.complete()) return;
+    Inbound in = std::move(it->second);
+    c->inbound.erase(it);
+    Decode(c->peer, std::move(in));
+  }
+
+  // Hash check and safetensors decoding on a worker thread; the result comes back to the loop.
+  void Decode(NodeId from, Inbound in) {
+    struct Job {
+      uv_work_t req;
+      Impl* node;
+      NodeId from;
+      Inbound in;
+      Result<ModelState> model = InvalidArgumentError("not decoded");
+    };
+    auto* job = new Job{{}, this, from, std::move(in)};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req,
+        [](uv_work_t* req) {
+          auto* job = static_cast<Job*>(req->data);
+          Result<std::string> bytes = std::move(job->in.assembler).Finish();
+          job->model = bytes.ok() ? DecodeSafetensors(*bytes) : Result<ModelState>(bytes.status());
+        },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          Impl* n = job->node;
+          n->inbound_bytes -= std::min<uint64_t>(n->inbound_bytes, job->in.header.total_bytes());
+          n->ResumeReading();
+          n->Decoded(job->from, job->in.header, std::move(job->model));
+        });
+  }
+
+  void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
+    if (finished && h.kind() != v1::GossipModel::MODEL_REQUEST) return;
+    const ModelState& own = *protocol->model();
+    Status check = model.ok() ? model->CheckSameLayout(own) : model.status();
+    if (check.ok()) check = model->CheckFinite();
+    if (!check.ok()) {
+      ++stats.frames_refused;
+      spdlog::warn("refused a model from peer {}: {}", from, check.message());
+      return;
+    }
+    ++stats.models_received;
+    Message m{static_cast<Message::Kind>(h.kind()), h.round(),
+              std::make_shared<const ModelState>(std::move(model).value()), h.weight(), h.degree()};
+    Deliver(from, m);
+  }
+
+  void Deliver(NodeId from, const Message& m) {
+    if (!started) return;
+    Handle(protocol->OnMessage(from, m));
+  }
+
+  // ---- membership ----------------------------------------------------------------------------
+
+  void SendProbes(const std::vector<Membership::Probe>& probes) {
+    for (const Membership::Probe& p : probes) {
+      Connection* c = LinkTo(p.to);
+      if (!c) continue;
+      v1::GossipEnvelope e = Envelope();
+      if (p.kind == Membership::Probe::Kind::kAck) {
+        e.mutable_ack()->set_seq(p.seq);
+        e.mutable_ack()->set_target(p.target);
+      } else {
+        e.mutable_ping()->set_seq(p.seq);
+        e.mutable_ping()->set_target(p.target);
+      }
+      SendEnvelope(c, e);
+    }
+  }
+
+  void Apply(const Membership::Changes& changes) {
+    for (NodeId n : changes.left) {
+      spdlog::info("peer {} is {}", n, MemberStateName(membership->members().at(n).state));
+      if (started && !finished) Handle(protocol->OnPeerLeft(n));
+    }
+    for (NodeId n : changes.joined) {
+      spdlog::info("peer {} joined", n);
+      if (started && !finished) Handle(protocol->OnPeerJoined(n));
+    }
+    if (!changes.left.empty() || !changes.joined.empty()) Progress();
+    MaybeStart();
+  }
+
+  void Tick() {
+    if (!finished && stop && stop->load()) {
+      spdlog::info("stopping on signal after {} rounds", protocol->rounds_completed());
+      stopping = true;
+      return Finish(0);
+    }
+    std::vector<Membership::Probe> probes;
+    Membership::Changes changes;
+    membership->Tick(NowMs(&loop), &probes, &changes);
+    SendProbes(probes);
+    Apply(changes);
+  }
+
+  // The protocol starts once the node knows a live peer (a first node waits for others).
+  void MaybeStart() {
+    if (started || finished || membership->LiveMembers().empty()) return;
+    started = true;
+    const bool late = max_round_seen > protocol->rounds_completed();
+    spdlog::info("peer {} starts{}", o.self, rejoining || late ? ", fetching a neighbour's model first" : "");
+    Handle(protocol->Start(rejoining || late));
+  }
+
+  // ---- the protocol's actions ----------------------------------------------------------------
+
+  void Handle(Actions a) {
+    for (Actions::Send& s : a.sends) Send(s.to, std::move(s.message));
+    for (const Actions::Timer& t : a.timers) SetTimer(t.id, t.delay_ms);
+    if (a.rounds_completed > 0) {
+      stats.rounds_completed = protocol->rounds_completed();
+      spdlog::info("round {}/{} done ({} live peers)", stats.rounds_completed, o.rounds,
+                   membership->LiveMembers().size());
+      Save();
+      Progress();
+      if (stats.rounds_completed >= o.rounds) return Finish(o.linger_ms);
+    }
+    if (a.train && !finished) Train();
+  }
+
+  void Send(NodeId to, Message m) {
+    if (to == o.self || to >= o.nodes) return;
+    if (!m.model) return SendModelMessage(to, m, nullptr, "");
+    for (const Encoded& e : encoded) {
+      if (e.model.lock() == m.model) return SendModelMessage(to, m, e.bytes, e.sha);
+    }
+    auto [it, first] = encoding.try_emplace(m.model.get());
+    it->second.push_back({to, std::move(m)});
+    if (first) Encode(it->second.front().message.model);
+  }
+
+  void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> bytes, const std::string& sha) {
+    Connection* c = LinkTo(to);
+    if (!c) return;
+    v1::GossipEnvelope e = Envelope();
+    v1::GossipModel* h = e.mutable_model();
+    h->set_kind(static_cast<v1::GossipModel::Kind>(m.kind));
+    h->set_round(m.round);
+    h->set_weight(m.weight);
+    h->set_degree(m.degree);
+    if (bytes) {
+      h->set_stream(c->next_stream++);
+      h->set_total_bytes(bytes->size());
+      h->set_sha256(sha);
+      c->streams.push_back({bytes, h->stream()});
+    }
+    SendEnvelope(c, e);
+  }
+
+  void Encode(std::shared_ptr<const ModelState> model) {
+    struct Job {
+      uv_work_t req;
+      Impl* node;
+      std::shared_ptr<const ModelState> model;
+      std::shared_ptr<std::string> bytes;
+      std::string sha;
+    };
+    auto* job = new Job{{}, this, std::move(model), nullptr, ""};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req,
+        [](uv_work_t* req) {
+          auto* job = static_cast<Job*>(req->data);
+          job->bytes = std::make_shared<std::string>(EncodeSafetensors(*job->model));
+          job->sha = Sha256Hex(*job->bytes);
+        },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          Impl* n = job->node;
+          auto it = n->encoding.find(job->model.get());
+          if (it == n->encoding.end()) return;
+          std::vector<PendingSend> sends = std::move(it->second);
+          n->encoding.erase(it);
+          std::erase_if(n->encoded, [](const Encoded& e) { return e.model.expired(); });
+          if (n->encoded.size() >= 4) n->encoded.erase(n->encoded.begin());
+          n->encoded.push_back({job->model, job->bytes, job->sha});
+          for (const PendingSend& s : sends) n->SendModelMessage(s.to, s.message, job->bytes, job->sha);
+        });
+  }
+
+  void SetTimer(uint64_t id, double delay_ms) {
+    uv_timer_t*& t = timers[id];
+    if (!t) {
+      t = new uv_timer_t;
+      uv_timer_init(&loop, t);
+      t->data = this;
+    }
+    // The id travels in the handle's own map entry; look it up on firing.
+    uv_timer_start(
+        t,
+        [](uv_timer_t* t) {
+          auto* n = static_cast<Impl*>(t->data);
+          for (auto it = n->timers.begin(); it != n->timers.end(); ++it) {
+            if (it->second != t) continue;
+            const uint64_t id = it->first;
+            n->timers.erase(it);
+            uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+            if (n->started && !n->finished) n->Handle(n->protocol->OnTimer(id));
+            return;
+          }
+        },
+        static_cast<uint64_t>(std::max(0.0, delay_ms)), 0);
+  }
+
+  void Train() {
+    if (training) return;
+    training = true;
+    struct Job {
+      uv_work_t req;
+      Impl* node;
+      std::shared_ptr<const ModelState> start;
+      uint64_t round;
+      Result<ModelState> result = InvalidArgumentError("not trained");
+    };
+    auto* job = new Job{{}, this, protocol->model(), protocol->rounds_completed()};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req,
+        [](uv_work_t* req) {
+          auto* job = static_cast<Job*>(req->data);
+          job->result = job->node->trainer->Train(*job->start, job->round);
+        },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          Impl* n = job->node;
+          n->training = false;
+          if (n->finished) return n->MaybeExit();
+          if (!job->result.ok()) {
+            spdlog::warn("training round {} failed ({}); keeping the model", job->round, job->result.status().message());
+            job->result = ModelState(*job->start);
+          }
+          n->Handle(n->protocol->OnTrained(std::move(job->result).value()));
+        });
+  }
+
+  void Save() {
+    if (!store) return;
+    if (save_in_flight) {
+      save_again = true;
+      return;
+    }
+    save_in_flight = true;
+    struct Job {
+      uv_work_t req;
+      Impl* node;
+      uint64_t rounds;
+      std::shared_ptr<const ModelState> model;
+      std::vector<MemberUpdate> members;
+      Status status = Status::Ok();
+    };
+    auto* job = new Job{{}, this, protocol->rounds_completed(), protocol->model(), membership->Snapshot()};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req,
+        [](uv_work_t* req) {
+          auto* job = static_cast<Job*>(req->data);
+          job->status = job->node->store->Save(job->node->o.self, job->rounds, *job->model, job->members);
+        },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          Impl* n = job->node;
+          n->save_in_flight = false;
+          if (!job->status.ok()) spdlog::error("cannot save the peer's state: {}", job->status.message());
+          if (n->save_again) {
+            n->save_again = false;
+            if (!n->finished) n->Save();
+          }
+          n->MaybeExit();
+        });
+  }
+
+  void Progress() {
+    if (!on_progress) return;
+    stats.members = membership->Snapshot();
+    on_progress(stats);
+  }
+
+  // ---- leaving -------------------------------------------------------------------------------
+
+  // The last round is done (or a stop was asked for): say goodbye, give the queued models
+  // `linger_ms` to go out, then close everything.
+  void Finish(double linger_ms) {
+    if (finished) return;
+    finished = true;
+    final_model = protocol->model();
+    if (started) Handle(protocol->Leave());
+    v1::GossipEnvelope bye = Envelope();
+    *bye.mutable_leave() = ToProto(membership->Leave());
+    for (Connection* c : std::vector<Connection*>(connections.begin(), connections.end())) {
+      if (c->hello_in) SendEnvelope(c, bye);
+    }
+    linger_started = true;
+    uv_timer_start(
+        &linger,
+        [](uv_timer_t* t) {
+          auto* n = static_cast<Impl*>(t->data);
+          n->linger_ms_over = true;
+          n->MaybeExit();
+        },
+        static_cast<uint64_t>(linger_ms), 0);
+    MaybeExit();
+  }
+  bool Drained() const {
+    for (Connection* c : connections) {
+      if (c->ready() && (!c->control.empty() || !c->streams.empty() || c->writing > 0)) return false;
+    }
+    return true;
+  }
+
+  void MaybeExit() {
+    if (!finished || exiting || training || save_in_flight) return;
+    if (!linger_ms_over && !(stopping && Drained())) return;
+    exiting = true;
+    for (Connection* c : std::vector<Connection*>(connections.begin(), connections.end())) Close(c, "leaving");
+    for (auto& [id, t] : timers) {
+      uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+    }
+    timers.clear();
+    uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
+  }
+
+  // ---- running -------------------------------------------------------------------------------
+
+  Result<PeerNodeStats> Run() {
+    uint64_t start_round = 0;
+    std::vector<MemberUpdate> saved_members;
+    if (store) {
+      PLEXUS_ASSIGN_OR_RETURN(std::optional<SavedPeer> saved, store->Load(o.self));
+      if (saved) {
+        if (Status s = saved->model.CheckSameLayout(initial); !s.ok()) {
+          return FailedPreconditionError("the model in the --db is not this run's model: " + s.message());
+        }
+        initial = std::move(saved->model);
+        start_round = saved->rounds;
+        saved_members = std::move(saved->members);
+        rejoining = true;
+        stats.resumed = true;
+        spdlog::info("continuing from round {} saved in the database", start_round);
+      }
+    }
+    PLEXUS_ASSIGN_OR_RETURN(sockaddr_storage listen_addr, ToSockaddr(o.listen));
+    const std::string topo_spec = o.topology.empty() ? factory->default_topology() : o.topology;
+    PLEXUS_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(topo_spec, o.nodes, o.seed));
+
+    uv_loop_init(&loop);
+    uv_tcp_init(&loop, &server);
+    server.data = this;
+    int rc = uv_tcp_bind(&server, reinterpret_cast<const sockaddr*>(&listen_addr), 0);
+    if (rc == 0) {
+      rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server), 128, [](uv_stream_t* s, int status) {
+        auto* n = static_cast<Impl*>(s->data);
+        if (status < 0 || n->exiting) return;
+        Connection* c = n->NewConnection(false);
+        if (uv_accept(s, reinterpret_cast<uv_stream_t*>(&c->tcp)) != 0) return n->Close(c, "accept failed");
+        n->Connected(c);
+      });
+    }
+    if (rc != 0) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
+      uv_run(&loop, UV_RUN_DEFAULT);
+      uv_loop_close(&loop);
+      return UnavailableError("cannot listen on " + o.listen + ": " + uv_strerror(rc));
+    }
+    sockaddr_storage bound{};
+    int len = sizeof bound;
+    uv_tcp_getsockname(&server, reinterpret_cast<sockaddr*>(&bound), &len);
+    char host[64] = {0};
+    int port = 0;
+    if (bound.ss_family == AF_INET) {
+      uv_ip4_name(reinterpret_cast<sockaddr_in*>(&bound), host, sizeof host);
+      port = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    } else {
+      uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&bound), host, sizeof host);
+      port = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+    }
+    address = o.advertise.empty() ? std::string(host) + ":" + std::to_string(port) : o.advertise;
+
+    // A restarted node's incarnation must beat the one it died with: the wall clock does.
+    const auto incarnation = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    membership = std::make_unique<Membership>(o.self, address, incarnation, o.membership, o.seed);
+    view = std::make_unique<MembershipView>(std::move(topology), membership.get());
+    NodeContext ctx;
+    ctx.self = o.self;
+    ctx.peers = view.get();
+    ctx.seed = o.seed;
+    ctx.total_rounds = o.rounds;
+    ctx.nodes = o.nodes;
+    ctx.server = static_cast<NodeId>(o.nodes);
+    ctx.start_round = start_round;
+    protocol = factory->MakeNode(ctx, std::make_shared<const ModelState>(initial));
+    stats.rounds_completed = start_round;
+    spdlog::info("peer {} of {} listening on {} ({}{})", o.self, o.nodes, address, factory->description(),
+                 o.tls ? ", mutual TLS" : ", plaintext");
+
+    uv_timer_init(&loop, &tick);
+    tick.data = this;
+    uv_timer_init(&loop, &linger);
+    linger.data = this;
+    uv_timer_start(&tick, [](uv_timer_t* t) { static_cast<Impl*>(t->data)->Tick(); }, 0,
+                   static_cast<uint64_t>(kTickMs));
+    if (start_round >= o.rounds) {
+      spdlog::info("the database says all {} rounds are done", o.rounds);
+      Finish(0);
+    }
+    // Seeds, and the members a restarted node remembers.
+    for (const std::string& s : o.seeds) {
+      if (s != address) Dial(s);
+    }
+    for (const MemberUpdate& u : saved_members) {
+      if (u.state != MemberState::kLeft && u.node < o.nodes && u.node != o.self) {
+        if (Connection* c = Dial(u.address)) c->peer = u.node;
+      }
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    if (!final_model) final_model = protocol->model();
+    stats.members = membership->Snapshot();
+    return stats;
+  }
+};
+
+PeerNode::PeerNode(PeerNodeOptions options, const ProtocolFactory* factory, ModelState initial, PeerTrainer* trainer,
+                   PeerStore* store)
+    : impl_(std::make_unique<Impl>(std::move(options), factory, std::move(initial), trainer, store)) {}
+
+PeerNode::~PeerNode() = default;
+
+Result<PeerNodeStats> PeerNode::Run(const std::atomic<bool>* stop, std::function<void(const PeerNodeStats&)> on_progress) {
+  impl_->stop = stop;
+  impl_->on_progress = std::move(on_progress);
+  return impl_->Run();
+}
+
+std::shared_ptr<const ModelState> PeerNode::model() const {
+  if (impl_->final_model) return impl_->final_model;
+  return impl_->protocol ? impl_->protocol->model() : nullptr;
+}
+
+}  // namespace plexus::gossip

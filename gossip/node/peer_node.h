@@ -1,0 +1,104 @@
+// PeerNode: one node of a decentralized federation on the network (`plexus peer`), driving a
+// gossip::Protocol (gossip/protocol/) over TCP with libuv. One event loop owns the sockets, the
+// timers and the membership (SWIM, membership.h); local training and model (de)serialization run
+// on libuv's worker threads and post their results back, so heartbeats never wait on training: a
+// peer that trains for minutes is slow, not dead.
+//
+// Links: length-prefixed frames (frame.h) carrying plexus.v1.GossipEnvelope messages and model
+// chunks; with TLS (tls_channel.h) every byte goes through a mutually authenticated TLS 1.3
+// session, and a peer's certificate must name it `peer-<id>` for the id it claims. Backpressure:
+// a link produces its next chunk only while fewer than `write_high_water` bytes wait in the
+// socket, control messages (hello, pings, acks) go before model chunks, and a node stops reading
+// while more than `inbound_budget` bytes of models are being received or decoded. Reading never
+// waits on the node's own writes, so two peers sending each other large models do not deadlock.
+//
+// Everything a peer sends is checked before it is used: frame and model sizes before allocation,
+// the model's SHA-256, its tensor layout against the node's own and every value finite. What
+// fails is refused and counted (frames_refused); a malformed frame or failed handshake closes
+// that link only.
+// Run() is called once, from one thread; the loop runs on that thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "gossip/node/membership.h"
+#include "gossip/node/peer_store.h"
+#include "gossip/node/tls_channel.h"
+#include "gossip/protocol/registry.h"
+
+namespace plexus::gossip {
+
+struct PeerNodeOptions {
+  NodeId self = 0;
+  size_t nodes = 0;                    // ids 0 .. nodes - 1
+  std::string listen = "127.0.0.1:0";  // HOST:PORT (numeric, or localhost)
+  std::string advertise;               // the address others dial; empty: the listening address
+  std::vector<std::string> seeds;      // HOST:PORT of peers to join through
+  uint64_t rounds = 10;
+  uint64_t seed = 0;
+  std::string topology;  // empty: the algorithm's own
+  std::string run;       // names the run (algorithm, model, ...): peers of another run are refused
+  MembershipOptions membership;
+  uint32_t max_frame_bytes = (1u << 20) + 4096;
+  uint64_t max_model_bytes = 1ull << 30;
+  size_t chunk_bytes = 256 << 10;
+  size_t write_high_water = 4 << 20;
+  uint64_t inbound_budget = 256ull << 20;
+  std::shared_ptr<const TlsContext> tls;  // null: plaintext
+  // After the last round: how long the node stays to deliver what it queued and answer
+  // requests before it leaves.
+  double linger_ms = 2000;
+};
+
+// Local training: runs on a worker thread, one call at a time. An error leaves the round's model
+// unchanged (logged); Aborted (diverged) likewise.
+class PeerTrainer {
+ public:
+  virtual ~PeerTrainer() = default;
+  virtual Result<ModelState> Train(const ModelState& start, uint64_t round) = 0;
+};
+
+struct PeerNodeStats {
+  uint64_t rounds_completed = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t frames_refused = 0;  // malformed frames, bad hashes, wrong layouts, NaN, failed handshakes
+  uint64_t models_received = 0;
+  bool resumed = false;         // continued from the state in its --db
+  std::set<NodeId> peers_seen;  // every peer that completed a hello with this node
+  std::vector<MemberUpdate> members;  // the membership as this node sees it
+};
+
+class PeerNode {
+ public:
+  // `factory`, `trainer` and `store` (null: nothing saved) are borrowed and outlive the node.
+  // With a store holding this node's state, the node continues from it.
+  PeerNode(PeerNodeOptions options, const ProtocolFactory* factory, ModelState initial, PeerTrainer* trainer,
+           PeerStore* store);
+  ~PeerNode();
+
+  // Runs until the node has completed options.rounds rounds and left, or `stop` turns true (it
+  // then leaves at once). `on_progress` is called on the loop thread after every round and
+  // membership change. Unavailable when the address cannot be bound; FailedPrecondition for a
+  // --db of another node.
+  Result<PeerNodeStats> Run(const std::atomic<bool>* stop, std::function<void(const PeerNodeStats&)> on_progress = {});
+  // The node's model (after Run: the final one).
+  std::shared_ptr<const ModelState> model() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// HOST:PORT split and checked; localhost is 127.0.0.1. InvalidArgument naming `flag`.
+Status CheckPeerAddress(const std::string& address, const std::string& flag);
+
+}  // namespace plexus::gossip
