@@ -40,6 +40,7 @@ struct PeerFlags {
   int threads = 1;
   int64_t test_subset = 0;
   double linger_s = 2;
+  double give_up_s = 300;
 };
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -96,6 +97,7 @@ void RunPeer(const PeerFlags& f) {
   o.seed = f.seed;
   o.topology = f.topology;
   o.linger_ms = f.linger_s * 1000;
+  o.give_up_ms = f.give_up_s * 1000;
   o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
 
   const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
@@ -222,6 +224,9 @@ void AddPeerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--linger-s", f->linger_s, "Seconds to stay after the last round, delivering queued models")
       ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
+      ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f] { RunPeer(*f); });

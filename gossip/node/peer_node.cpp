@@ -168,6 +168,8 @@ struct PeerNode::Impl {
   bool started = false, finished = false, stopping = false, training = false;
   bool rejoining = false;
   bool linger_ms_over = false, exiting = false;
+  std::vector<std::string> dial_until_met;  // seeds and remembered members
+  double next_dial_ms = 0, start_ms = 0;
   uint64_t max_round_seen = 0;
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const PeerNodeStats&)> on_progress;
@@ -330,6 +332,9 @@ struct PeerNode::Impl {
         },
         [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
           auto* c = static_cast<Connection*>(s->data);
+          if (n < 0 && c->tls && !c->tls->established()) {
+            return c->node->Refuse(c, "the link ended during the TLS handshake");  // e.g. our certificate refused
+          }
           if (n < 0) return c->node->Close(c, n == UV_EOF ? "closed by the peer" : uv_strerror(static_cast<int>(n)));
           if (n > 0) c->node->Received(c, std::string_view(buf->base, static_cast<size_t>(n)));
         });
@@ -578,9 +583,20 @@ struct PeerNode::Impl {
       stopping = true;
       return Finish(0);
     }
+    const double now = NowMs(&loop);
+    if (!started && !finished && now >= next_dial_ms) {
+      if (now - start_ms >= o.give_up_ms) {
+        fatal = UnavailableError("no peer answered in " + std::to_string(static_cast<int64_t>(o.give_up_ms / 1000)) +
+                                 " s: are the --peers running and reachable, with the same --num-partitions, "
+                                 "algorithm and model?");
+        return Finish(0);
+      }
+      next_dial_ms = now + 1000;
+      for (const std::string& a : dial_until_met) Dial(a);
+    }
     std::vector<Membership::Probe> probes;
     Membership::Changes changes;
-    membership->Tick(NowMs(&loop), &probes, &changes);
+    membership->Tick(now, &probes, &changes);
     SendProbes(probes);
     Apply(changes);
   }
@@ -898,19 +914,19 @@ struct PeerNode::Impl {
       spdlog::info("the database says all {} rounds are done", o.rounds);
       Finish(0);
     }
-    // Seeds, and the members a restarted node remembers.
+    // Seeds, and the members a restarted node remembers, dialled from the first tick on.
     for (const std::string& s : o.seeds) {
-      if (s != address) Dial(s);
+      if (s != address) dial_until_met.push_back(s);
     }
     for (const MemberUpdate& u : saved_members) {
-      if (u.state != MemberState::kLeft && u.node < o.nodes && u.node != o.self) {
-        if (Connection* c = Dial(u.address)) c->peer = u.node;
-      }
+      if (u.state != MemberState::kLeft && u.node < o.nodes && u.node != o.self) dial_until_met.push_back(u.address);
     }
+    start_ms = NowMs(&loop);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     if (!final_model) final_model = protocol->model();
     stats.members = membership->Snapshot();
+    PLEXUS_RETURN_IF_ERROR(fatal);
     return stats;
   }
 };

@@ -56,6 +56,9 @@ struct PeerNodeOptions {
   // After the last round: how long the node stays to deliver what it queued and answer
   // requests before it leaves.
   double linger_ms = 2000;
+  // Until the node meets its first peer it dials the seeds (and the members it remembers) again
+  // every second; after this long alone it gives up (Unavailable).
+  double give_up_ms = 300000;
 };
 
 // Local training: runs on a worker thread, one call at a time. An error leaves the round's model

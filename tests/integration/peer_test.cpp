@@ -1,0 +1,353 @@
+// Decentralized federations of real `plexus peer` processes on 127.0.0.1: mutual TLS, peers
+// killed and restarted, a late joiner, and a hostile client sending bad frames.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "apps/plexus/certificate_authority.h"
+#include "compute/model_zoo.h"
+#include "core/safetensors.h"
+#include "gossip/node/frame.h"
+#include "gossip/protocol/registry.h"
+#include "plexus/v1/gossip.pb.h"
+#include "tests/integration/process.h"
+#include "tests/testing/vector_model.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::ChildProcess;
+using ::plexus::testing::FreePort;
+
+constexpr const char* kDataDir = "/usr/share/datasets/fashion-mnist";
+
+class PeerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kDataDir)) GTEST_SKIP() << "dataset not installed";
+    dir_ = std::filesystem::temp_directory_path() / ("plexus_peer_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+        if (e.path().extension() == ".log") {
+          std::ifstream in(e.path());
+          std::string text((std::istreambuf_iterator<char>(in)), {});
+          std::cerr << "---- " << e.path() << " (last 2500 bytes)\n"
+                    << text.substr(text.size() > 2500 ? text.size() - 2500 : 0);
+        }
+      }
+    }
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Ports for n peers, and each peer's address.
+  void Ports(int n) {
+    addresses_.clear();
+    for (int i = 0; i < n; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  }
+
+  std::unique_ptr<ChildProcess> StartPeer(int i, int n, int rounds, const std::vector<std::string>& extra = {},
+                                          const std::string& log_suffix = "") {
+    std::vector<std::string> args{"peer",
+                                  "--listen",
+                                  addresses_[i],
+                                  "--num-partitions",
+                                  std::to_string(n),
+                                  "--partition-index",
+                                  std::to_string(i),
+                                  "--rounds",
+                                  std::to_string(rounds),
+                                  "--summary-out",
+                                  Path("s" + std::to_string(i) + ".json"),
+                                  "--db",
+                                  Path("p" + std::to_string(i) + ".db"),
+                                  "--test-subset",
+                                  "2000",
+                                  "--linger-s",
+                                  "1",
+                                  "--give-up-s",
+                                  "60"};
+    if (i != 0) args.insert(args.end(), {"--peers", addresses_[0]});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path("peer" + std::to_string(i) + log_suffix + ".log"));
+  }
+
+  nlohmann::json Summary(int i) const {
+    std::ifstream in(Path("s" + std::to_string(i) + ".json"));
+    return nlohmann::json::parse(in);
+  }
+
+  // Waits (polling the log) until `p` has logged `needle`; false after timeout_ms or if it exited.
+  static bool WaitForLog(ChildProcess& p, const std::string& needle, int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (p.Log().find(needle) != std::string::npos) return true;
+      if (!p.running()) return p.Log().find(needle) != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  std::filesystem::path dir_;
+  std::vector<std::string> addresses_;
+};
+
+// A raw TCP connection to a peer, for sending it hand-made (bad) frames.
+class RawLink {
+ public:
+  explicit RawLink(const std::string& address) {
+    const size_t colon = address.rfind(':');
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+    inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawLink() { close(fd_); }
+  bool connected() const { return connected_; }
+  void Send(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+  // True once the peer closed the link (reads until end of stream or timeout).
+  bool ClosedByPeer(int timeout_ms) {
+    timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+std::string Envelope(const v1::GossipEnvelope& e) {
+  return gossip::EncodeFrame(gossip::FrameType::kMessage, 0, 0, e.SerializeAsString());
+}
+
+std::string Hello(uint32_t node, uint32_t nodes, const std::string& run) {
+  v1::GossipEnvelope e;
+  e.mutable_hello()->set_node(node);
+  e.mutable_hello()->set_nodes(nodes);
+  e.mutable_hello()->set_address("127.0.0.1:1");
+  e.mutable_hello()->set_incarnation(1);
+  e.mutable_hello()->set_run(run);
+  return Envelope(e);
+}
+
+// A model message on `stream` announcing `sha` for `bytes`, then the bytes in one chunk.
+std::string ModelFrames(uint32_t stream, const std::string& bytes, const std::string& sha) {
+  v1::GossipEnvelope e;
+  v1::GossipModel* m = e.mutable_model();
+  m->set_kind(v1::GossipModel::MODEL);
+  m->set_round(0);
+  m->set_stream(stream);
+  m->set_total_bytes(bytes.size());
+  m->set_sha256(sha);
+  return Envelope(e) + gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0, bytes);
+}
+
+TEST_F(PeerTest, EightPeersWithMutualTlsReachEightyPercent) {
+  const int n = 8, rounds = 10;
+  Ports(n);
+  ASSERT_TRUE(cli::CreateCertificateAuthority(Path("certs"), 1).ok());
+  ASSERT_TRUE(cli::CreateCertificateAuthority(Path("other"), 1).ok());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(cli::IssueCertificate(Path("certs"), "peer-" + std::to_string(i), cli::CertificateKind::kPeer, 1).ok());
+  }
+  ASSERT_TRUE(cli::IssueCertificate(Path("other"), "peer-3", cli::CertificateKind::kPeer, 1).ok());
+  auto tls = [&](const std::string& ca_dir, const std::string& issuer, int i) {
+    const std::string name = "peer-" + std::to_string(i);
+    return std::vector<std::string>{"--local-steps", "40",
+                                    "--tls-ca",      Path(ca_dir + "/ca.crt"),
+                                    "--tls-cert",    Path(issuer + "/" + name + ".crt"),
+                                    "--tls-key",     Path(issuer + "/" + name + ".key")};
+  };
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) peers.push_back(StartPeer(i, n, rounds, tls("certs", "certs", i)));
+  ASSERT_TRUE(WaitForLog(*peers[0], "listening on", 60000));
+  // Plaintext where TLS is expected: the handshake fails, the link closes, the peer goes on.
+  RawLink plaintext(addresses_[0]);
+  ASSERT_TRUE(plaintext.connected());
+  plaintext.Send(Hello(3, n, "anything"));
+  EXPECT_TRUE(plaintext.ClosedByPeer(10000));
+  // A certificate from another CA claiming to be peer 3: refused by everyone it meets; it gives up.
+  addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  std::vector<std::string> intruder_args{"peer",
+                                         "--listen",
+                                         addresses_.back(),
+                                         "--num-partitions",
+                                         std::to_string(n),
+                                         "--partition-index",
+                                         "3",
+                                         "--peers",
+                                         addresses_[0],
+                                         "--give-up-s",
+                                         "4",
+                                         "--rounds",
+                                         "1"};
+  for (const std::string& a : tls("other", "other", 3)) intruder_args.push_back(a);
+  ChildProcess intruder(PLEXUS_BINARY, intruder_args, Path("intruder.log"));
+  EXPECT_NE(intruder.Wait(60000), 0) << intruder.Log();
+  EXPECT_NE(intruder.Log().find("no peer answered"), std::string::npos) << intruder.Log();
+
+  for (int i = 0; i < n; ++i) ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+  for (int i = 0; i < n; ++i) {
+    const nlohmann::json s = Summary(i);
+    EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+    EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.80) << "peer " << i;
+    EXPECT_GE(s["peers_seen"].get<int>(), 2) << "peer " << i;
+    EXPECT_GT(s["bytes_sent"].get<int64_t>(), 0);
+    EXPECT_GT(s["bytes_received"].get<int64_t>(), 0);
+  }
+  // The plaintext link and the intruder's handshakes (at least one) were refused and counted.
+  EXPECT_GE(Summary(0)["frames_refused"].get<int>(), 2);
+}
+
+TEST_F(PeerTest, KilledPeersAreBuriedTheRestFinishAndARestartedOneResumesFromItsDatabase) {
+  const int n = 6, rounds = 16;
+  Ports(n);
+  const std::vector<std::string> fast{"--local-steps", "10"};
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) peers.push_back(StartPeer(i, n, rounds, fast));
+  ASSERT_TRUE(WaitForLog(*peers[3], "round 3/", 120000)) << peers[3]->Log();
+  for (int i : {3, 4, 5}) {
+    peers[i]->Signal(SIGKILL);
+    EXPECT_EQ(peers[i]->Wait(10000), 128 + SIGKILL);
+  }
+  // The survivors' membership buries the dead within a bounded number of protocol periods
+  // (one period to suspect, the suspicion timeout, a period to hear of it).
+  for (int dead : {4, 5}) {
+    EXPECT_TRUE(WaitForLog(*peers[0], "peer " + std::to_string(dead) + " is dead", 20000)) << peers[0]->Log();
+  }
+  auto restarted = StartPeer(3, n, rounds, fast, "_restarted");
+  for (int i : {0, 1, 2}) ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+  ASSERT_EQ(restarted->Wait(300000), 0) << restarted->Log();
+  EXPECT_NE(restarted->Log().find("continuing from round"), std::string::npos) << restarted->Log();
+  for (int i : {0, 1, 2, 3}) {
+    const nlohmann::json s = Summary(i);
+    EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+    EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.6) << "peer " << i;
+  }
+  EXPECT_TRUE(Summary(3)["resumed"].get<bool>());
+  for (const auto& m : Summary(0)["members"]) {
+    if (m["node"] == 4 || m["node"] == 5) EXPECT_EQ(m["state"], "dead") << m.dump();
+  }
+}
+
+TEST_F(PeerTest, APeerStartedLateFetchesAModelAndFinishesWithTheOthers) {
+  const int n = 4, rounds = 14;
+  Ports(n);
+  const std::vector<std::string> fast{"--local-steps", "10"};
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < 3; ++i) peers.push_back(StartPeer(i, n, rounds, fast));
+  ASSERT_TRUE(WaitForLog(*peers[0], "round 5/", 120000)) << peers[0]->Log();
+  auto late = StartPeer(3, n, rounds, fast);
+  ASSERT_EQ(late->Wait(300000), 0) << late->Log();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(peers[i]->Wait(300000), 0) << peers[i]->Log();
+  EXPECT_NE(late->Log().find("fetching a neighbour's model first"), std::string::npos) << late->Log();
+  const nlohmann::json s = Summary(3);
+  EXPECT_EQ(s["rounds_completed"], rounds);
+  EXPECT_FALSE(s["resumed"].get<bool>());
+  EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.6);
+}
+
+TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
+  const int n = 3, rounds = 10;  // peers 0 and 1 run; the test poses as peer 2
+  Ports(n);
+  const std::vector<std::string> fast{"--local-steps", "10"};
+  auto p0 = StartPeer(0, n, rounds, fast);
+  ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
+  auto gossip = gossip::MakeGossip("el:s=2", "mean");
+  ASSERT_TRUE(gossip.ok());
+  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  int expected_refusals = 0;
+  {  // A length prefix of 4 GiB: the link is closed before anything is allocated.
+    RawLink l(addresses_[0]);
+    l.Send(std::string("\xff\xff\xff\xff", 4));
+    EXPECT_TRUE(l.ClosedByPeer(10000));
+    ++expected_refusals;
+  }
+  {  // A frame whose message is not protobuf.
+    RawLink l(addresses_[0]);
+    l.Send(gossip::EncodeFrame(gossip::FrameType::kMessage, 0, 0, "\xff\xff\xff\xff garbage"));
+    EXPECT_TRUE(l.ClosedByPeer(10000));
+    ++expected_refusals;
+  }
+  {  // A hello for a federation of another size.
+    RawLink l(addresses_[0]);
+    l.Send(Hello(2, 7, run));
+    EXPECT_TRUE(l.ClosedByPeer(10000));
+    ++expected_refusals;
+  }
+  {  // A model before the hello.
+    RawLink l(addresses_[0]);
+    l.Send(ModelFrames(1, "abc", Sha256Hex("abc")));
+    EXPECT_TRUE(l.ClosedByPeer(10000));
+    ++expected_refusals;
+  }
+  {  // After a proper hello: a model whose bytes do not match their hash, one of the wrong
+     // layout, and one with a NaN. Each is refused on its own; the link stays open.
+    auto mlp = InitModel("mlp", 0);
+    ASSERT_TRUE(mlp.ok());
+    ModelState nan_model = *mlp;
+    nan_model.data()[17] = std::nanf("");
+    const std::string good = EncodeSafetensors(*mlp);
+    const std::string wrong_layout = EncodeSafetensors(testing::VectorModel({1, 2, 3}));
+    const std::string with_nan = EncodeSafetensors(nan_model);
+    RawLink l(addresses_[0]);
+    l.Send(Hello(2, n, run) + ModelFrames(1, good, Sha256Hex(good + "x")) +
+           ModelFrames(2, wrong_layout, Sha256Hex(wrong_layout)) + ModelFrames(3, with_nan, Sha256Hex(with_nan)));
+    expected_refusals += 3;
+    // The refusals are in when the peer logs the third; the link is then closed by this end.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    auto count = [&] {
+      const std::string log = p0->Log();
+      size_t c = 0;
+      for (size_t pos = 0; (pos = log.find("refused a model from peer 2", pos)) != std::string::npos; ++pos) ++c;
+      return c;
+    };
+    while (count() < 3 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(count(), 3u) << p0->Log();
+  }
+  auto p1 = StartPeer(1, n, rounds, fast);
+  ASSERT_EQ(p0->Wait(300000), 0) << p0->Log();
+  ASSERT_EQ(p1->Wait(300000), 0) << p1->Log();
+  const nlohmann::json s0 = Summary(0);
+  EXPECT_EQ(s0["rounds_completed"], rounds);
+  EXPECT_EQ(s0["frames_refused"], expected_refusals) << s0.dump(2);
+  EXPECT_EQ(Summary(1)["frames_refused"], 0);
+  EXPECT_GE(s0["final_test_accuracy"].get<double>(), 0.6);
+}
+
+}  // namespace
+}  // namespace plexus
