@@ -41,6 +41,7 @@ struct PeerFlags {
   int64_t test_subset = 0;
   double linger_s = 2;
   double give_up_s = 300;
+  uint64_t eval_every = 5;
 };
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -54,19 +55,32 @@ std::vector<std::string> SplitList(const std::string& s) {
 }
 
 // Local training on the peer's partition, on libuv's worker thread.
+// Local training on the peer's partition and evaluation on the test examples, on libuv's worker
+// threads: one Trainer each, since the two may run at once.
 class PartitionTrainer final : public gossip::PeerTrainer {
  public:
-  PartitionTrainer(std::unique_ptr<Trainer> trainer, DatasetView data, TaskHyperparams task, uint64_t seed)
-      : trainer_(std::move(trainer)), data_(std::move(data)), task_(task), seed_(seed) {}
+  PartitionTrainer(std::unique_ptr<Trainer> trainer, std::unique_ptr<Trainer> evaluator, DatasetView data,
+                   DatasetView test, TaskHyperparams task, uint64_t seed)
+      : trainer_(std::move(trainer)),
+        evaluator_(std::move(evaluator)),
+        data_(std::move(data)),
+        test_(std::move(test)),
+        task_(task),
+        seed_(seed) {}
   Result<ModelState> Train(const ModelState& start, uint64_t round) override {
     PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out,
                             trainer_->Train(start, data_, TrainOptionsFor(task_, seed_ * 1000003 + round)));
     return std::move(out.weights);
   }
+  Result<double> Evaluate(const ModelState& model) override {
+    PLEXUS_ASSIGN_OR_RETURN(Evaluation e, evaluator_->Evaluate(model, test_));
+    return e.accuracy;
+  }
+  Result<Evaluation> EvaluateFully(const ModelState& model) { return evaluator_->Evaluate(model, test_); }
 
  private:
-  std::unique_ptr<Trainer> trainer_;
-  DatasetView data_;
+  std::unique_ptr<Trainer> trainer_, evaluator_;
+  DatasetView data_, test_;
   TaskHyperparams task_;
   uint64_t seed_;
 };
@@ -98,6 +112,7 @@ void RunPeer(const PeerFlags& f) {
   o.topology = f.topology;
   o.linger_ms = f.linger_s * 1000;
   o.give_up_ms = f.give_up_s * 1000;
+  o.eval_every = f.eval_every;
   o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
 
   const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
@@ -129,7 +144,13 @@ void RunPeer(const PeerFlags& f) {
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
                spec.ToString(), local.size());
   ModelState initial = Take(InitModel(f.model, f.seed), "--model");
-  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), local, f.task,
+  std::vector<uint32_t> test_indices(test.labels.size());
+  for (size_t i = 0; i < test_indices.size(); ++i) test_indices[i] = static_cast<uint32_t>(i);
+  if (f.test_subset > 0 && static_cast<size_t>(f.test_subset) < test_indices.size()) {
+    test_indices.resize(static_cast<size_t>(f.test_subset));
+  }
+  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), Take(MakeTorchTrainer(f.model, 1)), local,
+                           DatasetView{&test, test_indices}, f.task,
                            f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL);
 
   std::unique_ptr<gossip::PeerStore> store;
@@ -138,13 +159,7 @@ void RunPeer(const PeerFlags& f) {
   gossip::PeerNode node(o, factory.get(), std::move(initial), &trainer, store.get());
   gossip::PeerNodeStats stats = Take(node.Run(&StopRequested()), "peer");
 
-  std::unique_ptr<Trainer> evaluator = Take(MakeTorchTrainer(f.model, f.threads));
-  std::vector<uint32_t> test_indices(test.labels.size());
-  for (size_t i = 0; i < test_indices.size(); ++i) test_indices[i] = static_cast<uint32_t>(i);
-  if (f.test_subset > 0 && static_cast<size_t>(f.test_subset) < test_indices.size()) {
-    test_indices.resize(static_cast<size_t>(f.test_subset));
-  }
-  Evaluation eval = Take(evaluator->Evaluate(*node.model(), DatasetView{&test, test_indices}), "evaluation");
+  Evaluation eval = Take(trainer.EvaluateFully(*node.model()), "evaluation");
   spdlog::info("peer {} done: {} rounds, test accuracy {:.4f}, {} peers seen, {} bytes sent, {} received, {} refused",
                f.partition_index, stats.rounds_completed, eval.accuracy, stats.peers_seen.size(), stats.bytes_sent,
                stats.bytes_received, stats.frames_refused);
@@ -224,6 +239,10 @@ void AddPeerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--linger-s", f->linger_s, "Seconds to stay after the last round, delivering queued models")
       ->check(CLI::Range(0.0, 600.0))
+      ->capture_default_str();
+  cmd->add_option("--eval-every", f->eval_every,
+                  "Evaluate the peer's own model every this many rounds, for the log and plexus status --peer (0: "
+                  "only at the end)")
       ->capture_default_str();
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))

@@ -8,6 +8,7 @@
 
 #include "apps/plexus/commands.h"
 #include "client/grpc_transport.h"
+#include "gossip/node/peer_status.h"
 #include "plexus/v1/federation.grpc.pb.h"
 
 namespace plexus::cli {
@@ -99,6 +100,56 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
   if (!r.error().empty()) std::printf("error             %s\n", r.error().c_str());
 }
 
+void RunPeerStatus(const std::string& peer, bool json, double timeout_s, const std::array<std::string, 4>& files) {
+  std::shared_ptr<const gossip::TlsContext> tls;
+  const int tls_flags = !files[0].empty() + !files[1].empty() + !files[2].empty();
+  if (tls_flags != 0 && tls_flags != 3) {
+    throw CommandError("a peer with mutual TLS needs all of --tls-ca, --tls-cert and --tls-key");
+  }
+  if (tls_flags == 3) {
+    tls =
+        Take(gossip::TlsContext::Create(ReadFileForFlag(files[0], "--tls-ca"), ReadFileForFlag(files[1], "--tls-cert"),
+                                        ReadFileForFlag(files[2], "--tls-key")));
+  }
+  gossip::PeerStatusReport r = Take(gossip::QueryPeerStatus(peer, tls, timeout_s * 1000), "status of peer " + peer);
+  if (json) {
+    nlohmann::json j = {{"node", r.node},
+                        {"nodes", r.nodes},
+                        {"run", r.run},
+                        {"rounds_completed", r.rounds_completed},
+                        {"rounds", r.rounds},
+                        {"accuracy", r.accuracy ? nlohmann::json(*r.accuracy) : nlohmann::json()},
+                        {"accuracy_round", r.accuracy_round},
+                        {"bytes_sent", r.bytes_sent},
+                        {"bytes_received", r.bytes_received},
+                        {"frames_refused", r.frames_refused}};
+    j["members"] = nlohmann::json::array();
+    for (const gossip::MemberUpdate& m : r.members) {
+      j["members"].push_back({{"node", m.node},
+                              {"address", m.address},
+                              {"incarnation", m.incarnation},
+                              {"state", gossip::MemberStateName(m.state)}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf("peer              %u of %zu (%s)\n", r.node, r.nodes, r.run.c_str());
+  std::printf("round             %llu of %llu\n", static_cast<unsigned long long>(r.rounds_completed),
+              static_cast<unsigned long long>(r.rounds));
+  if (r.accuracy) {
+    std::printf("accuracy          %.4f (own model, after %llu rounds)\n", *r.accuracy,
+                static_cast<unsigned long long>(r.accuracy_round));
+  }
+  std::printf("traffic           %llu bytes sent, %llu received, %llu frames refused\n",
+              static_cast<unsigned long long>(r.bytes_sent), static_cast<unsigned long long>(r.bytes_received),
+              static_cast<unsigned long long>(r.frames_refused));
+  std::printf("%-6s %-24s %s\n", "node", "address", "state");
+  for (const gossip::MemberUpdate& m : r.members) {
+    std::printf("%-6u %-24s %s%s\n", m.node, m.address.c_str(), gossip::MemberStateName(m.state),
+                m.node == r.node ? " (itself)" : "");
+  }
+}
+
 }  // namespace
 
 void AddStatusCommand(CLI::App& app) {
@@ -106,8 +157,11 @@ void AddStatusCommand(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto timeout = std::make_shared<double>(5.0);
   auto tls_files = std::make_shared<std::array<std::string, 4>>();
-  CLI::App* cmd = app.add_subcommand("status", "Show a running server's federation status");
-  cmd->add_option("--server", *server, "Server address, HOST:PORT")->capture_default_str();
+  auto peer = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("status", "Show a running server's federation status, or a peer's (--peer)");
+  auto* server_opt = cmd->add_option("--server", *server, "Server address, HOST:PORT")->capture_default_str();
+  cmd->add_option("--peer", *peer, "Ask a running plexus peer at HOST:PORT instead: its round, neighbours, accuracy")
+      ->excludes(server_opt);
   cmd->add_flag("--json", *json, "Print JSON");
   cmd->add_option("--timeout-s", *timeout, "Give up after this many seconds")->capture_default_str();
   cmd->add_option("--tls-ca", (*tls_files)[0], "CA certificate (PEM) for a server with mutual TLS");
@@ -116,6 +170,10 @@ void AddStatusCommand(CLI::App& app) {
   cmd->add_option("--token-file", (*tls_files)[3], "Client token, for a server with token authentication");
   AddConfigOption(cmd);
   cmd->callback([=] {
+    if (!peer->empty()) {
+      if (!(*tls_files)[3].empty()) throw CommandError("--token-file is for servers; a peer takes --tls-*");
+      return RunPeerStatus(*peer, *json, *timeout, *tls_files);
+    }
     ClientTls tls;
     if (!(*tls_files)[0].empty()) tls.ca_pem = ReadFileForFlag((*tls_files)[0], "--tls-ca");
     if (!(*tls_files)[1].empty()) tls.cert_pem = ReadFileForFlag((*tls_files)[1], "--tls-cert");

@@ -11,6 +11,7 @@
 
 #include "core/safetensors.h"
 #include "gossip/node/frame.h"
+#include "gossip/node/peer_address.h"
 #include "gossip/protocol/topology.h"
 #include "plexus/v1/gossip.pb.h"
 
@@ -21,35 +22,6 @@ constexpr NodeId kNoPeer = ~NodeId{0};
 constexpr size_t kReadBufferBytes = 64 << 10;
 constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
 constexpr double kTickMs = 100;
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-Result<HostPort> SplitAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return InvalidArgumentError("'" + address + "' is not HOST:PORT");
-  HostPort hp;
-  hp.host = address.substr(0, colon);
-  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') hp.host = hp.host.substr(1, hp.host.size() - 2);
-  if (hp.host == "localhost") hp.host = "127.0.0.1";
-  const std::string port = address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(port) > 65535) {
-    return InvalidArgumentError("'" + address + "' has no valid port");
-  }
-  hp.port = std::stoi(port);
-  return hp;
-}
-
-Result<sockaddr_storage> ToSockaddr(const std::string& address) {
-  PLEXUS_ASSIGN_OR_RETURN(HostPort hp, SplitAddress(address));
-  sockaddr_storage ss{};
-  if (uv_ip4_addr(hp.host.c_str(), hp.port, reinterpret_cast<sockaddr_in*>(&ss)) == 0) return ss;
-  if (uv_ip6_addr(hp.host.c_str(), hp.port, reinterpret_cast<sockaddr_in6*>(&ss)) == 0) return ss;
-  return InvalidArgumentError("'" + address + "': the host must be a numeric IPv4 or IPv6 address, or localhost");
-}
 
 v1::GossipMember ToProto(const MemberUpdate& u) {
   v1::GossipMember m;
@@ -96,12 +68,6 @@ double NowMs(uv_loop_t* loop) { return static_cast<double>(uv_now(loop)); }
 
 }  // namespace
 
-Status CheckPeerAddress(const std::string& address, const std::string& flag) {
-  auto ss = ToSockaddr(address);
-  if (!ss.ok()) return InvalidArgumentError(flag + ": " + ss.status().message());
-  return Status::Ok();
-}
-
 struct PeerNode::Impl {
   struct Connection;
   struct Stream {
@@ -122,6 +88,7 @@ struct PeerNode::Impl {
     bool closing = false;
     bool paused = false;     // reading stopped: the inbound budget is full
     bool hello_in = false;   // the peer's hello arrived and was accepted
+    bool close_when_drained = false;  // a status query: close once the answer is out
     NodeId peer = kNoPeer;
     std::unique_ptr<TlsChannel> tls;
     FrameReader reader;
@@ -167,7 +134,7 @@ struct PeerNode::Impl {
   std::unique_ptr<Protocol> protocol;
   bool started = false, finished = false, stopping = false, training = false;
   bool rejoining = false;
-  bool linger_ms_over = false, exiting = false;
+  bool linger_ms_over = false, exiting = false, eval_in_flight = false;
   std::vector<std::string> dial_until_met;  // seeds and remembered members
   double next_dial_ms = 0, start_ms = 0;
   uint64_t max_round_seen = 0;
@@ -239,6 +206,7 @@ struct PeerNode::Impl {
       s.offset += n;
       if (s.offset == s.bytes->size()) c->streams.pop_front();
     }
+    if (c->close_when_drained && c->control.empty() && c->writing == 0) return Close(c, "status sent");
     MaybeExit();
   }
 
@@ -289,7 +257,7 @@ struct PeerNode::Impl {
   }
 
   Connection* Dial(const std::string& addr) {
-    auto ss = ToSockaddr(addr);
+    auto ss = ResolvePeerAddress(addr);
     if (!ss.ok()) return nullptr;
     Connection* c = NewConnection(true);
     auto* req = new uv_connect_t;
@@ -404,6 +372,7 @@ struct PeerNode::Impl {
     if (f.type == FrameType::kChunk) return HandleChunk(c, f);
     v1::GossipEnvelope e;
     if (!e.ParseFromString(f.payload)) return Refuse(c, "malformed message");
+    if (!c->hello_in && e.has_status_request()) return SendStatus(c);
     if (!c->hello_in) {
       if (!e.has_hello()) return Refuse(c, "a message before the hello");
       if (!AcceptHello(c, e.hello())) return;
@@ -432,6 +401,27 @@ struct PeerNode::Impl {
     }
     SendProbes(probes);
     Apply(changes);
+  }
+
+  void SendStatus(Connection* c) {
+    v1::GossipEnvelope e;
+    v1::GossipStatus* st = e.mutable_status();
+    st->set_node(o.self);
+    st->set_nodes(static_cast<uint32_t>(o.nodes));
+    st->set_run(o.run);
+    st->set_rounds_completed(protocol->rounds_completed());
+    st->set_rounds(o.rounds);
+    if (stats.accuracy) {
+      st->set_has_accuracy(true);
+      st->set_accuracy(*stats.accuracy);
+      st->set_accuracy_round(stats.accuracy_round);
+    }
+    for (const MemberUpdate& u : membership->Snapshot()) *st->add_members() = ToProto(u);
+    st->set_bytes_sent(stats.bytes_sent);
+    st->set_bytes_received(stats.bytes_received);
+    st->set_frames_refused(stats.frames_refused);
+    c->close_when_drained = true;
+    SendEnvelope(c, e);
   }
 
   bool AcceptHello(Connection* c, const v1::GossipHello& h) {
@@ -620,6 +610,7 @@ struct PeerNode::Impl {
       spdlog::info("round {}/{} done ({} live peers)", stats.rounds_completed, o.rounds,
                    membership->LiveMembers().size());
       Save();
+      if (o.eval_every > 0 && (stats.rounds_completed % o.eval_every == 0)) Evaluate();
       Progress();
       if (stats.rounds_completed >= o.rounds) return Finish(o.linger_ms);
     }
@@ -741,6 +732,38 @@ struct PeerNode::Impl {
         });
   }
 
+  // The node's own model on the trainer's held-out data, on a worker thread.
+  void Evaluate() {
+    if (eval_in_flight) return;
+    eval_in_flight = true;
+    struct Job {
+      uv_work_t req;
+      Impl* node;
+      std::shared_ptr<const ModelState> model;
+      uint64_t round;
+      Result<double> accuracy = InvalidArgumentError("not evaluated");
+    };
+    auto* job = new Job{{}, this, protocol->model(), protocol->rounds_completed()};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req,
+        [](uv_work_t* req) {
+          auto* job = static_cast<Job*>(req->data);
+          job->accuracy = job->node->trainer->Evaluate(*job->model);
+        },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          Impl* n = job->node;
+          n->eval_in_flight = false;
+          if (job->accuracy.ok()) {
+            n->stats.accuracy = *job->accuracy;
+            n->stats.accuracy_round = job->round;
+            spdlog::info("peer {}: own model accuracy {:.4f} after {} rounds", n->o.self, *job->accuracy, job->round);
+          }
+          n->MaybeExit();
+        });
+  }
+
   void Save() {
     if (!store) return;
     if (save_in_flight) {
@@ -816,7 +839,7 @@ struct PeerNode::Impl {
   }
 
   void MaybeExit() {
-    if (!finished || exiting || training || save_in_flight) return;
+    if (!finished || exiting || training || save_in_flight || eval_in_flight) return;
     if (!linger_ms_over && !(stopping && Drained())) return;
     exiting = true;
     for (Connection* c : std::vector<Connection*>(connections.begin(), connections.end())) Close(c, "leaving");
@@ -848,7 +871,7 @@ struct PeerNode::Impl {
         spdlog::info("continuing from round {} saved in the database", start_round);
       }
     }
-    PLEXUS_ASSIGN_OR_RETURN(sockaddr_storage listen_addr, ToSockaddr(o.listen));
+    PLEXUS_ASSIGN_OR_RETURN(sockaddr_storage listen_addr, ResolvePeerAddress(o.listen));
     const std::string topo_spec = o.topology.empty() ? factory->default_topology() : o.topology;
     PLEXUS_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(topo_spec, o.nodes, o.seed));
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "core/model_state.h"
 #include "core/status.h"
 #include "gossip/node/membership.h"
+#include "gossip/node/peer_address.h"
 #include "gossip/node/peer_store.h"
 #include "gossip/node/tls_channel.h"
 #include "gossip/protocol/registry.h"
@@ -59,6 +61,9 @@ struct PeerNodeOptions {
   // Until the node meets its first peer it dials the seeds (and the members it remembers) again
   // every second; after this long alone it gives up (Unavailable).
   double give_up_ms = 300000;
+  // Every this many rounds the node evaluates its own model (PeerTrainer::Evaluate) for its
+  // progress log and `plexus status --peer`; 0: never.
+  uint64_t eval_every = 5;
 };
 
 // Local training: runs on a worker thread, one call at a time. An error leaves the round's model
@@ -67,6 +72,9 @@ class PeerTrainer {
  public:
   virtual ~PeerTrainer() = default;
   virtual Result<ModelState> Train(const ModelState& start, uint64_t round) = 0;
+  // The model's accuracy on held-out data. May run on another worker thread while Train runs
+  // (one Evaluate at a time).
+  virtual Result<double> Evaluate(const ModelState& model) = 0;
 };
 
 struct PeerNodeStats {
@@ -76,6 +84,8 @@ struct PeerNodeStats {
   uint64_t frames_refused = 0;  // malformed frames, bad hashes, wrong layouts, NaN, failed handshakes
   uint64_t models_received = 0;
   bool resumed = false;         // continued from the state in its --db
+  std::optional<double> accuracy;  // the last evaluation (eval_every), after accuracy_round rounds
+  uint64_t accuracy_round = 0;
   std::set<NodeId> peers_seen;  // every peer that completed a hello with this node
   std::vector<MemberUpdate> members;  // the membership as this node sees it
 };
@@ -100,8 +110,5 @@ class PeerNode {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// HOST:PORT split and checked; localhost is 127.0.0.1. InvalidArgument naming `flag`.
-Status CheckPeerAddress(const std::string& address, const std::string& flag);
 
 }  // namespace plexus::gossip

@@ -218,6 +218,24 @@ TEST_F(PeerTest, EightPeersWithMutualTlsReachEightyPercent) {
   EXPECT_NE(intruder.Wait(60000), 0) << intruder.Log();
   EXPECT_NE(intruder.Log().find("no peer answered"), std::string::npos) << intruder.Log();
 
+  // `plexus status --peer` on a running peer, with an operator's client certificate of the CA.
+  ASSERT_TRUE(cli::IssueCertificate(Path("certs"), "operator", cli::CertificateKind::kClient, 1).ok());
+  ASSERT_TRUE(WaitForLog(*peers[0], "round 2/", 120000)) << peers[0]->Log();
+  std::string out;
+  ASSERT_EQ(
+      testing::RunToCompletion(PLEXUS_BINARY,
+                               {"status", "--peer", addresses_[0], "--json", "--tls-ca", Path("certs/ca.crt"),
+                                "--tls-cert", Path("certs/operator.crt"), "--tls-key", Path("certs/operator.key")},
+                               &out),
+      0)
+      << out;
+  const nlohmann::json status = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(status["node"], 0);
+  EXPECT_EQ(status["rounds"], rounds);
+  EXPECT_GE(status["rounds_completed"].get<int>(), 2);
+  EXPECT_GE(status["members"].size(), 2u);
+  EXPECT_EQ(status["members"][0]["state"], "alive");
+
   for (int i = 0; i < n; ++i) ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
   for (int i = 0; i < n; ++i) {
     const nlohmann::json s = Summary(i);
