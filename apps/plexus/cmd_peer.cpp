@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/run_summary.h"
 #include "compute/fashion_mnist.h"
@@ -42,6 +43,7 @@ struct PeerFlags {
   double linger_s = 2;
   double give_up_s = 300;
   uint64_t eval_every = 5;
+  std::string attack;
 };
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -70,8 +72,17 @@ class PartitionTrainer final : public gossip::PeerTrainer {
   Result<ModelState> Train(const ModelState& start, uint64_t round) override {
     PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out,
                             trainer_->Train(start, data_, TrainOptionsFor(task_, seed_ * 1000003 + round)));
+    if (attack_factor_ != 1.0) {
+      // Test-only attacker: what it trained becomes start + factor * (trained - start), and that
+      // is the model it sends (and keeps).
+      std::span<float> w = out.weights.data();
+      std::span<const float> s = start.data();
+      const auto f = static_cast<float>(attack_factor_);
+      for (size_t i = 0; i < w.size(); ++i) w[i] = s[i] + f * (w[i] - s[i]);
+    }
     return std::move(out.weights);
   }
+  void set_attack_factor(double f) { attack_factor_ = f; }
   Result<double> Evaluate(const ModelState& model) override {
     PLEXUS_ASSIGN_OR_RETURN(Evaluation e, evaluator_->Evaluate(model, test_));
     return e.accuracy;
@@ -83,7 +94,25 @@ class PartitionTrainer final : public gossip::PeerTrainer {
   DatasetView data_, test_;
   TaskHyperparams task_;
   uint64_t seed_;
+  double attack_factor_ = 1.0;
 };
+
+// --attack (tests and demonstrations only): signflip[:scale=S] sends -S times the update it
+// trained (S = 1 by default), scale:f=F sends F times it. Returns the factor on the update.
+double ParseAttack(const std::string& text) {
+  if (text.empty()) return 1.0;
+  StrategySpec spec = Take(StrategySpec::Parse(text), "--attack");
+  double factor = 1.0;
+  if (spec.name() == "signflip") {
+    factor = -Take(spec.GetDouble("scale", 1.0), "--attack");
+  } else if (spec.name() == "scale") {
+    factor = Take(spec.GetDouble("f", 10.0), "--attack");
+  } else {
+    throw CommandError("--attack: unknown attack '" + spec.name() + "' (signflip[:scale=S] or scale:f=F)");
+  }
+  Check(spec.CheckAllUsed(), "--attack");
+  return factor;
+}
 
 void RunPeer(const PeerFlags& f) {
   if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
@@ -136,6 +165,7 @@ void RunPeer(const PeerFlags& f) {
     }
   }
 
+  const double attack_factor = ParseAttack(f.attack);
   PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
@@ -152,6 +182,11 @@ void RunPeer(const PeerFlags& f) {
   PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), Take(MakeTorchTrainer(f.model, 1)), local,
                            DatasetView{&test, test_indices}, f.task,
                            f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL);
+  if (attack_factor != 1.0) {
+    spdlog::warn("peer {} is an attacker (--attack {}): it sends {} times its update", f.partition_index, f.attack,
+                 attack_factor);
+    trainer.set_attack_factor(attack_factor);
+  }
 
   std::unique_ptr<gossip::PeerStore> store;
   if (!f.db.empty()) store = Take(gossip::PeerStore::Open(f.db), "--db " + f.db);
@@ -247,6 +282,8 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))
       ->capture_default_str();
+  cmd->add_option("--attack", f->attack,
+                  "For tests and demonstrations only: make this peer an attacker, signflip[:scale=S] or scale:f=F");
   AddConfigOption(cmd);
   cmd->callback([f] { RunPeer(*f); });
 }

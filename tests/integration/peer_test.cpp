@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -295,6 +296,37 @@ TEST_F(PeerTest, APeerStartedLateFetchesAModelAndFinishesWithTheOthers) {
   EXPECT_EQ(s["rounds_completed"], rounds);
   EXPECT_FALSE(s["resumed"].get<bool>());
   EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.6);
+}
+
+// One peer sends ten times its update, sign-flipped (--attack, test-only). The plain mean is
+// ruined by it, which shows the attack bites; the coordinate-wise median keeps the honest peers.
+TEST_F(PeerTest, ARobustMergeKeepsTheHonestPeersAccurateDespiteAnAttacker) {
+  const int n = 6, rounds = 12, attacker = 5;
+  auto run = [&](const std::string& merge) {
+    Ports(n);
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {  // a fresh start, not a resume
+      if (e.path().filename().string().rfind("p", 0) == 0 && e.path().string().find(".db") != std::string::npos) {
+        std::filesystem::remove(e.path());
+      }
+    }
+    std::vector<std::unique_ptr<ChildProcess>> peers;
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::string> extra{"--local-steps", "10", "--merge", merge, "--eval-every", "0"};
+      if (i == attacker) extra.insert(extra.end(), {"--attack", "signflip:scale=10"});
+      peers.push_back(StartPeer(i, n, rounds, extra, "_" + merge));
+    }
+    double worst = 1.0;
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(peers[i]->Wait(300000), 0) << peers[i]->Log();
+      if (i != attacker) worst = std::min(worst, Summary(i)["final_test_accuracy"].get<double>());
+    }
+    return worst;
+  };
+  const double with_mean = run("mean");
+  const double with_median = run("median");
+  std::cout << "worst honest accuracy: " << with_mean << " with mean, " << with_median << " with median\n";
+  EXPECT_LT(with_mean, 0.5);
+  EXPECT_GE(with_median, 0.65);
 }
 
 TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
