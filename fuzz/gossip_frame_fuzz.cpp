@@ -1,8 +1,8 @@
 // libFuzzer target: the peer link's frame decoder and model reassembly (gossip/node/frame.h),
 // which read bytes any host can send to a `plexus peer`. The first byte picks how the input is
-// cut into reads; every chunk frame goes to a model stream announced at 64 bytes. Any input
-// gives frames within the limit or an error; none crashes, reads out of bounds or allocates
-// beyond the limits.
+// cut into reads; every chunk frame goes to a model stream (safetensors, decoded as it arrives)
+// announced at 256 bytes. Any input gives frames within the limit or an error; none crashes,
+// reads out of bounds or allocates beyond the limits.
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data + 1), size - 1);
   plexus::gossip::FrameReader reader(kMaxPayload);
   std::vector<plexus::gossip::Frame> frames;
-  auto model = plexus::gossip::ModelAssembler::Begin(64, plexus::Sha256Hex(std::string(64, 'm')), 1024);
+  auto model = plexus::gossip::ModelAssembler::Begin(256, plexus::Sha256Hex(std::string(256, 'm')), 1024);
   if (!model.ok()) std::abort();
   for (size_t i = 0; i < bytes.size(); i += step) {
     frames.clear();

@@ -1,5 +1,6 @@
 #include "gossip/node/frame.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/model_state.h"
@@ -33,36 +34,62 @@ std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::st
   return f;
 }
 
-Status FrameReader::Append(std::string_view bytes, std::vector<Frame>* out) {
-  buffer_.append(bytes);
-  size_t pos = 0;
+Status FrameReader::Check(uint32_t length) const {
+  if (length < kFrameFixedBytes || length - kFrameFixedBytes > max_payload_) {
+    return InvalidArgumentError("frame length " + std::to_string(length) + " outside [" +
+                                std::to_string(kFrameFixedBytes) + ", " + std::to_string(kFrameFixedBytes + max_payload_) +
+                                "]");
+  }
+  return Status::Ok();
+}
+
+Status FrameReader::Read(std::string_view bytes, const std::function<bool(const FrameView&)>& on_frame) {
+  // `frame`: the bytes after a length prefix. False when the callback asked to stop.
   Status status = Status::Ok();
-  while (buffer_.size() - pos >= 4) {
-    const uint32_t length = GetU32(buffer_.data() + pos);
-    if (length < kFrameFixedBytes || length - kFrameFixedBytes > max_payload_) {
-      status = InvalidArgumentError("frame length " + std::to_string(length) + " outside [" +
-                                    std::to_string(kFrameFixedBytes) + ", " +
-                                    std::to_string(kFrameFixedBytes + max_payload_) + "]");
-      break;
-    }
-    if (buffer_.size() - pos < 4 + static_cast<size_t>(length)) break;
-    const char* p = buffer_.data() + pos + 4;
-    const auto type = static_cast<uint8_t>(p[0]);
+  auto emit = [&](std::string_view frame) {
+    const auto type = static_cast<uint8_t>(frame[0]);
     if (type != static_cast<uint8_t>(FrameType::kMessage) && type != static_cast<uint8_t>(FrameType::kChunk)) {
       status = InvalidArgumentError("unknown frame type " + std::to_string(type));
-      break;
+      return false;
     }
-    Frame f;
-    f.type = static_cast<FrameType>(type);
-    f.stream = GetU32(p + 1);
-    f.index = GetU32(p + 5);
-    f.payload.assign(p + kFrameFixedBytes, length - kFrameFixedBytes);
-    out->push_back(std::move(f));
+    FrameView v{static_cast<FrameType>(type), GetU32(frame.data() + 1), GetU32(frame.data() + 5),
+                frame.substr(kFrameFixedBytes)};
+    return on_frame(v);
+  };
+  size_t pos = 0;
+  if (!buffer_.empty()) {
+    // Finish the frame that began in an earlier read.
+    while (buffer_.size() < 4 && pos < bytes.size()) buffer_.push_back(bytes[pos++]);
+    if (buffer_.size() < 4) return Status::Ok();
+    const uint32_t length = GetU32(buffer_.data());
+    if (Status s = Check(length); !s.ok()) {
+      buffer_.clear();
+      return s;
+    }
+    const size_t take = std::min(4 + static_cast<size_t>(length) - buffer_.size(), bytes.size() - pos);
+    buffer_.append(bytes.substr(pos, take));
+    pos += take;
+    if (buffer_.size() < 4 + static_cast<size_t>(length)) return Status::Ok();
+    const std::string frame = std::move(buffer_);
+    buffer_.clear();
+    if (!emit(std::string_view(frame).substr(4))) return status;
+  }
+  while (bytes.size() - pos >= 4) {
+    const uint32_t length = GetU32(bytes.data() + pos);
+    if (Status s = Check(length); !s.ok()) return s;
+    if (bytes.size() - pos < 4 + static_cast<size_t>(length)) break;
+    if (!emit(bytes.substr(pos + 4, length))) return status;
     pos += 4 + static_cast<size_t>(length);
   }
-  buffer_.erase(0, pos);
-  if (!status.ok()) buffer_.clear();
-  return status;
+  buffer_.assign(bytes.substr(pos));
+  return Status::Ok();
+}
+
+Status FrameReader::Append(std::string_view bytes, std::vector<Frame>* out) {
+  return Read(bytes, [out](const FrameView& v) {
+    out->push_back({v.type, v.stream, v.index, std::string(v.payload)});
+    return true;
+  });
 }
 
 Result<ModelAssembler> ModelAssembler::Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes) {
@@ -81,19 +108,18 @@ Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
     return InvalidArgumentError("chunk " + std::to_string(index) + " where " + std::to_string(next_index_) +
                                 " was due");
   }
-  if (bytes.size() > total_ - bytes_.size()) {
+  if (bytes.size() > total_ - decoder_.received()) {
     return InvalidArgumentError("chunks past the announced " + std::to_string(total_) + " bytes");
   }
-  if (bytes_.empty()) bytes_.reserve(total_);
-  bytes_.append(bytes);
+  PLEXUS_RETURN_IF_ERROR(decoder_.Append(bytes));
   ++next_index_;
   return Status::Ok();
 }
 
-Result<std::string> ModelAssembler::Finish() && {
+Result<ModelState> ModelAssembler::Finish() && {
   if (!complete()) return InvalidArgumentError("model stream incomplete");
-  if (Sha256Hex(bytes_) != sha_) return DataLossError("model stream's SHA-256 differs from its header's");
-  return std::move(bytes_);
+  if (decoder_.ReceivedSha256() != sha_) return DataLossError("model stream's SHA-256 differs from its header's");
+  return std::move(decoder_).Finish();
 }
 
 }  // namespace plexus::gossip

@@ -4,14 +4,16 @@
 // a kChunk frame carries bytes `index` of model stream `stream`, announced before by an envelope
 // holding the stream's total size and the SHA-256 of the whole model. Sizes are checked before
 // anything is allocated: a length beyond the limit ends the connection, a stream larger than the
-// model limit is refused. Plain C++; FrameReader and ModelAssembler are thread-compatible.
+// model limit is refused. Model bytes are safetensors (core/safetensors.h). Plain C++; FrameReader and ModelAssembler are thread-compatible.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "core/status.h"
 
 namespace plexus::gossip {
@@ -34,42 +36,57 @@ std::string EncodeFrameHeader(FrameType type, uint32_t stream, uint32_t index, s
 // A whole frame.
 std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::string_view payload);
 
-// Cuts a byte stream into frames.
+// A frame seen in place: the payload points into the bytes just read or into the reader's
+// buffer, valid during the callback only.
+struct FrameView {
+  FrameType type = FrameType::kMessage;
+  uint32_t stream = 0;
+  uint32_t index = 0;
+  std::string_view payload;
+};
+
+// Cuts a byte stream into frames. Frames that lie whole in the bytes of one read are handed over
+// where they are; only a frame split across reads is gathered in the reader's buffer.
 class FrameReader {
  public:
   explicit FrameReader(uint32_t max_payload_bytes) : max_payload_(max_payload_bytes) {}
-  // Appends `bytes` and moves every complete frame to `out`. InvalidArgument for a length prefix
-  // beyond the limit (checked before the payload is buffered) or an unknown frame type; the
-  // reader (and the connection) is then of no further use.
+  // Calls `on_frame` for every complete frame in order, until it returns false. InvalidArgument
+  // for a length prefix beyond the limit (checked before the payload is buffered) or an unknown
+  // frame type; the reader (and the connection) is then of no further use.
+  Status Read(std::string_view bytes, const std::function<bool(const FrameView&)>& on_frame);
+  // The same, copying each frame into `out`.
   Status Append(std::string_view bytes, std::vector<Frame>* out);
   // Bytes of a frame received in part.
   size_t buffered() const { return buffer_.size(); }
 
  private:
+  Status Check(uint32_t length) const;
   const uint32_t max_payload_;
   std::string buffer_;
 };
 
-// Reassembles the chunks of one model stream: in order, no more than announced, then the
+// Reassembles the chunks of one model stream straight into the model (safetensors, decoded as
+// it arrives: the model's bytes are held once): in order, no more than announced, then the
 // SHA-256 of the whole compared with the header's.
 class ModelAssembler {
  public:
   // InvalidArgument when `total_bytes` is zero or beyond `max_model_bytes`, or the hash is not 64
   // hex digits. Nothing is allocated before these checks.
   static Result<ModelAssembler> Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes);
-  // InvalidArgument for a chunk out of order or past the announced size.
+  // InvalidArgument for a chunk out of order, past the announced size, or bytes that are not
+  // safetensors.
   Status Add(uint32_t index, std::string_view bytes);
-  bool complete() const { return bytes_.size() == total_; }
+  bool complete() const { return decoder_.received() == total_; }
   uint64_t total_bytes() const { return total_; }
-  // The model's bytes once complete; DataLoss when their SHA-256 is not the announced one.
-  Result<std::string> Finish() &&;
+  // The model once complete; DataLoss when the SHA-256 of the bytes is not the announced one.
+  Result<ModelState> Finish() &&;
 
  private:
-  ModelAssembler(uint64_t total, std::string sha) : total_(total), sha_(std::move(sha)) {}
+  ModelAssembler(uint64_t total, std::string sha) : total_(total), sha_(std::move(sha)), decoder_(total) {}
   uint64_t total_;
   std::string sha_;
   uint32_t next_index_ = 0;
-  std::string bytes_;
+  SafetensorsStreamDecoder decoder_;
 };
 
 }  // namespace plexus::gossip

@@ -19,7 +19,7 @@ namespace plexus::gossip {
 namespace {
 
 constexpr NodeId kNoPeer = ~NodeId{0};
-constexpr size_t kReadBufferBytes = 64 << 10;
+constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
 constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
 constexpr double kTickMs = 100;
 
@@ -70,11 +70,32 @@ double NowMs(uv_loop_t* loop) { return static_cast<double>(uv_now(loop)); }
 
 struct PeerNode::Impl {
   struct Connection;
+  // A model's safetensors bytes, the prefix (header) followed by the model's own values: sent
+  // straight from the model, never copied whole.
+  struct Encoded {
+    std::weak_ptr<const ModelState> model;
+    std::shared_ptr<const std::string> prefix;
+    std::string sha;
+  };
   struct Stream {
-    std::shared_ptr<const std::string> bytes;
+    std::shared_ptr<const ModelState> model;
+    std::shared_ptr<const std::string> prefix;
     uint32_t id = 0;
     size_t offset = 0;
     uint32_t index = 0;
+    size_t size() const { return prefix->size() + model->num_bytes(); }
+    // Bytes [offset, offset + n) of prefix + values, appended to `out`.
+    void CopyTo(size_t n, std::string* out) const {
+      const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
+      size_t at = offset;
+      if (at < prefix->size()) {
+        const size_t k = std::min(n, prefix->size() - at);
+        out->append(*prefix, at, k);
+        at += k;
+        n -= k;
+      }
+      out->append(values.substr(at - prefix->size(), n));
+    }
   };
   struct Inbound {
     v1::GossipModel header;
@@ -105,11 +126,6 @@ struct PeerNode::Impl {
     Connection* conn;
     std::string bytes;
   };
-  struct Encoded {
-    std::weak_ptr<const ModelState> model;
-    std::shared_ptr<const std::string> bytes;
-    std::string sha;
-  };
   struct PendingSend {
     NodeId to;
     Message message;
@@ -134,7 +150,9 @@ struct PeerNode::Impl {
   std::unique_ptr<Protocol> protocol;
   bool started = false, finished = false, stopping = false, training = false;
   bool rejoining = false;
-  bool linger_ms_over = false, exiting = false, eval_in_flight = false;
+  bool linger_ms_over = false, exiting = false, eval_in_flight = false, leave_pending = false;
+  int drain_waits = 0;
+  static constexpr int kMaxDrainWaits = 60;
   std::vector<std::string> dial_until_met;  // seeds and remembered members
   double next_dial_ms = 0, start_ms = 0;
   uint64_t max_round_seen = 0;
@@ -150,6 +168,8 @@ struct PeerNode::Impl {
   std::map<const ModelState*, std::vector<PendingSend>> encoding;  // encodings in flight
   uint64_t inbound_bytes = 0;
   std::vector<NodeId> paused_peers;
+  std::map<NodeId, int> decoding;                  // models of each peer being decoded
+  std::map<NodeId, MemberUpdate> deferred_leaves;  // goodbyes waiting for those models
   bool save_in_flight = false, save_again = false;
   Status fatal = Status::Ok();
 
@@ -201,10 +221,13 @@ struct PeerNode::Impl {
       }
       if (c->streams.empty()) break;
       Stream& s = c->streams.front();
-      const size_t n = std::min(o.chunk_bytes, s.bytes->size() - s.offset);
-      WriteFrame(c, EncodeFrame(FrameType::kChunk, s.id, s.index++, std::string_view(*s.bytes).substr(s.offset, n)));
+      const size_t n = std::min(o.chunk_bytes, s.size() - s.offset);
+      std::string frame = EncodeFrameHeader(FrameType::kChunk, s.id, s.index++, n);
+      frame.reserve(frame.size() + n);
+      s.CopyTo(n, &frame);
+      WriteFrame(c, frame);
       s.offset += n;
-      if (s.offset == s.bytes->size()) c->streams.pop_front();
+      if (s.offset == s.size()) c->streams.pop_front();
     }
     if (c->close_when_drained && c->control.empty() && c->writing == 0) return Close(c, "status sent");
     MaybeExit();
@@ -316,6 +339,7 @@ struct PeerNode::Impl {
     for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.assembler.total_bytes());
     c->inbound.clear();
     connections.erase(c);
+    if (c->peer != kNoPeer && !exiting) ApplyDeferredLeave(c->peer);
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
     MaybeExit();
   }
@@ -343,12 +367,10 @@ struct PeerNode::Impl {
       data = plain;
     }
     if (data.empty()) return;
-    std::vector<Frame> frames;
-    Status s = c->reader.Append(data, &frames);
-    for (Frame& f : frames) {
-      if (c->closing) return;
-      HandleFrame(c, std::move(f));
-    }
+    Status s = c->reader.Read(data, [&](const FrameView& f) {
+      HandleFrame(c, f);
+      return !c->closing;
+    });
     if (!s.ok() && !c->closing) return Refuse(c, s.message());
     if (!c->closing && !c->paused && inbound_bytes > o.inbound_budget) {
       c->paused = true;
@@ -368,10 +390,12 @@ struct PeerNode::Impl {
     paused_peers.clear();
   }
 
-  void HandleFrame(Connection* c, Frame f) {
+  void HandleFrame(Connection* c, const FrameView& f) {
     if (f.type == FrameType::kChunk) return HandleChunk(c, f);
     v1::GossipEnvelope e;
-    if (!e.ParseFromString(f.payload)) return Refuse(c, "malformed message");
+    if (!e.ParseFromArray(f.payload.data(), static_cast<int>(f.payload.size()))) {
+      return Refuse(c, "malformed message");
+    }
     if (!c->hello_in && e.has_status_request()) return SendStatus(c);
     if (!c->hello_in) {
       if (!e.has_hello()) return Refuse(c, "a message before the hello");
@@ -391,7 +415,14 @@ struct PeerNode::Impl {
         membership->OnAck(c->peer, e.ack().target(), e.ack().seq(), now, &probes, &changes);
         break;
       case v1::GossipEnvelope::kLeave:
-        if (e.leave().node() == c->peer) membership->Apply(FromProto(e.leave()), now, &changes);
+        if (e.leave().node() != c->peer) break;
+        // Models the peer sent before its goodbye are still being decoded: the goodbye waits for
+        // them, so that its last model is merged rather than given up on.
+        if (decoding[c->peer] > 0 || !c->inbound.empty()) {
+          deferred_leaves[c->peer] = FromProto(e.leave());
+          break;
+        }
+        membership->Apply(FromProto(e.leave()), now, &changes);
         break;
       case v1::GossipEnvelope::kModel:
         HandleModelHeader(c, e.model());
@@ -478,7 +509,7 @@ struct PeerNode::Impl {
     c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value()});
   }
 
-  void HandleChunk(Connection* c, const Frame& f) {
+  void HandleChunk(Connection* c, const FrameView& f) {
     auto it = c->inbound.find(f.stream);
     if (it == c->inbound.end()) return Refuse(c, "a chunk of an unannounced model stream");
     if (Status s = it->second.assembler.Add(f.index, f.payload); !s.ok()) return Refuse(c, s.message());
@@ -490,6 +521,7 @@ struct PeerNode::Impl {
 
   // Hash check and safetensors decoding on a worker thread; the result comes back to the loop.
   void Decode(NodeId from, Inbound in) {
+    ++decoding[from];
     struct Job {
       uv_work_t req;
       Impl* node;
@@ -503,8 +535,7 @@ struct PeerNode::Impl {
         &loop, &job->req,
         [](uv_work_t* req) {
           auto* job = static_cast<Job*>(req->data);
-          Result<std::string> bytes = std::move(job->in.assembler).Finish();
-          job->model = bytes.ok() ? DecodeSafetensors(*bytes) : Result<ModelState>(bytes.status());
+          job->model = std::move(job->in.assembler).Finish();
         },
         [](uv_work_t* req, int) {
           std::unique_ptr<Job> job(static_cast<Job*>(req->data));
@@ -512,6 +543,8 @@ struct PeerNode::Impl {
           n->inbound_bytes -= std::min<uint64_t>(n->inbound_bytes, job->in.header.total_bytes());
           n->ResumeReading();
           n->Decoded(job->from, job->in.header, std::move(job->model));
+          --n->decoding[job->from];
+          n->ApplyDeferredLeave(job->from);
         });
   }
 
@@ -537,6 +570,20 @@ struct PeerNode::Impl {
   }
 
   // ---- membership ----------------------------------------------------------------------------
+
+  // A goodbye waits while models of that peer are still arriving or being decoded.
+  void ApplyDeferredLeave(NodeId peer) {
+    auto it = deferred_leaves.find(peer);
+    if (it == deferred_leaves.end() || decoding[peer] > 0) return;
+    for (Connection* c : connections) {
+      if (c->peer == peer && !c->inbound.empty()) return;
+    }
+    const MemberUpdate leave = it->second;
+    deferred_leaves.erase(it);
+    Membership::Changes changes;
+    membership->Apply(leave, NowMs(&loop), &changes);
+    Apply(changes);
+  }
 
   void SendProbes(const std::vector<Membership::Probe>& probes) {
     for (const Membership::Probe& p : probes) {
@@ -619,16 +666,16 @@ struct PeerNode::Impl {
 
   void Send(NodeId to, Message m) {
     if (to == o.self || to >= o.nodes) return;
-    if (!m.model) return SendModelMessage(to, m, nullptr, "");
+    if (!m.model) return SendModelMessage(to, m, nullptr, "");  // a request
     for (const Encoded& e : encoded) {
-      if (e.model.lock() == m.model) return SendModelMessage(to, m, e.bytes, e.sha);
+      if (e.model.lock() == m.model) return SendModelMessage(to, m, e.prefix, e.sha);
     }
     auto [it, first] = encoding.try_emplace(m.model.get());
     it->second.push_back({to, std::move(m)});
     if (first) Encode(it->second.front().message.model);
   }
 
-  void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> bytes, const std::string& sha) {
+  void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> prefix, const std::string& sha) {
     Connection* c = LinkTo(to);
     if (!c) return;
     v1::GossipEnvelope e = Envelope();
@@ -637,11 +684,12 @@ struct PeerNode::Impl {
     h->set_round(m.round);
     h->set_weight(m.weight);
     h->set_degree(m.degree);
-    if (bytes) {
-      h->set_stream(c->next_stream++);
-      h->set_total_bytes(bytes->size());
+    if (m.model) {
+      Stream stream{m.model, std::move(prefix), c->next_stream++};
+      h->set_stream(stream.id);
+      h->set_total_bytes(stream.size());
       h->set_sha256(sha);
-      c->streams.push_back({bytes, h->stream()});
+      c->streams.push_back(std::move(stream));
     }
     SendEnvelope(c, e);
   }
@@ -651,7 +699,7 @@ struct PeerNode::Impl {
       uv_work_t req;
       Impl* node;
       std::shared_ptr<const ModelState> model;
-      std::shared_ptr<std::string> bytes;
+      std::shared_ptr<std::string> prefix;
       std::string sha;
     };
     auto* job = new Job{{}, this, std::move(model), nullptr, ""};
@@ -660,8 +708,10 @@ struct PeerNode::Impl {
         &loop, &job->req,
         [](uv_work_t* req) {
           auto* job = static_cast<Job*>(req->data);
-          job->bytes = std::make_shared<std::string>(EncodeSafetensors(*job->model));
-          job->sha = Sha256Hex(*job->bytes);
+          job->prefix = std::make_shared<std::string>(SafetensorsPrefix(*job->model));
+          const ModelState& m = *job->model;
+          job->sha = Sha256Hex({*job->prefix, std::string_view(reinterpret_cast<const char*>(m.data().data()),
+                                                               m.num_bytes())});
         },
         [](uv_work_t* req, int) {
           std::unique_ptr<Job> job(static_cast<Job*>(req->data));
@@ -672,8 +722,10 @@ struct PeerNode::Impl {
           n->encoding.erase(it);
           std::erase_if(n->encoded, [](const Encoded& e) { return e.model.expired(); });
           if (n->encoded.size() >= 4) n->encoded.erase(n->encoded.begin());
-          n->encoded.push_back({job->model, job->bytes, job->sha});
-          for (const PendingSend& s : sends) n->SendModelMessage(s.to, s.message, job->bytes, job->sha);
+          n->encoded.push_back({job->model, job->prefix, job->sha});
+          for (const PendingSend& s : sends) n->SendModelMessage(s.to, s.message, job->prefix, job->sha);
+          n->SendLeaveWhenReady();
+          n->MaybeExit();
         });
   }
 
@@ -815,22 +867,33 @@ struct PeerNode::Impl {
     finished = true;
     final_model = protocol->model();
     if (started) Handle(protocol->Leave());
-    v1::GossipEnvelope bye = Envelope();
-    *bye.mutable_leave() = ToProto(membership->Leave());
-    for (Connection* c : std::vector<Connection*>(connections.begin(), connections.end())) {
-      if (c->hello_in) SendEnvelope(c, bye);
-    }
+    leave_pending = true;
+    SendLeaveWhenReady();
     linger_started = true;
     uv_timer_start(
         &linger,
         [](uv_timer_t* t) {
           auto* n = static_cast<Impl*>(t->data);
+          // First the linger, then once a second until the links have drained (at most a minute).
+          if (n->linger_ms_over) ++n->drain_waits;
           n->linger_ms_over = true;
           n->MaybeExit();
         },
-        static_cast<uint64_t>(linger_ms), 0);
+        static_cast<uint64_t>(linger_ms), 1000);
     MaybeExit();
   }
+  // The goodbye goes out on each peer's message link after every model already handed to the
+  // links (encodings still in flight included), so that it never overtakes the last model.
+  void SendLeaveWhenReady() {
+    if (!leave_pending || !encoding.empty()) return;
+    leave_pending = false;
+    v1::GossipEnvelope bye = Envelope();
+    *bye.mutable_leave() = ToProto(membership->Leave());
+    for (const auto& [peer, c] : std::map<NodeId, Connection*>(links)) {
+      if (c->hello_in && !c->closing) SendEnvelope(c, bye);
+    }
+  }
+
   bool Drained() const {
     for (Connection* c : connections) {
       if (c->ready() && (!c->control.empty() || !c->streams.empty() || c->writing > 0)) return false;
@@ -839,8 +902,11 @@ struct PeerNode::Impl {
   }
 
   void MaybeExit() {
-    if (!finished || exiting || training || save_in_flight || eval_in_flight) return;
-    if (!linger_ms_over && !(stopping && Drained())) return;
+    if (!finished || exiting || training || save_in_flight || eval_in_flight || !encoding.empty()) return;
+    // After the linger, the queued models still go out (a peer waits for them), unless a link
+    // does not drain within a minute.
+    const bool drained = Drained();
+    if (!(drained && (linger_ms_over || stopping)) && drain_waits < kMaxDrainWaits) return;
     exiting = true;
     for (Connection* c : std::vector<Connection*>(connections.begin(), connections.end())) Close(c, "leaving");
     for (auto& [id, t] : timers) {

@@ -277,7 +277,9 @@ TEST_F(PeerTest, KilledPeersAreBuriedTheRestFinishAndARestartedOneResumesFromIts
   }
   EXPECT_TRUE(Summary(3)["resumed"].get<bool>());
   for (const auto& m : Summary(0)["members"]) {
-    if (m["node"] == 4 || m["node"] == 5) EXPECT_EQ(m["state"], "dead") << m.dump();
+    if (m["node"] == 4 || m["node"] == 5) {
+      EXPECT_EQ(m["state"], "dead") << m.dump();
+    }
   }
 }
 

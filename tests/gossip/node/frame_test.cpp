@@ -3,12 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "core/model_state.h"
+#include "core/safetensors.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/vector_model.h"
 
 namespace plexus::gossip {
 namespace {
 
 using ::plexus::testing::StatusIs;
+using ::plexus::testing::VectorModel;
 
 TEST(FrameReader, CutsFramesWhateverTheReadBoundaries) {
   std::string wire = EncodeFrame(FrameType::kMessage, 0, 0, "hello") + EncodeFrame(FrameType::kChunk, 7, 3, "abc") +
@@ -55,24 +58,61 @@ TEST(FrameReader, RefusesUnknownTypesAndShortLengths) {
               StatusIs(StatusCode::kInvalidArgument, "frame length 2"));
 }
 
-TEST(ModelAssembler, ChecksOrderSizeAndHash) {
-  const std::string model = "0123456789";
-  auto a = ModelAssembler::Begin(model.size(), Sha256Hex(model), 100);
+TEST(ModelAssembler, DecodesChunksInOrderAndChecksSizeAndHash) {
+  const ModelState model = VectorModel({1, 2, 3, 4, 5, 6, 7, 8});
+  const std::string bytes = EncodeSafetensors(model);
+  const size_t cut = bytes.size() - 10;  // the second chunk holds values only
+  auto a = ModelAssembler::Begin(bytes.size(), Sha256Hex(bytes), 1 << 20);
   ASSERT_OK(a);
-  EXPECT_THAT(a->Add(1, "0123"), StatusIs(StatusCode::kInvalidArgument, "chunk 1 where 0 was due"));
-  ASSERT_OK(a->Add(0, "0123"));
+  EXPECT_THAT(a->Add(1, bytes.substr(0, cut)), StatusIs(StatusCode::kInvalidArgument, "chunk 1 where 0 was due"));
+  ASSERT_OK(a->Add(0, bytes.substr(0, cut)));
   EXPECT_FALSE(a->complete());
-  EXPECT_THAT(a->Add(1, "45678901234"), StatusIs(StatusCode::kInvalidArgument, "past the announced"));
-  ASSERT_OK(a->Add(1, "456789"));
+  EXPECT_THAT(a->Add(1, bytes.substr(cut) + "x"), StatusIs(StatusCode::kInvalidArgument, "past the announced"));
+  ASSERT_OK(a->Add(1, bytes.substr(cut)));
   ASSERT_TRUE(a->complete());
-  auto bytes = std::move(*a).Finish();
-  ASSERT_OK(bytes);
-  EXPECT_EQ(*bytes, model);
+  auto decoded = std::move(*a).Finish();
+  ASSERT_OK(decoded);
+  EXPECT_EQ(decoded->ContentSha256(), model.ContentSha256());
 
-  auto tampered = ModelAssembler::Begin(model.size(), Sha256Hex(model), 100);
-  ASSERT_OK(tampered);
-  ASSERT_OK(tampered->Add(0, "0123456780"));
-  EXPECT_THAT(std::move(*tampered).Finish(), StatusIs(StatusCode::kDataLoss, "SHA-256"));
+  // One value changed on the way: the hash of the whole gives it away.
+  std::string tampered = bytes;
+  tampered.back() ^= 1;
+  auto t = ModelAssembler::Begin(bytes.size(), Sha256Hex(bytes), 1 << 20);
+  ASSERT_OK(t);
+  ASSERT_OK(t->Add(0, tampered));
+  EXPECT_THAT(std::move(*t).Finish(), StatusIs(StatusCode::kDataLoss, "SHA-256"));
+
+  // Bytes that are not safetensors are refused as they come.
+  const std::string junk(64, '\xff');
+  auto j = ModelAssembler::Begin(junk.size(), Sha256Hex(junk), 1 << 20);
+  ASSERT_OK(j);
+  EXPECT_THAT(j->Add(0, junk), StatusIs(StatusCode::kInvalidArgument, ""));
+}
+
+TEST(FrameReader, HandsWholeFramesOverInPlaceAndGathersSplitOnes) {
+  const std::string a = EncodeFrame(FrameType::kChunk, 1, 0, std::string(100, 'a'));
+  const std::string b = EncodeFrame(FrameType::kChunk, 1, 1, std::string(100, 'b'));
+  const std::string read1 = a + b.substr(0, 50);
+  FrameReader reader(1024);
+  std::vector<const char*> where;
+  ASSERT_OK(reader.Read(read1, [&](const FrameView& v) {
+    where.push_back(v.payload.data());
+    return true;
+  }));
+  ASSERT_EQ(where.size(), 1u);
+  EXPECT_EQ(where[0], read1.data() + kFrameHeaderBytes);  // no copy
+  EXPECT_EQ(reader.buffered(), 50u);
+  std::string second;
+  ASSERT_OK(reader.Read(b.substr(50), [&](const FrameView& v) {
+    second = std::string(v.payload);
+    return true;
+  }));
+  EXPECT_EQ(second, std::string(100, 'b'));
+  // A callback that stops: the frames after it are not handed over.
+  FrameReader stopper(1024);
+  int seen = 0;
+  ASSERT_OK(stopper.Read(a + b, [&](const FrameView&) { return ++seen < 1; }));
+  EXPECT_EQ(seen, 1);
 }
 
 TEST(ModelAssembler, RefusesSizesBeyondTheLimitAndMissingHashes) {

@@ -1,0 +1,234 @@
+// Model exchange between two `plexus peer` nodes over loopback (gossip/node/peer_node.h), against
+// one raw TCP stream measured in the same run. Both nodes run D-PSGD on two nodes with a trainer
+// that returns its start model, so every round is: each node encodes its model (safetensors,
+// SHA-256), sends it to the other in chunks, receives, checks and decodes the other's, averages.
+// Reported: model bytes per second in each direction (both directions run at once, as in a real
+// exchange), its ratio to the raw stream, with and without TLS; and the user-space memory a peer
+// holds per idle connection (heap growth over many connected links, each past its hello).
+// usage: peer_exchange [--mb MODEL_MB] [--rounds R]   (prints a JSON object)
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "apps/plexus/certificate_authority.h"
+#include "core/memory_tuning.h"
+#include "gossip/node/frame.h"
+#include "gossip/node/peer_node.h"
+#include "plexus/v1/gossip.pb.h"
+
+namespace plexus {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int FreePort() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the listener is starting
+  }
+  return -1;
+}
+
+// One raw TCP stream of `bytes`, in 1 MiB writes: bytes per second.
+double RawTcp(uint64_t bytes) {
+  const int port = FreePort();
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(listener, 1);
+  std::thread sender([&] {
+    const int fd = Connect(port);
+    std::string chunk(1 << 20, 'x');
+    for (uint64_t sent = 0; sent < bytes;) {
+      const ssize_t n = send(fd, chunk.data(), std::min<uint64_t>(chunk.size(), bytes - sent), 0);
+      if (n <= 0) break;
+      sent += static_cast<uint64_t>(n);
+    }
+    close(fd);
+  });
+  const int fd = accept(listener, nullptr, nullptr);
+  std::vector<char> buf(1 << 20);
+  const auto start = Clock::now();
+  uint64_t got = 0;
+  for (ssize_t n; (n = recv(fd, buf.data(), buf.size(), 0)) > 0;) got += static_cast<uint64_t>(n);
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  sender.join();
+  close(fd);
+  close(listener);
+  return static_cast<double>(got) / s;
+}
+
+class Identity final : public gossip::PeerTrainer {
+ public:
+  Result<ModelState> Train(const ModelState& start, uint64_t) override { return ModelState(start); }
+  Result<double> Evaluate(const ModelState&) override { return 0.0; }
+};
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Two nodes exchanging a `floats`-sized model for `rounds` rounds: model bytes per second in
+// each direction, timed on node 0 from its first completed round to its last.
+double Exchange(size_t floats, uint64_t rounds, const std::string& cert_dir) {
+  auto factory = gossip::MakeGossip("dpsgd:wait_ms=20000", "mean");
+  ModelState model = *ModelState::Create({{"w", {static_cast<int64_t>(floats)}}});
+  for (size_t i = 0; i < floats; ++i) model.data()[i] = static_cast<float>(i % 97) * 0.01f;
+  const std::string a0 = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string a1 = "127.0.0.1:" + std::to_string(FreePort());
+  Identity trainer0, trainer1;
+  auto options = [&](gossip::NodeId id) {
+    gossip::PeerNodeOptions o;
+    o.self = id;
+    o.nodes = 2;
+    o.listen = id == 0 ? a0 : a1;
+    if (id == 1) o.seeds = {a0};
+    o.rounds = rounds;
+    o.topology = "complete";
+    o.run = "bench";
+    o.linger_ms = 200;
+    o.eval_every = 0;
+    if (!cert_dir.empty()) {
+      const std::string name = cert_dir + "/peer-" + std::to_string(id);
+      o.tls = *gossip::TlsContext::Create(Read(cert_dir + "/ca.crt"), Read(name + ".crt"), Read(name + ".key"));
+    }
+    return o;
+  };
+  gossip::PeerNode n0(options(0), factory->get(), model, &trainer0, nullptr);
+  gossip::PeerNode n1(options(1), factory->get(), model, &trainer1, nullptr);
+  Clock::time_point first, last;
+  std::atomic<bool> stop{false};
+  std::thread t1([&] { (void)n1.Run(&stop); });
+  auto stats = n0.Run(&stop, [&](const gossip::PeerNodeStats& s) {
+    if (s.rounds_completed == 1) first = Clock::now();
+    if (s.rounds_completed == rounds) last = Clock::now();
+  });
+  t1.join();
+  if (!stats.ok()) {
+    std::fprintf(stderr, "exchange failed: %s\n", stats.status().message().c_str());
+    return 0;
+  }
+  const double s = std::chrono::duration<double>(last - first).count();
+  return static_cast<double>(rounds - 1) * static_cast<double>(model.num_bytes()) / s;
+}
+
+// Heap bytes in use (glibc): the process's own allocations, whatever the allocator keeps cached.
+int64_t HeapInUse() { return static_cast<int64_t>(mallinfo2().uordblks); }
+
+// User-space memory a peer holds per idle link: heap growth while `links` raw clients are
+// connected to it, each past its hello. (Kernel socket buffers are not counted.)
+double BytesPerConnection(int links) {
+  auto factory = gossip::MakeGossip("el:s=1", "mean");
+  ModelState model = *ModelState::Create({{"w", {1000}}});
+  const int port = FreePort();
+  gossip::PeerNodeOptions o;
+  o.self = 0;
+  o.nodes = 2;
+  o.listen = "127.0.0.1:" + std::to_string(port);
+  o.rounds = 1000000;  // it never finishes on its own: `stop` ends it
+  o.run = "bench";
+  Identity trainer;
+  gossip::PeerNode node(o, factory->get(), model, &trainer, nullptr);
+  std::atomic<bool> stop{false};
+  std::thread t([&] { (void)node.Run(&stop); });
+  // The hello of node 1 claims the same id on every link: the first becomes node 0's link to it,
+  // the rest stay open as extra links, which is what is measured.
+  v1::GossipEnvelope hello;
+  hello.mutable_hello()->set_node(1);
+  hello.mutable_hello()->set_nodes(2);
+  hello.mutable_hello()->set_address("127.0.0.1:1");
+  hello.mutable_hello()->set_run("bench");
+  const std::string frame = gossip::EncodeFrame(gossip::FrameType::kMessage, 0, 0, hello.SerializeAsString());
+  const int warm = Connect(port);
+  send(warm, frame.data(), frame.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // settle allocations of the first link
+  const int64_t before = HeapInUse();
+  std::vector<int> fds;
+  for (int i = 0; i < links; ++i) {
+    const int fd = Connect(port);
+    send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+    fds.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the node reads the hellos
+  const int64_t after = HeapInUse();
+  stop = true;
+  for (int fd : fds) close(fd);
+  close(warm);
+  t.join();
+  return static_cast<double>(after - before) / links;
+}
+
+}  // namespace
+}  // namespace plexus
+
+int main(int argc, char** argv) {
+  using namespace plexus;
+  KeepLargeAllocations();  // as the plexus binary does
+  double mb = 4;
+  uint64_t rounds = 40;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--mb") == 0) mb = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoull(argv[i + 1], nullptr, 10);
+  }
+  spdlog::set_level(std::getenv("PLEXUS_BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
+  const size_t floats = static_cast<size_t>(mb * 1e6 / 4);
+  const std::string dir = std::filesystem::temp_directory_path() / ("plexus_bench_certs_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  if (!cli::CreateCertificateAuthority(dir, 1).ok() ||
+      !cli::IssueCertificate(dir, "peer-0", cli::CertificateKind::kPeer, 1).ok() ||
+      !cli::IssueCertificate(dir, "peer-1", cli::CertificateKind::kPeer, 1).ok()) {
+    std::fprintf(stderr, "cannot create certificates in %s\n", dir.c_str());
+    return 1;
+  }
+  const double raw = RawTcp(std::max<uint64_t>(static_cast<uint64_t>(floats) * 4 * rounds, 1ull << 30));
+  const double plain = Exchange(floats, rounds, "");
+  const double tls = Exchange(floats, rounds, dir);
+  const double per_link = BytesPerConnection(256);
+  std::filesystem::remove_all(dir);
+  std::printf(
+      "{\"model_mb\": %.2f, \"rounds\": %llu, \"raw_tcp_gbps\": %.3f, \"exchange_gbps\": %.3f, "
+      "\"exchange_vs_raw\": %.3f, \"exchange_tls_gbps\": %.3f, \"exchange_tls_vs_raw\": %.3f, "
+      "\"bytes_per_idle_link\": %.0f}\n",
+      mb, static_cast<unsigned long long>(rounds), raw / 1e9, plain / 1e9, plain / raw, tls / 1e9, tls / raw, per_link);
+  return plain > 0 && tls > 0 ? 0 : 1;
+}
