@@ -58,7 +58,7 @@ DatasetView DatasetView::Prefix(const Dataset& d, size_t n) {
   return v;
 }
 
-Result<Dataset> ParseIdx(const std::string& images, const std::string& labels) {
+Result<Dataset> ParseIdx(const std::string& images, const std::string& labels, const ExampleSelector& select) {
   if (images.size() < 16 || BigEndian32(images, 0) != 0x00000803) {
     return DataLossError("image file is not IDX3 (magic 0x00000803)");
   }
@@ -78,20 +78,40 @@ Result<Dataset> ParseIdx(const std::string& images, const std::string& labels) {
   Dataset d;
   d.rows = static_cast<int64_t>(rows);
   d.cols = static_cast<int64_t>(cols);
-  d.pixels.resize(count * rows * cols);
-  for (size_t i = 0; i < d.pixels.size(); ++i) {
-    d.pixels[i] = (static_cast<float>(static_cast<uint8_t>(images[16 + i])) / 255.0f - kMean) / kStd;
-  }
   d.labels.resize(count);
   for (size_t i = 0; i < count; ++i) {
     d.labels[i] = static_cast<uint8_t>(labels[8 + i]);
     if (d.labels[i] > 9)
       return DataLossError("label " + std::to_string(d.labels[i]) + " at " + std::to_string(i) + " is not in [0, 10)");
   }
+  std::vector<uint32_t> keep;
+  if (select) {
+    PLEXUS_ASSIGN_OR_RETURN(keep, select(d.labels));
+  } else {
+    keep.resize(count);
+    std::iota(keep.begin(), keep.end(), 0u);
+  }
+  const size_t per_image = rows * cols;
+  d.pixels.resize(keep.size() * per_image);
+  std::vector<uint8_t> kept_labels(keep.size());
+  for (size_t k = 0; k < keep.size(); ++k) {
+    if (keep[k] >= count) {
+      return InvalidArgumentError("example " + std::to_string(keep[k]) + " of " + std::to_string(count));
+    }
+    const char* src = images.data() + 16 + keep[k] * per_image;
+    float* dst = d.pixels.data() + k * per_image;
+    for (size_t i = 0; i < per_image; ++i) {
+      dst[i] = (static_cast<float>(static_cast<uint8_t>(src[i])) / 255.0f - kMean) / kStd;
+    }
+    kept_labels[k] = d.labels[keep[k]];
+  }
+  d.labels = std::move(kept_labels);
   return d;
 }
 
-Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
+Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) { return LoadFashionMnist(dir, split, {}); }
+
+Result<Dataset> LoadFashionMnist(const std::string& dir, Split split, const ExampleSelector& select) {
   if (!std::filesystem::is_directory(dir)) {
     return NotFoundError("data directory '" + dir +
                          "' does not exist (install Debian's dataset-fashion-mnist, or pass --data-dir)");
@@ -99,7 +119,7 @@ Result<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   PLEXUS_ASSIGN_OR_RETURN(std::string images, ReadIdxFile(dir, prefix + "-images-idx3-ubyte"));
   PLEXUS_ASSIGN_OR_RETURN(std::string labels, ReadIdxFile(dir, prefix + "-labels-idx1-ubyte"));
-  Result<Dataset> d = ParseIdx(images, labels);
+  Result<Dataset> d = ParseIdx(images, labels, select);
   if (!d.ok()) return d.status().WithContext("reading " + prefix + " set in '" + dir + "'");
   return d;
 }

@@ -4,7 +4,9 @@
 // standard deviation. Stateless functions; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "compute/dataset.h"
 #include "core/status.h"
@@ -19,7 +21,15 @@ enum class Split { kTrain, kTest };
 // DataLoss when a file is truncated or its header is wrong.
 Result<Dataset> LoadFashionMnist(const std::string& dir, Split split);
 
+// Which examples to keep, chosen from all the labels of a split (e.g. one partition of it).
+using ExampleSelector = std::function<Result<std::vector<uint32_t>>(const std::vector<uint8_t>& labels)>;
+
+// Only the examples `select` names, in its order: the others are never converted, so a process
+// that needs one partition does not hold the whole split (a peer among 64 on one machine).
+// InvalidArgument when an index is out of range.
+Result<Dataset> LoadFashionMnist(const std::string& dir, Split split, const ExampleSelector& select);
+
 // Parses one IDX file's bytes (already decompressed). Exposed for tests.
-Result<Dataset> ParseIdx(const std::string& images, const std::string& labels);
+Result<Dataset> ParseIdx(const std::string& images, const std::string& labels, const ExampleSelector& select = {});
 
 }  // namespace plexus

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include <numeric>
 #include <sstream>
 
 #include "aggregators/strategy_spec.h"
@@ -167,20 +168,24 @@ void RunPeer(const PeerFlags& f) {
 
   const double attack_factor = ParseAttack(f.attack);
   PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
-  Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
-  Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
-  auto parts = Take(PartitionIndices(train.labels, spec, static_cast<size_t>(f.num_partitions), f.seed), "partition");
-  DatasetView local{&train, parts[static_cast<size_t>(f.partition_index)]};
+  // A peer keeps only its partition and its test examples: 64 peers on one machine must not hold
+  // 64 copies of the whole data set.
+  Dataset local_data = Take(LoadFashionMnist(
+      f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+        PLEXUS_ASSIGN_OR_RETURN(auto parts,
+                                PartitionIndices(labels, spec, static_cast<size_t>(f.num_partitions), f.seed));
+        return std::move(parts[static_cast<size_t>(f.partition_index)]);
+      }));
+  Dataset test_data = Take(LoadFashionMnist(f.data_dir, Split::kTest, [&](const std::vector<uint8_t>& labels) {
+    std::vector<uint32_t> first(f.test_subset > 0 ? std::min<size_t>(labels.size(), f.test_subset) : labels.size());
+    std::iota(first.begin(), first.end(), 0u);
+    return Result<std::vector<uint32_t>>(std::move(first));
+  }));
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
-               spec.ToString(), local.size());
+               spec.ToString(), local_data.size());
   ModelState initial = Take(InitModel(f.model, f.seed), "--model");
-  std::vector<uint32_t> test_indices(test.labels.size());
-  for (size_t i = 0; i < test_indices.size(); ++i) test_indices[i] = static_cast<uint32_t>(i);
-  if (f.test_subset > 0 && static_cast<size_t>(f.test_subset) < test_indices.size()) {
-    test_indices.resize(static_cast<size_t>(f.test_subset));
-  }
-  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), Take(MakeTorchTrainer(f.model, 1)), local,
-                           DatasetView{&test, test_indices}, f.task,
+  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), Take(MakeTorchTrainer(f.model, 1)),
+                           DatasetView::All(local_data), DatasetView::All(test_data), f.task,
                            f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL);
   if (attack_factor != 1.0) {
     spdlog::warn("peer {} is an attacker (--attack {}): it sends {} times its update", f.partition_index, f.attack,
