@@ -10,6 +10,7 @@
 #include "client/grpc_transport.h"
 #include "compute/fashion_mnist.h"
 #include "compute/partition.h"
+#include "compute/portable_trainer.h"
 
 namespace plexus::cli {
 namespace {
@@ -27,6 +28,7 @@ struct ClientFlags {
   std::string tls_ca, tls_cert, tls_key;
   std::string token_file;
   int threads = 1;
+  std::string trainer = "torch";
 };
 
 void RunClient(const ClientFlags& f) {
@@ -66,8 +68,13 @@ void RunClient(const ClientFlags& f) {
   }
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
   const int threads = f.threads;
+  const bool portable = f.trainer == "portable";
   ClientRuntime runtime(
-      o, transport.get(), [threads](const std::string& model) { return MakeTorchTrainer(model, threads); }, local);
+      o, transport.get(),
+      [threads, portable](const std::string& model) {
+        return portable ? MakePortableTrainer(model) : MakeTorchTrainer(model, threads);
+      },
+      local);
   // The runtime checks the stop flag between steps; this watcher cancels the call in progress
   // (a long poll, a download or an upload, which keeps its partial state on the server for a resume)
   // so that a signal ends the client within a fraction of a second.
@@ -128,6 +135,10 @@ void AddClientCommand(CLI::App& app) {
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--trainer", f->trainer,
+                  "torch (LibTorch) or portable (plain C++, the same bits on every architecture; slower)")
+      ->check(CLI::IsMember({"torch", "portable"}))
+      ->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f] { RunClient(*f); });
 }

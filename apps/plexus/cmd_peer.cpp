@@ -13,6 +13,7 @@
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "compute/partition.h"
+#include "compute/portable_trainer.h"
 #include "compute/trainer.h"
 #include "core/atomic_file.h"
 #include "gossip/node/peer_node.h"
@@ -45,6 +46,7 @@ struct PeerFlags {
   double give_up_s = 300;
   uint64_t eval_every = 5;
   std::string attack;
+  std::string trainer = "torch";
 };
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -184,8 +186,11 @@ void RunPeer(const PeerFlags& f) {
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
                spec.ToString(), local_data.size());
   ModelState initial = Take(InitModel(f.model, f.seed), "--model");
-  PartitionTrainer trainer(Take(MakeTorchTrainer(f.model, f.threads)), Take(MakeTorchTrainer(f.model, 1)),
-                           DatasetView::All(local_data), DatasetView::All(test_data), f.task,
+  auto make_trainer = [&](int threads) {
+    return Take(f.trainer == "portable" ? MakePortableTrainer(f.model) : MakeTorchTrainer(f.model, threads));
+  };
+  PartitionTrainer trainer(make_trainer(f.threads), make_trainer(1), DatasetView::All(local_data),
+                           DatasetView::All(test_data), f.task,
                            f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL);
   if (attack_factor != 1.0) {
     spdlog::warn("peer {} is an attacker (--attack {}): it sends {} times its update", f.partition_index, f.attack,
@@ -286,6 +291,10 @@ void AddPeerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--trainer", f->trainer,
+                  "torch (LibTorch) or portable (plain C++, the same bits on every architecture; slower)")
+      ->check(CLI::IsMember({"torch", "portable"}))
       ->capture_default_str();
   cmd->add_option("--attack", f->attack,
                   "For tests and demonstrations only: make this peer an attacker, signflip[:scale=S] or scale:f=F");
