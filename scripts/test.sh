@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Plexus needs, builds the portable subset (core, aggregators, coordinator: no
-# LibTorch, gRPC or SQLite, so the dependency rules are checked by the build) and the full
-# project, runs the unit and integration tests of both, then the fuzz targets (30000 inputs each
-# from a fixed seed, so the same inputs on every machine).
+# LibTorch, gRPC or SQLite, so the dependency rules are checked by the build), the edge profile
+# (a device's client) and the full project, runs the unit tests of each and the integration tests
+# of the portable and full builds, then the fuzz targets (30000 inputs each from a fixed seed, so
+# the same inputs on every machine).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
@@ -21,6 +22,10 @@ done
 echo "== portable subset (PLEXUS_PROFILE=portable)"
 scripts/build.sh build-portable portable
 ctest --test-dir build-portable --output-on-failure -L 'unit|integration'
+
+echo "== edge profile (PLEXUS_PROFILE=edge: what a device needs), so that it cannot break unseen"
+scripts/build.sh build-edge edge
+ctest --test-dir build-edge --output-on-failure -j2 -L unit
 
 echo "== full build"
 scripts/build.sh build full
