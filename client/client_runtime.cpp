@@ -90,11 +90,25 @@ Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
   return result;
 }
 
+Result<bool> ClientRuntime::WaitForDevice(const char* what) {
+  if (!options_.device_blocked) return false;
+  bool waited = false;
+  for (std::string why = options_.device_blocked(); !why.empty(); why = options_.device_blocked()) {
+    if (Stopping()) return Stopped();
+    if (!waited) spdlog::info("{}: {}; checking again every {} s", what, why, options_.device_check_ms / 1000.0);
+    waited = true;
+    Sleep(options_.device_check_ms);
+  }
+  if (Stopping()) return Stopped();
+  return waited;
+}
+
 Result<ClientSummary> ClientRuntime::RunUntilStopped() {
   PLEXUS_RETURN_IF_ERROR(Join());
   summary_.client_id = client_id_;
   std::optional<PollAnswer> next;  // handed back with the last upload
   while (!Stopping()) {
+    if (!next) PLEXUS_RETURN_IF_ERROR(WaitForDevice("taking no new task").status());
     Result<PollAnswer> answer = next ? Result<PollAnswer>(*std::exchange(next, std::nullopt))
                                      : transport_->Poll(client_id_, options_.poll_wait_ms);
     if (!answer.ok()) {
@@ -156,7 +170,17 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
     }
     return model.status();
   }
-  const TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
+  TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
+  if (options_.device_blocked) {
+    o.before_step = [this, &task](int64_t step) -> Status {
+      PLEXUS_ASSIGN_OR_RETURN(bool waited, WaitForDevice("pausing the task"));
+      if (waited) {
+        ++summary_.pauses;
+        spdlog::info("task {}: resuming at step {}", task.task_id, step);
+      }
+      return Status::Ok();
+    };
+  }
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);

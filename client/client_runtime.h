@@ -38,6 +38,11 @@ struct ClientOptions {
   // times a stretch of failures (default: real time; not owned).
   std::function<void(int64_t ms)> sleep;
   const Clock* clock = nullptr;
+  // Device policy (edge/device_policy.h): why the device may not train now, or empty. While it
+  // says no, the client takes no new task and pauses a running one at its next step, checking
+  // again every device_check_ms; the paused task resumes where it stopped.
+  std::function<std::string()> device_blocked;
+  int64_t device_check_ms = 5000;
 };
 
 struct ClientSummary {
@@ -46,6 +51,7 @@ struct ClientSummary {
   int64_t tasks_refused = 0;  // uploads the server refused (e.g. the round had closed)
   int64_t tasks_failed = 0;   // tasks whose local training diverged (nothing uploaded)
   int64_t downloads = 0;
+  int64_t pauses = 0;  // times a running task paused for the device policy
 };
 
 // Builds the trainer for the model the server announces at join.
@@ -77,6 +83,9 @@ class ClientRuntime {
     failing_since_ms_ = -1;
   }
   void Sleep(int64_t ms);
+  // Waits while the device policy says no (logging why once); Cancelled when stopped meanwhile.
+  // True when it waited.
+  Result<bool> WaitForDevice(const char* what);
 
   const std::atomic<bool>* stop_ = nullptr;  // set by Run
   const ClientOptions options_;

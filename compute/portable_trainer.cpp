@@ -203,6 +203,7 @@ class PortableTrainer final : public Trainer {
     const auto lr = static_cast<float>(o.learning_rate), momentum = static_cast<float>(o.momentum),
                mu = static_cast<float>(o.prox_mu);
     for (int64_t step = 0; step < total_steps; ++step) {
+      if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
       const int64_t in_epoch = step % steps_per_epoch;
       if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
       const auto b = static_cast<size_t>(in_epoch * o.batch_size);

@@ -53,6 +53,7 @@ class TorchTrainer final : public Trainer {
     Rng rng(o.seed);
     double loss_sum = 0.0;
     for (int64_t step = 0; step < total_steps; ++step) {
+      if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
       const int64_t in_epoch = step % steps_per_epoch;
       if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
       const int64_t b = in_epoch * o.batch_size;

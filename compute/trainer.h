@@ -3,6 +3,7 @@
 // Thread-compatible: one Trainer per thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,9 @@ struct TrainOptions {
   double momentum = 0.9;
   double prox_mu = 0.0;  // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
   uint64_t seed = 0;     // batch order
+  // Called before every step (when set): a non-OK status ends training with it. The client's
+  // device policy waits in here, so a task pauses at a step boundary and resumes.
+  std::function<Status(int64_t step)> before_step;
 };
 
 struct TrainOutcome {

@@ -27,10 +27,11 @@ declare -A allowed=(
   [gossip/protocol]="core aggregators gossip/protocol"
   [gossip/node]="core aggregators gossip/protocol gossip/node sqlite proto"
   [compression]="core aggregators compression"
+  [edge]="core edge"
   [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol compression simulations"
 )
 # Parts that stay plain C++: no heavy dependency at all.
-plain="core aggregators crdt server/store server/coordinator gossip/protocol compression"
+plain="core aggregators crdt server/store server/coordinator gossip/protocol compression edge"
 heavy='^#include <(torch/|ATen/|grpc|grpcpp/|sqlite3\.h|uv\.h|mpi\.h)'
 
 # Sets `part` to the part of a source file or included path (bash only: this runs per include).

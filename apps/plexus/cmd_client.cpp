@@ -11,6 +11,7 @@
 #include "compute/fashion_mnist.h"
 #include "compute/partition.h"
 #include "compute/portable_trainer.h"
+#include "edge/device_policy.h"
 
 namespace plexus::cli {
 namespace {
@@ -29,6 +30,8 @@ struct ClientFlags {
   std::string token_file;
   int threads = 1;
   std::string trainer = "torch";
+  edge::DeviceConditions device;
+  double device_check_s = 5;
 };
 
 void RunClient(const ClientFlags& f) {
@@ -48,6 +51,17 @@ void RunClient(const ClientFlags& f) {
   o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
   o.slowdown = f.slowdown;
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
+  if (f.device.any()) {
+    const edge::DeviceConditions conditions = f.device;
+    o.device_blocked = [conditions] { return edge::WhyNotNow(conditions); };
+    o.device_check_ms = static_cast<int64_t>(f.device_check_s * 1000);
+    const edge::DeviceState now = edge::ReadDeviceState(conditions.sysfs_root, conditions.procfs_root);
+    spdlog::info("device policy on: battery {}, {}, hottest zone {}, default route via {}",
+                 now.has_battery ? std::to_string(static_cast<int>(now.battery_pct)) + "%" : "none (mains)",
+                 now.charging ? "charging" : "discharging",
+                 now.max_temp_c ? std::to_string(*now.max_temp_c) + " C" : "unknown",
+                 now.route_interfaces.empty() ? "nothing" : now.route_interfaces.front());
+  }
   ClientTls tls;
   if (!f.token_file.empty()) {
     tls.token = ReadTokenFile(f.token_file);
@@ -135,6 +149,20 @@ void AddClientCommand(CLI::App& app) {
       ->check(CLI::Range(1.0, 1000.0))
       ->capture_default_str();
   cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_flag("--require-charging", f->device.require_charging, "Train only while the device charges");
+  cmd->add_option("--min-battery", f->device.min_battery_pct, "Train only with the battery at this percentage or more")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--max-temp-c", f->device.max_temp_c, "Train only while every thermal zone is at this or cooler")
+      ->check(CLI::Range(0.0, 150.0));
+  cmd->add_flag("--unmetered-only", f->device.unmetered_only,
+                "Train only when the default route is not cellular or tethered (wwan, rmnet, ppp, usb)");
+  cmd->add_option("--sysfs-root", f->device.sysfs_root, "Where sysfs is (for the device policy)")
+      ->capture_default_str();
+  cmd->add_option("--procfs-root", f->device.procfs_root, "Where procfs is (for the device policy)")
+      ->capture_default_str();
+  cmd->add_option("--device-check-s", f->device_check_s, "While the device policy says no, check again this often")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--trainer", f->trainer,
                   "torch (LibTorch) or portable (plain C++, the same bits on every architecture; slower)")
       ->check(CLI::IsMember({"torch", "portable"}))

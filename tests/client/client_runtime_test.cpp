@@ -248,5 +248,51 @@ TEST_F(ClientRuntimeTest, DivergedTrainingDropsTheTaskAndGoesOn) {
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
 }
 
+// Three steps per task, each asking the step hook first, as the real trainers do.
+class ThreeStepTrainer : public AddOneTrainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    for (int64_t step = 0; step < 3; ++step) {
+      if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
+      ++steps_run;
+    }
+    return AddOneTrainer::Train(start, data, o);
+  }
+  static inline int steps_run = 0;
+};
+
+TEST_F(ClientRuntimeTest, TheDevicePolicyDeclinesTasksAndPausesARunningOneAtAStep) {
+  InProcessTransport transport(engine_.get(), &store_);
+  ThreeStepTrainer::steps_run = 0;
+  TrainerFactory factory = [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+    return std::unique_ptr<Trainer>(new ThreeStepTrainer);
+  };
+  // The device says no at first (no task taken), yes for the first task's first step, then no
+  // for two checks in the middle of that task, then yes from then on.
+  std::vector<std::string> answers{"battery at 5%", "battery at 5%", "", "", "hot", "hot", ""};
+  size_t asked = 0;
+  std::vector<int> steps_when_blocked;
+  ClientOptions o = Options();
+  o.device_check_ms = 1000;
+  o.device_blocked = [&] {
+    const std::string a = asked < answers.size() ? answers[asked] : "";
+    ++asked;
+    if (!a.empty()) steps_when_blocked.push_back(ThreeStepTrainer::steps_run);
+    return a;
+  };
+  ClientRuntime client(o, &transport, factory, DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_GE(asked, answers.size());  // every scripted answer was used
+  // No step ran before the device first said yes; the pause came after the first step.
+  EXPECT_EQ(steps_when_blocked, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(slept_ms_, 4000);  // four checks that said no, a second each
+  EXPECT_EQ(s->pauses, 1);
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_EQ(ThreeStepTrainer::steps_run, 6);  // the paused task ran all its steps, none twice
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
 }  // namespace
 }  // namespace plexus
