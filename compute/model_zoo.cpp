@@ -23,6 +23,22 @@ std::vector<TensorSpec> Layout(const std::string& name) {
 
 std::vector<std::string> ModelNames() { return {"cnn", "mlp"}; }
 
+std::string BuiltInModelOf(const ModelState& model) {
+  for (const std::string& name : ModelNames()) {
+    Result<ModelState> layout = ModelState::Create(Layout(name));
+    if (layout.ok() && model.CheckSameLayout(*layout).ok()) return name;
+  }
+  return "";
+}
+
+std::map<std::string, std::string> BuiltInModelMetadata(const std::string& name) {
+  return {{"plexus.model", name},
+          {"plexus.input", "Fashion-MNIST image: 28x28 grayscale, pixels x in 0..255"},
+          {"plexus.preprocess", "(x / 255 - 0.2860) / 0.3530"},
+          {"plexus.input_shape", name == "cnn" ? "1,28,28" : "784"},
+          {"plexus.classes", "T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"}};
+}
+
 Result<ModelState> InitModel(const std::string& name, uint64_t seed) {
   const std::vector<TensorSpec> layout = Layout(name);
   if (layout.empty()) return InvalidArgumentError("unknown model '" + name + "' (known: cnn, mlp)");

@@ -6,6 +6,7 @@
 // Stateless functions; thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,13 @@ std::vector<std::string> ModelNames();
 
 // InvalidArgument for an unknown name (listing the known ones).
 Result<ModelState> InitModel(const std::string& name, uint64_t seed);
+
+// The built-in model with `model`'s tensor layout ("mlp", "cnn"), or empty.
+std::string BuiltInModelOf(const ModelState& model);
+
+// What a user of a built-in model needs outside Plexus, as safetensors metadata: its input
+// (Fashion-MNIST images, 28x28, pixels 0..255), the preprocessing the model was trained with
+// ("(x / 255 - 0.2860) / 0.3530"), the input shape it takes and its ten classes in label order.
+std::map<std::string, std::string> BuiltInModelMetadata(const std::string& name);
 
 }  // namespace plexus

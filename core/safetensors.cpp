@@ -56,9 +56,12 @@ std::string Excerpt(const nlohmann::json& value) {
 
 }  // namespace
 
-std::string SafetensorsPrefix(const ModelState& model) {
+std::string SafetensorsPrefix(const ModelState& model) { return SafetensorsPrefix(model, {}); }
+
+std::string SafetensorsPrefix(const ModelState& model, const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = {{kVersionKey, std::to_string(model.version())}, {"format", "pt"}};
+  for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
   for (const TensorSlot& s : model.tensors()) {
     const size_t begin = s.offset * sizeof(float);
     header[s.name] = {{"dtype", "F32"}, {"shape", s.shape}, {"data_offsets", {begin, begin + s.numel * sizeof(float)}}};
@@ -266,10 +269,11 @@ Result<ModelState> ReadSafetensorsFile(const std::string& path) {
   return model;
 }
 
-Status WriteSafetensorsFile(const std::string& path, const ModelState& model) {
+Status WriteSafetensorsFile(const std::string& path, const ModelState& model,
+                            const std::map<std::string, std::string>& metadata) {
   // The header, then the values straight from the model: no encoded copy of a model-sized buffer.
   return WriteFileAtomically(path,
-                             {SafetensorsPrefix(model),
+                             {SafetensorsPrefix(model, metadata),
                               std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes())});
 }
 

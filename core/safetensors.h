@@ -6,6 +6,7 @@
 // Stateless functions; thread-safe.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,9 @@ std::string EncodeSafetensors(const ModelState& model);
 // What EncodeSafetensors puts before the values: the 8-byte header length and the JSON header
 // (padded so that the values start 8-byte aligned). The values follow as model.data()'s bytes.
 std::string SafetensorsPrefix(const ModelState& model);
+// The same with more `__metadata__` entries (what a reader needs to use the model: its input
+// preprocessing, input shape, classes). Decoding ignores entries it does not know.
+std::string SafetensorsPrefix(const ModelState& model, const std::map<std::string, std::string>& metadata);
 
 // InvalidArgument on malformed bytes, unsupported dtypes or inconsistent offsets.
 Result<ModelState> DecodeSafetensors(std::string_view bytes);
@@ -63,6 +67,7 @@ Result<ModelState> ReadSafetensorsFile(const std::string& path);
 // Atomic and durable: writes `path`.tmp, syncs it, renames it over `path` and syncs the directory,
 // so that after a crash `path` holds the old file or the whole new one. InvalidArgument when the
 // file cannot be created, Unavailable on a failed write or sync.
-Status WriteSafetensorsFile(const std::string& path, const ModelState& model);
+Status WriteSafetensorsFile(const std::string& path, const ModelState& model,
+                            const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace plexus

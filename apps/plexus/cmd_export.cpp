@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "apps/plexus/commands.h"
+#include "compute/model_zoo.h"
 #include "core/safetensors.h"
 #include "server/store/sqlite_store.h"
 
@@ -19,7 +20,13 @@ void RunExport(const std::string& db, int64_t version, const std::string& out) {
   } else {
     model = Take(store->Checkpoint(static_cast<uint64_t>(version)));
   }
-  Check(WriteSafetensorsFile(out, model));
+  const std::string built_in = BuiltInModelOf(model);
+  Check(WriteSafetensorsFile(out, model,
+                             built_in.empty() ? std::map<std::string, std::string>{} : BuiltInModelMetadata(built_in)));
+  if (!built_in.empty()) {
+    std::printf("the %s takes images preprocessed as (x / 255 - 0.2860) / 0.3530 (in the file's metadata too)\n",
+                built_in.c_str());
+  }
   std::printf("wrote version %llu (%zu parameters, sha256 %s) to %s\n",
               static_cast<unsigned long long>(model.version()), model.num_params(), model.ContentSha256().c_str(),
               out.c_str());

@@ -25,6 +25,9 @@ void InstallStopHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A write to a link the other end has closed must be an error on that link, not the end of
+  // the process (libuv and raw sockets raise SIGPIPE otherwise).
+  signal(SIGPIPE, SIG_IGN);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -938,6 +939,9 @@ struct PeerNode::Impl {
       }
     }
     PLEXUS_ASSIGN_OR_RETURN(sockaddr_storage listen_addr, ResolvePeerAddress(o.listen));
+    // A peer that closes its end while this node writes must cost that link only: without this, the
+    // write raises SIGPIPE, which ends the process.
+    signal(SIGPIPE, SIG_IGN);
     const std::string topo_spec = o.topology.empty() ? factory->default_topology() : o.topology;
     PLEXUS_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(topo_spec, o.nodes, o.seed));
 

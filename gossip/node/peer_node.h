@@ -16,7 +16,8 @@
 // the model's SHA-256, its tensor layout against the node's own and every value finite. What
 // fails is refused and counted (frames_refused); a malformed frame or failed handshake closes
 // that link only.
-// Run() is called once, from one thread; the loop runs on that thread.
+// Run() is called once, from one thread; the loop runs on that thread. It sets SIGPIPE to be
+// ignored for the process (a closed link must not end it).
 #pragma once
 
 #include <atomic>

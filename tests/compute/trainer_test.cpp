@@ -31,6 +31,16 @@ class TrainerTest : public ::testing::Test {
 Dataset* TrainerTest::train_ = nullptr;
 Dataset* TrainerTest::test_ = nullptr;
 
+TEST(ModelZooTest, BuiltInModelsAreRecognisedByLayoutAndDescribeTheirInput) {
+  EXPECT_EQ(BuiltInModelOf(*InitModel("mlp", 3)), "mlp");
+  EXPECT_EQ(BuiltInModelOf(*InitModel("cnn", 3)), "cnn");
+  EXPECT_EQ(BuiltInModelOf(*ModelState::Create({{"w", {3}}})), "");
+  const auto meta = BuiltInModelMetadata("mlp");
+  EXPECT_EQ(meta.at("plexus.preprocess"), "(x / 255 - 0.2860) / 0.3530");
+  EXPECT_EQ(meta.at("plexus.input_shape"), "784");
+  EXPECT_EQ(BuiltInModelMetadata("cnn").at("plexus.input_shape"), "1,28,28");
+}
+
 TEST(ModelZooTest, LayoutsAndSeededInit) {
   ModelState mlp = *InitModel("mlp", 1);
   EXPECT_EQ(mlp.num_params(), 159010u);

@@ -33,6 +33,18 @@ TEST(SafetensorsTest, RoundTripKeepsOrderValuesAndVersion) {
   EXPECT_EQ(back->tensors()[0].name, "fc2.weight");  // not alphabetical: our order is kept
 }
 
+TEST(SafetensorsTest, ExtraMetadataIsWrittenAndIgnoredOnReading) {
+  ModelState m = *ModelState::Create({{"w", {2}}});
+  m.set_version(4);
+  const std::string prefix = SafetensorsPrefix(m, {{"plexus.preprocess", "(x / 255 - 0.2860) / 0.3530"}});
+  EXPECT_NE(prefix.find("\"plexus.preprocess\":\"(x / 255 - 0.2860) / 0.3530\""), std::string::npos);
+  const std::string bytes = prefix + std::string(reinterpret_cast<const char*>(m.data().data()), m.num_bytes());
+  auto back = DecodeSafetensors(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->version(), 4u);
+  EXPECT_EQ(back->ContentSha256(), m.ContentSha256());
+}
+
 TEST(SafetensorsTest, ReadsAFileWithoutMetadata) {
   float v[2] = {1.5f, -2.0f};
   std::string data(reinterpret_cast<const char*>(v), sizeof v);

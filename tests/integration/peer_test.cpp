@@ -301,7 +301,10 @@ TEST_F(PeerTest, APeerStartedLateFetchesAModelAndFinishesWithTheOthers) {
 }
 
 // One peer sends ten times its update, sign-flipped (--attack, test-only). The plain mean is
-// ruined by it, which shows the attack bites; the coordinate-wise median keeps the honest peers.
+// ruined by it, which shows the attack bites; BALANCE (a neighbour's model is taken only when it
+// lies close to the node's own) keeps the honest peers. (The coordinate-wise median is no
+// defence when a round brings a node just one model, the attacker's: the median of two values
+// is their mean, and under load such rounds are common.)
 TEST_F(PeerTest, ARobustMergeKeepsTheHonestPeersAccurateDespiteAnAttacker) {
   const int n = 6, rounds = 12, attacker = 5;
   auto run = [&](const std::string& merge) {
@@ -325,10 +328,10 @@ TEST_F(PeerTest, ARobustMergeKeepsTheHonestPeersAccurateDespiteAnAttacker) {
     return worst;
   };
   const double with_mean = run("mean");
-  const double with_median = run("median");
-  std::cout << "worst honest accuracy: " << with_mean << " with mean, " << with_median << " with median\n";
+  const double with_balance = run("balance");
+  std::cout << "worst honest accuracy: " << with_mean << " with mean, " << with_balance << " with balance\n";
   EXPECT_LT(with_mean, 0.5);
-  EXPECT_GE(with_median, 0.65);
+  EXPECT_GE(with_balance, 0.65);
 }
 
 TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
