@@ -359,12 +359,42 @@ class FederationSim {
 
 }  // namespace
 
+namespace {
+
+// A synchronous round closes at its deadline only with --min-clients updates in: when fewer
+// clients than that can ever finish a task (download, local steps, upload) within the deadline,
+// every round would fail forever. Refused before anything runs.
+Status CheckRoundsCanClose(const SimOptions& o, const ClientData& data, size_t num_params) {
+  const auto n = static_cast<size_t>(o.clients);
+  const std::vector<double> ms_per_step = o.devices.Assign(n, o.seed);
+  std::vector<double> task_ms(n);
+  for (size_t i = 0; i < n; ++i) {
+    task_ms[i] = o.devices.TaskMs(o.sync.task.StepsFor(data.examples(i)), ms_per_step[i], num_params * sizeof(float),
+                                  o.devices.BandwidthFactor(i, o.seed));
+  }
+  const auto needed = static_cast<size_t>(
+      std::clamp<int64_t>(o.sync.min_clients > 0 ? o.sync.min_clients : o.sync.clients_per_round, 1, o.clients));
+  std::nth_element(task_ms.begin(), task_ms.begin() + static_cast<std::ptrdiff_t>(needed - 1), task_ms.end());
+  const double reachable_ms = task_ms[needed - 1];
+  if (reachable_ms <= static_cast<double>(o.sync.round_deadline_ms)) return Status::Ok();
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "no round could close: even the %zu fastest clients need %.0f virtual s for a task (download, "
+                "local steps, upload) and a round's deadline is %.0f s; raise --round-deadline-s, or lower "
+                "--local-steps/--local-epochs or --ms-per-step",
+                needed, reachable_ms / 1000.0, static_cast<double>(o.sync.round_deadline_ms) / 1000.0);
+  return InvalidArgumentError(buf);
+}
+
+}  // namespace
+
 Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
   PLEXUS_RETURN_IF_ERROR(options.Validate());
   PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(options.model, options.seed));
   PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(train.labels, options.partition, options.clients,
                                                             options.examples_per_client, options.seed));
+  if (options.mode == Mode::kSync) PLEXUS_RETURN_IF_ERROR(CheckRoundsCanClose(options, data, initial.num_params()));
   ManualClock clock;
   MemoryStore store(/*keep_recovery_data=*/false);
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenSimEngine(options, initial, &store, &clock, evaluator));

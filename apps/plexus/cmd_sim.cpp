@@ -161,8 +161,8 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
         "--codec is not built for --mode gossip yet (compressed gossip needs CHOCO-style error "
         "compensation to reach consensus)");
   }
-  for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--buffer-size", "--server-lr",
-                                  "--server-mbps", "--max-tasks", "--backup-workers"}) {
+  for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s",
+                                  "--buffer-size", "--server-lr", "--server-mbps", "--max-tasks", "--backup-workers"}) {
     if (f.cmd->count(server_only)) {
       throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
     }
@@ -331,6 +331,12 @@ void AddSimCommand(CLI::App& app) {
   AddFederationFlags(cmd, &flags->sim.sync);
   cmd->add_option("--min-clients", flags->sim.sync.min_clients,
                   "sync: fewest updates to close a round (default: clients-per-round)");
+  cmd->add_option_function<double>(
+         "--round-deadline-s",
+         [flags](double s) { flags->sim.sync.round_deadline_ms = static_cast<int64_t>(s * 1000); },
+         "sync: virtual seconds before a round's stragglers are dropped")
+      ->check(CLI::PositiveNumber)
+      ->default_str("300");
   for (const DeviceFlag<double>& d : kDeviceDoubles) {
     cmd->add_option(d.name, flags->sim.devices.*d.field, d.help)->capture_default_str();
   }

@@ -24,9 +24,14 @@ class StepCountingTrainer final : public Trainer {
     out.num_examples = static_cast<int64_t>(data.size());
     out.steps = o.local_steps;
     out.mean_loss = 1.0;
+    ++calls_;
     return out;
   }
   Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+  int calls() const { return calls_; }
+
+ private:
+  int calls_ = 0;
 };
 
 Dataset Synthetic(size_t n) { return ::plexus::testing::SyntheticData(n); }
@@ -70,6 +75,16 @@ TEST_F(SimRunnerTest, SyncRoundsWaitForTheSlowestClient) {
   // done at 0.8 s.
   EXPECT_DOUBLE_EQ(r->rounds[1].virtual_time_s, 0.8);
   EXPECT_EQ(r->tasks_trained, 4);
+}
+
+TEST_F(SimRunnerTest, RefusesADeadlineNoQuorumCanMeet) {
+  SimOptions o = TwoSpeeds("sync", 2);  // tasks of 100 ms and 400 ms; both needed to close
+  o.sync.round_deadline_ms = 300;
+  EXPECT_THAT(Run(o), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "no round could close"));
+  EXPECT_EQ(trainer_.calls(), 0);  // refused before anything ran
+  o.sync.min_clients = 1;          // the fast client alone can close a round at its deadline
+  o.sync.round_deadline_ms = 150;
+  EXPECT_OK(Run(o));
 }
 
 TEST_F(SimRunnerTest, AsyncPublishesFastUpdatesWithoutWaiting) {
