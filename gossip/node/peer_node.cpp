@@ -177,6 +177,23 @@ struct PeerNode::Impl {
   Impl(PeerNodeOptions options, const ProtocolFactory* f, ModelState init, PeerTrainer* t, PeerStore* s)
       : o(std::move(options)), factory(f), initial(std::move(init)), trainer(t), store(s) {}
 
+  // Runs `work` on one of libuv's worker threads, then `done` back on the loop. What the two
+  // share they capture (shared_ptrs); `work` must not touch the loop's state.
+  void OffLoop(std::function<void()> work, std::function<void()> done) {
+    struct Job {
+      uv_work_t req;
+      std::function<void()> work, done;
+    };
+    auto* job = new Job{{}, std::move(work), std::move(done)};
+    job->req.data = job;
+    uv_queue_work(
+        &loop, &job->req, [](uv_work_t* req) { static_cast<Job*>(req->data)->work(); },
+        [](uv_work_t* req, int) {
+          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
+          job->done();
+        });
+  }
+
   // ---- writing -------------------------------------------------------------------------------
 
   void WriteRaw(Connection* c, std::string bytes) {
@@ -523,30 +540,16 @@ struct PeerNode::Impl {
   // Hash check and safetensors decoding on a worker thread; the result comes back to the loop.
   void Decode(NodeId from, Inbound in) {
     ++decoding[from];
-    struct Job {
-      uv_work_t req;
-      Impl* node;
-      NodeId from;
-      Inbound in;
-      Result<ModelState> model = InvalidArgumentError("not decoded");
-    };
-    auto* job = new Job{{}, this, from, std::move(in)};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req,
-        [](uv_work_t* req) {
-          auto* job = static_cast<Job*>(req->data);
-          job->model = std::move(job->in.assembler).Finish();
-        },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          Impl* n = job->node;
-          n->inbound_bytes -= std::min<uint64_t>(n->inbound_bytes, job->in.header.total_bytes());
-          n->ResumeReading();
-          n->Decoded(job->from, job->in.header, std::move(job->model));
-          --n->decoding[job->from];
-          n->ApplyDeferredLeave(job->from);
-        });
+    auto job = std::make_shared<Inbound>(std::move(in));
+    auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
+    OffLoop([job, model] { *model = std::move(job->assembler).Finish(); },
+            [this, from, job, model] {
+              inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->header.total_bytes());
+              ResumeReading();
+              Decoded(from, job->header, std::move(*model));
+              --decoding[from];
+              ApplyDeferredLeave(from);
+            });
   }
 
   void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
@@ -696,37 +699,25 @@ struct PeerNode::Impl {
   }
 
   void Encode(std::shared_ptr<const ModelState> model) {
-    struct Job {
-      uv_work_t req;
-      Impl* node;
-      std::shared_ptr<const ModelState> model;
-      std::shared_ptr<std::string> prefix;
-      std::string sha;
-    };
-    auto* job = new Job{{}, this, std::move(model), nullptr, ""};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req,
-        [](uv_work_t* req) {
-          auto* job = static_cast<Job*>(req->data);
-          job->prefix = std::make_shared<std::string>(SafetensorsPrefix(*job->model));
-          const ModelState& m = *job->model;
-          job->sha = Sha256Hex({*job->prefix, std::string_view(reinterpret_cast<const char*>(m.data().data()),
-                                                               m.num_bytes())});
+    auto encoded_model = std::make_shared<Encoded>();
+    OffLoop(
+        [model, encoded_model] {
+          encoded_model->prefix = std::make_shared<std::string>(SafetensorsPrefix(*model));
+          const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
+          encoded_model->sha = Sha256Hex({*encoded_model->prefix, values});
         },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          Impl* n = job->node;
-          auto it = n->encoding.find(job->model.get());
-          if (it == n->encoding.end()) return;
+        [this, model, encoded_model] {
+          encoded_model->model = model;
+          auto it = encoding.find(model.get());
+          if (it == encoding.end()) return;
           std::vector<PendingSend> sends = std::move(it->second);
-          n->encoding.erase(it);
-          std::erase_if(n->encoded, [](const Encoded& e) { return e.model.expired(); });
-          if (n->encoded.size() >= 4) n->encoded.erase(n->encoded.begin());
-          n->encoded.push_back({job->model, job->prefix, job->sha});
-          for (const PendingSend& s : sends) n->SendModelMessage(s.to, s.message, job->prefix, job->sha);
-          n->SendLeaveWhenReady();
-          n->MaybeExit();
+          encoding.erase(it);
+          std::erase_if(encoded, [](const Encoded& e) { return e.model.expired(); });
+          if (encoded.size() >= 4) encoded.erase(encoded.begin());
+          encoded.push_back(*encoded_model);
+          for (const PendingSend& s : sends) SendModelMessage(s.to, s.message, encoded_model->prefix, encoded_model->sha);
+          SendLeaveWhenReady();
+          MaybeExit();
         });
   }
 
@@ -757,64 +748,38 @@ struct PeerNode::Impl {
   void Train() {
     if (training) return;
     training = true;
-    struct Job {
-      uv_work_t req;
-      Impl* node;
-      std::shared_ptr<const ModelState> start;
-      uint64_t round;
-      Result<ModelState> result = InvalidArgumentError("not trained");
-    };
-    auto* job = new Job{{}, this, protocol->model(), protocol->rounds_completed()};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req,
-        [](uv_work_t* req) {
-          auto* job = static_cast<Job*>(req->data);
-          job->result = job->node->trainer->Train(*job->start, job->round);
-        },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          Impl* n = job->node;
-          n->training = false;
-          if (n->finished) return n->MaybeExit();
-          if (!job->result.ok()) {
-            spdlog::warn("training round {} failed ({}); keeping the model", job->round, job->result.status().message());
-            job->result = ModelState(*job->start);
-          }
-          n->Handle(n->protocol->OnTrained(std::move(job->result).value()));
-        });
+    std::shared_ptr<const ModelState> start = protocol->model();
+    const uint64_t round = protocol->rounds_completed();
+    auto result = std::make_shared<Result<ModelState>>(InvalidArgumentError("not trained"));
+    OffLoop([this, start, round, result] { *result = trainer->Train(*start, round); },
+            [this, start, round, result] {
+              training = false;
+              if (finished) return MaybeExit();
+              if (!result->ok()) {
+                spdlog::warn("training round {} failed ({}); keeping the model", round, result->status().message());
+                *result = ModelState(*start);
+              }
+              Handle(protocol->OnTrained(std::move(*result).value()));
+            });
   }
 
   // The node's own model on the trainer's held-out data, on a worker thread.
   void Evaluate() {
     if (eval_in_flight) return;
     eval_in_flight = true;
-    struct Job {
-      uv_work_t req;
-      Impl* node;
-      std::shared_ptr<const ModelState> model;
-      uint64_t round;
-      Result<double> accuracy = InvalidArgumentError("not evaluated");
-    };
-    auto* job = new Job{{}, this, protocol->model(), protocol->rounds_completed()};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req,
-        [](uv_work_t* req) {
-          auto* job = static_cast<Job*>(req->data);
-          job->accuracy = job->node->trainer->Evaluate(*job->model);
-        },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          Impl* n = job->node;
-          n->eval_in_flight = false;
-          if (job->accuracy.ok()) {
-            n->stats.accuracy = *job->accuracy;
-            n->stats.accuracy_round = job->round;
-            spdlog::info("peer {}: own model accuracy {:.4f} after {} rounds", n->o.self, *job->accuracy, job->round);
-          }
-          n->MaybeExit();
-        });
+    std::shared_ptr<const ModelState> model = protocol->model();
+    const uint64_t round = protocol->rounds_completed();
+    auto accuracy = std::make_shared<Result<double>>(InvalidArgumentError("not evaluated"));
+    OffLoop([this, model, accuracy] { *accuracy = trainer->Evaluate(*model); },
+            [this, round, accuracy] {
+              eval_in_flight = false;
+              if (accuracy->ok()) {
+                stats.accuracy = **accuracy;
+                stats.accuracy_round = round;
+                spdlog::info("peer {}: own model accuracy {:.4f} after {} rounds", o.self, **accuracy, round);
+              }
+              MaybeExit();
+            });
   }
 
   void Save() {
@@ -824,33 +789,20 @@ struct PeerNode::Impl {
       return;
     }
     save_in_flight = true;
-    struct Job {
-      uv_work_t req;
-      Impl* node;
-      uint64_t rounds;
-      std::shared_ptr<const ModelState> model;
-      std::vector<MemberUpdate> members;
-      Status status = Status::Ok();
-    };
-    auto* job = new Job{{}, this, protocol->rounds_completed(), protocol->model(), membership->Snapshot()};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req,
-        [](uv_work_t* req) {
-          auto* job = static_cast<Job*>(req->data);
-          job->status = job->node->store->Save(job->node->o.self, job->rounds, *job->model, job->members);
-        },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          Impl* n = job->node;
-          n->save_in_flight = false;
-          if (!job->status.ok()) spdlog::error("cannot save the peer's state: {}", job->status.message());
-          if (n->save_again) {
-            n->save_again = false;
-            if (!n->finished) n->Save();
-          }
-          n->MaybeExit();
-        });
+    const uint64_t rounds = protocol->rounds_completed();
+    std::shared_ptr<const ModelState> model = protocol->model();
+    auto members = std::make_shared<std::vector<MemberUpdate>>(membership->Snapshot());
+    auto status = std::make_shared<Status>(Status::Ok());
+    OffLoop([this, rounds, model, members, status] { *status = store->Save(o.self, rounds, *model, *members); },
+            [this, status] {
+              save_in_flight = false;
+              if (!status->ok()) spdlog::error("cannot save the peer's state: {}", status->message());
+              if (save_again) {
+                save_again = false;
+                if (!finished) Save();
+              }
+              MaybeExit();
+            });
   }
 
   void Progress() {

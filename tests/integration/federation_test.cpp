@@ -32,16 +32,7 @@ class FederationTest : public ::testing::Test {
     summary_ = (dir_ / "summary.json").string();
   }
   void TearDown() override {
-    if (HasFailure()) {
-      for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-        if (e.path().extension() == ".log") {
-          std::ifstream in(e.path());
-          std::string text((std::istreambuf_iterator<char>(in)), {});
-          std::cerr << "---- " << e.path() << " (last 3000 bytes)\n"
-                    << text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
-        }
-      }
-    }
+    if (HasFailure()) testing::PrintLogs(dir_.string(), 3000);
     std::filesystem::remove_all(dir_);
   }
 

@@ -43,16 +43,7 @@ class PeerTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
-    if (HasFailure()) {
-      for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-        if (e.path().extension() == ".log") {
-          std::ifstream in(e.path());
-          std::string text((std::istreambuf_iterator<char>(in)), {});
-          std::cerr << "---- " << e.path() << " (last 2500 bytes)\n"
-                    << text.substr(text.size() > 2500 ? text.size() - 2500 : 0);
-        }
-      }
-    }
+    if (HasFailure()) testing::PrintLogs(dir_.string(), 2500);
     std::filesystem::remove_all(dir_);
   }
 

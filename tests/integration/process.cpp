@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -96,6 +98,17 @@ int FreePort() {
   const int port = ntohs(addr.sin_port);
   close(s);
   return port;
+}
+
+void PrintLogs(const std::string& dir, size_t tail_bytes) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".log") continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    std::cerr << "---- " << e.path() << " (last " << tail_bytes << " bytes)\n"
+              << text.substr(text.size() > tail_bytes ? text.size() - tail_bytes : 0);
+  }
 }
 
 }  // namespace plexus::testing

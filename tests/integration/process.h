@@ -37,4 +37,7 @@ int RunToCompletion(const std::string& binary, const std::vector<std::string>& a
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreePort();
 
+// Prints the last `tail_bytes` of every *.log file in `dir` to stderr (a failed test's processes).
+void PrintLogs(const std::string& dir, size_t tail_bytes);
+
 }  // namespace plexus::testing
