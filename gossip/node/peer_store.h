@@ -5,8 +5,6 @@
 // threads, off the node's event loop).
 #pragma once
 
-#include <sqlite3.h>
-
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,6 +13,8 @@
 #include "core/model_state.h"
 #include "core/status.h"
 #include "gossip/node/membership.h"
+
+struct sqlite3;  // SQLite stays in peer_store.cpp
 
 namespace plexus::gossip {
 
