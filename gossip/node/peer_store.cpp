@@ -1,7 +1,5 @@
 #include "gossip/node/peer_store.h"
 
-#include <sqlite3.h>
-
 #include "core/safetensors.h"
 #include "sqlite/sqlite_statement.h"
 
