@@ -12,6 +12,7 @@
 
 #include "core/safetensors.h"
 #include "gossip/node/frame.h"
+#include "gossip/node/member_wire.h"
 #include "gossip/node/peer_address.h"
 #include "gossip/protocol/topology.h"
 #include "plexus/v1/gossip.pb.h"
@@ -23,19 +24,6 @@ constexpr NodeId kNoPeer = ~NodeId{0};
 constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
 constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
 constexpr double kTickMs = 100;
-
-v1::GossipMember ToProto(const MemberUpdate& u) {
-  v1::GossipMember m;
-  m.set_node(u.node);
-  m.set_address(u.address);
-  m.set_incarnation(u.incarnation);
-  m.set_state(static_cast<v1::GossipMember::State>(u.state));
-  return m;
-}
-
-MemberUpdate FromProto(const v1::GossipMember& m) {
-  return {m.node(), m.address(), m.incarnation(), static_cast<MemberState>(std::clamp<int>(m.state(), 0, 3))};
-}
 
 // The protocol's view of its peers: the topology, filtered by the membership.
 class MembershipView final : public PeerView {

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "gossip/node/frame.h"
+#include "gossip/node/member_wire.h"
 #include "gossip/node/peer_address.h"
 #include "plexus/v1/gossip.pb.h"
 
@@ -110,7 +111,7 @@ Result<PeerStatusReport> QueryPeerStatus(const std::string& address, const std::
   if (st.has_accuracy()) r.accuracy = st.accuracy();
   r.accuracy_round = st.accuracy_round();
   for (const v1::GossipMember& m : st.members()) {
-    r.members.push_back({m.node(), m.address(), m.incarnation(), static_cast<MemberState>(std::clamp<int>(m.state(), 0, 3))});
+    r.members.push_back(FromProto(m));
   }
   r.bytes_sent = st.bytes_sent();
   r.bytes_received = st.bytes_received();
