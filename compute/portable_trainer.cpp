@@ -188,15 +188,13 @@ class PortableTrainer final : public Trainer {
 
   Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
     PLEXUS_RETURN_IF_ERROR(Check(start, data));
-    if (o.batch_size <= 0 || o.learning_rate <= 0 || (o.local_steps <= 0 && o.local_epochs <= 0)) {
-      return InvalidArgumentError("training needs a positive batch size, learning rate and epochs or steps");
-    }
+    PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
     ModelState w = start;
     ModelState grad = start, velocity = start;
     std::fill(velocity.data().begin(), velocity.data().end(), 0.0f);
     const auto n = static_cast<int64_t>(data.size());
-    const int64_t steps_per_epoch = (n + o.batch_size - 1) / o.batch_size;
-    const int64_t total_steps = o.local_steps > 0 ? o.local_steps : o.local_epochs * steps_per_epoch;
+    const int64_t steps_per_epoch = StepsPerEpoch(o, n);
+    const int64_t total_steps = TotalSteps(o, n);
     std::vector<uint32_t> order = data.indices;
     Rng rng(o.seed);  // the LibTorch trainer's batch order
     double loss_sum = 0.0;

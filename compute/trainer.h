@@ -35,6 +35,24 @@ struct TrainOutcome {
   double mean_loss = 0.0;  // mean training loss over the steps
 };
 
+// What every trainer checks first: InvalidArgument unless the batch size and learning rate are
+// positive and there are epochs or steps to run.
+inline Status CheckTrainOptions(const TrainOptions& o) {
+  if (o.batch_size <= 0 || o.learning_rate <= 0 || (o.local_steps <= 0 && o.local_epochs <= 0)) {
+    return InvalidArgumentError("training needs a positive batch size, learning rate and epochs or steps");
+  }
+  return Status::Ok();
+}
+
+// SGD steps per epoch over `examples`, and the steps a Train call runs (local_steps when positive,
+// else local_epochs full epochs). Every trainer walks the same batches in the same order.
+inline int64_t StepsPerEpoch(const TrainOptions& o, int64_t examples) {
+  return (examples + o.batch_size - 1) / o.batch_size;
+}
+inline int64_t TotalSteps(const TrainOptions& o, int64_t examples) {
+  return o.local_steps > 0 ? o.local_steps : o.local_epochs * StepsPerEpoch(o, examples);
+}
+
 // The options a task asks for; `seed` sets the batch order.
 inline TrainOptions TrainOptionsFor(const TaskHyperparams& hp, uint64_t seed) {
   TrainOptions o;
