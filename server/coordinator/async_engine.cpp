@@ -69,13 +69,13 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   PLEXUS_ASSIGN_OR_RETURN(e->buffer_,
                           FedBuffBuffer::Create({buffer_size, options.server_lr}, staleness, std::move(merge)));
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
-  e->model_ = std::move(restored.model);
-  e->model_sha256_ = e->model_.ContentSha256();
-  e->head_version_ = e->model_.version();
+  e->model_ = std::make_shared<const ModelState>(std::move(restored.model));
+  e->model_sha256_ = e->model_->ContentSha256();
+  e->head_version_ = e->model_->version();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
-  PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->model_));
+  PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(*e->model_));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
 }
@@ -135,21 +135,21 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
     answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
   } else {
-    task_id = "v" + std::to_string(model_.version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
+    task_id = "v" + std::to_string(model_->version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
     const int64_t steps = compass_ ? compass_->Assign(client_id, now) : options_.task.local_steps;
-    tasks_[task_id] = OpenTask{client_id, model_.version(), now, steps};
+    tasks_[task_id] = OpenTask{client_id, model_->version(), now, steps};
     task_of_client_[client_id] = task_id;
   }
   const OpenTask& t = tasks_.at(task_id);
   answer.kind = PollAnswer::Kind::kTask;
   answer.task.task_id = task_id;
-  answer.task.round = model_.version() + 1;
+  answer.task.round = model_->version() + 1;
   answer.task.model_version = t.base_version;
   answer.task.model_sha256 = model_sha256_;
   answer.task.hyperparams = options_.task;
   answer.task.hyperparams.local_steps = t.local_steps;
   answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
-  if (t.base_version != model_.version()) {
+  if (t.base_version != model_->version()) {
     // The open task predates the current model: hand out a fresh one instead.
     task_of_client_.erase(client_id);
     tasks_.erase(task_id);
@@ -205,7 +205,7 @@ Status AsyncEngine::Submit(Update update) {
   }
   // Validated before it is logged, so that a bad update is refused to its sender and never logged.
   if (Status valid =
-          CheckUpdate(update, model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
+          CheckUpdate(update, *model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
       !valid.ok()) {
     ++updates_refused_;
     end_task(false);
@@ -296,7 +296,7 @@ Status AsyncEngine::Publish() {
     buffered_loss_ = 0.0;
     buffered_loss_count_ = 0;
     ++poll_epoch_;
-    if (Status begun = buffer_->Begin(head_model_ ? *head_model_ : model_); !begun.ok()) {
+    if (Status begun = buffer_->Begin(head_model_ ? *head_model_ : *model_); !begun.ok()) {
       sticky_error_ = begun.WithContext("buffer after a non-finite aggregate");
       return sticky_error_;
     }
@@ -341,9 +341,9 @@ std::optional<PendingCommit> AsyncEngine::TakeCommit() {
 
 Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
   const uint64_t version = commit.record.model_version;
-  if (commits_running_ == 0 || version != model_.version() + 1) {
+  if (commits_running_ == 0 || version != model_->version() + 1) {
     return InternalError("version " + std::to_string(version) + " handed back out of order (the last committed is " +
-                         std::to_string(model_.version()) + ")");
+                         std::to_string(model_->version()) + ")");
   }
   --commits_running_;
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
@@ -352,10 +352,10 @@ Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
     return sticky_error_;
   }
   if (head_model_ == commit.model) head_model_.reset();  // it becomes model_
-  model_ = std::move(*commit.model);
+  model_ = std::move(commit.model);
   ++poll_epoch_;
   model_sha256_ = commit.record.model_sha256;
-  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &commit.record);
+  sticky_error_ = EvaluatePublished(evaluator_, store_, *model_, &commit.record);
   history_.push_back(std::move(commit.record));
   return sticky_error_;
 }
@@ -385,8 +385,8 @@ Status AsyncEngine::Tick() {
 EngineStatus AsyncEngine::status() const {
   EngineStatus s;
   s.mode = ModeName(compass_ ? Mode::kSemiAsync : Mode::kAsync);
-  s.model_version = model_.version();
-  s.round = finished() ? model_.version() : model_.version() + 1;
+  s.model_version = model_->version();
+  s.round = finished() ? model_->version() : model_->version() + 1;
   s.known_clients = clients_.known_count();
   s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
   s.round_selected = static_cast<int64_t>(tasks_.size());

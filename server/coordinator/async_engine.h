@@ -83,8 +83,9 @@ class AsyncEngine final : public Engine {
   Status Tick() override;
 
   // The last committed version (with commit_outside, newer ones may be queued for their commit).
-  const ModelState& model() const override { return model_; }
-  bool finished() const override { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
+  const ModelState& model() const override { return *model_; }
+  std::shared_ptr<const ModelState> model_snapshot() const override { return model_; }
+  bool finished() const override { return model_->version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return history_; }
   std::string strategy_description() const override { return description_; }
@@ -127,7 +128,7 @@ class AsyncEngine final : public Engine {
   std::unique_ptr<FedBuffBuffer> buffer_;
   std::string description_;
 
-  ModelState model_;
+  std::shared_ptr<const ModelState> model_;  // never changed in place: a new version is a new object
   std::string model_sha256_;
   uint64_t head_version_ = 0;  // newest aggregated version, committed or not
   // The model of head_version_ while its commit is queued or running (shared with the commit,

@@ -65,6 +65,9 @@ class Engine {
   virtual Status Tick() = 0;
 
   virtual const ModelState& model() const = 0;
+  // The same model as a snapshot the caller may keep and read without the engine's lock (the
+  // server encodes downloads from it): engines never change a published model in place.
+  virtual std::shared_ptr<const ModelState> model_snapshot() const = 0;
   virtual bool finished() const = 0;
   virtual EngineStatus status() const = 0;
   // Published versions so far, oldest first (including those before a restart).

@@ -70,8 +70,8 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->backups_ = std::move(backups);
 
   PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
-  e->model_ = std::move(restored.model);
-  e->model_sha256_ = e->model_.ContentSha256();
+  e->model_ = std::make_shared<const ModelState>(std::move(restored.model));
+  e->model_sha256_ = e->model_->ContentSha256();
   e->clients_.Restore(restored.client_ids);
   e->history_ = std::move(restored.history);
   PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
@@ -84,7 +84,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
 
 Status SyncEngine::RestoreOpenRound() {
   PLEXUS_ASSIGN_OR_RETURN(std::optional<OpenRoundRecord> saved, store_->GetOpenRound());
-  if (!saved || saved->round != model_.version() + 1 || finished()) return Status::Ok();
+  if (!saved || saved->round != model_->version() + 1 || finished()) return Status::Ok();
   OpenRound r;
   r.round = saved->round;
   r.attempt = saved->attempt;
@@ -94,7 +94,7 @@ Status SyncEngine::RestoreOpenRound() {
     r.client_of_task[task] = client;
   }
   r.wait_for = WaitFor(r.task_of_client);
-  PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(model_));
+  PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(*model_));
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
   for (const Update& u : accepted) {
     if (!r.task_of_client.count(u.client_id)) continue;
@@ -126,7 +126,7 @@ void SyncEngine::MaybeStartRound() {
   if (!enough) return;
 
   OpenRound r;
-  r.round = model_.version() + 1;
+  r.round = model_->version() + 1;
   r.attempt = attempts_;
   r.deadline_ms = now + options_.round_deadline_ms;
   Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
@@ -142,7 +142,7 @@ void SyncEngine::MaybeStartRound() {
   }
   r.wait_for = WaitFor(r.task_of_client);
   // Begin cannot fail for a valid model; a failure here would be a programming error.
-  Status begun = aggregator_->Begin(model_);
+  Status begun = aggregator_->Begin(*model_);
   OpenRoundRecord saved{r.round, r.attempt, {r.task_of_client.begin(), r.task_of_client.end()}};
   if (begun.ok()) begun = store_->PutOpenRound(saved);
   if (!begun.ok()) {
@@ -164,7 +164,7 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
   Task t;
   t.task_id = open_->task_of_client.at(client_id);
   t.round = open_->round;
-  t.model_version = model_.version();
+  t.model_version = model_->version();
   t.model_sha256 = model_sha256_;
   t.hyperparams = options_.task;
   t.deadline_ms = open_->deadline_ms;
@@ -218,10 +218,10 @@ Status SyncEngine::Submit(Update update) {
                   "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
   }
   if (open_->submitted.count(update.client_id)) return Status::Ok();  // idempotent retry
-  if (update.base_version != model_.version()) {
+  if (update.base_version != model_->version()) {
     ++updates_refused_;
     return FailedPreconditionError("update trained from version " + std::to_string(update.base_version) +
-                                   " but the round is on version " + std::to_string(model_.version()));
+                                   " but the round is on version " + std::to_string(model_->version()));
   }
   Status folded = aggregator_->Fold(update);
   if (!folded.ok()) {
@@ -305,13 +305,13 @@ Status SyncEngine::CloseRound() {
     return sticky_error_;
   }
   if (backups_->dynamic()) LearnFromRound(*next);
-  model_ = std::move(next).value();
+  model_ = std::make_shared<const ModelState>(std::move(next).value());
   model_sha256_ = rec.model_sha256;
   open_.reset();
   ++poll_epoch_;
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
-  sticky_error_ = EvaluatePublished(evaluator_, store_, model_, &rec);
+  sticky_error_ = EvaluatePublished(evaluator_, store_, *model_, &rec);
   history_.push_back(rec);
   return sticky_error_;
 }
@@ -322,7 +322,7 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
     if (!open_->submitted.count(client)) backups_->ObserveCancelled(client, now - since);
   }
   double step = 0.0;
-  const std::span<const float> a = next.data(), b = model_.data();
+  const std::span<const float> a = next.data(), b = model_->data();
   for (size_t j = 0; j < a.size(); ++j) {
     const double d = static_cast<double>(a[j]) - b[j];
     step += d * d;
@@ -333,8 +333,8 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
 EngineStatus SyncEngine::status() const {
   EngineStatus s;
   s.mode = ModeName(Mode::kSync);
-  s.model_version = model_.version();
-  s.round = finished() ? model_.version() : model_.version() + 1;
+  s.model_version = model_->version();
+  s.round = finished() ? model_->version() : model_->version() + 1;
   s.known_clients = clients_.known_count();
   s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
   if (open_) {

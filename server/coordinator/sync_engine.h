@@ -84,8 +84,9 @@ class SyncEngine final : public Engine {
   // event). Returns the sticky error, if any.
   Status Tick() override;
 
-  const ModelState& model() const override { return model_; }
-  bool finished() const override { return model_.version() >= static_cast<uint64_t>(options_.rounds); }
+  const ModelState& model() const override { return *model_; }
+  std::shared_ptr<const ModelState> model_snapshot() const override { return model_; }
+  bool finished() const override { return model_->version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return history_; }
   std::string strategy_description() const override { return strategy_description_; }
@@ -127,7 +128,7 @@ class SyncEngine final : public Engine {
   std::unique_ptr<Aggregator> aggregator_;
   std::string strategy_description_;
 
-  ModelState model_;
+  std::shared_ptr<const ModelState> model_;  // never changed in place: a new version is a new object
   std::string model_sha256_;
   ClientRegistry clients_;
   std::optional<BackupWorkers> backups_;

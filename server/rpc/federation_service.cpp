@@ -423,17 +423,22 @@ class FederationServiceImpl final : public v1::Federation::Service {
                     limits_.requests_per_s, rate_.RetryAfterMs(client)));
   }
 
-  // The current version is kept encoded; older versions come from the store.
+  // The current version is kept encoded; older versions come from the store. Encoding (model-
+  // sized work) happens without mu_: the engine's snapshot is read-only, and encode_mu_ makes
+  // concurrent downloads of a new version wait for one encoding instead of each doing it.
   Result<std::shared_ptr<const std::string>> EncodedModel(uint64_t version) {
+    std::shared_ptr<const ModelState> current;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (version == engine_->model().version()) {
-        if (!encoded_ || encoded_version_ != version) {
-          encoded_ = std::make_shared<const std::string>(EncodeSafetensors(engine_->model()));
-          encoded_version_ = version;
-        }
-        return encoded_;
+      current = engine_->model_snapshot();
+    }
+    if (version == current->version()) {
+      std::lock_guard<std::mutex> lock(encode_mu_);
+      if (!encoded_ || encoded_version_ != version) {
+        encoded_ = std::make_shared<const std::string>(EncodeSafetensors(*current));
+        encoded_version_ = version;
       }
+      return encoded_;
     }
     PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));  // a file read, without the lock
     return std::make_shared<const std::string>(EncodeSafetensors(m));
@@ -461,8 +466,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
   bool shutting_down_ = false;                  // guarded by mu_
   std::set<std::string> active_clients_;        // guarded by mu_; clients seen by this process
   std::set<std::string> told_finished_;         // guarded by mu_
-  std::shared_ptr<const std::string> encoded_;  // guarded by mu_
-  uint64_t encoded_version_ = 0;                // guarded by mu_
+  std::mutex encode_mu_;                        // taken without mu_, never with it
+  std::shared_ptr<const std::string> encoded_;  // guarded by encode_mu_
+  uint64_t encoded_version_ = 0;                // guarded by encode_mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,

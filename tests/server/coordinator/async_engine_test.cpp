@@ -228,6 +228,22 @@ TEST_F(AsyncEngineTest, CommitOutsideServesAVersionOnceItsCommitIsHandedBack) {
   EXPECT_EQ(store_.Checkpoint(2)->ContentSha256(), engine_->model().ContentSha256());
 }
 
+// The server encodes downloads from a snapshot without the engine's lock: the versions folded
+// and committed after it must leave it as it was.
+TEST_F(AsyncEngineTest, ASnapshotOutlivesTheVersionsCommittedAfterIt) {
+  Open(CommittedOutside(5));
+  std::shared_ptr<const ModelState> before = engine_->model_snapshot();
+  ASSERT_OK(Report("a", TaskOf("a"), 2.0f));
+  std::optional<PendingCommit> commit = engine_->TakeCommit();
+  ASSERT_TRUE(commit.has_value());
+  Status committed = commit->Run(&store_);
+  ASSERT_OK(engine_->FinishCommit(std::move(*commit), committed));
+  EXPECT_EQ(before->version(), 0u);
+  EXPECT_FLOAT_EQ(before->data()[0], 1.0f);
+  EXPECT_EQ(engine_->model_snapshot()->version(), 1u);
+  EXPECT_EQ(engine_->model_snapshot().get(), &engine_->model());
+}
+
 TEST_F(AsyncEngineTest, AFailedOutsideCommitIsStickyAndServesNothing) {
   Open(CommittedOutside(5));
   ASSERT_OK(Report("a", TaskOf("a"), 2.0f));

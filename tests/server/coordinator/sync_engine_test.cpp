@@ -111,6 +111,23 @@ TEST_F(SyncEngineTest, FullRoundAggregatesCheckpointsAndEvaluates) {
   EXPECT_EQ(engine_->status().last_accuracy, 4.25);
 }
 
+// The server encodes downloads from a snapshot without the engine's lock: publishing a new
+// version must leave a snapshot taken before it as it was.
+TEST_F(SyncEngineTest, ASnapshotOutlivesTheVersionsPublishedAfterIt) {
+  Open(Options(2, 1, 1));
+  Join("a");
+  std::shared_ptr<const ModelState> before = engine_->model_snapshot();
+  ASSERT_EQ(before.get(), &engine_->model());
+  Task t = TaskOf("a");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", t, 2.0f)));
+  EXPECT_EQ(before->version(), 0u);
+  EXPECT_FLOAT_EQ(before->data()[0], 1.0f);
+  std::shared_ptr<const ModelState> after = engine_->model_snapshot();
+  EXPECT_EQ(after->version(), 1u);
+  EXPECT_FLOAT_EQ(after->data()[0], 3.0f);
+  EXPECT_EQ(after.get(), &engine_->model());
+}
+
 TEST_F(SyncEngineTest, FinishesAfterTheLastRound) {
   Open(Options(1, 1, 1));
   Join("a");
