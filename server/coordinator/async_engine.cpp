@@ -158,6 +158,22 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   return answer;
 }
 
+Status AsyncEngine::CheckOpenTask(const std::string& client_id, const std::string& task_id) const {
+  PLEXUS_RETURN_IF_ERROR(clients_.CheckKnown(client_id));
+  if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
+    return FailedPreconditionError("the federation has finished; update for task '" + task_id + "' ignored");
+  }
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return NotFoundError("unknown task id '" + task_id + "' (it may have expired or been reported already)");
+  }
+  if (it->second.client_id != client_id) {
+    return Status(StatusCode::kPermissionDenied,
+                  "task '" + task_id + "' belongs to another client, not '" + client_id + "'");
+  }
+  return Status::Ok();
+}
+
 Status AsyncEngine::Submit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
@@ -168,21 +184,11 @@ Status AsyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
-  if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
+  if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
-    return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
+    return open;
   }
-  auto it = tasks_.find(update.task_id);
-  if (it == tasks_.end()) {
-    ++updates_refused_;
-    return NotFoundError("unknown task id '" + update.task_id + "' (it may have expired or been reported already)");
-  }
-  if (it->second.client_id != update.client_id) {
-    ++updates_refused_;
-    return Status(StatusCode::kPermissionDenied,
-                  "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
-  }
-  const OpenTask task = it->second;
+  const OpenTask task = tasks_.at(update.task_id);
   auto end_task = [&](bool arrived) {
     tasks_.erase(update.task_id);
     task_of_client_.erase(update.client_id);

@@ -78,6 +78,7 @@ class AsyncEngine final : public Engine {
   // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
   // Fold. A refused update changes nothing but ends its task; the client polls for a new one.
   Status Submit(Update update) override;
+  Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
   // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
   // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;

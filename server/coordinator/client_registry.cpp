@@ -21,9 +21,13 @@ Result<std::string> ClientRegistry::Join(const ClientRecord& client) {
 }
 
 Status ClientRegistry::Admit(const std::string& id) {
-  auto it = last_seen_ms_.find(id);
-  if (it == last_seen_ms_.end()) return NotFoundError("unknown client id '" + id + "'; join first");
-  it->second = clock_->NowMs();
+  PLEXUS_RETURN_IF_ERROR(CheckKnown(id));
+  last_seen_ms_[id] = clock_->NowMs();
+  return Status::Ok();
+}
+
+Status ClientRegistry::CheckKnown(const std::string& id) const {
+  if (!last_seen_ms_.count(id)) return NotFoundError("unknown client id '" + id + "'; join first");
   return Status::Ok();
 }
 

@@ -31,6 +31,8 @@ class ClientRegistry {
   // The door check for every call after Join: NotFound for an unknown client, otherwise marks
   // it heard from.
   Status Admit(const std::string& id);
+  // Admit's check without marking the client heard from.
+  Status CheckKnown(const std::string& id) const;
 
   // Clients heard from within the timeout, sorted by id.
   std::vector<std::string> Connected() const;

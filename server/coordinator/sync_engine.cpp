@@ -192,6 +192,23 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   return answer;
 }
 
+Status SyncEngine::CheckOpenTask(const std::string& client_id, const std::string& task_id) const {
+  PLEXUS_RETURN_IF_ERROR(clients_.CheckKnown(client_id));
+  if (finished()) {
+    return FailedPreconditionError("the federation has finished; update for task '" + task_id + "' ignored");
+  }
+  auto owner = open_ ? open_->client_of_task.find(task_id) : decltype(open_->client_of_task.end())();
+  if (!open_ || owner == open_->client_of_task.end()) {
+    return NotFoundError("unknown task id '" + task_id +
+                         "': not a task of the open round (it may belong to a closed or abandoned round)");
+  }
+  if (owner->second != client_id) {
+    return Status(StatusCode::kPermissionDenied,
+                  "task '" + task_id + "' belongs to another client, not '" + client_id + "'");
+  }
+  return Status::Ok();
+}
+
 Status SyncEngine::Submit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
@@ -202,20 +219,9 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
-  if (finished()) {
+  if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
-    return FailedPreconditionError("the federation has finished; update for task '" + update.task_id + "' ignored");
-  }
-  auto owner = open_ ? open_->client_of_task.find(update.task_id) : decltype(open_->client_of_task.end())();
-  if (!open_ || owner == open_->client_of_task.end()) {
-    ++updates_refused_;
-    return NotFoundError("unknown task id '" + update.task_id +
-                         "': not a task of the open round (it may belong to a closed or abandoned round)");
-  }
-  if (owner->second != update.client_id) {
-    ++updates_refused_;
-    return Status(StatusCode::kPermissionDenied,
-                  "task '" + update.task_id + "' belongs to another client, not '" + update.client_id + "'");
+    return open;
   }
   if (open_->submitted.count(update.client_id)) return Status::Ok();  // idempotent retry
   if (update.base_version != model_->version()) {

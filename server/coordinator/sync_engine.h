@@ -79,6 +79,7 @@ class SyncEngine final : public Engine {
   // InvalidArgument: wrong layout, non-finite values or a bad example count. A refused update
   // changes nothing. A repeated submission of an accepted task returns OK and is ignored.
   Status Submit(Update update) override;
+  Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
 
   // Applies the round deadline. Call periodically (the server does, the simulator does at each
   // event). Returns the sticky error, if any.

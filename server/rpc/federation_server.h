@@ -89,9 +89,10 @@ struct ServerMetrics {
   EngineStatus engine;
   std::map<std::string, int64_t> refusals;  // refused calls by status code name
   int64_t uploads_resumed = 0;
-  int64_t open_polls = 0;      // PollTask calls in progress
-  int64_t upload_bytes = 0;    // payload bytes of accepted updates
-  int64_t download_bytes = 0;  // model bytes sent
+  int64_t open_polls = 0;             // PollTask calls in progress
+  int64_t upload_bytes = 0;           // payload bytes of accepted updates
+  int64_t received_upload_bytes = 0;  // payload bytes that arrived in uploads, accepted or not
+  int64_t download_bytes = 0;         // model bytes sent
   // Accepted uploads by how long they took (first chunk to acknowledgement): counts of those at
   // most kUploadSecondsBounds[i] seconds, then all of them.
   static constexpr double kUploadSecondsBounds[] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60};

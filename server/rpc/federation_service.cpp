@@ -192,6 +192,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (Status limited = RateLimited(header.client_id()); !limited.ok()) return RefuseLocked("upload", limited);
+      // Before any byte is received or kept for a resume: a joined client's open task of its own.
+      if (Status open = engine_->CheckOpenTask(header.client_id(), header.task_id()); !open.ok()) {
+        return RefuseLocked("upload", open.WithContext("upload from " + header.client_id()));
+      }
       limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
     }
     if (header.total_bytes() > limit) {
@@ -298,6 +302,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     m.uploads_resumed = uploads_resumed_;
     m.open_polls = open_polls_;
     m.download_bytes = download_bytes_.load();
+    m.received_upload_bytes = places_.received_bytes();
     const std::vector<RoundRecord>& history = engine_->history();
     for (const RoundRecord& r : history) {
       if (r.test_accuracy) m.accuracy.emplace_back(r.model_version, *r.test_accuracy);

@@ -52,6 +52,9 @@ std::string PrometheusText(const ServerMetrics& m, int64_t resident_bytes) {
          static_cast<double>(m.uploads_resumed));
   Metric(&out, "plexus_upload_bytes_total", "counter", "Payload bytes of accepted updates.",
          static_cast<double>(m.upload_bytes));
+  Metric(&out, "plexus_upload_received_bytes_total", "counter",
+         "Payload bytes that arrived in uploads, accepted or not (with resumes and refusals).",
+         static_cast<double>(m.received_upload_bytes));
   Metric(&out, "plexus_download_bytes_total", "counter", "Model bytes sent to clients.",
          static_cast<double>(m.download_bytes));
   out += "# HELP plexus_upload_seconds Time from an upload's first chunk to its acknowledgement.\n";

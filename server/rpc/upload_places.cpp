@@ -44,9 +44,10 @@ UploadPlaces::Place::~Place() {
   places_->freed_.notify_one();
 }
 
-void UploadPlaces::Place::Progress() {
+void UploadPlaces::Place::Progress(size_t bytes) {
   std::lock_guard<std::mutex> lock(places_->mu_);
   places_->last_chunk_ms_[ctx_] = places_->clock_->NowMs();
+  places_->received_bytes_ += static_cast<int64_t>(bytes);
 }
 
 void UploadPlaces::CancelStalled() {

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -39,8 +40,8 @@ class UploadPlaces {
     Place& operator=(const Place&) = delete;
 
     const Status& status() const { return status_; }
-    // A chunk arrived: the upload is making progress.
-    void Progress();
+    // A chunk of `bytes` arrived: the upload is making progress.
+    void Progress(size_t bytes);
 
    private:
     UploadPlaces* const places_;
@@ -52,6 +53,8 @@ class UploadPlaces {
 
   // Cancels the uploads that hold a place and delivered nothing for the stall bound (each once).
   void CancelStalled();
+  // Payload bytes that arrived in uploads holding a place, accepted or not, since the start.
+  int64_t received_bytes() const { return received_bytes_.load(); }
 
  private:
   const Limits limits_;
@@ -62,6 +65,7 @@ class UploadPlaces {
   std::set<std::string> clients_;                          // guarded by mu_; clients with an upload in flight
   std::map<grpc::ServerContext*, int64_t> last_chunk_ms_;  // guarded by mu_; uploads holding a place
   std::set<grpc::ServerContext*> cancelled_;               // guarded by mu_; cancelled for stalling
+  std::atomic<int64_t> received_bytes_{0};
 };
 
 }  // namespace plexus

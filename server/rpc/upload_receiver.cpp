@@ -40,8 +40,8 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
   }
   Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
   while (chunks.Next(&chunk)) {
-    place->Progress();
     if (!chunk.ok()) return chunk.status();
+    place->Progress(chunk->data_bytes);
     if (chunk->has_header) return InvalidArgumentError("a second header chunk");
     if (stream->received() + chunk->data_bytes > header.total_bytes()) {
       return InvalidArgumentError("update carries more bytes than its header announces");

@@ -283,6 +283,46 @@ TEST_F(StalledUploadTest, AStalledUploadLosesItsPlaceAndOthersGoOn) {
   EXPECT_EQ(rep.received_bytes(), 10u);
 }
 
+// Partial uploads are kept for resumes, so they take the server's memory: only a joined client's
+// upload for its own open task gets as far as a place, and nothing of any other is received.
+TEST_F(StalledUploadTest, UploadsOfStrangersOrForOthersTasksAreRefusedBeforeAnyByteIsKept) {
+  auto upload_ten_bytes = [&](const std::string& client, const Task& t) {
+    grpc::ClientContext ctx;
+    v1::UploadReply rep;
+    auto w = stub_->UploadUpdate(&ctx, &rep);
+    w->Write(HeaderChunk(client, t));
+    v1::UpdateChunk d;
+    d.set_data(Delta(1.0f).substr(0, 10));
+    w->Write(d);
+    w->WritesDone();
+    return w->Finish();
+  };
+  const grpc::Status others = upload_ten_bytes("a", task_b_);
+  EXPECT_EQ(others.error_code(), grpc::StatusCode::PERMISSION_DENIED) << others.error_message();
+  EXPECT_NE(others.error_message().find("belongs to another client"), std::string::npos) << others.error_message();
+  const grpc::Status stranger = upload_ten_bytes("mallory", task_b_);
+  EXPECT_EQ(stranger.error_code(), grpc::StatusCode::NOT_FOUND) << stranger.error_message();
+  EXPECT_NE(stranger.error_message().find("join first"), std::string::npos) << stranger.error_message();
+  Task unknown = task_a_;
+  unknown.task_id = "r9a0-a";
+  EXPECT_EQ(upload_ten_bytes("a", unknown).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(server_->metrics().received_upload_bytes, 0);
+  for (const auto& [client, task] :
+       {std::pair{"a", task_b_.task_id}, std::pair{"mallory", task_b_.task_id}, std::pair{"a", unknown.task_id}}) {
+    grpc::ClientContext ctx;
+    v1::UploadStatusRequest req;
+    req.set_client_id(client);
+    req.set_task_id(task);
+    req.set_total_bytes(Delta(1.0f).size());
+    v1::UploadStatusReply rep;
+    ASSERT_TRUE(stub_->UploadStatus(&ctx, req, &rep).ok());
+    EXPECT_EQ(rep.received_bytes(), 0u) << client << " " << task;
+  }
+  // The client's own upload, cut after ten bytes, is kept for its resume.
+  EXPECT_EQ(upload_ten_bytes("a", task_a_).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(server_->metrics().received_upload_bytes, 10);
+}
+
 TEST_F(StalledUploadTest, AnUploadThatCannotGetAPlaceInTimeIsRefused) {
   limits_.upload_stall_ms = 0;
   limits_.upload_slot_wait_ms = 200;
@@ -579,11 +619,12 @@ struct BigModelServer {
     return c;
   }
   // Starts an upload of `payload` and, after `chunks` chunks of 1 MiB, breaks the link (cancel:
-  // the injected disconnect; how much of what was sent arrives is up to the network) or ends
-  // the stream early (exactly those chunks arrive).
+  // the injected disconnect, once the server has the chunks) or ends the stream early. Either
+  // way exactly those chunks arrive.
   void UploadAndDisconnect(const Task& t, const std::string& payload, int chunks, bool cancel = false) {
     grpc::ClientContext ctx;
     v1::UploadReply rep;
+    const int64_t received_before = server->metrics().received_upload_bytes;
     auto w = stub->UploadUpdate(&ctx, &rep);
     ASSERT_TRUE(w->Write(HeaderChunk(t, payload.size())));
     for (int i = 0; i < chunks; ++i) {
@@ -592,7 +633,12 @@ struct BigModelServer {
       ASSERT_TRUE(w->Write(d));
     }
     if (cancel) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the chunks reach the server
+      // Cancel once the server's handler has the chunks (it counts them as they arrive).
+      const int64_t sent = static_cast<int64_t>(chunks) << 20;
+      for (int i = 0; i < 2000 && server->metrics().received_upload_bytes - received_before < sent; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      ASSERT_EQ(server->metrics().received_upload_bytes - received_before, sent);
       ctx.TryCancel();
     } else {
       w->WritesDone();
@@ -621,7 +667,7 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   fed.UploadAndDisconnect(t, payload, 2, /*cancel=*/true);
   const uint64_t held = fed.HeldBytes(t, payload.size());
   ASSERT_GT(held, 0u);
-  ASSERT_LE(held, size_t{2} << 20);
+  ASSERT_EQ(held, size_t{2} << 20);
   UploadHeader h;
   h.client_id = "a";
   h.task_id = t.task_id;

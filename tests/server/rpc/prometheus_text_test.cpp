@@ -19,6 +19,7 @@ TEST(PrometheusTextTest, CountersGaugesLabelsAndTheHistogramInTheTextFormat) {
   m.refusals = {{"INVALID_ARGUMENT", 2}, {"NOT_FOUND", 1}};
   m.upload_bytes = 1000;
   m.download_bytes = 2000;
+  m.received_upload_bytes = 1500;
   m.upload_seconds_le = {0, 1, 2, 3, 3, 3, 3, 3, 3};
   m.upload_count = 4;
   m.upload_seconds_sum = 70.5;
@@ -32,6 +33,7 @@ TEST(PrometheusTextTest, CountersGaugesLabelsAndTheHistogramInTheTextFormat) {
   EXPECT_EQ(PrometheusSample(text, "plexus_refused_calls_total{code=\"NOT_FOUND\"}"), 1);
   EXPECT_EQ(PrometheusSample(text, "plexus_upload_bytes_total"), 1000);
   EXPECT_EQ(PrometheusSample(text, "plexus_download_bytes_total"), 2000);
+  EXPECT_EQ(PrometheusSample(text, "plexus_upload_received_bytes_total"), 1500);
   EXPECT_EQ(PrometheusSample(text, "plexus_upload_seconds_bucket{le=\"0.05\"}"), 1);
   EXPECT_EQ(PrometheusSample(text, "plexus_upload_seconds_bucket{le=\"+Inf\"}"), 4);
   EXPECT_EQ(PrometheusSample(text, "plexus_upload_seconds_count"), 4);
