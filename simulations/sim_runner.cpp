@@ -32,9 +32,7 @@ Result<std::unique_ptr<Engine>> OpenSimEngine(const SimOptions& o, const ModelSt
   EngineOptions options{o.mode, o.sync, o.async};
   options.sync.seed = o.seed;
   options.sync.poll_retry_ms = kTickMs;
-  options.async.rounds = o.sync.rounds;
-  options.async.task = o.sync.task;
-  options.async.poll_retry_ms = kTickMs;
+  static_cast<SharedEngineOptions&>(options.async) = options.sync;  // the shared flags bind into sync
   return OpenEngine(options, initial, store, clock, evaluator, nullptr);
 }
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/round_record.h"
 #include "core/status.h"
-#include "server/store/store.h"
 
 namespace plexus::cli {
 

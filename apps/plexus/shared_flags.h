@@ -70,14 +70,13 @@ inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o, bool* gossi
       ->capture_default_str();
 }
 
-// The AsyncOptions of a run in `mode`: the async flags, plus rounds, task hyperparameters and,
-// when --strategy was given, the strategy from the shared flags (async's own default strategy is
-// the uniform mean of FedBuff).
+// The AsyncOptions of a run in `mode`: the async flags, plus the options every engine shares
+// (rounds, task hyperparameters, timeouts) and, when --strategy was given, the strategy from the
+// shared flags (async's own default strategy is the uniform mean of FedBuff).
 inline AsyncOptions AsyncOptionsFor(Mode mode, const AsyncOptions& flags, const SyncOptions& sync,
                                     const CLI::App* cmd) {
   AsyncOptions o = flags;
-  o.rounds = sync.rounds;
-  o.task = sync.task;
+  static_cast<SharedEngineOptions&>(o) = sync;
   if (cmd->count("--strategy") > 0) o.strategy = sync.strategy;
   o.semi_async = mode == Mode::kSemiAsync;
   return o;

@@ -8,19 +8,12 @@
 namespace plexus {
 
 Status AsyncOptions::Validate() const {
-  if (rounds <= 0) return InvalidArgumentError("rounds must be positive");
+  PLEXUS_RETURN_IF_ERROR(ValidateShared());
   if (buffer_size <= 0) return InvalidArgumentError("buffer-size must be positive");
   if (!(server_lr > 0)) return InvalidArgumentError("server-lr must be positive");
   if (max_staleness < 0) return InvalidArgumentError("max-staleness must not be negative");
   if (max_concurrency < 0) return InvalidArgumentError("max-concurrency must not be negative");
-  if (task_timeout_ms <= 0 || client_timeout_ms <= 0 || poll_retry_ms <= 0) {
-    return InvalidArgumentError("timeouts must be positive");
-  }
-  if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
-  if (task.local_steps == 0 && task.local_epochs <= 0) return InvalidArgumentError("local-epochs must be positive");
-  if (task.batch_size <= 0) return InvalidArgumentError("batch-size must be positive");
-  if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
-  if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  if (task_timeout_ms <= 0) return InvalidArgumentError("task timeout must be positive");
   if (semi_async) PLEXUS_RETURN_IF_ERROR(compass.Validate());
   if (semi_async && commit_outside) {
     return InvalidArgumentError("semi-asynchronous mode commits its versions itself (commit_outside is for FedBuff)");

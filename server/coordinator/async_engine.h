@@ -36,12 +36,13 @@
 #include "server/coordinator/compass_scheduler.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
+#include "server/coordinator/shared_engine_options.h"
 
 namespace plexus {
 
-struct AsyncOptions {
-  // Behaviour.
-  int64_t rounds = 5;                              // model versions to publish; then the federation finishes
+// Asynchronous options beside the shared ones (SharedEngineOptions: rounds, client timeout, poll retry,
+// task hyperparameters).
+struct AsyncOptions : SharedEngineOptions {
   int64_t buffer_size = 1;                         // K: updates per published version
   double server_lr = 1.0;                          // FedBuff's eta_g (FedAsync's alpha when K = 1)
   std::string staleness = "poly:a=0.5";            // s(tau), see aggregators/staleness.h
@@ -49,10 +50,7 @@ struct AsyncOptions {
   int64_t max_concurrency = 0;                     // tasks in flight at once; 0 = no bound
   std::string strategy = "fedavg:weighted=false";  // the buffer's merge (uniform mean: B / K)
   int64_t task_timeout_ms = 600000;                // a task not reported by then is forgotten
-  int64_t client_timeout_ms = 60000;               // clients silent for longer are not counted connected
-  int64_t poll_retry_ms = 1000;
-  TaskHyperparams task;
-  bool semi_async = false;  // FedCompass scheduling (task.local_steps is then chosen per task)
+  bool semi_async = false;                         // FedCompass scheduling (task.local_steps is then chosen per task)
   CompassOptions compass;
   // Publishing queues the version's hash and commit for the caller (Engine::TakeCommit) instead
   // of running them inside Submit, so that a server can run them outside its lock while updates

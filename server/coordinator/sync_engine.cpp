@@ -20,7 +20,7 @@ Status Positive(int64_t v, const char* field) {
 }  // namespace
 
 Status SyncOptions::Validate() const {
-  PLEXUS_RETURN_IF_ERROR(Positive(rounds, "rounds"));
+  PLEXUS_RETURN_IF_ERROR(ValidateShared());
   PLEXUS_RETURN_IF_ERROR(Positive(clients_per_round, "clients-per-round"));
   PLEXUS_RETURN_IF_ERROR(Positive(min_clients, "min-clients"));
   if (min_clients > clients_per_round) {
@@ -28,16 +28,9 @@ Status SyncOptions::Validate() const {
                                 std::to_string(clients_per_round) + ")");
   }
   PLEXUS_RETURN_IF_ERROR(Positive(round_deadline_ms, "round deadline"));
-  PLEXUS_RETURN_IF_ERROR(Positive(client_timeout_ms, "client timeout"));
-  PLEXUS_RETURN_IF_ERROR(Positive(poll_retry_ms, "poll retry"));
   if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
   if (!(overselect >= 1.0 && overselect <= 10.0)) return InvalidArgumentError("overselect must lie in [1, 10]");
   PLEXUS_RETURN_IF_ERROR(BackupWorkers::Parse(backup_workers).status());
-  if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
-  if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(Positive(task.local_epochs, "local-epochs"));
-  PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
-  if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
-  if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
   // A round may close with min-clients updates: the strategy must be able to merge that many.
   Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
   if (!made.ok()) return made.status().WithContext("--strategy");

@@ -36,19 +36,18 @@
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
+#include "server/coordinator/shared_engine_options.h"
 #include "server/store/store.h"
 
 namespace plexus {
 
-struct SyncOptions {
-  // Behaviour.
-  int64_t rounds = 5;                  // model versions to publish; the federation then finishes
+// Sync rounds' options beside the shared ones (SharedEngineOptions: rounds, client timeout, poll retry,
+// task hyperparameters).
+struct SyncOptions : SharedEngineOptions {
   int64_t clients_per_round = 4;       // K: clients sampled per round
   int64_t min_clients = 2;             // M: fewest clients to start a round, and quorum to close it
   int64_t round_deadline_ms = 300000;  // selected clients that have not reported by then are dropped
   int64_t selection_wait_ms = 2000;    // with M <= available < K, wait this long before sampling
-  int64_t client_timeout_ms = 60000;   // clients silent for longer are not sampled
-  int64_t poll_retry_ms = 1000;        // how long a client is told to wait before polling again
   // Over-selection (Bonawitz et al. 2019): sample ceil(K x factor) clients and close the round
   // with the first K updates; the others' late updates are refused. 1 = no over-selection.
   double overselect = 1.0;
@@ -56,8 +55,7 @@ struct SyncOptions {
   // once the chosen number of updates is in (never fewer than min_clients); the rest are dropped.
   std::string backup_workers = "none";
   std::string strategy = "fedavg";  // aggregator spec, see aggregators/registry.h
-  TaskHyperparams task;
-  uint64_t seed = 0;  // client sampling
+  uint64_t seed = 0;                // client sampling
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
