@@ -22,9 +22,14 @@
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
-script_no_args "$@"
+script_no_options "$@"
 cd "$(dirname "$0")/.."
 what=${1:-all}
+case "$what" in
+  load|throughput|all) ;;
+  *) echo "run_load.sh: unknown run '$what' (load, throughput or all); see $0 --help" >&2; exit 2 ;;
+esac
+if [ $# -gt 1 ]; then echo "run_load.sh: takes one argument at most; see $0 --help" >&2; exit 2; fi
 scripts/setup.sh >/dev/null
 scripts/build.sh build full >/dev/null
 cmake -DPLEXUS_BUILD_BENCH=ON build >/dev/null

@@ -1,0 +1,166 @@
+// ingest_durability: what making every acknowledged asynchronous update durable costs the
+// server's ingest. Drives the real AsyncEngine (FedBuff, a buffer of `--buffer` updates, commits
+// inline) over a real SqliteStore in `--dir`, submitting `--updates` updates of a model of
+// `--params` float32 parameters from `--buffer` clients, twice in the same run:
+//   logged:   as the server runs: each update written to its file, synced, then its row, before
+//             Submit returns (Store::LogUpdate), and the entries removed with the commit that
+//             merges them;
+//   unlogged: the same store with LogUpdate skipped (a store wrapper): the engine as it was
+//             before acknowledgements became durable, the baseline.
+// Each update is a fresh copy of one prepared delta, as the server has a freshly decoded update
+// per upload. No gRPC, no decoding: the cost isolated is the log's. Prints one markdown row per
+// variant and the ratio logged / unlogged.
+// usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/clock.h"
+#include "core/memory_tuning.h"
+#include "server/coordinator/async_engine.h"
+#include "server/store/sqlite_store.h"
+#include "server/store/store_wrapper.h"
+
+namespace plexus {
+namespace {
+
+// The baseline: acknowledgements that are not durable (nothing logged, so nothing to forget).
+class UnloggedStore final : public StoreWrapper {
+ public:
+  explicit UnloggedStore(Store* target) : StoreWrapper(target) {}
+  Status LogUpdate(uint64_t, const Update&) override { return Status::Ok(); }
+  Status CommitRound(const RoundRecord& r, const ModelState& m, std::string_view state) override {
+    RoundRecord without_log = r;
+    without_log.logged_done.clear();
+    return StoreWrapper::CommitRound(without_log, m, state);
+  }
+};
+
+struct Args {
+  std::string dir;
+  int64_t params = 1000000;
+  int64_t updates = 300;
+  int64_t buffer = 10;
+};
+
+[[noreturn]] void Usage(const char* why) {
+  std::fprintf(stderr,
+               "ingest_durability: %s\nusage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]\n",
+               why);
+  std::exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "ingest_durability: async ingest (AsyncEngine + SqliteStore) with and without the update log\n"
+          "usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]\n");
+      std::exit(0);
+    }
+    if (i + 1 >= argc) Usage(("missing value for " + flag).c_str());
+    const char* v = argv[++i];
+    if (flag == "--dir") {
+      a.dir = v;
+    } else if (flag == "--params") {
+      a.params = std::atoll(v);
+    } else if (flag == "--updates") {
+      a.updates = std::atoll(v);
+    } else if (flag == "--buffer") {
+      a.buffer = std::atoll(v);
+    } else {
+      Usage(("unknown flag " + flag).c_str());
+    }
+  }
+  if (a.dir.empty()) Usage("--dir is required");
+  if (a.params <= 0 || a.buffer <= 0 || a.updates < a.buffer) Usage("need --params > 0 and --updates >= --buffer > 0");
+  return a;
+}
+
+// Seconds to submit every update through a fresh engine on `store`.
+Result<double> Ingest(const Args& a, Store* store) {
+  ModelState initial = *ModelState::Create({{"w", {a.params}}});
+  AsyncOptions o;
+  o.buffer_size = a.buffer;
+  o.rounds = a.updates / a.buffer;
+  o.staleness = "constant";
+  o.max_staleness = 1 << 30;
+  ManualClock clock;
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncEngine> engine,
+                          AsyncEngine::Open(o, initial, store, &clock, nullptr, nullptr));
+  for (int64_t c = 0; c < a.buffer; ++c) {
+    PLEXUS_RETURN_IF_ERROR(engine->Join({"c" + std::to_string(c), 10, "bench"}).status());
+  }
+  ModelState delta = ModelState::ZerosLike(initial);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = 1e-3f * static_cast<float>(i % 11);
+  const auto start = std::chrono::steady_clock::now();
+  int64_t submitted = 0;
+  while (submitted < o.rounds * a.buffer) {
+    for (int64_t c = 0; c < a.buffer && submitted < o.rounds * a.buffer; ++c, ++submitted) {
+      const std::string id = "c" + std::to_string(c);
+      PLEXUS_ASSIGN_OR_RETURN(PollAnswer answer, engine->Poll(id));
+      if (answer.kind != PollAnswer::Kind::kTask) return InternalError("client " + id + " got no task");
+      Update u;
+      u.client_id = id;
+      u.task_id = answer.task.task_id;
+      u.base_version = answer.task.model_version;
+      u.num_examples = 10;
+      u.local_steps = 1;
+      u.metrics["train_loss"] = 0.5;
+      u.delta = delta;  // a fresh update, as a decoded upload is
+      PLEXUS_RETURN_IF_ERROR(engine->Submit(std::move(u)));
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!engine->finished()) return InternalError("the federation did not finish");
+  return seconds;
+}
+
+int Main(int argc, char** argv) {
+  const Args a = Parse(argc, argv);
+  KeepLargeAllocations();  // as the server does
+  ServeFromOneArena();
+  std::filesystem::create_directories(a.dir);
+  const double update_bytes = 4.0 * static_cast<double>(a.params);
+  const int64_t updates = a.updates / a.buffer * a.buffer;
+  double seconds[2] = {0, 0};
+  const char* names[2] = {"logged (durable acknowledgements)", "unlogged (baseline)"};
+  for (int variant = 0; variant < 2; ++variant) {
+    const std::string path = a.dir + "/ingest-" + std::to_string(variant) + ".db";
+    std::filesystem::remove_all(path);
+    std::filesystem::remove_all(path + ".checkpoints");
+    std::filesystem::remove_all(path + ".updates");
+    Result<std::unique_ptr<SqliteStore>> sqlite = SqliteStore::Open(path);
+    if (!sqlite.ok()) {
+      std::fprintf(stderr, "ingest_durability: %s\n", sqlite.status().ToString().c_str());
+      return 1;
+    }
+    (*sqlite)->SetCheckpointRetention(2, 0);  // as a long-running server keeps a few
+    UnloggedStore unlogged(sqlite->get());
+    Result<double> s = Ingest(a, variant == 0 ? static_cast<Store*>(sqlite->get()) : &unlogged);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ingest_durability: %s: %s\n", names[variant], s.status().ToString().c_str());
+      return 1;
+    }
+    seconds[variant] = *s;
+  }
+  std::printf("| variant | updates | update size | updates/s | update bytes/s | vs unlogged |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  for (int variant = 0; variant < 2; ++variant) {
+    const double rate = static_cast<double>(updates) / seconds[variant];
+    std::printf("| %s | %lld | %.1f MB | %.0f | %.2f GB/s | %.2f |\n", names[variant], static_cast<long long>(updates),
+                update_bytes / 1e6, rate, rate * update_bytes / 1e9, seconds[1] / seconds[variant]);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace plexus
+
+int main(int argc, char** argv) { return plexus::Main(argc, argv); }
