@@ -1,5 +1,6 @@
 #include "server/coordinator/async_engine.h"
 
+#include "server/coordinator/compass_arrivals.h"
 #include "server/coordinator/mode.h"
 
 #include "aggregators/registry.h"
@@ -45,30 +46,22 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   std::unique_ptr<AsyncEngine> e(new AsyncEngine(options, store, clock, evaluator));
   PLEXUS_ASSIGN_OR_RETURN(StalenessRule staleness, StalenessRule::Parse(options.staleness));
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Aggregator> merge, MakeAggregator(options.strategy, pool));
-  int64_t buffer_size = options.buffer_size;
   if (options.semi_async) {
-    const CompassOptions& c = options.compass;
-    e->description_ = "fedcompass(q=" + std::to_string(c.q_min) + ".." + std::to_string(c.q_max) +
-                      ",lambda=" + std::to_string(c.latest_time_factor) +
-                      ",server_lr=" + std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() +
-                      ",merge=" + merge->Describe() + ")";
-    e->compass_ = std::make_unique<CompassScheduler>(c);
-    buffer_size = INT64_MAX;  // groups decide when to publish
+    e->policy_ = std::make_unique<CompassArrivals>(options.compass);
   } else {
-    e->description_ = "fedbuff(buffer=" + std::to_string(options.buffer_size) +
-                      ",server_lr=" + std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() +
-                      ",merge=" + merge->Describe() + ")";
+    e->policy_ = MakeBufferArrivals(options.buffer_size);
   }
-  PLEXUS_ASSIGN_OR_RETURN(e->buffer_,
-                          FedBuffBuffer::Create({buffer_size, options.server_lr}, staleness, std::move(merge)));
-  PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
-  e->model_ = std::make_shared<const ModelState>(std::move(restored.model));
-  e->model_sha256_ = e->model_->ContentSha256();
-  e->head_version_ = e->model_->version();
+  e->description_ = e->policy_->Describe("server_lr=" + std::to_string(options.server_lr) +
+                                         ",staleness=" + staleness.Describe() + ",merge=" + merge->Describe());
+  PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({e->policy_->buffer_capacity(), options.server_lr},
+                                                            staleness, std::move(merge)));
+  RestoredState restored;
+  PLEXUS_ASSIGN_OR_RETURN(PublishedVersions published,
+                          PublishedVersions::Open(store, evaluator, initial_model, &restored));
+  e->published_.emplace(std::move(published));
+  e->head_version_ = e->published_->version();
   e->clients_.Restore(restored.client_ids);
-  e->history_ = std::move(restored.history);
-  PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
-  PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(*e->model_));
+  PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->published_->model()));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
 }
@@ -82,22 +75,19 @@ Status AsyncEngine::RestoreLogged() {
       continue;
     }
     // Neither task checks nor the staleness bound: the update was accepted before the restart.
-    // One the buffer refuses now (a model of another layout) is forgotten with the next commit,
-    // like any refused fold; it must not keep the server from starting.
-    if (!Fold({std::move(entry.update), entry.seq}).ok()) continue;
-    if (!compass_ && buffer_->size() >= static_cast<size_t>(options_.buffer_size)) PLEXUS_RETURN_IF_ERROR(Publish());
+    PLEXUS_RETURN_IF_ERROR(policy_->Restore(std::move(entry), this));
   }
-  if (compass_ && buffer_->size() > 0) PLEXUS_RETURN_IF_ERROR(Publish());
+  PLEXUS_RETURN_IF_ERROR(policy_->RestoreDone(this));
   return sticky_error_;
 }
 
-Result<AsyncEngine::Logged> AsyncEngine::LogAccepted(Update update) {
+Result<LoggedUpdate> AsyncEngine::LogAccepted(Update update) {
   const uint64_t seq = next_log_seq_++;
   if (Status logged = store_->LogUpdate(seq, update); !logged.ok()) {
     sticky_error_ = logged.WithContext("log the update of " + update.client_id);
     return sticky_error_;
   }
-  return Logged{std::move(update), seq};
+  return LoggedUpdate{seq, std::move(update)};
 }
 
 Result<std::string> AsyncEngine::Join(const ClientRecord& client) {
@@ -128,21 +118,21 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
     answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
   } else {
-    task_id = "v" + std::to_string(model_->version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
-    const int64_t steps = compass_ ? compass_->Assign(client_id, now) : options_.task.local_steps;
-    tasks_[task_id] = OpenTask{client_id, model_->version(), now, steps};
+    task_id = "v" + std::to_string(published_->version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
+    const int64_t steps = policy_->StepsFor(client_id, options_.task.local_steps, now);
+    tasks_[task_id] = OpenTask{client_id, published_->version(), now, steps};
     task_of_client_[client_id] = task_id;
   }
   const OpenTask& t = tasks_.at(task_id);
   answer.kind = PollAnswer::Kind::kTask;
   answer.task.task_id = task_id;
-  answer.task.round = model_->version() + 1;
+  answer.task.round = published_->version() + 1;
   answer.task.model_version = t.base_version;
-  answer.task.model_sha256 = model_sha256_;
+  answer.task.model_sha256 = published_->sha256();
   answer.task.hyperparams = options_.task;
   answer.task.hyperparams.local_steps = t.local_steps;
   answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
-  if (t.base_version != model_->version()) {
+  if (t.base_version != published_->version()) {
     // The open task predates the current model: hand out a fresh one instead.
     task_of_client_.erase(client_id);
     tasks_.erase(task_id);
@@ -186,7 +176,7 @@ Status AsyncEngine::Submit(Update update) {
     tasks_.erase(update.task_id);
     task_of_client_.erase(update.client_id);
     ++poll_epoch_;
-    if (compass_ && !arrived) compass_->Abandon(update.client_id);
+    if (!arrived) policy_->Abandon(update.client_id);
   };
   if (update.base_version != task.base_version) {
     ++updates_refused_;
@@ -203,44 +193,24 @@ Status AsyncEngine::Submit(Update update) {
                                    std::to_string(options_.max_staleness) + "); poll for a task on the current model");
   }
   // Validated before it is logged, so that a bad update is refused to its sender and never logged.
-  if (Status valid =
-          CheckUpdate(update, *model_, /*needs_examples=*/compass_ != nullptr, compass_ ? "semiasync" : "fedbuff");
+  if (Status valid = CheckUpdate(update, published_->model(), policy_->needs_examples(),
+                                 policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff");
       !valid.ok()) {
     ++updates_refused_;
     end_task(false);
     return valid;
   }
   end_task(true);
-  PLEXUS_ASSIGN_OR_RETURN(Logged logged, LogAccepted(std::move(update)));
-  if (!compass_) {
-    PLEXUS_RETURN_IF_ERROR(Fold(std::move(logged)));
-    return buffer_->size() >= static_cast<size_t>(options_.buffer_size) ? Publish() : Status::Ok();
-  }
-  // Semi-asynchronous: hold it for its group.
-  const CompassScheduler::ArrivalResult arrival = compass_->Arrive(logged.update.client_id, clock_->NowMs());
-  switch (arrival.kind) {
-    case CompassScheduler::Arrival::kUngrouped:
-      PLEXUS_RETURN_IF_ERROR(Fold(std::move(logged)));
-      return Publish();
-    case CompassScheduler::Arrival::kLate:
-      late_.push_back(std::move(logged));
-      return Status::Ok();
-    case CompassScheduler::Arrival::kOnTime:
-      held_[arrival.group].push_back(std::move(logged));
-      return arrival.group_complete ? PublishGroup(arrival.group) : Status::Ok();
-  }
-  return Status::Ok();
+  PLEXUS_ASSIGN_OR_RETURN(LoggedUpdate logged, LogAccepted(std::move(update)));
+  return policy_->Arrive(std::move(logged), clock_->NowMs(), this);
 }
 
-Status AsyncEngine::Fold(Logged logged, uint64_t group) {
+Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   Update& update = logged.update;
   const uint64_t staleness = head_version_ >= update.base_version ? head_version_ - update.base_version : 0;
-  MergedUpdate merged{update.client_id, update.task_id, staleness, group,
-                      compass_ ? compass_->SpeedOf(update.client_id) : std::nullopt};
-  const int64_t examples = update.num_examples;
-  const auto loss = update.metrics.find("train_loss");
-  const std::optional<double> train_loss =
-      loss != update.metrics.end() ? std::optional<double>(loss->second) : std::nullopt;
+  MergedUpdate merged{update.client_id, update.task_id, staleness, group, policy_->SpeedOf(update.client_id)};
+  UpdateTally counted;
+  counted.Add(update);
   Result<bool> added = buffer_->Add(std::move(update), staleness);
   logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
   if (!added.ok()) {
@@ -249,35 +219,15 @@ Status AsyncEngine::Fold(Logged logged, uint64_t group) {
   }
   merged_.push_back(std::move(merged));
   ++updates_accepted_;
-  buffered_examples_ += examples;
-  if (train_loss) {
-    buffered_loss_ += *train_loss;
-    ++buffered_loss_count_;
-  }
+  tally_ += counted;
   return Status::Ok();
 }
 
-Status AsyncEngine::PublishGroup(uint64_t group) {
-  compass_->Close(group);
-  std::vector<Logged> updates = std::move(held_[group]);
-  held_.erase(group);
-  const size_t on_time = updates.size();
-  for (Logged& u : late_) updates.push_back(std::move(u));
-  late_.clear();
-  for (size_t i = 0; i < updates.size(); ++i) (void)Fold(std::move(updates[i]), i < on_time ? group : 0);
-  return buffer_->size() > 0 ? Publish() : Status::Ok();
-}
-
 Status AsyncEngine::Publish() {
-  if (compass_ && head_version_ + 1 >= static_cast<uint64_t>(options_.rounds)) {
-    // The federation's last version: every update still held for a group or late was
-    // acknowledged, and no later version would take it, so it goes into this one.
-    for (auto& [group, held] : held_) {
-      for (Logged& u : held) (void)Fold(std::move(u), group);
-    }
-    held_.clear();
-    for (Logged& u : late_) (void)Fold(std::move(u), 0);
-    late_.clear();
+  if (head_version_ + 1 >= static_cast<uint64_t>(options_.rounds)) {
+    // The federation's last version: every update the policy still holds was acknowledged, and
+    // no later version would take it, so it goes into this one.
+    policy_->FoldAllHeld(this);
   }
   const auto merged = static_cast<int64_t>(buffer_->size());
   Result<ModelState> next = buffer_->Flush();
@@ -291,11 +241,9 @@ Status AsyncEngine::Publish() {
     // next buffer starts again from the newest version.
     ++versions_refused_nonfinite_;
     merged_.clear();
-    buffered_examples_ = 0;
-    buffered_loss_ = 0.0;
-    buffered_loss_count_ = 0;
+    tally_ = {};
     ++poll_epoch_;
-    if (Status begun = buffer_->Begin(head_model_ ? *head_model_ : *model_); !begun.ok()) {
+    if (Status begun = buffer_->Begin(head_model_ ? *head_model_ : published_->model()); !begun.ok()) {
       sticky_error_ = begun.WithContext("buffer after a non-finite aggregate");
       return sticky_error_;
     }
@@ -310,11 +258,8 @@ Status AsyncEngine::Publish() {
   merged_.clear();
   rec.logged_done = std::move(logged_done_);
   logged_done_.clear();
-  rec.num_examples = buffered_examples_;
-  rec.mean_train_loss = buffered_loss_count_ ? buffered_loss_ / static_cast<double>(buffered_loss_count_) : 0.0;
-  buffered_examples_ = 0;
-  buffered_loss_ = 0.0;
-  buffered_loss_count_ = 0;
+  tally_.FillRecord(&rec);
+  tally_ = {};
   head_version_ = next->version();
   auto shared = std::make_shared<ModelState>(std::move(next).value());
   head_model_ = shared;
@@ -340,9 +285,9 @@ std::optional<PendingCommit> AsyncEngine::TakeCommit() {
 
 Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
   const uint64_t version = commit.record.model_version;
-  if (commits_running_ == 0 || version != model_->version() + 1) {
+  if (commits_running_ == 0 || version != published_->version() + 1) {
     return InternalError("version " + std::to_string(version) + " handed back out of order (the last committed is " +
-                         std::to_string(model_->version()) + ")");
+                         std::to_string(published_->version()) + ")");
   }
   --commits_running_;
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
@@ -350,12 +295,9 @@ Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
     sticky_error_ = committed.WithContext("checkpoint of version " + std::to_string(version));
     return sticky_error_;
   }
-  if (head_model_ == commit.model) head_model_.reset();  // it becomes model_
-  model_ = std::move(commit.model);
+  if (head_model_ == commit.model) head_model_.reset();  // it becomes the published model
   ++poll_epoch_;
-  model_sha256_ = commit.record.model_sha256;
-  sticky_error_ = EvaluatePublished(evaluator_, store_, *model_, &commit.record);
-  history_.push_back(std::move(commit.record));
+  sticky_error_ = published_->Publish(std::move(commit.model), std::move(commit.record));
   return sticky_error_;
 }
 
@@ -365,39 +307,28 @@ Status AsyncEngine::Tick() {
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     if (now - it->second.issued_ms >= options_.task_timeout_ms) {
       task_of_client_.erase(it->second.client_id);
-      if (compass_) compass_->Abandon(it->second.client_id);
+      policy_->Abandon(it->second.client_id);
       it = tasks_.erase(it);
       ++poll_epoch_;
     } else {
       ++it;
     }
   }
-  if (compass_) {
-    for (uint64_t group : compass_->Overdue(now)) {
-      if (finished()) break;
-      PLEXUS_RETURN_IF_ERROR(PublishGroup(group));
-    }
-  }
-  return Status::Ok();
+  return policy_->Tick(now, this);
 }
 
 EngineStatus AsyncEngine::status() const {
   EngineStatus s;
-  s.mode = ModeName(compass_ ? Mode::kSemiAsync : Mode::kAsync);
-  s.model_version = model_->version();
-  s.round = finished() ? model_->version() : model_->version() + 1;
-  s.known_clients = clients_.known_count();
-  s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
+  s.mode = ModeName(policy_->mode());
+  published_->FillStatus(finished(), &s);
+  clients_.FillStatus(&s);
   s.round_selected = static_cast<int64_t>(tasks_.size());
-  s.round_received = static_cast<int64_t>(buffer_->size() + late_.size());
-  for (const auto& [group, held] : held_) s.round_received += static_cast<int64_t>(held.size());
+  s.round_received = static_cast<int64_t>(buffer_->size() + policy_->held());
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
   s.aggregates_nonfinite = versions_refused_nonfinite_;
   s.updates_stale = updates_stale_;
-  s.last_accuracy = LastAccuracy(history_);
-  if (compass_) s.schedule = compass_->Clients();
-  s.finished = finished();
+  s.schedule = policy_->Schedule();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
 }

@@ -9,11 +9,11 @@
 // `max_staleness` are refused.
 // With buffer_size = 1 this is FedAsync in delta form: x += server_lr * s(tau) * delta.
 //
-// Semi-asynchronous mode (FedCompass, `semi_async`): a CompassScheduler gives each task a number
-// of local steps so that clients of similar speed arrive together; arrivals are held per group
-// and the group (with any late arrivals from earlier groups) is merged and published when its
-// last member arrives or its latest time passes (checked by Tick). A client's first update,
-// before its speed is known, is published on its own. buffer_size does not apply there.
+// When a version is published is its ArrivalPolicy's call (arrival_policy.h): FedBuff's every
+// `buffer_size` updates, or, in semi-asynchronous mode (FedCompass, `semi_async`),
+// CompassArrivals': tasks get local steps so that clients of similar speed arrive together, and
+// each group (with any late arrivals from earlier groups) is merged and published when its last
+// member arrives or its latest time passes (checked by Tick). buffer_size does not apply there.
 //
 // Durability: every update is logged in the store (Store::LogUpdate) before Submit returns OK,
 // and each committed version's record names the log entries it makes obsolete. Open folds the
@@ -32,11 +32,14 @@
 #include "aggregators/fedbuff.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "server/coordinator/arrival_policy.h"
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/compass_scheduler.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
+#include "server/coordinator/published_versions.h"
 #include "server/coordinator/shared_engine_options.h"
+#include "server/coordinator/update_tally.h"
 
 namespace plexus {
 
@@ -63,7 +66,7 @@ struct AsyncOptions : SharedEngineOptions {
   Status Validate() const;
 };
 
-class AsyncEngine final : public Engine {
+class AsyncEngine final : public Engine, private VersionBuilder {
  public:
   static Result<std::unique_ptr<AsyncEngine>> Open(const AsyncOptions& options, const ModelState& initial_model,
                                                    Store* store, const Clock* clock, ModelEvaluator* evaluator,
@@ -82,11 +85,11 @@ class AsyncEngine final : public Engine {
   Status Tick() override;
 
   // The last committed version (with commit_outside, newer ones may be queued for their commit).
-  const ModelState& model() const override { return *model_; }
-  std::shared_ptr<const ModelState> model_snapshot() const override { return model_; }
-  bool finished() const override { return model_->version() >= static_cast<uint64_t>(options_.rounds); }
+  const ModelState& model() const override { return published_->model(); }
+  std::shared_ptr<const ModelState> model_snapshot() const override { return published_->snapshot(); }
+  bool finished() const override { return published_->version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
-  const std::vector<RoundRecord>& history() const override { return history_; }
+  const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return description_; }
   uint64_t poll_epoch() const override { return poll_epoch_; }
   std::optional<PendingCommit> TakeCommit() override;
@@ -103,21 +106,16 @@ class AsyncEngine final : public Engine {
   };
 
   AsyncEngine(const AsyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
-  // An acknowledged update with its entry in the store's update log.
-  struct Logged {
-    Update update;
-    uint64_t seq = 0;
-  };
-  // Folds `update` into the buffer with its staleness now and notes it for the version's record;
-  // counts it accepted or refused (a refused one's log entry is forgotten with the next commit).
-  Status Fold(Logged logged, uint64_t group = 0);
+  // VersionBuilder, for the policy: Fold folds the update into the buffer with its staleness now
+  // and notes it for the version's record, counting it accepted or refused (a refused one's log
+  // entry is forgotten with the next commit).
+  Status Fold(LoggedUpdate logged, uint64_t group) override;
+  Status Publish() override;
+  size_t folded() const override { return buffer_->size(); }
   // Logs an update that passed every check, before it is acknowledged; a failure is sticky.
-  Result<Logged> LogAccepted(Update update);
-  // Open: folds again what the log holds.
+  Result<LoggedUpdate> LogAccepted(Update update);
+  // Open: hands the policy again what the log holds.
   Status RestoreLogged();
-  Status Publish();
-  // Semi-asynchronous: merges the group's held updates and the late ones, then publishes.
-  Status PublishGroup(uint64_t group);
 
   // Constant after construction.
   const AsyncOptions options_;
@@ -127,9 +125,8 @@ class AsyncEngine final : public Engine {
   std::unique_ptr<FedBuffBuffer> buffer_;
   std::string description_;
 
-  std::shared_ptr<const ModelState> model_;  // never changed in place: a new version is a new object
-  std::string model_sha256_;
-  uint64_t head_version_ = 0;  // newest aggregated version, committed or not
+  std::optional<PublishedVersions> published_;  // the committed versions; set by Open
+  uint64_t head_version_ = 0;                   // newest aggregated version, committed or not
   // The model of head_version_ while its commit is queued or running (shared with the commit,
   // only read meanwhile); null once it is model_.
   std::shared_ptr<ModelState> head_model_;
@@ -140,16 +137,11 @@ class AsyncEngine final : public Engine {
   std::map<std::string, OpenTask> tasks_;              // task id -> task
   std::map<std::string, std::string> task_of_client_;  // client id -> task id
   uint64_t next_task_ = 0;
-  int64_t buffered_examples_ = 0;
-  double buffered_loss_ = 0.0;
-  int64_t buffered_loss_count_ = 0;
-  std::vector<RoundRecord> history_;
-  std::unique_ptr<CompassScheduler> compass_;     // semi-asynchronous mode only
-  std::map<uint64_t, std::vector<Logged>> held_;  // group -> updates that arrived on time
-  std::vector<MergedUpdate> merged_;              // folded into the buffer since the last version
-  std::vector<Logged> late_;                      // arrived after their group closed
-  uint64_t next_log_seq_ = 1;                     // the next update's log entry
-  std::vector<uint64_t> logged_done_;             // log entries the next commit forgets
+  UpdateTally tally_;                      // of the updates folded into the buffer since the last version
+  std::unique_ptr<ArrivalPolicy> policy_;  // FedBuff's or FedCompass's
+  std::vector<MergedUpdate> merged_;       // folded into the buffer since the last version
+  uint64_t next_log_seq_ = 1;              // the next update's log entry
+  std::vector<uint64_t> logged_done_;      // log entries the next commit forgets
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   uint64_t poll_epoch_ = 0;

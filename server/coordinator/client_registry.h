@@ -37,6 +37,12 @@ class ClientRegistry {
   // Clients heard from within the timeout, sorted by id.
   std::vector<std::string> Connected() const;
   int64_t known_count() const { return static_cast<int64_t>(last_seen_ms_.size()); }
+  // Sets the status's known and connected client counts.
+  template <typename Status>
+  void FillStatus(Status* s) const {
+    s->known_clients = known_count();
+    s->connected_clients = static_cast<int64_t>(Connected().size());
+  }
 
  private:
   Store* const store_;

@@ -62,12 +62,11 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
   e->backups_ = std::move(backups);
 
-  PLEXUS_ASSIGN_OR_RETURN(RestoredState restored, RestoreEngineState(store, initial_model));
-  e->model_ = std::make_shared<const ModelState>(std::move(restored.model));
-  e->model_sha256_ = e->model_->ContentSha256();
+  RestoredState restored;
+  PLEXUS_ASSIGN_OR_RETURN(PublishedVersions published,
+                          PublishedVersions::Open(store, evaluator, initial_model, &restored));
+  e->published_.emplace(std::move(published));
   e->clients_.Restore(restored.client_ids);
-  e->history_ = std::move(restored.history);
-  PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &e->history_));
   PLEXUS_RETURN_IF_ERROR(e->aggregator_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
   e->idle_since_ms_ = clock->NowMs();
@@ -77,7 +76,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
 
 Status SyncEngine::RestoreOpenRound() {
   PLEXUS_ASSIGN_OR_RETURN(std::optional<OpenRoundRecord> saved, store_->GetOpenRound());
-  if (!saved || saved->round != model_->version() + 1 || finished()) return Status::Ok();
+  if (!saved || saved->round != published_->version() + 1 || finished()) return Status::Ok();
   OpenRound r;
   r.round = saved->round;
   r.attempt = saved->attempt;
@@ -87,17 +86,13 @@ Status SyncEngine::RestoreOpenRound() {
     r.client_of_task[task] = client;
   }
   r.wait_for = WaitFor(r.task_of_client);
-  PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(*model_));
+  PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(published_->model()));
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
   for (const Update& u : accepted) {
     if (!r.task_of_client.count(u.client_id)) continue;
     PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
-    r.examples += u.num_examples;
-    if (auto it = u.metrics.find("train_loss"); it != u.metrics.end()) {
-      r.loss_sum += it->second;
-      ++r.loss_count;
-    }
+    r.tally.Add(u);
   }
   attempts_ = r.attempt;
   open_ = std::move(r);
@@ -119,7 +114,7 @@ void SyncEngine::MaybeStartRound() {
   if (!enough) return;
 
   OpenRound r;
-  r.round = model_->version() + 1;
+  r.round = published_->version() + 1;
   r.attempt = attempts_;
   r.deadline_ms = now + options_.round_deadline_ms;
   Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
@@ -135,7 +130,7 @@ void SyncEngine::MaybeStartRound() {
   }
   r.wait_for = WaitFor(r.task_of_client);
   // Begin cannot fail for a valid model; a failure here would be a programming error.
-  Status begun = aggregator_->Begin(*model_);
+  Status begun = aggregator_->Begin(published_->model());
   OpenRoundRecord saved{r.round, r.attempt, {r.task_of_client.begin(), r.task_of_client.end()}};
   if (begun.ok()) begun = store_->PutOpenRound(saved);
   if (!begun.ok()) {
@@ -157,8 +152,8 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
   Task t;
   t.task_id = open_->task_of_client.at(client_id);
   t.round = open_->round;
-  t.model_version = model_->version();
-  t.model_sha256 = model_sha256_;
+  t.model_version = published_->version();
+  t.model_sha256 = published_->sha256();
   t.hyperparams = options_.task;
   t.deadline_ms = open_->deadline_ms;
   return t;
@@ -217,10 +212,10 @@ Status SyncEngine::Submit(Update update) {
     return open;
   }
   if (open_->submitted.count(update.client_id)) return Status::Ok();  // idempotent retry
-  if (update.base_version != model_->version()) {
+  if (update.base_version != published_->version()) {
     ++updates_refused_;
     return FailedPreconditionError("update trained from version " + std::to_string(update.base_version) +
-                                   " but the round is on version " + std::to_string(model_->version()));
+                                   " but the round is on version " + std::to_string(published_->version()));
   }
   Status folded = aggregator_->Fold(update);
   if (!folded.ok()) {
@@ -241,11 +236,7 @@ Status SyncEngine::Submit(Update update) {
     }
     open_->update_sq_norms += simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
   }
-  open_->examples += update.num_examples;
-  if (auto it = update.metrics.find("train_loss"); it != update.metrics.end()) {
-    open_->loss_sum += it->second;
-    ++open_->loss_count;
-  }
+  open_->tally.Add(update);
   if (open_->submitted.size() >= open_->wait_for) return CloseRound();
   return Status::Ok();
 }
@@ -294,9 +285,8 @@ Status SyncEngine::CloseRound() {
   rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
   rec.num_updates = static_cast<int64_t>(open_->submitted.size());
   rec.num_dropped = rec.num_selected - rec.num_updates;
-  rec.num_examples = open_->examples;
   rec.attempts = attempts_ + 1;
-  rec.mean_train_loss = open_->loss_count ? open_->loss_sum / static_cast<double>(open_->loss_count) : 0.0;
+  open_->tally.FillRecord(&rec);
   Status committed = store_->CommitRound(rec, *next, aggregator_->SaveState());
   if (!committed.ok()) {
     // Memory and disk would disagree from here on: stop accepting state changes.
@@ -304,14 +294,11 @@ Status SyncEngine::CloseRound() {
     return sticky_error_;
   }
   if (backups_->dynamic()) LearnFromRound(*next);
-  model_ = std::make_shared<const ModelState>(std::move(next).value());
-  model_sha256_ = rec.model_sha256;
   open_.reset();
   ++poll_epoch_;
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
-  sticky_error_ = EvaluatePublished(evaluator_, store_, *model_, &rec);
-  history_.push_back(rec);
+  sticky_error_ = published_->Publish(std::make_shared<const ModelState>(std::move(next).value()), std::move(rec));
   return sticky_error_;
 }
 
@@ -321,7 +308,7 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
     if (!open_->submitted.count(client)) backups_->ObserveCancelled(client, now - since);
   }
   double step = 0.0;
-  const std::span<const float> a = next.data(), b = model_->data();
+  const std::span<const float> a = next.data(), b = published_->model().data();
   for (size_t j = 0; j < a.size(); ++j) {
     const double d = static_cast<double>(a[j]) - b[j];
     step += d * d;
@@ -332,10 +319,8 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
 EngineStatus SyncEngine::status() const {
   EngineStatus s;
   s.mode = ModeName(Mode::kSync);
-  s.model_version = model_->version();
-  s.round = finished() ? model_->version() : model_->version() + 1;
-  s.known_clients = clients_.known_count();
-  s.connected_clients = static_cast<int64_t>(clients_.Connected().size());
+  published_->FillStatus(finished(), &s);
+  clients_.FillStatus(&s);
   if (open_) {
     s.round_selected = static_cast<int64_t>(open_->task_of_client.size());
     s.round_received = static_cast<int64_t>(open_->submitted.size());
@@ -343,8 +328,6 @@ EngineStatus SyncEngine::status() const {
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
   s.aggregates_nonfinite = rounds_refused_nonfinite_;
-  s.last_accuracy = LastAccuracy(history_);
-  s.finished = finished();
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
 }

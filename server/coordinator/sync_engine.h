@@ -36,7 +36,9 @@
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
+#include "server/coordinator/published_versions.h"
 #include "server/coordinator/shared_engine_options.h"
+#include "server/coordinator/update_tally.h"
 #include "server/store/store.h"
 
 namespace plexus {
@@ -83,11 +85,11 @@ class SyncEngine final : public Engine {
   // event). Returns the sticky error, if any.
   Status Tick() override;
 
-  const ModelState& model() const override { return *model_; }
-  std::shared_ptr<const ModelState> model_snapshot() const override { return model_; }
-  bool finished() const override { return model_->version() >= static_cast<uint64_t>(options_.rounds); }
+  const ModelState& model() const override { return published_->model(); }
+  std::shared_ptr<const ModelState> model_snapshot() const override { return published_->snapshot(); }
+  bool finished() const override { return published_->version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
-  const std::vector<RoundRecord>& history() const override { return history_; }
+  const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return strategy_description_; }
   uint64_t poll_epoch() const override { return poll_epoch_; }
 
@@ -102,9 +104,7 @@ class SyncEngine final : public Engine {
     std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
     size_t wait_for = 0;                                // updates that close the round
     double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
-    int64_t examples = 0;
-    double loss_sum = 0.0;
-    int64_t loss_count = 0;
+    UpdateTally tally;                                  // of the submitted updates
   };
 
   SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
@@ -127,14 +127,12 @@ class SyncEngine final : public Engine {
   std::unique_ptr<Aggregator> aggregator_;
   std::string strategy_description_;
 
-  std::shared_ptr<const ModelState> model_;  // never changed in place: a new version is a new object
-  std::string model_sha256_;
+  std::optional<PublishedVersions> published_;  // set by Open
   ClientRegistry clients_;
   std::optional<BackupWorkers> backups_;
   std::optional<OpenRound> open_;
   int64_t attempts_ = 0;       // abandoned attempts of the current round
   int64_t idle_since_ms_ = 0;  // when the engine last became ready for a new round
-  std::vector<RoundRecord> history_;
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   int64_t rounds_refused_nonfinite_ = 0;  // attempts abandoned because their aggregate was not finite

@@ -1,0 +1,24 @@
+#include "server/coordinator/published_versions.h"
+
+namespace plexus {
+
+Result<PublishedVersions> PublishedVersions::Open(Store* store, ModelEvaluator* evaluator, const ModelState& initial,
+                                                  RestoredState* rest) {
+  PLEXUS_ASSIGN_OR_RETURN(*rest, RestoreEngineState(store, initial));
+  PublishedVersions v(store, evaluator);
+  v.model_ = std::make_shared<const ModelState>(std::move(rest->model));
+  v.sha256_ = v.model_->ContentSha256();
+  v.history_ = std::move(rest->history);
+  PLEXUS_RETURN_IF_ERROR(EvaluateUnevaluated(evaluator, store, &v.history_));
+  return v;
+}
+
+Status PublishedVersions::Publish(std::shared_ptr<const ModelState> model, RoundRecord record) {
+  model_ = std::move(model);
+  sha256_ = record.model_sha256;
+  Status evaluated = EvaluatePublished(evaluator_, store_, *model_, &record);
+  history_.push_back(std::move(record));
+  return evaluated;
+}
+
+}  // namespace plexus
