@@ -44,21 +44,6 @@ std::string ClientName(size_t i) {
 
 }  // namespace
 
-Status SimOptions::Validate() const {
-  if (clients <= 0) return InvalidArgumentError("--clients must be positive");
-  if (mode == Mode::kSync && sync.clients_per_round > clients) {
-    return InvalidArgumentError("--clients-per-round (" + std::to_string(sync.clients_per_round) +
-                                ") exceeds --clients (" + std::to_string(clients) + ")");
-  }
-  if (examples_per_client < 0) return InvalidArgumentError("--examples-per-client must not be negative");
-  PLEXUS_RETURN_IF_ERROR(devices.Validate());
-  if (!(server_mbps >= 0)) return InvalidArgumentError("--server-mbps must not be negative (0 = unlimited)");
-  PLEXUS_RETURN_IF_ERROR(ParseAttack(attack).status());
-  if (!codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(codec).status());
-  if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
-  return Status::Ok();
-}
-
 namespace {
 
 // One federation in virtual time, on an EventNetwork: node 0 is the server, node i + 1 client i
@@ -354,35 +339,6 @@ class FederationSim {
   SimResult result_;
   std::chrono::steady_clock::time_point start_;
 };
-
-}  // namespace
-
-namespace {
-
-// A synchronous round closes at its deadline only with --min-clients updates in: when fewer
-// clients than that can ever finish a task (download, local steps, upload) within the deadline,
-// every round would fail forever. Refused before anything runs.
-Status CheckRoundsCanClose(const SimOptions& o, const ClientData& data, size_t num_params) {
-  const auto n = static_cast<size_t>(o.clients);
-  const std::vector<double> ms_per_step = o.devices.Assign(n, o.seed);
-  std::vector<double> task_ms(n);
-  for (size_t i = 0; i < n; ++i) {
-    task_ms[i] = o.devices.TaskMs(o.sync.task.StepsFor(data.examples(i)), ms_per_step[i], num_params * sizeof(float),
-                                  o.devices.BandwidthFactor(i, o.seed));
-  }
-  const auto needed = static_cast<size_t>(
-      std::clamp<int64_t>(o.sync.min_clients > 0 ? o.sync.min_clients : o.sync.clients_per_round, 1, o.clients));
-  std::nth_element(task_ms.begin(), task_ms.begin() + static_cast<std::ptrdiff_t>(needed - 1), task_ms.end());
-  const double reachable_ms = task_ms[needed - 1];
-  if (reachable_ms <= static_cast<double>(o.sync.round_deadline_ms)) return Status::Ok();
-  char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "no round could close: even the %zu fastest clients need %.0f virtual s for a task (download, "
-                "local steps, upload) and a round's deadline is %.0f s; raise --round-deadline-s, or lower "
-                "--local-steps/--local-epochs or --ms-per-step",
-                needed, reachable_ms / 1000.0, static_cast<double>(o.sync.round_deadline_ms) / 1000.0);
-  return InvalidArgumentError(buf);
-}
 
 }  // namespace
 

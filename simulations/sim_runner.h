@@ -77,6 +77,14 @@ struct SimResult {
   std::string strategy;
 };
 
+class ClientData;
+
+// A synchronous round closes at its deadline only with --min-clients updates in: when fewer
+// clients than that can ever finish a task (download, local steps, upload) within the deadline,
+// every round would fail forever. InvalidArgument naming the flags to change; RunSimulation
+// calls it in sync mode before anything runs.
+Status CheckRoundsCanClose(const SimOptions& o, const ClientData& data, size_t num_params);
+
 // InvalidArgument for inconsistent options (e.g. more clients per round than clients).
 // `on_round` (optional) is called after each published version, for progress output.
 Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
