@@ -3,22 +3,19 @@
 #include <string>
 
 namespace plexus {
-namespace {
 
-Status Positive(int64_t v, const char* field) {
+Status PositiveOption(int64_t v, const char* field) {
   if (v > 0) return Status::Ok();
   return InvalidArgumentError(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
 }
 
-}  // namespace
-
 Status SharedEngineOptions::ValidateShared() const {
-  PLEXUS_RETURN_IF_ERROR(Positive(rounds, "rounds"));
-  PLEXUS_RETURN_IF_ERROR(Positive(client_timeout_ms, "client timeout"));
-  PLEXUS_RETURN_IF_ERROR(Positive(poll_retry_ms, "poll retry"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(rounds, "rounds"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(client_timeout_ms, "client timeout"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(poll_retry_ms, "poll retry"));
   if (task.local_steps < 0) return InvalidArgumentError("local-steps must not be negative");
-  if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(Positive(task.local_epochs, "local-epochs"));
-  PLEXUS_RETURN_IF_ERROR(Positive(task.batch_size, "batch-size"));
+  if (task.local_steps == 0) PLEXUS_RETURN_IF_ERROR(PositiveOption(task.local_epochs, "local-epochs"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(task.batch_size, "batch-size"));
   if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
   if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
   return Status::Ok();

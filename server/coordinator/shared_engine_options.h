@@ -20,4 +20,7 @@ struct SharedEngineOptions {
   Status ValidateShared() const;
 };
 
+// InvalidArgument "<field> must be positive (got <v>)" unless v > 0: for the modes' own checks.
+Status PositiveOption(int64_t v, const char* field);
+
 }  // namespace plexus

@@ -10,24 +10,16 @@
 #include "core/rng.h"
 
 namespace plexus {
-namespace {
-
-Status Positive(int64_t v, const char* field) {
-  if (v > 0) return Status::Ok();
-  return InvalidArgumentError(std::string(field) + " must be positive (got " + std::to_string(v) + ")");
-}
-
-}  // namespace
 
 Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(ValidateShared());
-  PLEXUS_RETURN_IF_ERROR(Positive(clients_per_round, "clients-per-round"));
-  PLEXUS_RETURN_IF_ERROR(Positive(min_clients, "min-clients"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(clients_per_round, "clients-per-round"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(min_clients, "min-clients"));
   if (min_clients > clients_per_round) {
     return InvalidArgumentError("min-clients (" + std::to_string(min_clients) + ") cannot exceed clients-per-round (" +
                                 std::to_string(clients_per_round) + ")");
   }
-  PLEXUS_RETURN_IF_ERROR(Positive(round_deadline_ms, "round deadline"));
+  PLEXUS_RETURN_IF_ERROR(PositiveOption(round_deadline_ms, "round deadline"));
   if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
   if (!(overselect >= 1.0 && overselect <= 10.0)) return InvalidArgumentError("overselect must lie in [1, 10]");
   PLEXUS_RETURN_IF_ERROR(BackupWorkers::Parse(backup_workers).status());
