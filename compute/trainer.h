@@ -74,7 +74,10 @@ class Trainer {
   virtual Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) = 0;
 };
 
+#if PLEXUS_WITH_TORCH
 // A LibTorch CPU trainer for one of the models in model_zoo.h, using `threads` intra-op threads.
+// Only in builds with LibTorch (PLEXUS_WITH_TORCH; an edge build may leave it out).
 Result<std::unique_ptr<Trainer>> MakeTorchTrainer(const std::string& model_name, int threads);
+#endif
 
 }  // namespace plexus

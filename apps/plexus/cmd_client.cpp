@@ -29,7 +29,11 @@ struct ClientFlags {
   std::string tls_ca, tls_cert, tls_key;
   std::string token_file;
   int threads = 1;
+#if PLEXUS_WITH_TORCH
   std::string trainer = "torch";
+#else
+  std::string trainer = "portable";  // this build has no LibTorch
+#endif
   edge::DeviceConditions device;
   double device_check_s = 5;
 };
@@ -39,9 +43,14 @@ void RunClient(const ClientFlags& f) {
     throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
   }
   PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
-  Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
-  auto parts = Take(PartitionIndices(train.labels, spec, f.num_partitions, f.seed), "partition");
-  DatasetView local{&train, parts[static_cast<size_t>(f.partition_index)]};
+  // Only the client's partition is kept (converted to floats): a device must not hold the whole
+  // data set.
+  Dataset train = Take(LoadFashionMnist(
+      f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+        PLEXUS_ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, spec, f.num_partitions, f.seed));
+        return std::move(parts[static_cast<size_t>(f.partition_index)]);
+      }));
+  DatasetView local = DatasetView::All(train);
   spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(),
                local.size());
 
@@ -85,8 +94,14 @@ void RunClient(const ClientFlags& f) {
   const bool portable = f.trainer == "portable";
   ClientRuntime runtime(
       o, transport.get(),
-      [threads, portable](const std::string& model) {
-        return portable ? MakePortableTrainer(model) : MakeTorchTrainer(model, threads);
+      [threads, portable](const std::string& model) -> Result<std::unique_ptr<Trainer>> {
+#if PLEXUS_WITH_TORCH
+        if (!portable) return MakeTorchTrainer(model, threads);
+#else
+        (void)threads;
+        (void)portable;  // --trainer accepts only "portable" here
+#endif
+        return MakePortableTrainer(model);
       },
       local);
   // The runtime checks the stop flag between steps; this watcher cancels the call in progress
@@ -163,10 +178,17 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--device-check-s", f->device_check_s, "While the device policy says no, check again this often")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
+#if PLEXUS_WITH_TORCH
   cmd->add_option("--trainer", f->trainer,
                   "torch (LibTorch) or portable (plain C++, the same bits on every architecture; slower)")
       ->check(CLI::IsMember({"torch", "portable"}))
       ->capture_default_str();
+#else
+  cmd->add_option("--trainer", f->trainer,
+                  "portable (plain C++, the same bits on every architecture): this build has no LibTorch")
+      ->check(CLI::IsMember({"portable"}))
+      ->capture_default_str();
+#endif
   AddConfigOption(cmd);
   cmd->callback([f] { RunClient(*f); });
 }

@@ -6,82 +6,11 @@
 
 #include "compute/model_zoo.h"
 #include "core/rng.h"
+#include "tests/compute/noise_data.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
 namespace {
-
-// n images of noise with labels 0..9 in turn: something to learn from, the same for both trainers.
-Dataset NoiseData(size_t n, uint64_t seed) {
-  Dataset d;
-  Rng rng(seed);
-  d.labels.resize(n);
-  d.pixels.resize(n * 784);
-  for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
-  for (float& p : d.pixels) p = static_cast<float>(rng.Normal());
-  return d;
-}
-
-// The largest difference between two models of one layout.
-double MaxDifference(const ModelState& a, const ModelState& b) {
-  double worst = 0.0;
-  for (size_t i = 0; i < a.data().size(); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a.data()[i]) - b.data()[i]));
-  }
-  return worst;
-}
-
-struct Case {
-  std::string model;
-  int64_t steps;
-  double prox_mu;
-  double tolerance;
-};
-
-class PortableTrainerTest : public ::testing::TestWithParam<Case> {};
-
-TEST_P(PortableTrainerTest, MatchesLibTorch) {
-  const Case& c = GetParam();
-  const Dataset data = NoiseData(96, 3);
-  const DatasetView view = DatasetView::All(data);
-  ModelState start = *InitModel(c.model, 11);
-  TrainOptions o;
-  o.local_steps = c.steps;
-  o.batch_size = 32;
-  o.learning_rate = 0.05;
-  o.momentum = 0.9;
-  o.prox_mu = c.prox_mu;
-  o.seed = 5;
-  auto torch = MakeTorchTrainer(c.model, 1);
-  auto portable = MakePortableTrainer(c.model);
-  ASSERT_OK(torch);
-  ASSERT_OK(portable);
-  auto expected = (*torch)->Train(start, view, o);
-  auto got = (*portable)->Train(start, view, o);
-  ASSERT_OK(expected);
-  ASSERT_OK(got);
-  EXPECT_GT(MaxDifference(got->weights, start), 1e-4) << "nothing was trained";
-  EXPECT_LE(MaxDifference(got->weights, expected->weights), c.tolerance);
-  EXPECT_NEAR(got->mean_loss, expected->mean_loss, 1e-5);
-  EXPECT_EQ(got->steps, expected->steps);
-  EXPECT_EQ(got->num_examples, expected->num_examples);
-
-  auto eval_expected = (*torch)->Evaluate(got->weights, view);
-  auto eval_got = (*portable)->Evaluate(got->weights, view);
-  ASSERT_OK(eval_expected);
-  ASSERT_OK(eval_got);
-  EXPECT_DOUBLE_EQ(eval_got->accuracy, eval_expected->accuracy);
-  EXPECT_NEAR(eval_got->loss, eval_expected->loss, 1e-5);
-}
-
-// One step is the criterion (1e-5 per parameter); more steps with momentum and the
-// proximal term drift a little further apart through rounding.
-INSTANTIATE_TEST_SUITE_P(Models, PortableTrainerTest,
-                         ::testing::Values(Case{"mlp", 1, 0.0, 1e-5}, Case{"cnn", 1, 0.0, 1e-5},
-                                           Case{"mlp", 6, 0.01, 1e-4}),
-                         [](const auto& info) {
-                           return info.param.model + "_" + std::to_string(info.param.steps) + "_steps";
-                         });
 
 TEST(PortableTrainer, GivesTheSameBitsEveryTime) {
   const Dataset data = NoiseData(64, 9);
@@ -99,6 +28,35 @@ TEST(PortableTrainer, GivesTheSameBitsEveryTime) {
   ASSERT_OK(x);
   ASSERT_OK(y);
   EXPECT_EQ(x->weights.ContentSha256(), y->weights.ContentSha256());
+}
+
+// The portable trainer's promise: the same bits on every architecture. The hashes below were
+// computed on x86-64; the aarch64 and riscv64 builds run this test under qemu
+// (scripts/cross-build.sh) and must reproduce them. The data are made from integers only, so
+// that nothing but the trainer's own arithmetic could differ.
+TEST(PortableTrainer, KnownBitsOnEveryArchitecture) {
+  Dataset data;
+  Rng rng(77);
+  data.labels.resize(96);
+  data.pixels.resize(96 * 784);
+  for (size_t i = 0; i < data.labels.size(); ++i) data.labels[i] = static_cast<uint8_t>(rng.NextU64() % 10);
+  for (float& p : data.pixels) p = static_cast<float>(rng.NextU64() % 256) / 255.0f;
+  TrainOptions o;
+  o.local_steps = 3;
+  o.batch_size = 32;
+  o.learning_rate = 0.05;
+  o.momentum = 0.9;
+  o.seed = 5;
+  for (const auto& [model, expected] :
+       {std::pair<std::string, std::string>{"mlp", "38a55e2b10792258842b5b86fd419346dad1107a886cff7cd42067953577d9f1"},
+        std::pair<std::string, std::string>{"cnn",
+                                            "ac2adaed347c15c94951edb8565c2f33ac2e9ead1ad03dae40f12f20383affaf"}}) {
+    auto trainer = MakePortableTrainer(model);
+    ASSERT_OK(trainer);
+    auto out = (*trainer)->Train(*InitModel(model, 3), DatasetView::All(data), o);
+    ASSERT_OK(out);
+    EXPECT_EQ(out->weights.ContentSha256(), expected) << model;
+  }
 }
 
 TEST(PortableTrainer, RefusesUnknownModelsAndWrongLayouts) {
