@@ -11,10 +11,7 @@ source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
 script_no_args "$@"
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
-scripts/build.sh build full >/dev/null
-cmake -DPLEXUS_BUILD_BENCH=ON build >/dev/null
-cmake --build build -j2 --target ingest_durability >/dev/null
+bench/build_bench.sh --full ingest_durability
 disk=$(mktemp -d -p "$PWD/build")
 shm=""
 if [ -d /dev/shm ]; then shm=$(mktemp -d -p /dev/shm); fi

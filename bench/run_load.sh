@@ -30,10 +30,7 @@ case "$what" in
   *) echo "run_load.sh: unknown run '$what' (load, throughput or all); see $0 --help" >&2; exit 2 ;;
 esac
 if [ $# -gt 1 ]; then echo "run_load.sh: takes one argument at most; see $0 --help" >&2; exit 2; fi
-scripts/setup.sh >/dev/null
-scripts/build.sh build full >/dev/null
-cmake -DPLEXUS_BUILD_BENCH=ON build >/dev/null
-cmake --build build -j2 --target federation_load >/dev/null
+bench/build_bench.sh --full federation_load
 ulimit -n 65536 2>/dev/null || true
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -11,10 +11,7 @@ source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
 script_no_args "$@"
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
-scripts/build.sh build full >/dev/null
-cmake -DPLEXUS_BUILD_BENCH=ON build >/dev/null
-cmake --build build -j2 --target peer_exchange >/dev/null
+bench/build_bench.sh --full peer_exchange
 echo "| model | raw TCP GB/s | exchange GB/s | vs raw | with TLS GB/s | vs raw | heap per idle link |"
 echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 table_row='
