@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "server/coordinator/engine.h"
 #include "server/store/store.h"
 
 namespace plexus {
@@ -38,8 +39,7 @@ class ClientRegistry {
   std::vector<std::string> Connected() const;
   int64_t known_count() const { return static_cast<int64_t>(last_seen_ms_.size()); }
   // Sets the status's known and connected client counts.
-  template <typename Status>
-  void FillStatus(Status* s) const {
+  void FillStatus(EngineStatus* s) const {
     s->known_clients = known_count();
     s->connected_clients = static_cast<int64_t>(Connected().size());
   }
