@@ -56,7 +56,7 @@ class SharedDelta {
     if (!payload_) {
       std::string bytes;
       uint64_t total = 0;
-      PLEXUS_RETURN_IF_ERROR(transport->Download(version, &bytes, &total));
+      PLEXUS_RETURN_IF_ERROR(transport->Download(version, &bytes, &total, nullptr));
       PLEXUS_ASSIGN_OR_RETURN(ModelState model, DecodeSafetensors(bytes));
       for (float& x : model.data()) x = 0.001f;
       payload_ = std::make_shared<const std::string>(EncodeSafetensors(model));

@@ -28,6 +28,7 @@ ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transpo
       data_(std::move(data)),
       rng_(options_.seed) {
   client_id_ = options_.client_id;
+  if (client_id_.empty() && options_.state) client_id_ = options_.state->ClientId();
 }
 
 void ClientRuntime::Sleep(int64_t ms) {
@@ -72,6 +73,11 @@ Status ClientRuntime::Join() {
         model_name_ = r->model_name;
       }
       client_id_ = r->client_id;
+      if (options_.state) {
+        if (Status saved = options_.state->SaveClientId(client_id_); !saved.ok()) {
+          spdlog::warn("cannot keep the client id in {}: {}", options_.state->path(), saved.ToString());
+        }
+      }
       ResetBackoff();
       spdlog::info("joined as {} (model {}, {} local examples)", client_id_, r->model_name, data_.size());
       return Status::Ok();
@@ -107,6 +113,7 @@ Result<ClientSummary> ClientRuntime::RunUntilStopped() {
   PLEXUS_RETURN_IF_ERROR(Join());
   summary_.client_id = client_id_;
   std::optional<PollAnswer> next;  // handed back with the last upload
+  PLEXUS_ASSIGN_OR_RETURN(next, DeliverKeptUpdate());
   while (!Stopping()) {
     if (!next) PLEXUS_RETURN_IF_ERROR(WaitForDevice("taking no new task").status());
     Result<PollAnswer> answer = next ? Result<PollAnswer>(*std::exchange(next, std::nullopt))
@@ -138,12 +145,48 @@ Result<ClientSummary> ClientRuntime::RunUntilStopped() {
   return Stopped();
 }
 
+std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::string& sha256) {
+  if (!options_.state) return std::nullopt;
+  bool complete = false;
+  std::string bytes = options_.state->ModelBytes(version, &complete);
+  if (!complete) return std::nullopt;
+  Result<ModelState> model = DecodeSafetensors(bytes);
+  if (!model.ok() || model->ContentSha256() != sha256) {
+    options_.state->DropModel(version);
+    return std::nullopt;
+  }
+  spdlog::info("model version {} from {}", version, options_.state->path());
+  model->set_version(version);
+  return std::move(model).value();
+}
+
 Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   if (cached_model_ && cached_model_->version() == task.model_version) return *cached_model_;
+  if (std::optional<ModelState> kept = KeptModel(task.model_version, task.model_sha256)) {
+    cached_model_ = *kept;
+    return std::move(*kept);
+  }
   std::string bytes;
+  bool keep = options_.state != nullptr;  // the bytes go to the state directory as they arrive
+  if (keep) {
+    bool complete = false;
+    bytes = options_.state->ModelBytes(task.model_version, &complete);
+    if (!bytes.empty()) {
+      spdlog::info("model version {}: resuming the download at byte {} (kept in {})", task.model_version, bytes.size(),
+                   options_.state->path());
+    }
+  }
+  const auto on_bytes = [this, &bytes, &keep, &task](std::string_view piece) {
+    if (!keep) return;
+    Status s = options_.state->AppendModelBytes(task.model_version, bytes.size() - piece.size(), piece);
+    if (!s.ok()) {
+      spdlog::warn("model version {}: not kept on disk any more: {}", task.model_version, s.ToString());
+      keep = false;
+    }
+  };
   uint64_t total = 0;
   while (true) {
-    Status s = transport_->Download(task.model_version, &bytes, &total);
+    Status s = transport_->Download(task.model_version, &bytes, &total, on_bytes);
     if (s.ok()) break;
     if (s.code() == StatusCode::kDataLoss) bytes.clear();  // inconsistent stream: start over
     if (!Transient(s) && s.code() != StatusCode::kDataLoss) return s;
@@ -152,9 +195,17 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   ResetBackoff();
   ++summary_.downloads;
   Result<ModelState> model = DecodeSafetensors(bytes);
-  if (!model.ok()) return model.status().WithContext("model version " + std::to_string(task.model_version));
-  if (model->ContentSha256() != task.model_sha256) {
-    return DataLossError("model version " + std::to_string(task.model_version) + " does not match the task's SHA-256");
+  if (model.ok() && model->ContentSha256() != task.model_sha256) {
+    model = DataLossError("model version " + std::to_string(task.model_version) + " does not match the task's SHA-256");
+  }
+  if (!model.ok()) {
+    if (options_.state) options_.state->DropModel(task.model_version);
+    return model.status().WithContext("model version " + std::to_string(task.model_version));
+  }
+  if (keep) {
+    if (Status s = options_.state->CompleteModel(task.model_version); !s.ok()) {
+      spdlog::warn("model version {}: not kept on disk: {}", task.model_version, s.ToString());
+    }
   }
   model->set_version(task.model_version);
   cached_model_ = *model;
@@ -209,22 +260,57 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
   h.num_examples = out->num_examples;
   h.local_steps = out->steps;
   h.metrics["train_loss"] = out->mean_loss;
+  if (options_.state) {
+    // Kept until the server answers, so that a restart sends it (or its rest) instead of
+    // training again.
+    if (Status kept = options_.state->SavePendingUpload(h, *payload); !kept.ok()) {
+      spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
+    }
+  }
+  return Deliver(std::move(h), payload);
+}
+
+Result<std::optional<PollAnswer>> ClientRuntime::DeliverKeptUpdate() {
+  if (!options_.state) return std::optional<PollAnswer>();
+  std::optional<PendingUpload> kept = options_.state->LoadPendingUpload();
+  if (!kept) return std::optional<PollAnswer>();
+  if (kept->header.client_id != client_id_) {
+    spdlog::warn("dropping the kept update of task {}: it was trained as client {}, this is {}", kept->header.task_id,
+                 kept->header.client_id, client_id_);
+    options_.state->DropPendingUpload();
+    return std::optional<PollAnswer>();
+  }
+  spdlog::info("task {}: sending the update trained before the restart ({} bytes, kept in {})", kept->header.task_id,
+               kept->payload.size(), options_.state->path());
+  ++summary_.uploads_resumed_after_restart;
+  UploadHeader h = std::move(kept->header);
+  h.resume = true;  // the server may hold what arrived before the restart
+  return Deliver(std::move(h), std::make_shared<const std::string>(std::move(kept->payload)));
+}
+
+Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::shared_ptr<const std::string> payload) {
   h.want_next_task = true;
+  const auto forget = [this] {
+    if (options_.state) options_.state->DropPendingUpload();
+  };
   while (true) {
     Result<UploadAck> accepted = transport_->Upload(h, payload);
     if (accepted.ok()) {
+      forget();
       ++summary_.tasks_completed;
       ResetBackoff();
-      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; server at version {})", task.task_id, out->steps,
-                   out->mean_loss, accepted->accepted_for_version);
+      const auto loss = h.metrics.find("train_loss");
+      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; server at version {})", h.task_id, h.local_steps,
+                   loss == h.metrics.end() ? 0.0 : loss->second, accepted->accepted_for_version);
       return std::move(accepted->next);
     }
     const Status s = accepted.status();
     if (Stopping()) return Stopped();  // the call was cancelled, not refused
     if (!Transient(s)) {
       // The round closed, the task expired or the server refused the update: drop it, poll again.
+      forget();
       ++summary_.tasks_refused;
-      spdlog::warn("task {}: update refused: {}", task.task_id, s.ToString());
+      spdlog::warn("task {}: update refused: {}", h.task_id, s.ToString());
       return std::optional<PollAnswer>();
     }
     PLEXUS_RETURN_IF_ERROR(BackOff(s));

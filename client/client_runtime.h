@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "client/client_state_dir.h"
 #include "client/federation_transport.h"
 #include "compute/dataset.h"
 #include "compute/trainer.h"
@@ -43,6 +44,10 @@ struct ClientOptions {
   // again every device_check_ms; the paused task resumes where it stopped.
   std::function<std::string()> device_blocked;
   int64_t device_check_ms = 5000;
+  // Where the client keeps its identity, its model and an update not yet acknowledged, so that
+  // after a restart it resumes a download or an upload from the bytes it had (and the server
+  // kept) instead of starting over. Null: memory only. Not owned.
+  ClientStateDir* state = nullptr;
 };
 
 struct ClientSummary {
@@ -51,7 +56,8 @@ struct ClientSummary {
   int64_t tasks_refused = 0;  // uploads the server refused (e.g. the round had closed)
   int64_t tasks_failed = 0;   // tasks whose local training diverged (nothing uploaded)
   int64_t downloads = 0;
-  int64_t pauses = 0;  // times a running task paused for the device policy
+  int64_t pauses = 0;                         // times a running task paused for the device policy
+  int64_t uploads_resumed_after_restart = 0;  // updates trained by an earlier run, sent by this one
 };
 
 // Builds the trainer for the model the server announces at join.
@@ -76,6 +82,13 @@ class ClientRuntime {
   // upload (nullopt: poll for it).
   Result<std::optional<PollAnswer>> RunTask(const Task& task);
   Result<ModelState> FetchModel(const Task& task);
+  // The model of `version` kept complete in the state directory, if it matches `sha256`.
+  std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);
+  // Uploads an update until the server acknowledges it (its answer for the next task, nullopt:
+  // poll) or refuses it (nullopt); drops the kept copy either way. Retries what is transient.
+  Result<std::optional<PollAnswer>> Deliver(UploadHeader header, std::shared_ptr<const std::string> payload);
+  // Delivers an update an earlier run trained and did not see acknowledged.
+  Result<std::optional<PollAnswer>> DeliverKeptUpdate();
   // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
   Status BackOff(const Status& cause);
   void ResetBackoff() {

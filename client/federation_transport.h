@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "core/task.h"
@@ -49,7 +51,9 @@ class FederationTransport {
   virtual Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) = 0;
   // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
   // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
-  virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) = 0;
+  // `on_bytes`, when set, hears of every piece as it is appended (to keep it on disk).
+  virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
+                          const std::function<void(std::string_view bytes)>& on_bytes) = 0;
   // The transport may hold on to `payload` (without copying it) after returning.
   virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
   // Thread-safe, unlike the calls: ends the calls in progress and every later one with

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
@@ -17,6 +18,9 @@ namespace plexus {
 namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
+// A retried upload at least this large first asks what the server kept of the earlier attempt;
+// for smaller ones the question would cost about as much as sending them again.
+constexpr size_t kMinResumeBytes = 64 << 10;
 constexpr int kMaxMessageBytes = 4 << 20;
 constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 30;
 
@@ -37,7 +41,8 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 
 class GrpcFederationTransport final : public FederationTransport {
  public:
-  GrpcFederationTransport(const std::string& target, const ClientTls& tls) : token_(tls.token) {
+  GrpcFederationTransport(const std::string& target, const ClientTls& tls, const LinkLimits& limits)
+      : token_(tls.token), limits_(limits) {
     SkipAbseilDeadlockDetection();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -83,7 +88,8 @@ class GrpcFederationTransport final : public FederationTransport {
     return AnswerOf(rep);
   }
 
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes) override {
+  Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
+                  const std::function<void(std::string_view bytes)>& on_bytes) override {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
@@ -109,19 +115,20 @@ class GrpcFederationTransport final : public FederationTransport {
       // the client allocate it without sending it.
       if (buffer->capacity() < *total_bytes) buffer->reserve(std::min<uint64_t>(*total_bytes, kMaxReserveBytes));
       buffer->append(chunk.data());
+      if (on_bytes) on_bytes(chunk.data());
     }
     PLEXUS_RETURN_IF_ERROR(FromGrpc(reader->Finish(), "download model " + std::to_string(version)));
     if (buffer->size() != *total_bytes) return UnavailableError("download: stream ended early");
     return Status::Ok();
   }
 
-  // A retried upload larger than a chunk first asks how much of it the server holds from the
+  // A retried upload larger than kMinResumeBytes first asks how much of it the server holds from the
   // interrupted attempt and sends only the rest; a resume the server cannot match is retried
   // from byte 0.
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     AwaitConnection();
     uint64_t offset = 0;
-    if (h.resume && payload->size() > kChunkBytes) {
+    if (h.resume && payload->size() > kMinResumeBytes) {
       Result<uint64_t> held = HeldBytes(h, payload->size());
       if (held.ok() && *held < payload->size()) offset = *held;
     }
@@ -185,8 +192,11 @@ class GrpcFederationTransport final : public FederationTransport {
     grpc::Slice first_slice(first_bytes);
     grpc::ByteBuffer message(&first_slice, 1);
     bool ok = writer->Write(message);
-    for (size_t off = offset; ok && off < payload->size(); off += kChunkBytes) {
-      const size_t n = std::min(kChunkBytes, payload->size() - off);
+    const size_t chunk_bytes = UploadChunkBytes();
+    const auto started = std::chrono::steady_clock::now();
+    for (size_t off = offset; ok && off < payload->size(); off += chunk_bytes) {
+      if (limits_.max_upload_bytes_per_s > 0 && !WaitForPace(started, off - offset)) break;  // shut down
+      const size_t n = std::min(chunk_bytes, payload->size() - off);
       grpc::Slice parts[2] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, n)),
                               SharedBytesSlice(payload, off, n)};
       message = grpc::ByteBuffer(parts, 2);
@@ -201,6 +211,27 @@ class GrpcFederationTransport final : public FederationTransport {
       if (next.ok()) ack.next = std::move(next).value();  // an empty answer: poll as usual
     }
     return ack;
+  }
+
+  // A quarter second's worth of bytes under a rate limit (at least 16 KiB), else kChunkBytes.
+  size_t UploadChunkBytes() const {
+    if (limits_.max_upload_bytes_per_s <= 0) return kChunkBytes;
+    return std::clamp<size_t>(static_cast<size_t>(limits_.max_upload_bytes_per_s / 4), 16 << 10, kChunkBytes);
+  }
+
+  // Waits until `sent` bytes since `started` are within the upload rate limit; false when the
+  // transport was shut down meanwhile.
+  bool WaitForPace(std::chrono::steady_clock::time_point started, size_t sent) {
+    const auto due =
+        started + std::chrono::microseconds(static_cast<int64_t>(static_cast<double>(sent) * 1e6 /
+                                                                 static_cast<double>(limits_.max_upload_bytes_per_s)));
+    while (!shut_down()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= due) return true;
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::milliseconds(50)));
+    }
+    return false;
   }
 
   static Result<PollAnswer> AnswerOf(const v1::PollTaskReply& rep) {
@@ -276,6 +307,7 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
   const std::string token_;
+  const LinkLimits limits_;
   mutable std::mutex calls_mu_;
   std::set<grpc::ClientContext*> calls_;  // calls in progress; guarded by calls_mu_
   bool shut_down_ = false;                // guarded by calls_mu_
@@ -296,8 +328,9 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientTls&
   return grpc::SslCredentials(ssl);
 }
 
-std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls) {
-  return std::make_unique<GrpcFederationTransport>(target, tls);
+std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls,
+                                                                 const LinkLimits& limits) {
+  return std::make_unique<GrpcFederationTransport>(target, tls, limits);
 }
 
 }  // namespace plexus

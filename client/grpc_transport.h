@@ -24,8 +24,16 @@ struct ClientTls {
   bool enabled() const { return !ca_pem.empty(); }
 };
 
+// How fast the client may use its link. 0: as fast as it goes.
+struct LinkLimits {
+  // Uploads are paced to this average (in smaller chunks, so that the pace is even), for slow or
+  // metered links that other traffic shares.
+  int64_t max_upload_bytes_per_s = 0;
+};
+
 // `target` is HOST:PORT; with TLS, HOST must match the server certificate's name.
-std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls = {});
+std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls = {},
+                                                                 const LinkLimits& limits = {});
 
 // The channel credentials for `tls` (insecure when it is not enabled), for other gRPC clients
 // such as `plexus status`.

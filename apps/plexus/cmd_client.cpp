@@ -36,6 +36,8 @@ struct ClientFlags {
 #endif
   edge::DeviceConditions device;
   double device_check_s = 5;
+  std::string state_dir;
+  double max_upload_kib_s = 0;
 };
 
 void RunClient(const ClientFlags& f) {
@@ -89,7 +91,14 @@ void RunClient(const ClientFlags& f) {
     throw CommandError("refusing to send the client token in plaintext to " + f.server +
                        ": add --tls-ca with the server's CA (the server then needs --tls-cert and --tls-key)");
   }
-  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls);
+  std::unique_ptr<ClientStateDir> state;
+  if (!f.state_dir.empty()) {
+    state = Take(ClientStateDir::Open(f.state_dir), "--state-dir");
+    o.state = state.get();
+  }
+  LinkLimits limits;
+  limits.max_upload_bytes_per_s = static_cast<int64_t>(f.max_upload_kib_s * 1024);
+  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls, limits);
   const int threads = f.threads;
   const bool portable = f.trainer == "portable";
   ClientRuntime runtime(
@@ -121,8 +130,8 @@ void RunClient(const ClientFlags& f) {
   runtime_done.store(true);
   stop_watcher.join();
   if (!summary.ok() && summary.status().code() == StatusCode::kCancelled && StopRequested().load()) {
-    spdlog::info("stopped on signal (client {}); run the same command again to continue",
-                 o.client_id.empty() ? "unnamed" : o.client_id);
+    spdlog::info("stopped on signal (client {}); run the same command again to continue{}",
+                 o.client_id.empty() ? "unnamed" : o.client_id, state ? " from what " + f.state_dir + " keeps" : "");
     return;
   }
   if (!summary.ok() && summary.status().code() == StatusCode::kUnavailable) {
@@ -177,6 +186,13 @@ void AddClientCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device-check-s", f->device_check_s, "While the device policy says no, check again this often")
       ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--state-dir", f->state_dir,
+                  "Keep the client's id, model and unsent update here, so that a restarted client resumes its "
+                  "download or upload instead of starting over (default: memory only)");
+  cmd->add_option("--max-upload-kib-s", f->max_upload_kib_s,
+                  "Pace uploads to at most this many KiB per second, for slow or metered links (0: no limit)")
+      ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
 #if PLEXUS_WITH_TORCH
   cmd->add_option("--trainer", f->trainer,

@@ -211,6 +211,7 @@ void RunServer(const ServerFlags& f) {
   } else {
     spdlog::info("stopping on signal; state is in {}, restart to resume", f.db);
   }
+  const ServerMetrics door = server->metrics();
   server->Shutdown();
   if (!final_status.error.empty()) throw CommandError(final_status.error);
 
@@ -229,6 +230,8 @@ void RunServer(const ServerFlags& f) {
     s.model_version = engine->model().version();
     s.final_model_sha256 = engine->model().ContentSha256();
     s.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    s.transfers = RunSummary::Transfers{door.received_upload_bytes, door.uploads_resumed, door.upload_bytes_resumed,
+                                        door.download_bytes};
     Check(WriteSummaryJson(f.summary_out, s));
   }
 }

@@ -41,6 +41,8 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                         {"updates_refused", r.updates_refused()},
                         {"updates_stale", r.updates_stale()},
                         {"uploads_resumed", r.uploads_resumed()},
+                        {"upload_bytes_resumed", r.upload_bytes_resumed()},
+                        {"upload_bytes_received", r.upload_bytes_received()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
     j["refusals"] = nlohmann::json::object();
@@ -72,9 +74,12 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
               static_cast<long long>(r.known_clients()));
   std::printf("in progress       %lld updates in, %lld tasks out\n", static_cast<long long>(r.round_received()),
               static_cast<long long>(r.round_selected()));
-  std::printf("updates           %lld accepted, %lld refused (%lld as stale); %lld uploads resumed\n",
-              static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
-              static_cast<long long>(r.updates_stale()), static_cast<long long>(r.uploads_resumed()));
+  std::printf(
+      "updates           %lld accepted, %lld refused (%lld as stale); %lld uploads resumed (%lld bytes "
+      "not sent again)\n",
+      static_cast<long long>(r.updates_accepted()), static_cast<long long>(r.updates_refused()),
+      static_cast<long long>(r.updates_stale()), static_cast<long long>(r.uploads_resumed()),
+      static_cast<long long>(r.upload_bytes_resumed()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
   if (!r.refusals().empty()) {
     std::map<std::string, int64_t> sorted(r.refusals().begin(), r.refusals().end());

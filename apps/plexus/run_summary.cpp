@@ -54,6 +54,12 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["cpu_time_s"] = CpuTimeSeconds();
   if (s.virtual_time_s) j["virtual_time_s"] = *s.virtual_time_s;
   if (s.tasks_trained) j["tasks_trained"] = *s.tasks_trained;
+  if (s.transfers) {
+    j["transfers"] = {{"upload_bytes_received", s.transfers->upload_bytes_received},
+                      {"uploads_resumed", s.transfers->uploads_resumed},
+                      {"upload_bytes_resumed", s.transfers->upload_bytes_resumed},
+                      {"download_bytes", s.transfers->download_bytes}};
+  }
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
   nlohmann::json rounds = nlohmann::json::array();

@@ -32,6 +32,14 @@ struct RunSummary {
   double wall_time_s = 0.0;
   std::optional<double> virtual_time_s;  // simulator only
   std::optional<int64_t> tasks_trained;  // simulator only
+  // plexus server only: what crossed its door ("transfers" in the JSON).
+  struct Transfers {
+    int64_t upload_bytes_received = 0;  // every payload byte that arrived, accepted or not
+    int64_t uploads_resumed = 0;        // uploads that continued an interrupted one
+    int64_t upload_bytes_resumed = 0;   // bytes those did not send again
+    int64_t download_bytes = 0;         // model bytes sent
+  };
+  std::optional<Transfers> transfers;
 };
 
 // Writes the summary, with the process's peak resident memory so far as "peak_rss_bytes" and the

@@ -89,6 +89,7 @@ struct ServerMetrics {
   EngineStatus engine;
   std::map<std::string, int64_t> refusals;  // refused calls by status code name
   int64_t uploads_resumed = 0;
+  int64_t upload_bytes_resumed = 0;   // bytes resumed uploads did not send again (their offsets)
   int64_t open_polls = 0;             // PollTask calls in progress
   int64_t upload_bytes = 0;           // payload bytes of accepted updates
   int64_t received_upload_bytes = 0;  // payload bytes that arrived in uploads, accepted or not

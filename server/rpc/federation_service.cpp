@@ -233,7 +233,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const double norm = bounded ? L2Norm(u.delta) : std::numeric_limits<double>::quiet_NaN();
 
     std::unique_lock<std::mutex> lock(mu_);
-    if (received->resumed) ++uploads_resumed_;
+    if (received->resumed) {
+      ++uploads_resumed_;
+      upload_bytes_resumed_ += static_cast<int64_t>(received->resumed_from);
+    }
     if (Status within = WithinNormBoundsLocked(header.task_id(), norm); !within.ok())
       return RefuseLocked("upload", within);
     // Commits the engine left to the committer hold a model each: wait while there are too many.
@@ -285,6 +288,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     rep->set_strategy(engine_->strategy_description());
     for (const auto& [code, count] : refusals_) (*rep->mutable_refusals())[code] = count;
     rep->set_uploads_resumed(uploads_resumed_);
+    rep->set_upload_bytes_resumed(upload_bytes_resumed_);
+    rep->set_upload_bytes_received(places_.received_bytes());
     if (!engine_->history().empty()) MergedToProto(engine_->history().back().merged, rep);
     return grpc::Status::OK;
   }
@@ -300,6 +305,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     m.engine = engine_->status();
     m.refusals = refusals_;
     m.uploads_resumed = uploads_resumed_;
+    m.upload_bytes_resumed = upload_bytes_resumed_;
     m.open_polls = open_polls_;
     m.download_bytes = download_bytes_.load();
     m.received_upload_bytes = places_.received_bytes();
@@ -466,6 +472,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
   int open_polls_ = 0;                                     // guarded by mu_; PollTask calls in progress
   int64_t uploads_resumed_ = 0;                            // guarded by mu_
+  int64_t upload_bytes_resumed_ = 0;                       // guarded by mu_
   ServerMetrics upload_metrics_;                           // guarded by mu_; the upload counters
   std::atomic<int64_t> download_bytes_{0};
   bool shutting_down_ = false;                  // guarded by mu_

@@ -50,6 +50,9 @@ std::string PrometheusText(const ServerMetrics& m, int64_t resident_bytes) {
     out += fmt::format("plexus_refused_calls_total{{code=\"{}\"}} {}\n", code, count);
   Metric(&out, "plexus_uploads_resumed_total", "counter", "Uploads that continued an interrupted one.",
          static_cast<double>(m.uploads_resumed));
+  Metric(&out, "plexus_upload_resumed_bytes_total", "counter",
+         "Bytes that resumed uploads did not send again (the offsets they continued from).",
+         static_cast<double>(m.upload_bytes_resumed));
   Metric(&out, "plexus_upload_bytes_total", "counter", "Payload bytes of accepted updates.",
          static_cast<double>(m.upload_bytes));
   Metric(&out, "plexus_upload_received_bytes_total", "counter",

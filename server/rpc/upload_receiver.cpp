@@ -63,7 +63,7 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
   }
   Result<ModelState> decoded = std::move(*stream).Finish();
   if (!decoded.ok()) return decoded.status().WithContext("update for task " + header.task_id());
-  return ReceivedUpload{std::move(decoded).value(), offset > 0};
+  return ReceivedUpload{std::move(decoded).value(), offset > 0, offset};
 }
 
 }  // namespace plexus

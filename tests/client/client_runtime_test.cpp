@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <deque>
+#include <filesystem>
 
 #include "core/clock.h"
 #include "core/safetensors.h"
@@ -43,7 +44,8 @@ class InProcessTransport : public FederationTransport {
     ++polls_;
     return engine_->Poll(id);
   }
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total) override {
+  Status Download(uint64_t version, std::string* buffer, uint64_t* total,
+                  const std::function<void(std::string_view)>& on_bytes) override {
     PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
     const std::string bytes = EncodeSafetensors(m);
     *total = bytes.size();
@@ -53,7 +55,9 @@ class InProcessTransport : public FederationTransport {
       drop_download_after_ = 0;
     }
     resumed_from_.push_back(buffer->size());
-    buffer->append(bytes, buffer->size(), end - buffer->size());
+    const std::string_view piece = std::string_view(bytes).substr(buffer->size(), end - buffer->size());
+    buffer->append(piece);
+    if (on_bytes) on_bytes(piece);
     return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
   }
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
@@ -246,6 +250,120 @@ TEST_F(ClientRuntimeTest, DivergedTrainingDropsTheTaskAndGoesOn) {
   EXPECT_EQ(s->tasks_completed, 2);
   EXPECT_TRUE(engine_->finished());
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+// A client with a state directory, stopped (as by a kill) at the first backoff after a failed
+// call, then run again as a new process would: a new runtime and transport over the same
+// directory and the same server.
+class ClientRestartTest : public ClientRuntimeTest {
+ protected:
+  void SetUp() override {
+    ClientRuntimeTest::SetUp();
+    dir_ = ::testing::TempDir() + "/client_state_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    state_ = *ClientStateDir::Open(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  ClientOptions StateOptions() {
+    ClientOptions o = Options();
+    o.client_id.clear();  // the server names it; the restarted client finds the name on disk
+    o.state = state_.get();
+    return o;
+  }
+
+  // Trains with AddOneTrainer and counts the tasks trained.
+  TrainerFactory CountingFactory() {
+    return [this](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+      class Counting : public AddOneTrainer {
+       public:
+        explicit Counting(int* n) : n_(n) {}
+        Result<TrainOutcome> Train(const ModelState& m, const DatasetView& d, const TrainOptions& o) override {
+          ++*n_;
+          return AddOneTrainer::Train(m, d, o);
+        }
+
+       private:
+        int* n_;
+      };
+      return std::unique_ptr<Trainer>(new Counting(&trained_));
+    };
+  }
+
+  // Runs a client that stops at its first backoff; returns how Run ended.
+  Status RunUntilFirstFailure(InProcessTransport* transport) {
+    std::atomic<bool> stop{false};
+    ClientOptions o = StateOptions();
+    o.sleep = [&stop](int64_t) { stop = true; };
+    ClientRuntime client(o, transport, CountingFactory(), DatasetView::All(data_));
+    return client.Run(&stop).status();
+  }
+
+  std::string dir_;
+  std::unique_ptr<ClientStateDir> state_;
+  int trained_ = 0;
+};
+
+TEST_F(ClientRestartTest, ARestartedClientResumesItsDownloadFromTheBytesOnDisk) {
+  InProcessTransport first(engine_.get(), &store_);
+  first.drop_download_after_ = 40;
+  EXPECT_THAT(RunUntilFirstFailure(&first), testing::StatusIs(StatusCode::kCancelled, "stopped"));
+  EXPECT_EQ(first.resumed_from_, (std::vector<size_t>{0}));
+  EXPECT_EQ(trained_, 0);
+
+  InProcessTransport second(engine_.get(), &store_);
+  ClientRuntime client(StateOptions(), &second, CountingFactory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->client_id, "client-1");  // the name the server gave the first run
+  ASSERT_FALSE(second.resumed_from_.empty());
+  EXPECT_EQ(second.resumed_from_[0], 40u);  // it continued from the first run's bytes
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+TEST_F(ClientRestartTest, ARestartedClientSendsTheUpdateItTrainedInsteadOfTrainingAgain) {
+  InProcessTransport first(engine_.get(), &store_);
+  first.failures = {false, false, true};  // join, poll, then the upload fails
+  EXPECT_THAT(RunUntilFirstFailure(&first), testing::StatusIs(StatusCode::kCancelled, "stopped"));
+  EXPECT_EQ(trained_, 1);
+  EXPECT_EQ(engine_->model().version(), 0u);  // nothing arrived
+
+  InProcessTransport second(engine_.get(), &store_);
+  ClientRuntime client(StateOptions(), &second, CountingFactory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->uploads_resumed_after_restart, 1);
+  ASSERT_FALSE(second.uploads_resuming_.empty());
+  EXPECT_TRUE(second.uploads_resuming_[0]);  // it asks what the server kept
+  EXPECT_EQ(trained_, 2);                    // round 1 once (before the restart), round 2
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_EQ(second.resumed_from_.size(), 1u);  // round 2's model only: round 1's was on disk
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+  EXPECT_FALSE(state_->LoadPendingUpload().has_value());  // acknowledged, so forgotten
+}
+
+TEST_F(ClientRestartTest, AKeptUpdateOfAnotherClientIsDroppedAndTheClientGoesOn) {
+  InProcessTransport first(engine_.get(), &store_);
+  first.failures = {false, false, true};
+  EXPECT_THAT(RunUntilFirstFailure(&first), testing::StatusIs(StatusCode::kCancelled, "stopped"));
+  ASSERT_TRUE(state_->LoadPendingUpload().has_value());
+  // Another client's name on the kept update (as if the directory were shared by mistake): the
+  // restarted client does not send it as its own.
+  PendingUpload kept = *state_->LoadPendingUpload();
+  kept.header.client_id = "someone-else";
+  ASSERT_OK(state_->SavePendingUpload(kept.header, kept.payload));
+
+  InProcessTransport second(engine_.get(), &store_);
+  ClientRuntime client(StateOptions(), &second, CountingFactory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->uploads_resumed_after_restart, 0);
+  EXPECT_EQ(trained_, 3);  // round 1 trained again
+  EXPECT_TRUE(engine_->finished());
 }
 
 // Three steps per task, each asking the step hook first, as the real trainers do.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -46,9 +47,9 @@ class FederationTest : public ::testing::Test {
                                   "--rounds",
                                   std::to_string(rounds),
                                   "--clients-per-round",
-                                  "4",
+                                  std::to_string(clients_per_round_),
                                   "--min-clients",
-                                  "4",
+                                  std::to_string(clients_per_round_),
                                   "--model",
                                   "mlp",
                                   "--test-subset",
@@ -107,8 +108,31 @@ class FederationTest : public ::testing::Test {
   // committed and that the model improved. Returns the committed rounds.
   std::vector<RoundRecord> RunSixClientsTwoSlow(ChildProcess& server, size_t versions);
 
+  // `plexus status --json` of the server; null when it does not answer.
+  nlohmann::json ServerStatus() {
+    std::string out;
+    if (testing::RunToCompletion(PLEXUS_BINARY, {"status", "--server", address_, "--json", "--timeout-s", "5"}, &out,
+                                 20000) != 0) {
+      return nullptr;
+    }
+    const size_t brace = out.find('{');
+    return brace == std::string::npos ? nullptr : nlohmann::json::parse(out.substr(brace), nullptr, false);
+  }
+
+  // Polls the server's status until `done` holds for it (true) or `seconds` pass (false).
+  bool WaitForStatus(const std::function<bool(const nlohmann::json&)>& done, int seconds, ChildProcess& server) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < until && server.running()) {
+      const nlohmann::json st = ServerStatus();
+      if (st.is_object() && done(st)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
   std::filesystem::path dir_;
   std::string address_, db_, summary_;
+  int clients_per_round_ = 4;
 };
 
 TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
@@ -181,6 +205,71 @@ TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {
   ASSERT_EQ(rounds.size(), 5u);
   for (size_t i = 0; i < rounds.size(); ++i) EXPECT_EQ(rounds[i].round, i + 1);
   EXPECT_GT(Summary()["final_test_accuracy"].get<double>(), 0.6);
+}
+
+TEST_F(FederationTest, AClientKilledMidUploadAndRestartedSendsOnlyTheRestOfIt) {
+  clients_per_round_ = 1;
+  auto server = StartServer(2, "server.log");
+  auto client = [&](const std::string& log, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"client",
+                                  "--server",
+                                  address_,
+                                  "--partition",
+                                  "iid",
+                                  "--num-partitions",
+                                  "20",
+                                  "--partition-index",
+                                  "0",
+                                  "--state-dir",
+                                  (dir_ / "client-state").string(),
+                                  "--give-up-s",
+                                  "120"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, (dir_ / log).string());
+  };
+  // The first run uploads its update (the MLP's 0.64 MB) at 64 KiB/s, so that it is killed with
+  // part of it sent: once the server has received 128 KiB and before it has everything.
+  auto first = client("client-first.log", {"--max-upload-kib-s", "64"});
+  int64_t received_at_kill = 0;
+  ASSERT_TRUE(WaitForStatus(
+      [&](const nlohmann::json& st) {
+        received_at_kill = st["upload_bytes_received"].get<int64_t>();
+        return received_at_kill >= (128 << 10);
+      },
+      180, *server))
+      << first->Log();
+  first->Signal(SIGKILL);
+  ASSERT_EQ(first->Wait(10000), 128 + SIGKILL);
+  const std::string first_log = first->Log();
+  ASSERT_EQ(first_log.find("uploaded"), std::string::npos) << "the upload finished before the kill\n" << first_log;
+
+  // The server notices the cut stream and keeps what arrived (refusing the incomplete upload).
+  ASSERT_TRUE(WaitForStatus(
+      [](const nlohmann::json& st) {
+        int64_t refused = 0;
+        for (const auto& [code, n] : st["refusals"].items()) refused += n.get<int64_t>();
+        return refused >= 1;
+      },
+      60, *server));
+
+  auto second = client("client-second.log", {});
+  ASSERT_EQ(server->Wait(240000), 0) << server->Log();
+  EXPECT_EQ(second->Wait(30000), 0) << second->Log();
+
+  // The restarted client sent the update the first one trained, from where the server's copy
+  // stopped (at least the 128 KiB seen before the kill): no byte arrived twice. It did not
+  // train round 1 again.
+  const nlohmann::json transfers = Summary()["transfers"];
+  EXPECT_EQ(transfers["uploads_resumed"], 1);
+  EXPECT_GE(transfers["upload_bytes_resumed"].get<int64_t>(), received_at_kill);
+  const int64_t update_bytes = 636400;                                             // the MLP's delta as safetensors
+  EXPECT_EQ(transfers["upload_bytes_received"].get<int64_t>(), 2 * update_bytes);  // rounds 1 and 2, once each
+  const std::string second_log = second->Log();
+  EXPECT_NE(second_log.find("sending the update trained before the restart"), std::string::npos) << second_log;
+  EXPECT_EQ(second_log.find("training round 1 "), std::string::npos) << second_log;
+  EXPECT_NE(second_log.find("training round 2 "), std::string::npos) << second_log;
+  auto store = *SqliteStore::Open(db_);
+  EXPECT_EQ(store->ListRounds()->size(), 2u);
 }
 
 // Versions the server published while each task of a client's log was in training: for every

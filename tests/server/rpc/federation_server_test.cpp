@@ -91,15 +91,15 @@ TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
   EXPECT_EQ(task_a_.model_sha256, model_.ContentSha256());
   std::string bytes;
   uint64_t total = 0;
-  ASSERT_OK(transport_->Download(0, &bytes, &total));
+  ASSERT_OK(transport_->Download(0, &bytes, &total, nullptr));
   EXPECT_EQ(bytes.size(), total);
   EXPECT_EQ(DecodeSafetensors(bytes)->ContentSha256(), model_.ContentSha256());
   // Resume from an offset: only the rest arrives.
   std::string tail = bytes.substr(0, 20);
-  ASSERT_OK(transport_->Download(0, &tail, &total));
+  ASSERT_OK(transport_->Download(0, &tail, &total, nullptr));
   EXPECT_EQ(tail, bytes);
   std::string none;
-  EXPECT_THAT(transport_->Download(42, &none, &total), StatusIs(StatusCode::kNotFound, "version 42"));
+  EXPECT_THAT(transport_->Download(42, &none, &total, nullptr), StatusIs(StatusCode::kNotFound, "version 42"));
 }
 
 TEST_F(FederationServerTest, BadUploadsAreRefusedAndAcceptedOnesKept) {
@@ -537,7 +537,7 @@ TEST(DownloadAuthTest, DownloadsAndTheStatusNeedAValidUnrevokedIdentity) {
   ASSERT_OK(alice->Join("", 10, "test"));
   std::string bytes;
   uint64_t total = 0;
-  ASSERT_OK(alice->Download(0, &bytes, &total));
+  ASSERT_OK(alice->Download(0, &bytes, &total, nullptr));
   EXPECT_EQ(bytes.size(), total);
 
   // The status: a valid token is enough when there is no admin list; none or a wrong one is not.
@@ -677,6 +677,9 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   h.resume = true;  // as the client runtime marks a retry
   ASSERT_OK(transport->Upload(h, payload));
   EXPECT_EQ(fed.UploadsResumed(), 1);
+  const ServerMetrics m = fed.server->metrics();
+  EXPECT_EQ(m.upload_bytes_resumed, int64_t{2} << 20);                       // the part held was not sent again
+  EXPECT_EQ(m.received_upload_bytes, static_cast<int64_t>(payload.size()));  // every byte arrived once
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().data()[6], 1.5f);  // base 0 + the one delta, assembled right
   EXPECT_EQ(fed.engine->model().data()[599999], static_cast<float>(599999 % 7) * 0.25f);

@@ -1,0 +1,66 @@
+// ClientStateDir: what a client keeps on disk (`plexus client --state-dir DIR`) so that a client
+// killed and started again continues instead of starting over: its identity, the newest model it
+// downloaded (or the bytes it had of one it was downloading), and a trained update it had not
+// finished uploading. Files are replaced atomically (core/atomic_file.h) or appended to and
+// checked by SHA-256 when read back, so a torn file is noticed and dropped, never used.
+// Owns nothing but the directory's files; one client per directory. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "client/federation_transport.h"
+#include "core/status.h"
+
+namespace plexus {
+
+// A trained update the server has not acknowledged yet.
+struct PendingUpload {
+  UploadHeader header;  // resume and want_next_task are not kept
+  std::string payload;  // the update's safetensors bytes
+};
+
+class ClientStateDir {
+ public:
+  // Creates `dir` if needed. InvalidArgument when it cannot be created or written.
+  static Result<std::unique_ptr<ClientStateDir>> Open(const std::string& dir);
+
+  const std::string& path() const { return dir_; }
+
+  // The id the server knew this client by (empty: none kept).
+  std::string ClientId() const;
+  Status SaveClientId(const std::string& id);
+
+  // The bytes kept of model `version`: the whole encoded model when `*complete`, else the first
+  // part of an interrupted download (possibly none). Another version's files are not returned.
+  std::string ModelBytes(uint64_t version, bool* complete) const;
+  // Appends downloaded bytes of `version` to its partial file (starting one, and dropping
+  // every other version's files, when `at_offset` is 0). FailedPrecondition when the partial
+  // file does not hold exactly `at_offset` bytes.
+  Status AppendModelBytes(uint64_t version, uint64_t at_offset, std::string_view bytes);
+  // Marks the partial file of `version` complete (after its SHA-256 was checked).
+  Status CompleteModel(uint64_t version);
+  // Forgets what is kept of `version` (it did not verify).
+  void DropModel(uint64_t version);
+
+  // Keeps an update (its header and safetensors bytes) until DropPendingUpload, replacing an
+  // earlier one.
+  Status SavePendingUpload(const UploadHeader& header, std::string_view payload);
+  // The kept upload; nullopt when there is none or its files are torn or do not match (those
+  // are removed).
+  std::optional<PendingUpload> LoadPendingUpload();
+  void DropPendingUpload();
+
+ private:
+  explicit ClientStateDir(std::string dir) : dir_(std::move(dir)) {}
+  std::string File(std::string_view name) const { return dir_ + "/" + std::string(name); }
+  std::string ModelFile(uint64_t version, bool complete) const;
+  void DropModelsExcept(uint64_t version);
+
+  const std::string dir_;
+};
+
+}  // namespace plexus
