@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "compression/codec.h"
 #include "core/safetensors.h"
 
 namespace plexus {
@@ -29,6 +30,7 @@ ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transpo
       rng_(options_.seed) {
   client_id_ = options_.client_id;
   if (client_id_.empty() && options_.state) client_id_ = options_.state->ClientId();
+  if (options_.state) residual_ = options_.state->LoadResidual();
 }
 
 void ClientRuntime::Sleep(int64_t ms) {
@@ -251,9 +253,9 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
 
   ModelState delta = std::move(out->weights);
   delta.Subtract(*model);
-  const auto payload = std::make_shared<const std::string>(EncodeSafetensors(delta));
-
   UploadHeader h;
+  std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
+
   h.client_id = client_id_;
   h.task_id = task.task_id;
   h.base_version = task.model_version;
@@ -268,6 +270,33 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
     }
   }
   return Deliver(std::move(h), payload);
+}
+
+std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task, const ModelState& delta,
+                                                               std::string* codec_used) {
+  if (!task.upload_codec.empty()) {
+    Result<std::unique_ptr<Codec>> codec = MakeCodec(task.upload_codec);
+    if (codec.ok()) {
+      ModelState* residual = nullptr;
+      if ((*codec)->uses_residual()) {
+        if (!residual_ || !residual_->CheckSameLayout(delta).ok()) residual_ = ModelState::ZerosLike(delta);
+        residual = &*residual_;
+      }
+      const uint64_t seed = Rng::Derive(options_.seed ^ 0xc0dec0dec0dec0deULL, task.round).NextU64();
+      auto bytes = std::make_shared<const std::string>((*codec)->Encode(delta, residual, seed));
+      if (residual && options_.state) {
+        if (Status kept = options_.state->SaveResidual(*residual); !kept.ok()) {
+          spdlog::warn("the {} residual is not kept on disk: {}", task.upload_codec, kept.ToString());
+        }
+      }
+      *codec_used = task.upload_codec;
+      return bytes;
+    }
+    // The server named a codec this client does not know: float32 is always accepted.
+    spdlog::warn("task {}: sending float32: {}", task.task_id, codec.status().ToString());
+  }
+  codec_used->clear();
+  return std::make_shared<const std::string>(EncodeSafetensors(delta));
 }
 
 Result<std::optional<PollAnswer>> ClientRuntime::DeliverKeptUpdate() {
@@ -300,8 +329,9 @@ Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::sh
       ++summary_.tasks_completed;
       ResetBackoff();
       const auto loss = h.metrics.find("train_loss");
-      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; server at version {})", h.task_id, h.local_steps,
-                   loss == h.metrics.end() ? 0.0 : loss->second, accepted->accepted_for_version);
+      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; {} bytes{}; server at version {})", h.task_id,
+                   h.local_steps, loss == h.metrics.end() ? 0.0 : loss->second, payload->size(),
+                   h.codec.empty() ? "" : " in " + h.codec, accepted->accepted_for_version);
       return std::move(accepted->next);
     }
     const Status s = accepted.status();

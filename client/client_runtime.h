@@ -87,6 +87,9 @@ class ClientRuntime {
   // Uploads an update until the server acknowledges it (its answer for the next task, nullopt:
   // poll) or refuses it (nullopt); drops the kept copy either way. Retries what is transient.
   Result<std::optional<PollAnswer>> Deliver(UploadHeader header, std::shared_ptr<const std::string> payload);
+  // The update's bytes in the task's upload codec (setting *codec_used to it), or as float32
+  // safetensors (clearing it) when the task names none or one this client cannot make.
+  std::shared_ptr<const std::string> EncodeUpdate(const Task& task, const ModelState& delta, std::string* codec_used);
   // Delivers an update an earlier run trained and did not see acknowledged.
   Result<std::optional<PollAnswer>> DeliverKeptUpdate();
   // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
@@ -110,6 +113,7 @@ class ClientRuntime {
   Rng rng_;
   std::string client_id_;
   std::optional<ModelState> cached_model_;
+  std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
   int failures_ = 0;
   int64_t failing_since_ms_ = -1;  // when the first of the current failures was seen; -1: none
   RealClock real_clock_;

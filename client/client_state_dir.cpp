@@ -9,6 +9,7 @@
 
 #include "core/atomic_file.h"
 #include "core/model_state.h"
+#include "core/safetensors.h"
 
 namespace plexus {
 namespace {
@@ -17,6 +18,7 @@ constexpr char kIdFile[] = "client-id";
 constexpr char kUploadPayloadFile[] = "upload.safetensors";
 constexpr char kUploadHeaderFile[] = "upload.header";
 constexpr char kModelPrefix[] = "model-";
+constexpr char kResidualFile[] = "residual.safetensors";
 
 std::optional<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -124,12 +126,14 @@ void ClientStateDir::DropModel(uint64_t version) {
 }
 
 Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view payload) {
-  if (!OneLine(h.client_id) || !OneLine(h.task_id)) return InvalidArgumentError("an id with a line break");
+  if (!OneLine(h.client_id) || !OneLine(h.task_id) || !OneLine(h.codec)) {
+    return InvalidArgumentError("an id or codec with a line break");
+  }
   std::ostringstream header;
   header.precision(17);
   header << "client_id=" << h.client_id << "\ntask_id=" << h.task_id << "\nbase_version=" << h.base_version
          << "\nnum_examples=" << h.num_examples << "\nlocal_steps=" << h.local_steps
-         << "\npayload_sha256=" << Sha256Hex({payload}) << "\n";
+         << "\npayload_sha256=" << Sha256Hex({payload}) << "\ncodec=" << h.codec << "\n";
   for (const auto& [name, value] : h.metrics) {
     if (!OneLine(name) || name.find('=') != std::string::npos) continue;
     header << "metric." << name << "=" << value << "\n";
@@ -166,6 +170,7 @@ std::optional<PendingUpload> ClientStateDir::LoadPendingUpload() {
       if (key == "num_examples") p.header.num_examples = std::stoll(value);
       if (key == "local_steps") p.header.local_steps = std::stoll(value);
       if (key == "payload_sha256") sha = value;
+      if (key == "codec") p.header.codec = value;
       if (key.rfind("metric.", 0) == 0) p.header.metrics[key.substr(7)] = std::stod(value);
     } catch (const std::exception&) {
       parsed = false;
@@ -178,6 +183,16 @@ std::optional<PendingUpload> ClientStateDir::LoadPendingUpload() {
   }
   p.payload = std::move(*payload);
   return p;
+}
+
+Status ClientStateDir::SaveResidual(const ModelState& residual) {
+  return WriteSafetensorsFile(File(kResidualFile), residual);
+}
+
+std::optional<ModelState> ClientStateDir::LoadResidual() const {
+  Result<ModelState> r = ReadSafetensorsFile(File(kResidualFile));
+  if (!r.ok()) return std::nullopt;
+  return std::move(r).value();
 }
 
 void ClientStateDir::DropPendingUpload() {

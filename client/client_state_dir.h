@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "client/federation_transport.h"
+#include "core/model_state.h"
 #include "core/status.h"
 
 namespace plexus {
@@ -53,6 +54,10 @@ class ClientStateDir {
   // are removed).
   std::optional<PendingUpload> LoadPendingUpload();
   void DropPendingUpload();
+
+  // The error feedback of a codec that keeps one (top-k), across tasks and restarts.
+  Status SaveResidual(const ModelState& residual);
+  std::optional<ModelState> LoadResidual() const;  // nullopt: none kept, or unreadable
 
  private:
   explicit ClientStateDir(std::string dir) : dir_(std::move(dir)) {}

@@ -22,7 +22,8 @@ struct JoinReply {
   std::string model_name;
 };
 
-// An update's header; the payload (safetensors bytes of the delta) travels separately.
+// An update's header; the payload (safetensors bytes of the delta, or the codec's bytes of it)
+// travels separately.
 struct UploadHeader {
   std::string client_id;
   std::string task_id;
@@ -30,6 +31,7 @@ struct UploadHeader {
   int64_t num_examples = 0;
   int64_t local_steps = 0;
   std::map<std::string, double> metrics;
+  std::string codec;  // the payload's codec (the task's upload_codec); empty: float32 safetensors
   // An earlier attempt of this upload failed: the server may hold its first part, so ask and
   // send only the rest. A first attempt skips that question (one call less per update).
   bool resume = false;

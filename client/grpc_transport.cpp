@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "compression/codec.h"
 #include "core/model_state.h"
 #include "plexus/v1/federation.grpc.pb.h"
 #include "proto/abseil_deadlock_detection.h"
@@ -69,6 +70,7 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_client_id(client_id);
     req.set_num_examples(num_examples);
     req.set_device(device);
+    for (const std::string& codec : CodecNames()) req.add_codecs(codec);  // what ClientRuntime can encode
     v1::JoinReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
     joined_id_ = rep.client_id();
@@ -180,7 +182,8 @@ class GrpcFederationTransport final : public FederationTransport {
     hdr->set_num_examples(h.num_examples);
     hdr->set_local_steps(h.local_steps);
     for (const auto& [k, v] : h.metrics) (*hdr->mutable_metrics())[k] = v;
-    hdr->set_encoding(v1::ENCODING_DELTA_SAFETENSORS_F32);
+    hdr->set_encoding(h.codec.empty() ? v1::ENCODING_DELTA_SAFETENSORS_F32 : v1::ENCODING_DELTA_CODEC);
+    hdr->set_codec(h.codec);
     hdr->set_total_bytes(payload->size());
     hdr->set_want_next_task(h.want_next_task);
     if (offset > 0) {
@@ -246,6 +249,7 @@ class GrpcFederationTransport final : public FederationTransport {
         a.task.model_sha256 = t.model_sha256();
         a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
         a.task.deadline_ms = t.deadline_in_ms();
+        a.task.upload_codec = t.upload_codec();
         break;
       }
       case v1::PollTaskReply::kRetryAfterMs:

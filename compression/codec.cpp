@@ -383,6 +383,10 @@ class QsgdCodec final : public Codec {
 
 }  // namespace
 
+std::vector<std::string> CodecNames() { return {"f32", "fp16", "bf16", "int8", "topk", "terngrad", "qsgd"}; }
+
+std::string CodecNameOf(std::string_view spec) { return std::string(spec.substr(0, spec.find(':'))); }
+
 Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text) {
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return InvalidArgumentError("--codec: " + parsed.status().message());

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model_state.h"
 #include "core/status.h"
@@ -53,5 +54,11 @@ class Codec {
 
 // InvalidArgument naming --codec for an unknown codec or a bad parameter.
 Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+
+// The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
+// when it joins.
+std::vector<std::string> CodecNames();
+// The name of a codec spec: what comes before its parameters.
+std::string CodecNameOf(std::string_view spec);
 
 }  // namespace plexus

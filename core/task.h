@@ -28,6 +28,9 @@ struct Task {
   std::string model_sha256;  // ModelState::ContentSha256 of that version
   TaskHyperparams hyperparams;
   int64_t deadline_ms = 0;  // on the engine's clock
+  // The codec (compression/codec.h spec) the update is to be sent in; empty: float32
+  // safetensors. Set by the server's door for clients that advertised the codec, not by engines.
+  std::string upload_codec;
 };
 
 // The answer to "is there work for me?".

@@ -11,6 +11,7 @@
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
+#include "compression/codec.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
@@ -32,6 +33,7 @@ struct ServerFlags {
   const CLI::App* cmd = nullptr;  // to ask which flags were given
   std::string listen = "127.0.0.1:50051";
   std::string db = "plexus.db";
+  std::string upload_codec;
   std::string model = "mlp";
   std::string initial_model;  // safetensors file to start from instead of a fresh --model
   SyncOptions sync;
@@ -157,8 +159,8 @@ void RunServer(const ServerFlags& f) {
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
-  std::unique_ptr<FederationServer> server =
-      Take(FederationServer::Start(f.listen, engine.get(), store.get(), {f.model, sync.rounds}, tls, limits));
+  std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
+      f.listen, engine.get(), store.get(), {f.model, sync.rounds, f.upload_codec}, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
@@ -187,8 +189,9 @@ void RunServer(const ServerFlags& f) {
         "--dashboard-listen");
     spdlog::info("dashboard on http://{}/ (port {})", f.dashboard_listen, dashboard_endpoint->port());
   }
-  spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}", f.listen, server->port(),
-               security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description());
+  spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}, updates in {}", f.listen,
+               server->port(), security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description(),
+               f.upload_codec.empty() ? "float32" : f.upload_codec + " (float32 from clients without it)");
 
   // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
   // that a supervisor restarts it from its store, instead of refusing every call forever.
@@ -247,6 +250,14 @@ void AddServerCommand(CLI::App& app) {
                   "SQLite database with the federation's state, models in the folders <db>.checkpoints and "
                   "<db>.updates (resumed if it exists)")
       ->capture_default_str();
+  cmd->add_option(
+         "--upload-codec", f->upload_codec,
+         "Ask clients for their updates in this codec (int8, fp16, bf16, topk:ratio=R, terngrad, qsgd:levels=L; "
+         "docs/compression.md); clients that do not advertise it send float32. Downloads stay float32")
+      ->check([](const std::string& spec) {
+        Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
+        return codec.ok() ? std::string() : codec.status().message();
+      });
   cmd->add_option("--model", f->model, "Model: mlp or cnn")
       ->check(CLI::IsMember({"mlp", "cnn"}))
       ->capture_default_str();

@@ -2,6 +2,7 @@
 // call handlers (FederationService): the ticker that applies deadlines and the committer that
 // runs the engine's queued commits outside the service's lock.
 #include "server/rpc/federation_server.h"
+#include "compression/codec.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -139,6 +140,7 @@ Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::str
   if (!limits.admins.empty() && !proven_identities) {
     return InvalidArgumentError("an admin list needs proven client identities: mutual TLS or a token file");
   }
+  if (!info.upload_codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(info.upload_codec).status());
   static const RealClock real_clock;
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits, clock ? clock : &real_clock);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));

@@ -27,6 +27,9 @@ namespace plexus {
 struct ServerInfo {
   std::string model_name;
   int64_t rounds_total = 0;
+  // The codec (compression/codec.h spec) tasks ask updates in, for clients that advertise it at
+  // join (the others send float32); empty: float32 for all. Downloads stay float32.
+  std::string upload_codec;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

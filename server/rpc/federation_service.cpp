@@ -1,4 +1,5 @@
 #include "server/rpc/federation_service.h"
+#include "compression/codec.h"
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -68,6 +69,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
         places_({limits.max_concurrent_uploads, limits.upload_slot_wait_ms, limits.upload_stall_ms}, clock),
         rate_(limits.requests_per_s, limits.burst, clock),
         adaptive_bound_(limits.adaptive_norm_factor) {
+    if (!info_.upload_codec.empty()) {
+      upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
+      codec_layout_ = ModelState::ZerosLike(engine_->model());
+    }
     // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
     // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
     // method's handler is MarkMethodStreamed, which also relabels the method bidirectional: to a
@@ -97,6 +102,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
     active_clients_.insert(*id);
+    client_codecs_[*id] = std::set<std::string>(req->codecs().begin(), req->codecs().end());
     spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
     cv_.notify_all();
     return grpc::Status::OK;
@@ -197,6 +203,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
         return RefuseLocked("upload", open.WithContext("upload from " + header.client_id()));
       }
       limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
+      if (upload_codec_) limit = std::max(limit, upload_codec_->EncodedSize(*codec_layout_) + (1 << 20));
     }
     if (header.total_bytes() > limit) {
       return Refuse("upload",
@@ -204,15 +211,27 @@ class FederationServiceImpl final : public v1::Federation::Service {
                                            " bytes exceeds the limit of " + std::to_string(limit) + " for this model"));
     }
     if (header.encoding() != v1::ENCODING_DELTA_SAFETENSORS_F32 &&
-        header.encoding() != v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
+        header.encoding() != v1::ENCODING_WEIGHTS_SAFETENSORS_F32 && header.encoding() != v1::ENCODING_DELTA_CODEC) {
       return Refuse("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
+    }
+    const bool coded = header.encoding() == v1::ENCODING_DELTA_CODEC;
+    if (coded) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!TakesUploadCodecLocked(header.client_id()) || header.codec() != info_.upload_codec) {
+        return RefuseLocked("upload", InvalidArgumentError("update of task " + header.task_id() + " in codec '" +
+                                                           header.codec() + "', which its task did not name"));
+      }
+      if (header.offset() > 0) {  // only float32 uploads are kept for a resume
+        return RefuseLocked("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
+      }
     }
     // Held until the update is submitted or refused: the places bound how many decoded updates
     // the server holds at once.
     const int64_t started_ms = clock_->NowMs();
     UploadPlaces::Place place(&places_, ctx, *who);
     if (!place.status().ok()) return Refuse("upload", place.status());
-    Result<ReceivedUpload> received = ReceiveUpload(chunks, header, &partial_, &place);
+    Result<ReceivedUpload> received = coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, &place)
+                                            : ReceiveUpload(chunks, header, &partial_, &place);
     if (!received.ok()) return Refuse("upload", received.status());
     Update u = UpdateFromHeader(header, std::move(received->values));
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
@@ -367,12 +386,21 @@ class FederationServiceImpl final : public v1::Federation::Service {
   }
 
  private:
+  // Whether the client's tasks name the server's upload codec: there is one, and the client
+  // advertised it when it joined (to this process: after a restart, until it joins again, float32).
+  bool TakesUploadCodecLocked(const std::string& client_id) const {
+    if (!upload_codec_) return false;
+    auto it = client_codecs_.find(client_id);
+    return it != client_codecs_.end() && it->second.count(CodecNameOf(info_.upload_codec)) > 0;
+  }
+
   // Fills `rep` with a task or "finished" and returns true; false (nothing filled) for "wait".
   bool AnswerLocked(const std::string& client_id, const PollAnswer& a, v1::PollTaskReply* rep) {
     active_clients_.insert(client_id);
     if (a.kind == PollAnswer::Kind::kTask) {
       cv_.notify_all();  // this poll may have opened a round others are waiting for
       TaskToProto(a.task, clock_->NowMs(), rep->mutable_task());
+      if (TakesUploadCodecLocked(client_id)) rep->mutable_task()->set_upload_codec(info_.upload_codec);
       return true;
     }
     if (a.kind == PollAnswer::Kind::kFinished) {
@@ -475,9 +503,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
   int64_t upload_bytes_resumed_ = 0;                       // guarded by mu_
   ServerMetrics upload_metrics_;                           // guarded by mu_; the upload counters
   std::atomic<int64_t> download_bytes_{0};
-  bool shutting_down_ = false;                  // guarded by mu_
-  std::set<std::string> active_clients_;        // guarded by mu_; clients seen by this process
-  std::set<std::string> told_finished_;         // guarded by mu_
+  bool shutting_down_ = false;                                  // guarded by mu_
+  std::set<std::string> active_clients_;                        // guarded by mu_; clients seen by this process
+  std::set<std::string> told_finished_;                         // guarded by mu_
+  std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
+  std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
+  std::optional<ModelState> codec_layout_;      // the model's layout (zeros), for decoding coded updates
   std::mutex encode_mu_;                        // taken without mu_, never with it
   std::shared_ptr<const std::string> encoded_;  // guarded by encode_mu_
   uint64_t encoded_version_ = 0;                // guarded by encode_mu_

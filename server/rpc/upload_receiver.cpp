@@ -66,4 +66,27 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
   return ReceivedUpload{std::move(decoded).value(), offset > 0, offset};
 }
 
+Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::UpdateHeader& header, const Codec& codec,
+                                          const ModelState& layout, UploadPlaces::Place* place) {
+  std::string bytes;
+  bytes.reserve(header.total_bytes());
+  Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
+  while (chunks.Next(&chunk)) {
+    if (!chunk.ok()) return chunk.status();
+    place->Progress(chunk->data_bytes);
+    if (chunk->has_header) return InvalidArgumentError("a second header chunk");
+    if (bytes.size() + chunk->data_bytes > header.total_bytes()) {
+      return InvalidArgumentError("update carries more bytes than its header announces");
+    }
+    for (std::string_view piece : chunk->data) bytes.append(piece);
+  }
+  if (bytes.size() != header.total_bytes()) {
+    return InvalidArgumentError("compressed update ended after " + std::to_string(bytes.size()) + " of " +
+                                std::to_string(header.total_bytes()) + " bytes (not kept: upload it again)");
+  }
+  Result<ModelState> decoded = codec.Decode(bytes, layout);
+  if (!decoded.ok()) return decoded.status().WithContext("update for task " + header.task_id());
+  return ReceivedUpload{std::move(decoded).value(), false, 0};
+}
+
 }  // namespace plexus

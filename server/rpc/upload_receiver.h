@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "compression/codec.h"
 #include "core/model_state.h"
 #include "core/status.h"
 #include "plexus/v1/federation.pb.h"
@@ -46,5 +47,12 @@ struct ReceivedUpload {
 // and hands back the one a resume continues.
 Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeader& header, PartialUploads* partial,
                                      UploadPlaces::Place* place);
+
+// Reads a compressed update (ENCODING_DELTA_CODEC: `codec`'s bytes, at most the header's
+// total_bytes, which the caller bounded) and decodes it into a delta of `layout`'s tensors. The
+// bytes are held until decoded (a few times smaller than the model); an interrupted upload is
+// not kept.
+Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::UpdateHeader& header, const Codec& codec,
+                                          const ModelState& layout, UploadPlaces::Place* place);
 
 }  // namespace plexus

@@ -6,6 +6,7 @@
 #include <deque>
 #include <filesystem>
 
+#include "compression/codec.h"
 #include "core/clock.h"
 #include "core/safetensors.h"
 #include "server/coordinator/sync_engine.h"
@@ -42,7 +43,9 @@ class InProcessTransport : public FederationTransport {
   Result<PollAnswer> Poll(const std::string& id, int64_t) override {
     if (Fail()) return UnavailableError("injected: server down");
     ++polls_;
-    return engine_->Poll(id);
+    PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine_->Poll(id));
+    a.task.upload_codec = upload_codec_;  // as the server's door names it
+    return a;
   }
   Status Download(uint64_t version, std::string* buffer, uint64_t* total,
                   const std::function<void(std::string_view)>& on_bytes) override {
@@ -62,8 +65,11 @@ class InProcessTransport : public FederationTransport {
   }
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     uploads_resuming_.push_back(h.resume);
+    codecs_used_.push_back(h.codec);
     if (Fail()) return UnavailableError("injected: server down");
-    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(*payload));
+    Result<ModelState> decoded =
+        h.codec.empty() ? DecodeSafetensors(*payload) : (*MakeCodec(h.codec))->Decode(*payload, engine_->model());
+    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, std::move(decoded));
     Update u{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)};
     UploadAck ack{engine_->model().version(), std::nullopt};
     PLEXUS_RETURN_IF_ERROR(engine_->Submit(u));
@@ -80,7 +86,9 @@ class InProcessTransport : public FederationTransport {
   std::function<void()> on_failure;   // e.g. the time a failing call takes
   bool answer_with_uploads_ = false;  // hand the next poll's answer back with an upload, as the server does
   int polls_ = 0;
-  std::vector<bool> uploads_resuming_;  // UploadHeader::resume of each upload that reached the transport
+  std::vector<bool> uploads_resuming_;    // UploadHeader::resume of each upload that reached the transport
+  std::string upload_codec_;              // what tasks name
+  std::vector<std::string> codecs_used_;  // UploadHeader::codec of each upload
 
  private:
   bool Fail() {
@@ -364,6 +372,43 @@ TEST_F(ClientRestartTest, AKeptUpdateOfAnotherClientIsDroppedAndTheClientGoesOn)
   EXPECT_EQ(s->uploads_resumed_after_restart, 0);
   EXPECT_EQ(trained_, 3);  // round 1 trained again
   EXPECT_TRUE(engine_->finished());
+}
+
+TEST_F(ClientRuntimeTest, SendsItsUpdatesInTheCodecTheTaskNames) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.upload_codec_ = "int8";
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  EXPECT_EQ(transport.codecs_used_, (std::vector<std::string>{"int8", "int8"}));
+  EXPECT_NEAR(engine_->model().data()[0], 2.0f, 1e-5);  // +1 per round, int8 exact up to rounding
+}
+
+TEST_F(ClientRestartTest, TopKErrorFeedbackIsKeptAcrossARestart) {
+  InProcessTransport first(engine_.get(), &store_);
+  first.upload_codec_ = "topk:ratio=0.33";  // one of the three values per task
+  first.failures = {false, false, true};    // join, poll, then the upload fails: stop
+  EXPECT_THAT(RunUntilFirstFailure(&first), testing::StatusIs(StatusCode::kCancelled, "stopped"));
+  // Sent: one value of the +1 delta; the other two wait in the residual, on disk.
+  std::optional<ModelState> residual = state_->LoadResidual();
+  ASSERT_TRUE(residual.has_value());
+  float kept = 0;
+  for (float r : residual->data()) kept += r;
+  EXPECT_FLOAT_EQ(kept, 2.0f);
+
+  InProcessTransport second(engine_.get(), &store_);
+  second.upload_codec_ = "topk:ratio=0.33";
+  ClientRuntime client(StateOptions(), &second, CountingFactory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  // Round 1 merged the kept update's single value; round 2's upload carried the residual too
+  // (1 + 1 of feedback + 1 new = the largest value, sent in full).
+  EXPECT_TRUE(engine_->finished());
+  float total = 0;
+  for (float w : engine_->model().data()) total += w;
+  std::optional<ModelState> left = state_->LoadResidual();
+  ASSERT_TRUE(left.has_value());
+  float still_kept = 0;
+  for (float r : left->data()) still_kept += r;
+  EXPECT_FLOAT_EQ(total + still_kept, 6.0f);  // two tasks of +1 on three values: nothing lost
 }
 
 // Three steps per task, each asking the step hook first, as the real trainers do.

@@ -162,6 +162,24 @@ TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
   EXPECT_NE(out.find("version 3"), std::string::npos) << out;
 }
 
+TEST_F(FederationTest, ClientsUploadInInt8AtAQuarterOfTheBytes) {
+  auto server = StartServer(3, "server.log", {"--upload-codec", "int8"});
+  auto clients = StartClients(4);
+  ASSERT_EQ(server->Wait(240000), 0) << server->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+
+  nlohmann::json s = Summary();
+  EXPECT_EQ(s["rounds_completed"], 3);
+  EXPECT_GT(s["final_test_accuracy"].get<double>(), 0.6);
+  // 12 updates of the MLP (636,400 bytes each as float32 safetensors), each a quarter of that
+  // in int8: one byte per value, a float scale per 4096 values.
+  const double float32_bytes = 12.0 * 636400;
+  const double ratio = s["transfers"]["upload_bytes_received"].get<double>() / float32_bytes;
+  EXPECT_GT(ratio, 0.24);
+  EXPECT_LT(ratio, 0.26);
+  EXPECT_NE(clients[0]->Log().find("in int8"), std::string::npos) << clients[0]->Log();
+}
+
 TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {
   auto server = StartServer(5, "server1.log");
   auto clients = StartClients(4);

@@ -1,0 +1,130 @@
+// Compressed uploads through the real gRPC service: the server's --upload-codec reaches the tasks
+// of clients that advertised it (and only theirs), their coded updates are decoded and merged,
+// and a coded update its task did not name, or a malformed one, is refused and changes nothing.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "client/grpc_transport.h"
+#include "compression/codec.h"
+#include "core/clock.h"
+#include "core/safetensors.h"
+#include "plexus/v1/federation.grpc.pb.h"
+#include "server/coordinator/sync_engine.h"
+#include "server/rpc/federation_server.h"
+#include "server/store/memory_store.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+constexpr char kCodec[] = "int8:chunk=4";
+
+class UploadCodecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyncOptions o;
+    o.rounds = 1;
+    o.clients_per_round = 2;
+    o.min_clients = 2;
+    model_ = *ModelState::Create({{"w", {4}}, {"b", {2}}});
+    engine_ = *SyncEngine::Open(o, model_, &store_, &clock_, nullptr, nullptr);
+    server_ = *FederationServer::Start("127.0.0.1:0", engine_.get(), &store_, {"tiny", 1, kCodec});
+    const std::string target = "127.0.0.1:" + std::to_string(server_->port());
+    transport_ = MakeGrpcFederationTransport(target);
+    stub_ = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    // "new" joins through the client's transport, which advertises every codec it can encode;
+    // "old" joins as a client from before codecs, naming none.
+    ASSERT_OK(transport_->Join("new", 10, "test"));
+    v1::JoinRequest join;
+    join.set_client_id("old");
+    join.set_num_examples(10);
+    v1::JoinReply joined;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Join(&ctx, join, &joined).ok());
+    task_new_ = transport_->Poll("new", 1000)->task;
+    task_old_ = transport_->Poll("old", 1000)->task;
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  ModelState Delta(std::initializer_list<float> values) {
+    ModelState d = ModelState::ZerosLike(model_);
+    std::copy(values.begin(), values.end(), d.data().begin());
+    return d;
+  }
+  std::string Int8(const ModelState& delta) { return (*MakeCodec(kCodec))->Encode(delta, nullptr, 0); }
+  UploadHeader Header(const std::string& client, const Task& t, const std::string& codec) {
+    UploadHeader h;
+    h.client_id = client;
+    h.task_id = t.task_id;
+    h.base_version = t.model_version;
+    h.num_examples = 10;
+    h.codec = codec;
+    return h;
+  }
+
+  RealClock clock_;
+  MemoryStore store_;
+  ModelState model_;
+  std::unique_ptr<SyncEngine> engine_;
+  std::unique_ptr<FederationServer> server_;
+  std::unique_ptr<FederationTransport> transport_;
+  std::unique_ptr<v1::Federation::Stub> stub_;
+  Task task_new_, task_old_;
+};
+
+TEST_F(UploadCodecTest, OnlyClientsThatAdvertiseTheCodecAreAskedForIt) {
+  EXPECT_EQ(task_new_.upload_codec, kCodec);
+  EXPECT_EQ(task_old_.upload_codec, "");
+}
+
+TEST_F(UploadCodecTest, CodedAndFloat32UpdatesAreMergedTogether) {
+  const ModelState coded = Delta({1.0f, -0.5f, 0.25f, 2.0f, 0.0f, -1.0f});
+  const std::string bytes = Int8(coded);
+  const std::string f32 = EncodeSafetensors(Delta({1, 1, 1, 1, 1, 1}));
+  EXPECT_LT(bytes.size(), f32.size());
+  ASSERT_OK(transport_->Upload(Header("new", task_new_, kCodec), bytes));
+  ASSERT_OK(transport_->Upload(Header("old", task_old_, ""), f32));
+  ASSERT_TRUE(engine_->finished());
+  // The mean of the two deltas, the coded one within int8's rounding (half a step of its chunk).
+  const std::vector<float> expected{1.0f, 0.25f, 0.625f, 1.5f, 0.5f, 0.0f};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const float step = i < 4 ? 2.0f / 127 : 1.0f / 127;
+    EXPECT_NEAR(engine_->model().data()[i], expected[i], step / 2 / 2 + 1e-6) << i;
+  }
+  // The door counts the bytes that came: the coded update's, not its float32 size.
+  EXPECT_EQ(server_->metrics().upload_bytes, static_cast<int64_t>(bytes.size() + f32.size()));
+}
+
+TEST_F(UploadCodecTest, CodedUpdatesTheTaskDidNotNameOrThatDoNotDecodeAreRefusedAndChangeNothing) {
+  const ModelState delta = Delta({1, 2, 3, 4, 5, 6});
+  // A client whose task said float32.
+  EXPECT_THAT(transport_->Upload(Header("old", task_old_, kCodec), Int8(delta)).status(),
+              StatusIs(StatusCode::kInvalidArgument, "did not name"));
+  // Another codec than the task's.
+  EXPECT_THAT(
+      transport_->Upload(Header("new", task_new_, "fp16"), (*MakeCodec("fp16"))->Encode(delta, nullptr, 0)).status(),
+      StatusIs(StatusCode::kInvalidArgument, "did not name"));
+  // The task's codec, but bytes cut short, or with a NaN scale.
+  std::string cut = Int8(delta);
+  cut.pop_back();
+  EXPECT_THAT(transport_->Upload(Header("new", task_new_, kCodec), cut).status(),
+              StatusIs(StatusCode::kInvalidArgument, "30 bytes where 31 were expected"));
+  std::string nan_scale = Int8(delta);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_scale.data() + nan_scale.size() - 6 - 2 * 4, &nan, 4);  // the first of two chunks' scales
+  EXPECT_THAT(transport_->Upload(Header("new", task_new_, kCodec), nan_scale).status(),
+              StatusIs(StatusCode::kInvalidArgument, "scale"));
+  EXPECT_EQ(engine_->status().round_received, 0);
+  EXPECT_EQ(engine_->model().ContentSha256(), model_.ContentSha256());
+  // The refusals did not spoil the task: the right update is still taken.
+  ASSERT_OK(transport_->Upload(Header("new", task_new_, kCodec), Int8(delta)));
+  EXPECT_EQ(engine_->status().round_received, 1);
+}
+
+}  // namespace
+}  // namespace plexus
