@@ -1,13 +1,16 @@
 // Encode and decode speed of every codec (compression/codec.h) on a 10M-value delta (40 MB of
-// float32), single-threaded, beside a single-threaded triad over the same number of values in the
-// same run. Bytes counted: the float32 bytes of the delta (read by Encode, written by Decode), so
-// that "GB/s of model" compares across codecs; bench/run_codec_bench.sh prints the table.
+// float32), on one thread beside a one-thread triad over the same number of values, and for the
+// codecs that split across a pool (f32, fp16, bf16, int8) on two threads beside a two-thread
+// triad, in the same run. Bytes counted: the float32 bytes of the delta (read by Encode, written
+// by Decode), so that "GB/s of model" compares across codecs; bench/run_codec_bench.sh prints the
+// table.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include "compression/codec.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 
 namespace plexus {
 namespace {
@@ -34,8 +37,25 @@ void BM_Triad(benchmark::State& state) {
 }
 BENCHMARK(BM_Triad)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
 
-void BM_Encode(benchmark::State& state, const char* spec) {
-  auto codec = *MakeCodec(spec);
+ThreadPool& TwoThreads() {
+  static ThreadPool pool(2);
+  return pool;
+}
+
+void BM_Triad2(benchmark::State& state) {
+  std::vector<float> a(kValues, 1.0f), b(kValues, 2.0f), c(kValues, 3.0f);
+  for (auto _ : state) {
+    TwoThreads().ParallelFor(kValues, [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) a[j] = b[j] + 0.5f * c[j];
+    });
+    benchmark::DoNotOptimize(a.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * 3 * kValues * sizeof(float)));
+}
+BENCHMARK(BM_Triad2)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+
+void BM_Encode(benchmark::State& state, const char* spec, ThreadPool* pool) {
+  auto codec = *MakeCodec(spec, pool);
   const ModelState& d = Delta();
   ModelState residual = ModelState::ZerosLike(d);
   uint64_t seed = 0;
@@ -47,8 +67,8 @@ void BM_Encode(benchmark::State& state, const char* spec) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * d.num_bytes()));
 }
 
-void BM_Decode(benchmark::State& state, const char* spec) {
-  auto codec = *MakeCodec(spec);
+void BM_Decode(benchmark::State& state, const char* spec, ThreadPool* pool) {
+  auto codec = *MakeCodec(spec, pool);
   const ModelState& d = Delta();
   const std::string bytes = codec->Encode(d, nullptr, 1);
   for (auto _ : state) {
@@ -58,9 +78,18 @@ void BM_Decode(benchmark::State& state, const char* spec) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * d.num_bytes()));
 }
 
-#define PLEXUS_CODEC_BENCH(name, spec)                                                                    \
-  BENCHMARK_CAPTURE(BM_Encode, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \
-  BENCHMARK_CAPTURE(BM_Decode, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+#define PLEXUS_CODEC_BENCH(name, spec)                                                                             \
+  BENCHMARK_CAPTURE(BM_Encode, name, spec, nullptr)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \
+  BENCHMARK_CAPTURE(BM_Decode, name, spec, nullptr)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+#define PLEXUS_CODEC_BENCH2(name, spec)                              \
+  BENCHMARK_CAPTURE(BM_Encode, name##_2threads, spec, &TwoThreads()) \
+      ->UseRealTime()                                                \
+      ->Unit(benchmark::kMillisecond)                                \
+      ->Repetitions(3);                                              \
+  BENCHMARK_CAPTURE(BM_Decode, name##_2threads, spec, &TwoThreads()) \
+      ->UseRealTime()                                                \
+      ->Unit(benchmark::kMillisecond)                                \
+      ->Repetitions(3);
 PLEXUS_CODEC_BENCH(f32, "f32")
 PLEXUS_CODEC_BENCH(fp16, "fp16")
 PLEXUS_CODEC_BENCH(bf16, "bf16")
@@ -68,6 +97,10 @@ PLEXUS_CODEC_BENCH(int8, "int8")
 PLEXUS_CODEC_BENCH(qsgd, "qsgd")
 PLEXUS_CODEC_BENCH(terngrad, "terngrad")
 PLEXUS_CODEC_BENCH(topk_1pct, "topk:ratio=0.01")
+PLEXUS_CODEC_BENCH2(f32, "f32")
+PLEXUS_CODEC_BENCH2(fp16, "fp16")
+PLEXUS_CODEC_BENCH2(bf16, "bf16")
+PLEXUS_CODEC_BENCH2(int8, "int8")
 
 }  // namespace
 }  // namespace plexus

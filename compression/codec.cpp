@@ -4,11 +4,13 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <vector>
 
 #include "aggregators/strategy_spec.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 
 namespace plexus {
 namespace {
@@ -65,40 +67,34 @@ Status CheckLength(std::string_view bytes, size_t payload) {
 
 bool FiniteScale(float s) { return std::isfinite(s) && s >= 0.0f; }
 
-// IEEE binary16, round to nearest even; values beyond the largest half saturate to it.
-uint16_t ToHalf(float f) {
+// IEEE binary16, round to nearest even; values beyond the largest half (and infinities and NaNs,
+// which the encoder does not see) saturate to it. Branch-free, so that the compiler vectorizes
+// the loops over it: a subnormal half is |f| rounded to a multiple of 2^-24, which adding 0.5f
+// (whose last place is 2^-24) does in the FPU, in the rounding mode (nearest even); a normal half
+// is f's bits rebiased (exponent 127 -> 15), rounded at bit 13 by adding 0xfff plus the bit that
+// stays last (ties to even), then shifted; rounding may carry into the exponent, as it should.
+inline uint16_t ToHalf(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mant = x & 0x007fffffu;
-  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xffu);
-  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7bffu);  // (the encoder only sees finite values)
-  const int32_t e = exp - 127 + 15;
-  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7bffu);
-  if (e <= 0) {
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x00800000u;
-    const auto shift = static_cast<uint32_t>(14 - e);
-    uint32_t half = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
-  if ((half & 0x7c00u) == 0x7c00u) half = 0x7bffu;  // rounded up past the largest finite half
-  return static_cast<uint16_t>(sign | half);
+  const uint32_t ax = x & 0x7fffffffu;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(ax) + 0.5f) - 0x3f000000u;
+  uint32_t normal = (ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13;  // 0xc8000000: (15 - 127) << 23
+  normal = normal > 0x7bffu ? 0x7bffu : normal;
+  // Both computed, one kept by a mask (a ?: here became a branch, which stops vectorization).
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(ax < 0x38800000u);  // 2^-14: the smallest normal
+  return static_cast<uint16_t>(sign | (subnormal & is_subnormal) | (normal & ~is_subnormal));
 }
 
-float FromHalf(uint16_t h) {
+// Branch-free too: a subnormal half is its integer times 2^-24; a normal one is rebiased, and
+// infinities and NaNs keep exponent 255 (Decode's finiteness check then refuses them).
+inline float FromHalf(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  const uint32_t em = h & 0x7fffu;
+  const float subnormal = static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f;
+  uint32_t normal = (em << 13) + 0x38000000u;
+  normal += (0u - static_cast<uint32_t>(em >= 0x7c00u)) & 0x38000000u;
+  const uint32_t is_subnormal = 0u - static_cast<uint32_t>(em < 0x400u);
+  return std::bit_cast<float>(sign | (std::bit_cast<uint32_t>(subnormal) & is_subnormal) | (normal & ~is_subnormal));
 }
 
 uint16_t ToBf16(float f) {
@@ -109,6 +105,73 @@ uint16_t ToBf16(float f) {
 }
 float FromBf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
+// The loops that touch every value, as functions of their own so that on x86-64 each also comes
+// in an AVX2 build, picked at load time (GCC's target_clones): the baseline x86-64 (SSE2) does 4
+// values per instruction, AVX2 8. Elsewhere (aarch64, riscv64) the compiler's own vectors only.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PLEXUS_VALUE_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define PLEXUS_VALUE_LOOP
+#endif
+
+template <uint16_t (*To)(float)>
+inline void ToHalves(const float* v, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = To(v[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+template <float (*From)(uint16_t)>
+inline void FromHalves(const char* in, size_t n, float* v) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    v[i] = From(h);
+  }
+}
+PLEXUS_VALUE_LOOP void ToFp16(const float* v, size_t n, char* out) { ToHalves<ToHalf>(v, n, out); }
+PLEXUS_VALUE_LOOP void FromFp16(const char* in, size_t n, float* v) { FromHalves<FromHalf>(in, n, v); }
+PLEXUS_VALUE_LOOP void ToBf16s(const float* v, size_t n, char* out) { ToHalves<ToBf16>(v, n, out); }
+PLEXUS_VALUE_LOOP void FromBf16s(const char* in, size_t n, float* v) { FromHalves<FromBf16>(in, n, v); }
+
+// One int8 chunk: writes its values to `q` and returns its scale. The loops are written so that
+// the compiler vectorizes them: the largest magnitude as the largest of the values' bits without
+// their sign (which order like the magnitudes of finite floats), and rounding to nearest even by
+// adding and taking away 1.5 x 2^23 (exact for |x| < 2^22; the FPU rounds in its mode, nearest
+// even, as lrintf would).
+PLEXUS_VALUE_LOOP float ToInt8(const float* v, size_t n, int8_t* q) {
+  int32_t max_bits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t bits = static_cast<int32_t>(std::bit_cast<uint32_t>(v[i]) & 0x7fffffffu);
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  const float scale = std::bit_cast<float>(max_bits) / 127.0f;
+  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    constexpr float kRound = 12582912.0f;  // 1.5 x 2^23
+    float r = (v[i] * inverse + kRound) - kRound;
+    r = r > 127.0f ? 127.0f : r;  // (|v| x inverse <= 127 up to rounding: only that rounding)
+    r = r < -127.0f ? -127.0f : r;
+    q[i] = static_cast<int8_t>(static_cast<int32_t>(r));
+  }
+  return scale;
+}
+
+PLEXUS_VALUE_LOOP void FromInt8(const int8_t* q, size_t n, float scale, float* v) {
+  for (size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(q[i]);
+}
+
+// Runs fn(begin, end) over [0, n) on the pool's threads in ranges of at least `min_range` (one
+// range, on this thread, without a pool or for small n).
+void ForRanges(ThreadPool* pool, size_t n, size_t min_range, const std::function<void(size_t, size_t)>& fn) {
+  if (pool != nullptr && pool->size() > 1 && n >= 2 * min_range) {
+    pool->ParallelFor(n, fn, min_range);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+constexpr size_t kMinParallelValues = size_t{1} << 16;
+
 // The decoded delta, checked finite.
 Result<ModelState> Finished(ModelState out) {
   PLEXUS_RETURN_IF_ERROR(out.CheckFinite().WithContext("compressed update"));
@@ -117,44 +180,54 @@ Result<ModelState> Finished(ModelState out) {
 
 class F32Codec final : public Codec {
  public:
+  explicit F32Codec(ThreadPool* pool) : pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
     std::string& out = Header(result, 0, d.num_params());
-    out.reserve(EncodedSize(d));
-    out.append(reinterpret_cast<const char*>(d.data().data()), d.num_bytes());
+    out.resize(EncodedSize(d));
+    const char* from = reinterpret_cast<const char*>(d.data().data());
+    char* to = out.data() + kHeaderBytes;
+    ForRanges(pool_, d.num_params(), kMinParallelValues,
+              [&](size_t begin, size_t end) { std::memcpy(to + 4 * begin, from + 4 * begin, 4 * (end - begin)); });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 0, layout));
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, layout.num_bytes()));
     ModelState out = ModelState::UninitializedLike(layout);
-    std::memcpy(out.data().data(), b.data() + kHeaderBytes, layout.num_bytes());
+    const char* from = b.data() + kHeaderBytes;
+    char* to = reinterpret_cast<char*>(out.data().data());
+    ForRanges(pool_, layout.num_params(), kMinParallelValues,
+              [&](size_t begin, size_t end) { std::memcpy(to + 4 * begin, from + 4 * begin, 4 * (end - begin)); });
     return Finished(std::move(out));
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + l.num_bytes(); }
   std::string Describe() const override { return "f32"; }
+
+ private:
+  ThreadPool* const pool_;
 };
 
-template <uint16_t (*To)(float), float (*From)(uint16_t), uint8_t kId>
+template <void (*To)(const float*, size_t, char*), void (*From)(const char*, size_t, float*), uint8_t kId>
 class Half final : public Codec {
  public:
-  explicit Half(const char* name) : name_(name) {}
+  Half(const char* name, ThreadPool* pool) : name_(name), pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
     std::string& out = Header(result, kId, d.num_params());
     out.reserve(EncodedSize(d));
     const size_t at = out.size();
     out.resize(at + 2 * d.num_params());
-    auto* p = reinterpret_cast<uint16_t*>(out.data() + at);  // (string storage is suitably aligned for memcpy)
-    std::span<const float> v = d.data();
-    for (size_t i = 0; i < v.size(); ++i) {
-      const uint16_t h = To(v[i]);
-      std::memcpy(p + i, &h, 2);
-    }
+    const float* v = d.data().data();
+    char* to = out.data() + at;
+    ForRanges(pool_, d.num_params(), kMinParallelValues,
+              [&](size_t begin, size_t end) { To(v + begin, end - begin, to + 2 * begin); });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, kId, layout));
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 2 * layout.num_params()));
     ModelState out = ModelState::UninitializedLike(layout);
-    std::span<float> v = out.data();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = From(Get<uint16_t>(b, kHeaderBytes + 2 * i));
+    const char* from = b.data() + kHeaderBytes;
+    float* v = out.data().data();
+    ForRanges(pool_, out.num_params(), kMinParallelValues,
+              [&](size_t begin, size_t end) { From(from + 2 * begin, end - begin, v + begin); });
     return Finished(std::move(out));
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + 2 * l.num_params(); }
@@ -162,31 +235,28 @@ class Half final : public Codec {
 
  private:
   const char* name_;
+  ThreadPool* const pool_;
 };
 
 class Int8Codec final : public Codec {
  public:
-  explicit Int8Codec(uint32_t chunk) : chunk_(chunk) {}
+  Int8Codec(uint32_t chunk, ThreadPool* pool) : chunk_(chunk), pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
     std::span<const float> v = d.data();
     std::string& out = Header(result, 3, v.size());
     out.reserve(EncodedSize(d));
     Put<uint32_t>(out, chunk_);
-    for (size_t begin = 0; begin < v.size(); begin += chunk_) {
-      const size_t end = std::min(v.size(), begin + chunk_);
-      float absmax = 0.0f;
-      for (size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::abs(v[i]));
-      const float scale = absmax / 127.0f;
-      const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-      Put<float>(out, scale);
-      const size_t at = out.size();
-      out.resize(at + (end - begin));
-      char* q = out.data() + at;
-      for (size_t i = begin; i < end; ++i) {
-        // (|v| x inverse <= 127 up to rounding: the clamp only catches that rounding)
-        q[i - begin] = static_cast<char>(static_cast<int8_t>(std::clamp(std::lrintf(v[i] * inverse), -127L, 127L)));
+    out.resize(EncodedSize(d));
+    char* const first = out.data() + kHeaderBytes + 4;  // chunk k: its scale, then its values
+    const size_t chunks = (v.size() + chunk_ - 1) / chunk_;
+    ForRanges(pool_, chunks, std::max<size_t>(1, kMinParallelValues / chunk_), [&](size_t k_begin, size_t k_end) {
+      for (size_t k = k_begin; k < k_end; ++k) {
+        const size_t begin = k * chunk_, end = std::min(v.size(), begin + chunk_);
+        char* at = first + k * (4 + size_t{chunk_});
+        const float scale = ToInt8(v.data() + begin, end - begin, reinterpret_cast<int8_t*>(at + 4));
+        std::memcpy(at, &scale, 4);
       }
-    }
+    });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 3, layout));
@@ -195,16 +265,22 @@ class Int8Codec final : public Codec {
     if (chunk == 0) return CodecError("int8 chunk size 0");
     const size_t n = layout.num_params(), chunks = (n + chunk - 1) / chunk;
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 4 + 4 * chunks + n));
-    ModelState out = ModelState::UninitializedLike(layout);
-    std::span<float> v = out.data();
-    size_t at = kHeaderBytes + 4;
-    for (size_t begin = 0; begin < n; begin += chunk) {
-      const float scale = Get<float>(b, at);
-      if (!FiniteScale(scale)) return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(begin));
-      at += 4;
-      const size_t end = std::min(n, begin + chunk);
-      for (size_t i = begin; i < end; ++i) v[i] = scale * static_cast<float>(static_cast<int8_t>(b[at++]));
+    const char* const first = b.data() + kHeaderBytes + 4;  // chunk k: its scale, then its values
+    for (size_t k = 0; k < chunks; ++k) {  // every scale checked before a value is written
+      const float scale = Get<float>(b, kHeaderBytes + 4 + k * (4 + size_t{chunk}));
+      if (!FiniteScale(scale)) return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(k * chunk));
     }
+    ModelState out = ModelState::UninitializedLike(layout);
+    float* v = out.data().data();
+    ForRanges(pool_, chunks, std::max<size_t>(1, kMinParallelValues / chunk), [&](size_t k_begin, size_t k_end) {
+      for (size_t k = k_begin; k < k_end; ++k) {
+        const size_t begin = k * chunk, end = std::min(n, begin + chunk);
+        const char* at = first + k * (4 + size_t{chunk});
+        float scale;
+        std::memcpy(&scale, at, 4);
+        FromInt8(reinterpret_cast<const int8_t*>(at + 4), end - begin, scale, v + begin);
+      }
+    });
     return Finished(std::move(out));
   }
   size_t EncodedSize(const ModelState& l) const override {
@@ -214,6 +290,7 @@ class Int8Codec final : public Codec {
 
  private:
   const uint32_t chunk_;
+  ThreadPool* const pool_;
 };
 
 class TopKCodec final : public Codec {
@@ -387,7 +464,7 @@ std::vector<std::string> CodecNames() { return {"f32", "fp16", "bf16", "int8", "
 
 std::string CodecNameOf(std::string_view spec) { return std::string(spec.substr(0, spec.find(':'))); }
 
-Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text) {
+Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text, ThreadPool* pool) {
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return InvalidArgumentError("--codec: " + parsed.status().message());
   StrategySpec spec = std::move(parsed).value();
@@ -395,16 +472,16 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text) {
   std::unique_ptr<Codec> codec;
   auto fail = [](const Status& s) { return InvalidArgumentError("--codec: " + s.message()); };
   if (name == "f32") {
-    codec = std::make_unique<F32Codec>();
+    codec = std::make_unique<F32Codec>(pool);
   } else if (name == "fp16") {
-    codec = std::make_unique<Half<ToHalf, FromHalf, 1>>("fp16");
+    codec = std::make_unique<Half<ToFp16, FromFp16, 1>>("fp16", pool);
   } else if (name == "bf16") {
-    codec = std::make_unique<Half<ToBf16, FromBf16, 2>>("bf16");
+    codec = std::make_unique<Half<ToBf16s, FromBf16s, 2>>("bf16", pool);
   } else if (name == "int8") {
     auto chunk = spec.GetCount("chunk", 4096);
     if (!chunk.ok()) return fail(chunk.status());
     if (*chunk < 1 || *chunk > (int64_t{1} << 30)) return InvalidArgumentError("--codec: int8:chunk must be in [1, 2^30]");
-    codec = std::make_unique<Int8Codec>(static_cast<uint32_t>(*chunk));
+    codec = std::make_unique<Int8Codec>(static_cast<uint32_t>(*chunk), pool);
   } else if (name == "topk") {
     auto ratio = spec.GetDouble("ratio", 0.01);
     if (!ratio.ok()) return fail(ratio.status());

@@ -28,6 +28,8 @@
 
 namespace plexus {
 
+class ThreadPool;
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -52,8 +54,10 @@ class Codec {
   virtual bool uses_residual() const { return false; }
 };
 
-// InvalidArgument naming --codec for an unknown codec or a bad parameter.
-Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+// InvalidArgument naming --codec for an unknown codec or a bad parameter. With `pool` (not
+// owned; must outlive the codec), f32, fp16, bf16 and int8 split large deltas across its threads
+// (calls from several threads then take turns on the pool); the bytes are the same either way.
+Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool = nullptr);
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
 // when it joins.

@@ -4,11 +4,13 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -46,6 +48,94 @@ TEST(CodecTest, LosslessAndHalfPrecisionRoundTrips) {
   }
   EXPECT_EQ(*MakeCodec("fp16").value()->Encode(d, nullptr, 0).data(), 'P');
   EXPECT_EQ(MakeCodec("fp16").value()->EncodedSize(d), 13 + 2 * d.num_params());  // half of float32
+}
+
+// binary16 conversion written plainly, branch by branch: the oracle for the codec's branch-free
+// (vectorizable) conversions. Round to nearest even; beyond the largest half, saturate.
+uint16_t ReferenceToHalf(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x007fffffu;
+  const int32_t exp = static_cast<int32_t>((x >> 23) & 0xffu);
+  const int32_t e = exp - 127 + 15;
+  if (exp == 0xff || e >= 0x1f) return static_cast<uint16_t>(sign | 0x7bffu);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x00800000u;
+    const auto shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  if ((half & 0x7c00u) == 0x7c00u) half = 0x7bffu;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float ReferenceFromHalf(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+TEST(CodecTest, Fp16MatchesThePlainConversionBitForBit) {
+  // Finite floats across every exponent (one bit pattern in 4093, plus the edges of rounding),
+  // through the codec; then every finite half back.
+  std::vector<float> values;
+  for (uint64_t bits = 0; bits < 0x7f800000u; bits += 4093) {
+    values.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+    values.push_back(-std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  }
+  for (float edge : {65504.0f, 65519.99f, 65520.0f, 3.0e38f, 0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1.002p-14f}) {
+    values.push_back(edge);
+  }
+  ModelState m = *ModelState::Create({{"v", {static_cast<int64_t>(values.size())}}});
+  std::copy(values.begin(), values.end(), m.data().begin());
+  const std::string bytes = (*MakeCodec("fp16"))->Encode(m, nullptr, 0);
+  ASSERT_EQ(bytes.size(), 13 + 2 * values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + 13 + 2 * i, 2);
+    ASSERT_EQ(h, ReferenceToHalf(values[i]))
+        << "value " << values[i] << " (bits " << std::hex << std::bit_cast<uint32_t>(values[i]) << ")";
+  }
+  std::vector<uint16_t> halves;
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    if ((h & 0x7c00u) != 0x7c00u) halves.push_back(static_cast<uint16_t>(h));  // finite only
+  }
+  ModelState layout = *ModelState::Create({{"v", {static_cast<int64_t>(halves.size())}}});
+  std::string payload = (*MakeCodec("fp16"))->Encode(layout, nullptr, 0);  // the header for this size
+  payload.resize(13);
+  payload.append(reinterpret_cast<const char*>(halves.data()), 2 * halves.size());
+  Result<ModelState> decoded = (*MakeCodec("fp16"))->Decode(payload, layout);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  for (size_t i = 0; i < halves.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(decoded->data()[i]), std::bit_cast<uint32_t>(ReferenceFromHalf(halves[i])))
+        << "half " << std::hex << halves[i];
+  }
+}
+
+TEST(CodecTest, SplittingAcrossThreadsGivesTheSameBytesAndValues) {
+  ModelState d = *ModelState::Create({{"a", {300001}}, {"b", {7}}});  // large enough to be split
+  Rng rng(3);
+  for (float& x : d.data()) x = static_cast<float>(rng.Normal());
+  ThreadPool pool(3);
+  for (const char* spec : {"f32", "fp16", "bf16", "int8", "int8:chunk=1000", "int8:chunk=1"}) {
+    const auto alone = *MakeCodec(spec);
+    const auto pooled = *MakeCodec(spec, &pool);
+    const std::string bytes = alone->Encode(d, nullptr, 0);
+    EXPECT_EQ(pooled->Encode(d, nullptr, 0), bytes) << spec;
+    Result<ModelState> a = alone->Decode(bytes, d), b = pooled->Decode(bytes, d);
+    ASSERT_TRUE(a.ok() && b.ok()) << spec;
+    EXPECT_EQ(a->ContentSha256(), b->ContentSha256()) << spec;
+  }
 }
 
 TEST(CodecTest, Int8ErrsByAtMostHalfAStepOfItsChunk) {
