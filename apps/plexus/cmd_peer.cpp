@@ -132,6 +132,11 @@ void RunPeer(const PeerFlags& f) {
                        ": semi-decentralized peers over the network are not built yet (plexus sim --mode gossip "
                        "runs them in simulation)");
   }
+  if (factory->description().rfind("choco", 0) == 0) {
+    throw CommandError("--gossip " + f.gossip +
+                       ": compressed (CHOCO) gossip between real peers is not built yet: peers send float32 models "
+                       "(plexus sim --mode gossip runs it in simulation)");
+  }
 
   gossip::PeerNodeOptions o;
   o.self = static_cast<gossip::NodeId>(f.partition_index);

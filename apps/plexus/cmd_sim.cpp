@@ -158,8 +158,9 @@ DeviceModel DevicesFor(const SimFlags& f) {
 void RunGossip(const SimFlags& f, const MpiSession* mpi) {
   if (f.cmd->count("--codec")) {
     throw CommandError(
-        "--codec is not built for --mode gossip yet (compressed gossip needs CHOCO-style error "
-        "compensation to reach consensus)");
+        "--codec is for server modes; compressed gossip is --gossip choco:codec=NAME[,gamma=G] (CHOCO-gossip: "
+        "nodes send compressed changes of public copies, which still reach consensus; plain averaging of "
+        "compressed models does not)");
   }
   for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s",
                                   "--buffer-size", "--server-lr", "--server-mbps", "--max-tasks", "--backup-workers"}) {

@@ -36,9 +36,13 @@ struct Message {
   std::shared_ptr<const ModelState> model;  // null for a request
   double weight = 0.0;                      // push-sum: the running total of weight on this link
   uint32_t degree = 0;                      // the sender's live degree (Metropolis-Hastings weights)
+  // Compressed gossip (CHOCO): the model travels encoded in this many bytes; 0: as float32.
+  uint64_t encoded_bytes = 0;
 
-  // Bytes on the wire: the model's values plus a fixed header.
-  uint64_t bytes() const { return kHeaderBytes + (model ? model->num_bytes() : 0); }
+  // Bytes on the wire: the model's values (or their encoding) plus a fixed header.
+  uint64_t bytes() const {
+    return kHeaderBytes + (encoded_bytes > 0 ? encoded_bytes : (model ? model->num_bytes() : 0));
+  }
   static constexpr uint64_t kHeaderBytes = 64;
 };
 

@@ -7,7 +7,8 @@ namespace plexus::gossip {
   X("dpsgd", MakeDpsgd)             \
   X("el", MakeEpidemic)             \
   X("pushsum", MakePushSum)         \
-  X("semidecentralized", MakeSemiDecentralized)
+  X("semidecentralized", MakeSemiDecentralized) \
+  X("choco", MakeChoco)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);
 PLEXUS_GOSSIP_ALGORITHMS(PLEXUS_DECLARE_MAKER)

@@ -6,6 +6,10 @@
 //   semidecentralized[:every=H,sample=K,mode=s2s|s2a,wait_ms=W]
 //                                D-PSGD plus a server's average of K sampled nodes every H rounds
 //                                (semi_decentralized.cpp)
+//   choco[:codec=NAME,gamma=G,wait_ms=W]
+//                                CHOCO-gossip: compressed changes of public copies, consensus step
+//                                gamma, codec by name (compression/codec.h defaults; choco.cpp);
+//                                simulator only
 // A new algorithm is one file defining its Make function plus one line in registry.cpp.
 // A factory owns the merge rule its nodes share: the nodes of one factory belong to one driver
 // thread. Immutable otherwise.

@@ -550,7 +550,7 @@ TEST(CliTest, GossipSimWritesItsResultsAndRefusesWhatCannotWork) {
       {{"--attack", "alie", "--attackers", "0.99", "--clients", "10"}, "--attackers leaves no honest node"},
       {{"--strategy", "median"}, "--strategy belongs to the server modes"},
       {{"--churn", "lots"}, "--churn: expected FRACTION:EVERY"},
-      {{"--codec", "int8"}, "--codec is not built for --mode gossip"}};
+      {{"--codec", "int8"}, "compressed gossip is --gossip choco:codec=NAME"}};
   for (const auto& [flags, message] : bad) {
     std::vector<std::string> args = {"sim", "--mode", "gossip", "--dry-run"};
     args.insert(args.end(), flags.begin(), flags.end());
