@@ -11,12 +11,13 @@
 // W_ij = 1 / (1 + d_i) over the live in-neighbours (uniform weights: symmetric, hence the average
 // is kept, on regular graphs). Q is a codec of compression/codec.h (the message carries what the
 // receiver decodes, and the encoded size, which is what the network is charged). Additions to a
-// public copy commute, so a q is applied whenever it arrives, even late; a round waits for the
-// round's q of every live in-neighbour, or wait_ms. No error feedback beyond the algorithm's
+// public copy commute, so a q is applied whenever it arrives, even late (the transport must not
+// duplicate messages: the simulator's does not); a round waits for the round's q of every live
+// in-neighbour, or wait_ms. No error feedback beyond the algorithm's
 // own (x - x^ is the error still to send). A rejoining node starts from its own model and copies.
 // In the simulator only: `plexus peer` carries models as safetensors and refuses it.
+#include <algorithm>
 #include <map>
-#include <set>
 
 #include "compression/codec.h"
 #include "gossip/protocol/registry.h"
@@ -47,6 +48,7 @@ class ChocoNode final : public Protocol {
 
   Actions Start(bool) override {
     Actions a;
+    waiting_ = false;
     if (round_ < ctx_.total_rounds) a.train = true;
     training_ = a.train;
     return a;
@@ -83,11 +85,11 @@ class ChocoNode final : public Protocol {
         !m.model->CheckFinite().ok()) {
       return {};
     }
-    if (!applied_[from].insert(m.round).second) return {};  // a duplicate: applied once only
+    // Every change is applied, once per message: a node that restarted a round sends that
+    // round's change again, and its own copy took both.
     AddTo(&CopyOf(from), *m.model);
-    // (rounds far behind are forgotten: their qs are in the copy already)
-    auto& seen = applied_[from];
-    while (seen.size() > 2 * RoundGossipWindow()) seen.erase(seen.begin());
+    uint64_t& heard = heard_through_[from];
+    heard = std::max(heard, m.round + 1);
     return MaybeAdvance();
   }
 
@@ -96,21 +98,24 @@ class ChocoNode final : public Protocol {
     return Advance();
   }
   Actions OnPeerLeft(NodeId) override { return MaybeAdvance(); }
-  Actions Leave() override { return {}; }
+  // A node that left neither trains nor waits until it starts again; the changes it hears of
+  // meanwhile still go into its copies (they must stay equal to its neighbours' own).
+  Actions Leave() override {
+    training_ = waiting_ = false;
+    return {};
+  }
   std::shared_ptr<const ModelState> model() const override { return x_; }
   uint64_t rounds_completed() const override { return round_; }
 
  private:
-  static constexpr size_t RoundGossipWindow() { return 64; }
-
   ModelState& CopyOf(NodeId j) { return copies_.try_emplace(j, zeros_).first->second; }
 
   Actions MaybeAdvance() {
     if (!waiting_) return {};
     ctx_.peers->InNeighbours(ctx_.self, round_, &in_);
     for (NodeId j : in_) {
-      auto it = applied_.find(j);
-      if (it == applied_.end() || !it->second.count(round_)) return {};
+      auto it = heard_through_.find(j);
+      if (it == heard_through_.end() || it->second <= round_) return {};
     }
     return Advance();
   }
@@ -147,7 +152,7 @@ class ChocoNode final : public Protocol {
   ModelState half_step_;                          // x after training, before the consensus step
   ModelState own_copy_;                           // x^_i
   std::map<NodeId, ModelState> copies_;           // x^_j of every in-neighbour heard from
-  std::map<NodeId, std::set<uint64_t>> applied_;  // the rounds whose q was applied, per sender
+  std::map<NodeId, uint64_t> heard_through_;      // per sender: 1 + the latest round heard of
   uint64_t round_;
   bool training_ = false, waiting_ = false;
   std::vector<NodeId> in_, out_;

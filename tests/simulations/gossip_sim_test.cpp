@@ -117,7 +117,7 @@ TEST_F(GossipSimTest, WithoutTrainingTheNodesAgreeRoundAfterRound) {
 }
 
 TEST_F(GossipSimTest, ChurnDoesNotStallTraining) {
-  for (const char* gossip : {"el:s=3", "dpsgd", "pushsum"}) {
+  for (const char* gossip : {"el:s=3", "dpsgd", "pushsum", "choco:codec=int8"}) {
     GossipSimOptions o = Small(gossip, gossip == std::string("pushsum") ? "exponential" : "", 20, 9);
     o.churn_fraction = 0.2;
     o.churn_every = 2;
