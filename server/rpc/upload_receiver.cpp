@@ -22,6 +22,30 @@ bool UploadChunks::Next(Result<UpdateChunkView>* chunk) {
   return true;
 }
 
+namespace {
+
+// Reads the data chunks after the header until the stream ends, telling `place` of each and
+// handing their pieces to append(piece) -> Status; `received` (the bytes already held) counts
+// them and may not pass the header's total. The first error ends the reading.
+template <typename Append>
+Status ReadDataChunks(UploadChunks& chunks, const v1::UpdateHeader& header, UploadPlaces::Place* place,
+                      uint64_t received, Append&& append) {
+  Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
+  while (chunks.Next(&chunk)) {
+    if (!chunk.ok()) return chunk.status();
+    place->Progress(chunk->data_bytes);
+    if (chunk->has_header) return InvalidArgumentError("a second header chunk");
+    received += chunk->data_bytes;
+    if (received > header.total_bytes()) {
+      return InvalidArgumentError("update carries more bytes than its header announces");
+    }
+    for (std::string_view piece : chunk->data) PLEXUS_RETURN_IF_ERROR(append(piece));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeader& header, PartialUploads* partial,
                                      UploadPlaces::Place* place) {
   // Each chunk goes straight into the decoded model: the update is held once while it arrives.
@@ -38,18 +62,11 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
   } else {
     stream.emplace(header.total_bytes());
   }
-  Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
-  while (chunks.Next(&chunk)) {
-    if (!chunk.ok()) return chunk.status();
-    place->Progress(chunk->data_bytes);
-    if (chunk->has_header) return InvalidArgumentError("a second header chunk");
-    if (stream->received() + chunk->data_bytes > header.total_bytes()) {
-      return InvalidArgumentError("update carries more bytes than its header announces");
-    }
-    for (std::string_view piece : chunk->data) {
-      if (Status s = stream->Append(piece); !s.ok()) return s.WithContext("update for task " + header.task_id());
-    }
-  }
+  PLEXUS_RETURN_IF_ERROR(
+      ReadDataChunks(chunks, header, place, stream->received(), [&](std::string_view piece) -> Status {
+        Status s = stream->Append(piece);
+        return s.ok() ? s : s.WithContext("update for task " + header.task_id());
+      }));
   if (stream->received() != header.total_bytes()) {
     // A dropped link or a client that stopped early: keep what came, so that it resumes.
     const std::string received = std::to_string(stream->received());
@@ -70,16 +87,10 @@ Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::Update
                                           const ModelState& layout, UploadPlaces::Place* place) {
   std::string bytes;
   bytes.reserve(header.total_bytes());
-  Result<UpdateChunkView> chunk = InvalidArgumentError("no chunk yet");
-  while (chunks.Next(&chunk)) {
-    if (!chunk.ok()) return chunk.status();
-    place->Progress(chunk->data_bytes);
-    if (chunk->has_header) return InvalidArgumentError("a second header chunk");
-    if (bytes.size() + chunk->data_bytes > header.total_bytes()) {
-      return InvalidArgumentError("update carries more bytes than its header announces");
-    }
-    for (std::string_view piece : chunk->data) bytes.append(piece);
-  }
+  PLEXUS_RETURN_IF_ERROR(ReadDataChunks(chunks, header, place, 0, [&](std::string_view piece) {
+    bytes.append(piece);
+    return Status::Ok();
+  }));
   if (bytes.size() != header.total_bytes()) {
     return InvalidArgumentError("compressed update ended after " + std::to_string(bytes.size()) + " of " +
                                 std::to_string(header.total_bytes()) + " bytes (not kept: upload it again)");
