@@ -25,6 +25,33 @@ Status Sign(Contribution& c, const SigningKey& key) {
   return Status::Ok();
 }
 
+AuthorKeys::AuthorKeys(const AuthorKeys& other) {
+  std::lock_guard<std::mutex> lock(other.mu_);
+  keys_ = other.keys_;
+}
+
+AuthorKeys& AuthorKeys::operator=(const AuthorKeys& other) {
+  if (this == &other) return *this;
+  std::map<std::string, std::string> copy;
+  {
+    std::lock_guard<std::mutex> lock(other.mu_);
+    copy = other.keys_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_ = std::move(copy);
+  return *this;
+}
+
+void AuthorKeys::Add(const std::string& author, std::string public_key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_[author] = std::move(public_key);
+}
+
+bool AuthorKeys::Knows(const std::string& author) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.count(author) > 0;
+}
+
 Status AuthorKeys::Verify(const std::string& id, const Contribution& c) const {
   const std::string actual = c.Id();
   if (actual != id) {
@@ -33,12 +60,17 @@ Status AuthorKeys::Verify(const std::string& id, const Contribution& c) const {
   }
   if (c.examples <= 0) return InvalidArgumentError("contribution " + id.substr(0, 12) + "... has no examples");
   PLEXUS_RETURN_IF_ERROR(c.delta.CheckFinite().WithContext("contribution " + id.substr(0, 12) + "..."));
-  auto key = keys_.find(c.author);
-  if (key == keys_.end()) {
+  std::string key;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = keys_.find(c.author);
+    if (it != keys_.end()) key = it->second;
+  }
+  if (key.empty()) {
     return Status(StatusCode::kPermissionDenied,
                   "contribution " + id.substr(0, 12) + "... from unknown author '" + c.author + "'");
   }
-  return VerifySignature(key->second, id, c.signature)
+  return VerifySignature(key, id, c.signature)
       .WithContext("contribution " + id.substr(0, 12) + "... by '" + c.author + "'");
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "core/model_state.h"
@@ -31,14 +32,21 @@ Status Sign(Contribution& c, const SigningKey& key);
 
 class AuthorKeys {
  public:
-  void Add(const std::string& author, std::string public_key) { keys_[author] = std::move(public_key); }
+  AuthorKeys() = default;
+  AuthorKeys(const AuthorKeys& other);
+  AuthorKeys& operator=(const AuthorKeys& other);
+
+  // Sets (or replaces) `author`'s key.
+  void Add(const std::string& author, std::string public_key);
+  bool Knows(const std::string& author) const;
   // OK when `c` hashes to `id`, has a positive example count, finite values, and is signed by
   // its author's key. InvalidArgument for a content/id mismatch or bad fields, PermissionDenied
   // for an unknown author or a signature that does not verify.
   Status Verify(const std::string& id, const Contribution& c) const;
 
  private:
-  std::map<std::string, std::string> keys_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> keys_;  // guarded by mu_
 };
 
 }  // namespace plexus

@@ -10,6 +10,10 @@
 
 #include "compute/model_zoo.h"
 #include "core/rng.h"
+#include "crdt/contribution.h"
+#include "crdt/crdt_replica.h"
+#include "crdt/merkle_digest.h"
+#include "crdt/signing.h"
 #include "gossip/protocol/registry.h"
 #include "gossip/protocol/topology.h"
 #include "simulations/attack.h"
@@ -38,6 +42,10 @@ Status GossipSimOptions::Validate() const {
   if (factory->mixes_by_weight_only() && kind != AttackKind::kNone && kind != AttackKind::kLabelFlip) {
     return InvalidArgumentError("--attack " + attack +
                                 ": push-sum sends running totals, not models, so only labelflip applies to it");
+  }
+  if (factory->uses_replicas() && kind != AttackKind::kNone && kind != AttackKind::kLabelFlip) {
+    return InvalidArgumentError(
+        "--attack " + attack + ": CRDT gossip sends signed contributions, not models, so only labelflip applies to it");
   }
   if (kind == AttackKind::kLabelFlip && !train) return InvalidArgumentError("--attack labelflip needs training");
   if (!(churn_fraction >= 0.0 && churn_fraction < 1.0)) return InvalidArgumentError("--churn: FRACTION in [0, 1)");
@@ -194,9 +202,26 @@ class GossipSim {
   Status MakeNodes() {
     PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(o_.model, o_.seed));
     auto shared = std::make_shared<const ModelState>(std::move(initial));
+    if (factory_->uses_replicas()) {
+      // CRDT gossip: every node signs its contributions; the keys are derived from the seed
+      // (reproducible runs) and every node knows every other's.
+      keys_.reserve(n_);
+      for (size_t i = 0; i < n_; ++i) {
+        PLEXUS_ASSIGN_OR_RETURN(
+            SigningKey key,
+            SigningKey::FromSeed(
+                Sha256Hex("plexus.gossip-sim.key/" + std::to_string(o_.seed) + "/" + std::to_string(i)).substr(0, 32)));
+        author_keys_.Add("peer-" + std::to_string(i), key.public_key());
+        keys_.push_back(std::move(key));
+      }
+    }
     for (size_t i = 0; i < n_; ++i) {
       gossip::NodeContext ctx{static_cast<NodeId>(i),           &peers_, o_.seed,
                               static_cast<uint64_t>(o_.rounds), n_,      static_cast<NodeId>(n_)};
+      if (!keys_.empty()) {
+        ctx.signing_key = &keys_[i];
+        ctx.author_keys = &author_keys_;
+      }
       std::shared_ptr<const ModelState> start = shared;
       if (!o_.train) {  // nothing will be trained: start the nodes apart, to watch them agree
         PLEXUS_ASSIGN_OR_RETURN(ModelState own, InitModel(o_.model, o_.seed + 1 + i));
@@ -241,10 +266,37 @@ class GossipSim {
         if (live_[i] && incarnation_[i] == inc) Execute(i, nodes_[i]->OnTimer(id));
       });
     }
+    for (const Actions::Sync& s : a.syncs) Pull(i, s.from, s.round);
     if (a.train && live_[i]) StartTraining(i);
     Track(i);
     --depth_;
     if (depth_ == 0) ReportDueRounds();
+  }
+
+  // CRDT gossip: node i pulls from `from`'s replica of `round`. The entries i lacks travel from
+  // `from` to i, charged a model's bytes each (plus 32 bytes per digest node compared); on
+  // arrival i syncs a copy of its replica from `from`'s as it is then, and joins it.
+  void Pull(NodeId i, NodeId from, uint64_t round) {
+    const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
+    const CrdtReplica* mine = nodes_[i]->replica(round);
+    uint64_t bytes = Message::kHeaderBytes;
+    if (theirs && mine) {
+      size_t hashes = 0;
+      const size_t missing =
+          MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes).size();
+      bytes += 32 * hashes + missing * model_bytes_;
+    }
+    if (from < n_) bytes_sent_ += bytes;
+    const bool sent = net_.Send(from, i, bytes, [this, i, from, round, inc = incarnation_[i]] {
+      if (!live_[i] || incarnation_[i] != inc) return;
+      const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
+      const CrdtReplica* mine = nodes_[i]->replica(round);
+      if (!theirs || !mine) return Execute(i, nodes_[i]->OnSynced(from, round, nullptr));
+      CrdtReplica copy(*mine);
+      const bool ok = copy.SyncFrom(*theirs).ok();
+      Execute(i, nodes_[i]->OnSynced(from, round, ok ? &copy : nullptr));
+    });
+    if (!sent) ++lost_;
   }
 
   void StartTraining(NodeId i) {
@@ -490,6 +542,8 @@ class GossipSim {
   double alie_z_ = 0.0;
 
   EventNetwork net_;
+  std::vector<SigningKey> keys_;  // CRDT gossip: each node's, by id
+  AuthorKeys author_keys_;
   std::vector<std::unique_ptr<gossip::Protocol>> nodes_;
   std::vector<bool> live_;
   std::vector<uint64_t> incarnation_;  // bumped when a node leaves or rejoins: its old timers lapse

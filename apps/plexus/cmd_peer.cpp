@@ -229,6 +229,8 @@ void RunPeer(const PeerFlags& f) {
     j["bytes_received"] = stats.bytes_received;
     j["frames_refused"] = stats.frames_refused;
     j["models_received"] = stats.models_received;
+    // Equal on every peer of a CRDT run whose replicas hold the same contributions.
+    j["final_model_sha256"] = node.model()->ContentSha256();
     j["peak_rss_bytes"] = PeakRssBytes();
     j["cpu_seconds"] = CpuTimeSeconds();
     nlohmann::json members = nlohmann::json::array();
@@ -250,9 +252,12 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--listen", f->listen, "Address to listen on, HOST:PORT")->capture_default_str();
   cmd->add_option("--advertise", f->advertise, "Address other peers dial (default: the listening address)");
   cmd->add_option("--peers", f->peers, "Peers to join through, HOST:PORT[,HOST:PORT...] (empty: wait for others)");
-  cmd->add_option("--gossip", f->gossip, "Algorithm: el[:s=S,wait_ms=W], dpsgd[:wait_ms=W] or pushsum")
+  cmd->add_option("--gossip", f->gossip,
+                  "Algorithm: el[:s=S,wait_ms=W], dpsgd[:wait_ms=W], pushsum or "
+                  "crdt[:wait_ms=W,interval_ms=I] (signed contributions merged identically everywhere; docs/gossip.md)")
       ->capture_default_str();
-  cmd->add_option("--merge", f->merge, "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy")
+  cmd->add_option("--merge", f->merge,
+                  "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy (crdt: a strategy)")
       ->capture_default_str();
   cmd->add_option("--topology", f->topology,
                   "ring, torus, exponential, regular:d=D, complete (default: the "

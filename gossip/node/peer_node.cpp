@@ -7,10 +7,14 @@
 #include <csignal>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "core/safetensors.h"
+#include "crdt/signing.h"
+#include "gossip/node/crdt_sync.h"
 #include "gossip/node/frame.h"
 #include "gossip/node/member_wire.h"
 #include "gossip/node/peer_address.h"
@@ -24,6 +28,8 @@ constexpr NodeId kNoPeer = ~NodeId{0};
 constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
 constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
 constexpr double kTickMs = 100;
+// How long a pull waits for a peer's answer to one CRDT question before it gives up on that pull.
+constexpr std::chrono::seconds kCrdtAnswerTimeout{20};
 
 // The protocol's view of its peers: the topology, filtered by the membership.
 class MembershipView final : public PeerView {
@@ -162,6 +168,26 @@ struct PeerNode::Impl {
   bool save_in_flight = false, save_again = false;
   Status fatal = Status::Ok();
 
+  // CRDT gossip: this node's signing key, the keys of the peers it met (their hellos), and the
+  // pulls from peers' replicas, run one at a time on a worker thread whose questions come to the
+  // loop through `mailbox`.
+  SigningKey crdt_key;
+  AuthorKeys author_keys;
+  struct CrdtPending {
+    Connection* conn;
+    std::shared_ptr<std::promise<Result<CrdtAnswer>>> promise;
+    CrdtAnswer answer;
+    size_t deltas_left = 0;
+    bool abandoned = false;  // failed already (the node is leaving): the answer is read and dropped
+  };
+  std::map<uint64_t, CrdtPending> crdt_pending;  // requests sent, by id
+  uint64_t next_crdt_request = 1;
+  std::deque<Actions::Sync> sync_queue;
+  bool sync_in_flight = false;
+  uv_async_t wake;
+  std::mutex mailbox_mu;
+  std::deque<std::function<void()>> mailbox;  // guarded by mailbox_mu
+
   Impl(PeerNodeOptions options, const ProtocolFactory* f, ModelState init, PeerTrainer* t, PeerStore* s)
       : o(std::move(options)), factory(f), initial(std::move(init)), trainer(t), store(s) {}
 
@@ -281,6 +307,7 @@ struct PeerNode::Impl {
     h->set_nodes(static_cast<uint32_t>(o.nodes));
     h->set_run(o.run);
     h->set_round(protocol ? protocol->rounds_completed() : 0);
+    h->set_crdt_key(crdt_key.public_key());
     c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, hello.SerializeAsString()));
     return c;
   }
@@ -344,6 +371,7 @@ struct PeerNode::Impl {
     if (auto it = links.find(c->peer); it != links.end() && it->second == c) links.erase(it);
     for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.assembler.total_bytes());
     c->inbound.clear();
+    FailCrdtRequests(c, "the link closed: " + why);
     connections.erase(c);
     if (c->peer != kNoPeer && !exiting) ApplyDeferredLeave(c->peer);
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
@@ -433,6 +461,12 @@ struct PeerNode::Impl {
       case v1::GossipEnvelope::kModel:
         HandleModelHeader(c, e.model());
         break;
+      case v1::GossipEnvelope::kCrdtRequest:
+        AnswerCrdt(c, e.crdt_request());
+        break;
+      case v1::GossipEnvelope::kCrdtReply:
+        CrdtReplyArrived(c, e.crdt_reply());
+        break;
       default:
         break;
     }
@@ -485,6 +519,8 @@ struct PeerNode::Impl {
     }
     c->hello_in = true;
     c->peer = h.node();
+    // The key signs the peer's CRDT contributions; with TLS the link vouches that it is the peer's.
+    if (h.crdt_key().size() == 32) author_keys.Add("peer-" + std::to_string(h.node()), h.crdt_key());
     stats.peers_seen.insert(h.node());
     links.try_emplace(h.node(), c);
     max_round_seen = std::max(max_round_seen, h.round());
@@ -541,6 +577,7 @@ struct PeerNode::Impl {
   }
 
   void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
+    if (h.kind() == v1::GossipModel::CRDT_DELTA) return CrdtDeltaDecoded(from, h, std::move(model));
     if (finished && h.kind() != v1::GossipModel::MODEL_REQUEST) return;
     const ModelState& own = *protocol->model();
     Status check = model.ok() ? model->CheckSameLayout(own) : model.status();
@@ -644,6 +681,7 @@ struct PeerNode::Impl {
   void Handle(Actions a) {
     for (Actions::Send& s : a.sends) Send(s.to, std::move(s.message));
     for (const Actions::Timer& t : a.timers) SetTimer(t.id, t.delay_ms);
+    for (const Actions::Sync& s : a.syncs) QueueSync(s);
     if (a.rounds_completed > 0) {
       stats.rounds_completed = protocol->rounds_completed();
       spdlog::info("round {}/{} done ({} live peers)", stats.rounds_completed, o.rounds,
@@ -799,6 +837,168 @@ struct PeerNode::Impl {
     on_progress(stats);
   }
 
+  // ---- CRDT gossip: pulls from peers' replicas -----------------------------------------------
+
+  // Runs what worker threads posted, on the loop.
+  void RunMailbox() {
+    std::deque<std::function<void()>> work;
+    {
+      std::lock_guard<std::mutex> lock(mailbox_mu);
+      work.swap(mailbox);
+    }
+    for (auto& f : work) f();
+  }
+  // From any thread, while the loop runs (a worker's pull keeps `wake` open: MaybeExit waits).
+  void Post(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> lock(mailbox_mu);
+      mailbox.push_back(std::move(f));
+    }
+    uv_async_send(&wake);
+  }
+
+  void QueueSync(const Actions::Sync& s) {
+    if (finished || s.from >= o.nodes || s.from == o.self) return;
+    for (const Actions::Sync& q : sync_queue) {
+      if (q.from == s.from && q.round == s.round) return;
+    }
+    sync_queue.push_back(s);
+    PumpSyncs();
+  }
+
+  // One pull at a time: a copy of this node's replica syncs from the peer's on a worker thread
+  // (the loop keeps answering everyone meanwhile), and the protocol joins the copy.
+  void PumpSyncs() {
+    if (sync_in_flight || sync_queue.empty() || finished) return;
+    const Actions::Sync s = sync_queue.front();
+    sync_queue.pop_front();
+    const CrdtReplica* mine = protocol->replica(s.round);
+    auto copy = std::make_shared<CrdtReplica>(mine ? *mine : CrdtReplica("peer-" + std::to_string(o.self), &author_keys));
+    auto result = std::make_shared<Result<size_t>>(InvalidArgumentError("not synced"));
+    sync_in_flight = true;
+    OffLoop(
+        [this, s, copy, result] {
+          NetworkSyncPeer peer(
+              s.round,
+              [this, to = s.from](v1::CrdtRequest request) -> Result<CrdtAnswer> {
+                auto promise = std::make_shared<std::promise<Result<CrdtAnswer>>>();
+                std::future<Result<CrdtAnswer>> answer = promise->get_future();
+                Post([this, to, request = std::move(request), promise]() mutable {
+                  SendCrdtRequest(to, std::move(request), promise);
+                });
+                if (answer.wait_for(kCrdtAnswerTimeout) != std::future_status::ready) {
+                  return UnavailableError("peer " + std::to_string(to) + " did not answer in " +
+                                          std::to_string(kCrdtAnswerTimeout.count()) + " s");
+                }
+                return answer.get();
+              },
+              &author_keys);
+          *result = copy->SyncFrom(peer);
+        },
+        [this, s, copy, result] {
+          sync_in_flight = false;
+          if (!result->ok()) spdlog::debug("pull from peer {} (round {}): {}", s.from, s.round, result->status().message());
+          if (started && !finished) Handle(protocol->OnSynced(s.from, s.round, result->ok() ? copy.get() : nullptr));
+          PumpSyncs();
+          MaybeExit();
+        });
+  }
+
+  void SendCrdtRequest(NodeId to, v1::CrdtRequest request, std::shared_ptr<std::promise<Result<CrdtAnswer>>> promise) {
+    Connection* c = finished ? nullptr : LinkTo(to);
+    if (!c || c->closing) {
+      promise->set_value(UnavailableError("no link to peer " + std::to_string(to)));
+      return;
+    }
+    const uint64_t id = next_crdt_request++;
+    request.set_id(id);
+    crdt_pending[id] = CrdtPending{c, std::move(promise), {}, 0};
+    v1::GossipEnvelope e = Envelope();
+    *e.mutable_crdt_request() = std::move(request);
+    SendEnvelope(c, e);
+  }
+
+  // Ends the requests waiting on link `c` with Unavailable; with null, every request, whose
+  // answers still on their way are then read and dropped (not refused as unasked for).
+  void FailCrdtRequests(Connection* c, const std::string& why) {
+    for (auto it = crdt_pending.begin(); it != crdt_pending.end();) {
+      if (c != nullptr && it->second.conn != c) {
+        ++it;
+        continue;
+      }
+      if (!it->second.abandoned) it->second.promise->set_value(UnavailableError(why));
+      it->second.abandoned = true;
+      it = c != nullptr ? crdt_pending.erase(it) : std::next(it);
+    }
+  }
+
+  void AnswerCrdtRequestWith(std::map<uint64_t, CrdtPending>::iterator it, Result<CrdtAnswer> answer) {
+    if (!it->second.abandoned) it->second.promise->set_value(std::move(answer));
+    crdt_pending.erase(it);
+  }
+
+  // A peer asks about this node's replica: the answer, then the fetched contributions' deltas as
+  // model streams (the reply goes out first: control frames precede chunks).
+  void AnswerCrdt(Connection* c, const v1::CrdtRequest& request) {
+    std::vector<std::shared_ptr<const ModelState>> deltas;
+    v1::GossipEnvelope e = Envelope();
+    v1::CrdtReply* reply = e.mutable_crdt_reply();
+    *reply = AnswerCrdtRequest(protocol ? protocol->replica(request.round()) : nullptr, request, &deltas);
+    for (size_t i = 0; i < deltas.size(); ++i) {
+      auto prefix = std::make_shared<const std::string>(SafetensorsPrefix(*deltas[i]));
+      const std::string_view values(reinterpret_cast<const char*>(deltas[i]->data().data()), deltas[i]->num_bytes());
+      Stream stream{deltas[i], prefix, c->next_stream++};
+      v1::CrdtContribution* w = reply->mutable_contributions(static_cast<int>(i));
+      w->set_stream(stream.id);
+      w->set_total_bytes(stream.size());
+      w->set_sha256(Sha256Hex({*prefix, values}));
+      c->streams.push_back(std::move(stream));
+    }
+    SendEnvelope(c, e);
+  }
+
+  void CrdtReplyArrived(Connection* c, const v1::CrdtReply& reply) {
+    auto it = crdt_pending.find(reply.id());
+    if (it == crdt_pending.end() || it->second.conn != c) return Refuse(c, "a CRDT reply to no request of this link");
+    CrdtPending& p = it->second;
+    for (int i = 0; i < reply.contributions_size(); ++i) {
+      const v1::CrdtContribution& w = reply.contributions(i);
+      if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(w.stream())) {
+        return Refuse(c, "too many model streams at once, or a stream id reused");
+      }
+      auto assembler = ModelAssembler::Begin(w.total_bytes(), w.sha256(), o.max_model_bytes);
+      if (!assembler.ok()) return Refuse(c, assembler.status().message());
+      v1::GossipModel header;
+      header.set_kind(v1::GossipModel::CRDT_DELTA);
+      header.set_stream(w.stream());
+      header.set_total_bytes(w.total_bytes());
+      header.set_sha256(w.sha256());
+      header.set_request(reply.id());
+      header.set_part(static_cast<uint32_t>(i));
+      inbound_bytes += w.total_bytes();
+      c->inbound.emplace(w.stream(), Inbound{header, std::move(assembler).value()});
+    }
+    p.answer.reply = reply;
+    p.answer.deltas.resize(static_cast<size_t>(reply.contributions_size()));
+    p.deltas_left = p.answer.deltas.size();
+    if (p.deltas_left == 0) AnswerCrdtRequestWith(it, std::move(p.answer));
+  }
+
+  void CrdtDeltaDecoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
+    auto it = crdt_pending.find(h.request());
+    if (it == crdt_pending.end()) return;  // its link closed meanwhile: the pull has failed already
+    CrdtPending& p = it->second;
+    Status check = model.ok() ? model->CheckSameLayout(*protocol->model()) : model.status();
+    if (check.ok()) check = model->CheckFinite();
+    if (!check.ok() || h.part() >= p.answer.deltas.size()) {
+      ++stats.frames_refused;
+      spdlog::warn("refused a contribution from peer {}: {}", from, check.ok() ? "out of place" : check.message());
+      return AnswerCrdtRequestWith(it, InvalidArgumentError("peer " + std::to_string(from) + " sent a bad contribution"));
+    }
+    p.answer.deltas[h.part()] = std::move(model).value();
+    if (--p.deltas_left == 0) AnswerCrdtRequestWith(it, std::move(p.answer));
+  }
+
   // ---- leaving -------------------------------------------------------------------------------
 
   // The last round is done (or a stop was asked for): say goodbye, give the queued models
@@ -807,6 +1007,8 @@ struct PeerNode::Impl {
     if (finished) return;
     finished = true;
     final_model = protocol->model();
+    sync_queue.clear();
+    FailCrdtRequests(nullptr, "this node is leaving");
     if (started) Handle(protocol->Leave());
     leave_pending = true;
     SendLeaveWhenReady();
@@ -843,7 +1045,9 @@ struct PeerNode::Impl {
   }
 
   void MaybeExit() {
-    if (!finished || exiting || training || save_in_flight || eval_in_flight || !encoding.empty()) return;
+    if (!finished || exiting || training || save_in_flight || eval_in_flight || sync_in_flight || !encoding.empty()) {
+      return;
+    }
     // After the linger, the queued models still go out (a peer waits for them), unless a link
     // does not drain within a minute.
     const bool drained = Drained();
@@ -856,6 +1060,7 @@ struct PeerNode::Impl {
     timers.clear();
     uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
   }
 
@@ -885,7 +1090,11 @@ struct PeerNode::Impl {
     const std::string topo_spec = o.topology.empty() ? factory->default_topology() : o.topology;
     PLEXUS_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(topo_spec, o.nodes, o.seed));
 
+    PLEXUS_ASSIGN_OR_RETURN(crdt_key, SigningKey::Generate());
+    author_keys.Add("peer-" + std::to_string(o.self), crdt_key.public_key());
     uv_loop_init(&loop);
+    uv_async_init(&loop, &wake, [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunMailbox(); });
+    wake.data = this;
     uv_tcp_init(&loop, &server);
     server.data = this;
     int rc = uv_tcp_bind(&server, reinterpret_cast<const sockaddr*>(&listen_addr), 0);
@@ -900,6 +1109,7 @@ struct PeerNode::Impl {
     }
     if (rc != 0) {
       uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
       uv_run(&loop, UV_RUN_DEFAULT);
       uv_loop_close(&loop);
       return UnavailableError("cannot listen on " + o.listen + ": " + uv_strerror(rc));
@@ -932,6 +1142,8 @@ struct PeerNode::Impl {
     ctx.nodes = o.nodes;
     ctx.server = static_cast<NodeId>(o.nodes);
     ctx.start_round = start_round;
+    ctx.signing_key = &crdt_key;
+    ctx.author_keys = &author_keys;
     protocol = factory->MakeNode(ctx, std::make_shared<const ModelState>(initial));
     stats.rounds_completed = start_round;
     spdlog::info("peer {} of {} listening on {} ({}{})", o.self, o.nodes, address, factory->description(),

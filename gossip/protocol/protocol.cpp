@@ -7,6 +7,7 @@ namespace plexus::gossip {
 void Actions::Append(Actions&& other) {
   for (Send& s : other.sends) sends.push_back(std::move(s));
   for (Timer& t : other.timers) timers.push_back(t);
+  for (Sync& s : other.syncs) syncs.push_back(s);
   train = train || other.train;
   rounds_completed += other.rounds_completed;
 }

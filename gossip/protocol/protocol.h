@@ -13,10 +13,17 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/model_state.h"
 #include "core/rng.h"
+
+namespace plexus {
+class AuthorKeys;
+class CrdtReplica;
+class SigningKey;
+}  // namespace plexus
 
 namespace plexus::gossip {
 
@@ -56,8 +63,15 @@ struct Actions {
     uint64_t id;
     double delay_ms;
   };
+  // CRDT gossip: pull what `from`'s replica of `round` holds and this node's lacks (Merkle-digest
+  // anti-entropy through a crdt::SyncPeer the driver provides), answered with OnSynced.
+  struct Sync {
+    NodeId from;
+    uint64_t round;
+  };
   std::vector<Send> sends;
   std::vector<Timer> timers;
+  std::vector<Sync> syncs;
   bool train = false;            // start local training on model(); answer with OnTrained
   uint32_t rounds_completed = 0;  // rounds this input completed
 
@@ -88,6 +102,12 @@ struct NodeContext {
   size_t nodes = 0;                 // how many nodes the federation has (ids 0 .. nodes - 1)
   NodeId server = 0;                // semi-decentralized only: the server's id (= nodes)
   uint64_t start_round = 0;         // rounds already completed (a node restarted from its saved state)
+  // CRDT gossip only (crdt.cpp): the --merge text, resolved as an aggregators strategy (set by
+  // ProtocolFactory::MakeNode); the node's signing key and the authors' keys, borrowed from the
+  // driver, which learns peers' keys as it meets them.
+  std::string merge_spec = "mean";
+  const SigningKey* signing_key = nullptr;
+  const AuthorKeys* author_keys = nullptr;
 };
 
 class Protocol {
@@ -107,6 +127,12 @@ class Protocol {
   // The node leaves gracefully: what it sends on the way out (push-sum hands over its mass).
   // Inputs after Leave are ignored until Start(true).
   virtual Actions Leave() = 0;
+
+  // CRDT gossip: this node's replica of `round`'s contributions (null when it holds none), which
+  // the driver answers peers' sync requests from and copies to sync into; and the copy after a
+  // pull from `from` (null: the pull failed), to join.
+  virtual const CrdtReplica* replica(uint64_t /*round*/) const { return nullptr; }
+  virtual Actions OnSynced(NodeId /*from*/, uint64_t /*round*/, const CrdtReplica* /*synced*/) { return {}; }
 
   // The node's current model: what it trains from next and what is evaluated as its own.
   virtual std::shared_ptr<const ModelState> model() const = 0;

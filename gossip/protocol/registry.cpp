@@ -1,5 +1,7 @@
 #include "gossip/protocol/registry.h"
 
+#include "aggregators/registry.h"
+
 namespace plexus::gossip {
 
 // One line per algorithm: its name and the Make function defined in the algorithm's own file.
@@ -8,7 +10,8 @@ namespace plexus::gossip {
   X("el", MakeEpidemic)             \
   X("pushsum", MakePushSum)         \
   X("semidecentralized", MakeSemiDecentralized) \
-  X("choco", MakeChoco)
+  X("choco", MakeChoco)             \
+  X("crdt", MakeCrdtGossip)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);
 PLEXUS_GOSSIP_ALGORITHMS(PLEXUS_DECLARE_MAKER)
@@ -44,11 +47,20 @@ Result<std::unique_ptr<ProtocolFactory>> MakeGossip(std::string_view gossip_spec
     if (!factory.ok()) return GossipError(factory.status());
     if (Status s = spec.CheckAllUsed(); !s.ok()) return GossipError(s);
     PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<NeighbourMerge> merge, MakeNeighbourMerge(merge_spec));
+    if ((*factory)->uses_replicas()) {
+      // The replicas are resolved by an aggregators strategy, not a neighbour merge rule.
+      auto strategy = MakeAggregator(CrdtStrategy(std::string(merge_spec)), nullptr);
+      if (!strategy.ok()) {
+        return InvalidArgumentError("--merge: " + spec.name() + " resolves its replicas with a strategy of the " +
+                                    "aggregators registry (mean, median, trimmed_mean:beta=B, ...), not " +
+                                    std::string(merge_spec) + ": " + strategy.status().message());
+      }
+    }
     if ((*factory)->mixes_by_weight_only() && !merge->linear()) {
       return InvalidArgumentError("--merge: " + spec.name() + " mixes by weights only, so it takes --merge mean, not " +
                                   std::string(merge_spec));
     }
-    (*factory)->set_merge(std::move(merge));
+    (*factory)->set_merge(std::move(merge), std::string(merge_spec));
     return std::move(factory).value();
   }
   std::string known;

@@ -10,6 +10,11 @@
 //                                CHOCO-gossip: compressed changes of public copies, consensus step
 //                                gamma, codec by name (compression/codec.h defaults; choco.cpp);
 //                                simulator only
+//   crdt[:wait_ms=W,interval_ms=I]
+//                                every round's trained models are signed contributions to a CRDT
+//                                replica, pulled from peers by Merkle-digest anti-entropy and
+//                                resolved with --merge as an aggregators strategy: replicas holding
+//                                the same contributions compute identical bytes (crdt.cpp)
 // A new algorithm is one file defining its Make function plus one line in registry.cpp.
 // A factory owns the merge rule its nodes share: the nodes of one factory belong to one driver
 // thread. Immutable otherwise.
@@ -39,7 +44,8 @@ class ProtocolFactory {
         make_(std::move(make)) {}
 
   // A node starting from `initial` (shared by every node that starts from the same model).
-  std::unique_ptr<Protocol> MakeNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial) const {
+  std::unique_ptr<Protocol> MakeNode(NodeContext ctx, std::shared_ptr<const ModelState> initial) const {
+    ctx.merge_spec = merge_spec_;
     return make_(ctx, std::move(initial), merge_.get());
   }
   // E.g. "el(s=3,wait_ms=1000)" and "mean".
@@ -48,7 +54,13 @@ class ProtocolFactory {
   // The topology the algorithm is defined on, for an empty --topology.
   const std::string& default_topology() const { return default_topology_; }
   bool mixes_by_weight_only() const { return mixes_by_weight_only_; }
-  void set_merge(std::unique_ptr<NeighbourMerge> merge) { merge_ = std::move(merge); }
+  void set_merge(std::unique_ptr<NeighbourMerge> merge, std::string spec) {
+    merge_ = std::move(merge);
+    merge_spec_ = std::move(spec);
+  }
+  // Algorithms that talk to other nodes through CRDT replicas rather than messages (crdt).
+  bool uses_replicas() const { return uses_replicas_; }
+  void set_uses_replicas() { uses_replicas_ = true; }
 
   // Algorithms with a server (semi-decentralized): the driver adds one more node, id N.
   using ServerMaker = std::function<std::unique_ptr<Protocol>(const NodeContext&)>;
@@ -62,6 +74,8 @@ class ProtocolFactory {
   NodeMaker make_;
   ServerMaker make_server_;
   std::unique_ptr<NeighbourMerge> merge_;
+  std::string merge_spec_ = "mean";
+  bool uses_replicas_ = false;
 };
 
 // For the algorithm files: a factory of round-based nodes (any merge rule).
@@ -74,6 +88,10 @@ inline Result<std::unique_ptr<ProtocolFactory>> MakeFactory(std::string descript
 // InvalidArgument naming --gossip or --merge for an unknown algorithm or rule, a bad parameter,
 // or a rule the algorithm cannot use (push-sum mixes by weights only: mean).
 Result<std::unique_ptr<ProtocolFactory>> MakeGossip(std::string_view gossip_spec, std::string_view merge_spec);
+
+// The aggregators strategy a CRDT gossip node resolves its replicas with, for `--merge SPEC`
+// (mean is fedavg).
+std::string CrdtStrategy(const std::string& merge_spec);
 
 // Registered algorithm names.
 std::vector<std::string> GossipNames();

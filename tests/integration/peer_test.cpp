@@ -1,5 +1,5 @@
 // Decentralized federations of real `plexus peer` processes on 127.0.0.1: mutual TLS, peers
-// killed and restarted, a late joiner, and a hostile client sending bad frames.
+// killed and restarted, a late joiner, CRDT gossip, and a hostile client sending bad frames.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -329,6 +329,43 @@ TEST_F(PeerTest, ARobustMergeKeepsTheHonestPeersAccurateDespiteAnAttacker) {
   std::cout << "worst honest accuracy: " << with_mean << " with mean, " << with_balance << " with balance\n";
   EXPECT_LT(with_mean, 0.5);
   EXPECT_GE(with_balance, 0.65);
+}
+
+// CRDT gossip between real peers over mutual TLS: every round's trained models travel as signed
+// contributions, pulled with Merkle digests (the SyncPeer seam over the peer links; the signing
+// keys come in the authenticated hellos), and every peer resolves the round's replica with the
+// same robust strategy: all end with the identical model, byte for byte. One peer is killed mid-run;
+// the others bury it and still agree.
+TEST_F(PeerTest, CrdtPeersEndWithTheIdenticalMergedModelEvenWhenOneIsKilled) {
+  const int n = 5, rounds = 6, killed = 4;
+  Ports(n);
+  ASSERT_TRUE(cli::CreateCertificateAuthority(Path("certs"), 1).ok());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(cli::IssueCertificate(Path("certs"), "peer-" + std::to_string(i), cli::CertificateKind::kPeer, 1).ok());
+  }
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = Path("certs/peer-" + std::to_string(i));
+    peers.push_back(
+        StartPeer(i, n, rounds,
+                  {"--gossip", "crdt", "--merge", "trimmed_mean:beta=0.2", "--local-steps", "40", "--eval-every", "0",
+                   "--tls-ca", Path("certs/ca.crt"), "--tls-cert", name + ".crt", "--tls-key", name + ".key"}));
+  }
+  ASSERT_TRUE(WaitForLog(*peers[killed], "round 2/", 120000)) << peers[killed]->Log();
+  peers[killed]->Signal(SIGKILL);
+  EXPECT_EQ(peers[killed]->Wait(10000), 128 + SIGKILL);
+  std::string hash;
+  for (int i = 0; i < n; ++i) {
+    if (i == killed) continue;
+    ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+    const nlohmann::json s = Summary(i);
+    EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+    EXPECT_EQ(s["frames_refused"], 0) << "peer " << i;
+    EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.7) << "peer " << i;
+    if (hash.empty()) hash = s["final_model_sha256"];
+    EXPECT_EQ(s["final_model_sha256"], hash) << "peer " << i << " resolved another model";
+  }
+  EXPECT_EQ(hash.size(), 64u);
 }
 
 TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {

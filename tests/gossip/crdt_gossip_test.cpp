@@ -1,0 +1,243 @@
+// CRDT gossip (gossip/protocol/crdt.cpp) as a state machine, driven by hand: pulls are carried
+// out by the test (a copy of the puller's replica synced from the other's, as the network
+// driver does), in orders the test chooses.
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+
+#include "crdt/contribution.h"
+#include "crdt/crdt_replica.h"
+#include "crdt/signing.h"
+#include "gossip/protocol/registry.h"
+#include "gossip/protocol/topology.h"
+#include "tests/testing/vector_model.h"
+
+namespace plexus::gossip {
+namespace {
+
+// A complete graph whose live set the test controls (unknown ids count as live).
+class LiveSet final : public PeerView {
+ public:
+  explicit LiveSet(size_t n) : live_(n, true) {}
+  void OutNeighbours(NodeId self, uint64_t, std::vector<NodeId>* out) const override { Others(self, out); }
+  void InNeighbours(NodeId self, uint64_t, std::vector<NodeId>* out) const override { Others(self, out); }
+  bool undirected() const override { return true; }
+  bool IsLive(NodeId node) const override { return node >= live_.size() || live_[node]; }
+  std::vector<bool> live_;
+
+ private:
+  void Others(NodeId self, std::vector<NodeId>* out) const {
+    out->clear();
+    for (NodeId j = 0; j < live_.size(); ++j) {
+      if (j != self && live_[j]) out->push_back(j);
+    }
+  }
+};
+
+struct Pull {
+  NodeId to, from;
+  uint64_t round;
+};
+
+// n CRDT nodes starting from different models. "Training" adds (node + 1) * step to every value.
+struct CrdtHarness {
+  CrdtHarness(size_t n, uint64_t rounds, const std::string& merge = "mean", const std::string& spec = "crdt")
+      : peers(n), factory(*MakeGossip(spec, merge)) {
+    for (size_t i = 0; i < n; ++i) {
+      keys.push_back(*SigningKey::FromSeed(std::string(31, 'k') + static_cast<char>('a' + i)));
+      authors.Add("peer-" + std::to_string(i), keys.back().public_key());
+    }
+    for (size_t i = 0; i < n; ++i) {
+      NodeContext ctx{static_cast<NodeId>(i), &peers, 3, rounds, n, static_cast<NodeId>(n)};
+      ctx.signing_key = &keys[i];
+      ctx.author_keys = &authors;
+      const float v = static_cast<float>(i);
+      nodes.push_back(factory->MakeNode(ctx, std::make_shared<const ModelState>(testing::VectorModel({v, -v, 1}))));
+    }
+  }
+  void Take(NodeId i, Actions a) {
+    for (const Actions::Sync& s : a.syncs) pulls.push_back({i, s.from, s.round});
+    for (const Actions::Timer& t : a.timers) timers[i].push_back(t.id);
+    rounds_done[i] += a.rounds_completed;
+    if (a.train) to_train.push_back(i);
+  }
+  void StartAll() {
+    for (NodeId i = 0; i < nodes.size(); ++i) Take(i, nodes[i]->Start(false));
+  }
+  void TrainAll(float step = 0.5f) {
+    std::vector<NodeId> now;
+    now.swap(to_train);
+    for (NodeId i : now) {
+      ModelState m = *nodes[i]->model();
+      for (float& v : m.data()) v += static_cast<float>(i + 1) * step;
+      Take(i, nodes[i]->OnTrained(std::move(m)));
+    }
+  }
+  // Node p.to pulls from p.from: a copy of its replica synced from the other's, then joined.
+  void Carry(const Pull& p) {
+    const CrdtReplica* theirs = peers.IsLive(p.from) ? nodes[p.from]->replica(p.round) : nullptr;
+    const CrdtReplica* mine = nodes[p.to]->replica(p.round);
+    if (!theirs || !mine) return Take(p.to, nodes[p.to]->OnSynced(p.from, p.round, nullptr));
+    CrdtReplica copy(*mine);
+    const bool ok = copy.SyncFrom(*theirs).ok();
+    Take(p.to, nodes[p.to]->OnSynced(p.from, p.round, ok ? &copy : nullptr));
+  }
+  void CarryAll() {
+    while (!pulls.empty()) {
+      Pull p = pulls.front();
+      pulls.pop_front();
+      if (peers.IsLive(p.to)) Carry(p);
+    }
+  }
+  // Fires every recorded pull timer once (the nodes ask to pull again).
+  void FirePullTimers() {
+    std::map<NodeId, std::vector<uint64_t>> now;
+    now.swap(timers);
+    for (auto& [i, ids] : now) {
+      for (uint64_t id : ids) {
+        if ((id >> 56) == 2 && peers.IsLive(i)) Take(i, nodes[i]->OnTimer(id));
+      }
+    }
+  }
+  float Value(NodeId i, size_t k = 0) const { return nodes[i]->model()->data()[k]; }
+
+  LiveSet peers;
+  std::unique_ptr<ProtocolFactory> factory;
+  std::vector<SigningKey> keys;
+  AuthorKeys authors;
+  std::vector<std::unique_ptr<Protocol>> nodes;
+  std::deque<Pull> pulls;
+  std::map<NodeId, std::vector<uint64_t>> timers;
+  std::map<NodeId, uint64_t> rounds_done;
+  std::vector<NodeId> to_train;
+};
+
+TEST(CrdtGossipTest, ARoundEndsWithEveryNodeHoldingTheMeanOfTheTrainedModels) {
+  CrdtHarness h(3, 2);
+  h.StartAll();
+  h.TrainAll();  // node i: (i, -i, 1) + (i + 1) / 2
+  h.CarryAll();
+  // Trained first values 0.5, 2, 3.5: the mean is 2, on every node, and the next round began.
+  for (NodeId i = 0; i < 3; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 1u);
+    EXPECT_NEAR(h.Value(i), 2.0, 1e-6);
+    EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model());
+  }
+  EXPECT_EQ(h.to_train.size(), 3u);
+}
+
+TEST(CrdtGossipTest, ANodeNotMetYetIsWaitedForUntilTheRoundTimer) {
+  CrdtHarness h(3, 2);
+  for (NodeId i = 0; i < 2; ++i) h.Take(i, h.nodes[i]->Start(false));  // node 2 has not started
+  h.TrainAll();
+  h.CarryAll();
+  EXPECT_EQ(h.nodes[0]->rounds_completed(), 0u);  // node 2's contribution is awaited
+  for (uint64_t id : h.timers[0]) {
+    if ((id >> 56) == 1) h.Take(0, h.nodes[0]->OnTimer(id));  // the round's wait timer
+  }
+  EXPECT_EQ(h.nodes[0]->rounds_completed(), 1u);
+  EXPECT_NEAR(h.Value(0), (0.5 + 2.0) / 2, 1e-6);  // what it held: nodes 0 and 1
+}
+
+TEST(CrdtGossipTest, APeerThatLeftIsPulledOnceMoreAndItsContributionCounts) {
+  CrdtHarness h(3, 1);
+  h.StartAll();
+  h.TrainAll();
+  // Node 2's contribution is in only its own replica when it leaves (its pulls are lost).
+  h.pulls.clear();
+  h.Take(2, h.nodes[2]->Leave());
+  for (NodeId i = 0; i < 2; ++i) h.Take(i, h.nodes[i]->OnPeerLeft(2));
+  ASSERT_TRUE(std::any_of(h.pulls.begin(), h.pulls.end(), [](const Pull& p) { return p.to == 0 && p.from == 2; }));
+  h.CarryAll();  // node 2 still answers: it lingers after leaving
+  for (NodeId i = 0; i < 2; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 1u);
+    EXPECT_NEAR(h.Value(i), 2.0, 1e-6);
+  }
+}
+
+TEST(CrdtGossipTest, APeerThatDiedWithoutContributingIsNotWaitedFor) {
+  CrdtHarness h(3, 1);
+  h.StartAll();
+  h.to_train.erase(std::remove(h.to_train.begin(), h.to_train.end(), NodeId{2}), h.to_train.end());
+  h.TrainAll();  // node 2 dies before it trains
+  h.peers.live_[2] = false;
+  h.CarryAll();
+  EXPECT_EQ(h.nodes[0]->rounds_completed(), 0u);  // not known to be gone yet
+  for (NodeId i = 0; i < 2; ++i) h.Take(i, h.nodes[i]->OnPeerLeft(2));
+  h.CarryAll();  // the last pull from node 2 fails
+  for (NodeId i = 0; i < 2; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 1u);
+    EXPECT_NEAR(h.Value(i), (0.5 + 2.0) / 2, 1e-6);
+  }
+  EXPECT_EQ(*h.nodes[0]->model(), *h.nodes[1]->model());
+}
+
+TEST(CrdtGossipTest, ARejoiningNodeTakesALivePeersModelAndRoundBeforeItTrains) {
+  CrdtHarness h(3, 4);
+  h.StartAll();
+  h.TrainAll();
+  h.CarryAll();  // round 1 done everywhere
+  // Node 2 restarts with nothing saved: a fresh node at round 0.
+  NodeContext ctx{2, &h.peers, 3, 4, 3, 3};
+  ctx.signing_key = &h.keys[2];
+  ctx.author_keys = &h.authors;
+  h.nodes[2] = h.factory->MakeNode(ctx, std::make_shared<const ModelState>(testing::VectorModel({7, 7, 7})));
+  Actions ask = h.nodes[2]->Start(true);
+  EXPECT_FALSE(ask.train);
+  ASSERT_EQ(ask.sends.size(), 1u);
+  EXPECT_EQ(ask.sends[0].message.kind, Message::Kind::kModelRequest);
+  const NodeId asked = ask.sends[0].to;
+  Actions answer = h.nodes[asked]->OnMessage(2, ask.sends[0].message);
+  ASSERT_EQ(answer.sends.size(), 1u);
+  EXPECT_EQ(answer.sends[0].message.kind, Message::Kind::kModelReply);
+  Actions go = h.nodes[2]->OnMessage(asked, answer.sends[0].message);
+  EXPECT_TRUE(go.train);
+  EXPECT_EQ(go.rounds_completed, 1u);
+  EXPECT_EQ(h.nodes[2]->rounds_completed(), 1u);
+  EXPECT_EQ(*h.nodes[2]->model(), *h.nodes[0]->model());
+}
+
+TEST(CrdtGossipTest, AMergeThatIsNoStrategyIsRefused) {
+  auto f = MakeGossip("crdt", "balance");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("--merge"), std::string::npos);
+  EXPECT_TRUE(MakeGossip("crdt", "median").ok());
+  EXPECT_FALSE(MakeGossip("crdt:interval_ms=0", "mean").ok());
+}
+
+// Whatever the order pulls are carried out in, repeated or not, every node ends every round with
+// the same bytes, and with a robust strategy too.
+RC_GTEST_PROP(CrdtGossipProperty, EveryOrderOfPullsGivesEveryNodeTheIdenticalModel, ()) {
+  const size_t n = *rc::gen::inRange<size_t>(2, 6);
+  const uint64_t rounds = *rc::gen::inRange<uint64_t>(1, 4);
+  const std::string merge = *rc::gen::element<std::string>("mean", "median", "trimmed_mean:beta=0.2");
+  CrdtHarness h(n, rounds, merge);
+  h.StartAll();
+  for (int step = 0; step < 10000; ++step) {
+    h.TrainAll();
+    if (h.pulls.empty()) {
+      bool all_done = true;
+      for (NodeId i = 0; i < n; ++i) all_done = all_done && h.nodes[i]->rounds_completed() == rounds;
+      if (all_done) break;
+      h.FirePullTimers();
+      continue;
+    }
+    // A random pending pull, sometimes carried out twice.
+    const size_t k = *rc::gen::inRange<size_t>(0, h.pulls.size());
+    const Pull p = h.pulls[k];
+    if (!*rc::gen::inRange(0, 4)) h.pulls.push_back(p);
+    h.pulls.erase(h.pulls.begin() + static_cast<std::ptrdiff_t>(k));
+    h.Carry(p);
+  }
+  for (NodeId i = 0; i < n; ++i) {
+    RC_ASSERT(h.nodes[i]->rounds_completed() == rounds);
+    RC_ASSERT(*h.nodes[i]->model() == *h.nodes[0]->model());
+  }
+}
+
+}  // namespace
+}  // namespace plexus::gossip
