@@ -10,6 +10,8 @@
 #include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/run_summary.h"
+#include "client/grpc_transport.h"
+#include "client/server_exchange.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "compute/partition.h"
@@ -40,10 +42,12 @@ struct PeerFlags {
   std::string summary_out;
   std::string tls_ca, tls_cert, tls_key;
   bool insecure = false;
+  std::string server;  // semi-decentralized: the plexus server
   int threads = 1;
   int64_t test_subset = 0;
   double linger_s = 2;
   double give_up_s = 300;
+  double start_wait_s = 10;
   uint64_t eval_every = 5;
   std::string attack;
   std::string trainer = "torch";
@@ -117,6 +121,17 @@ double ParseAttack(const std::string& text) {
   return factor;
 }
 
+// The peer node's view of the server: ServerExchange (client/) behind gossip's ServerLink.
+class ExchangeLink final : public gossip::ServerLink {
+ public:
+  explicit ExchangeLink(ServerExchange* exchange) : exchange_(exchange) {}
+  Result<ModelState> Exchange(const ModelState& model, uint64_t) override { return exchange_->Exchange(model); }
+  void Cancel() override { exchange_->Cancel(); }
+
+ private:
+  ServerExchange* exchange_;
+};
+
 void RunPeer(const PeerFlags& f) {
   if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
     throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
@@ -127,10 +142,18 @@ void RunPeer(const PeerFlags& f) {
   const std::vector<std::string> seeds = SplitList(f.peers);
   for (const std::string& s : seeds) Check(gossip::CheckPeerAddress(s, "--peers"));
   auto factory = Take(gossip::MakeGossip(f.gossip, f.merge));
-  if (factory->needs_server()) {
+  if (factory->needs_server() && f.server.empty()) {
     throw CommandError("--gossip " + f.gossip +
-                       ": semi-decentralized peers over the network are not built yet (plexus sim --mode gossip "
-                       "runs them in simulation)");
+                       " needs --server HOST:PORT: a plexus server in async mode with --buffer-size K (the sample "
+                       "size) and --server-lr 1 (docs/gossip.md)");
+  }
+  if (!factory->needs_server() && !f.server.empty()) {
+    throw CommandError("--server is for --gossip semidecentralized:...; " + f.gossip + " has no server");
+  }
+  if (factory->needs_server() && factory->description().find("mode=s2a") != std::string::npos) {
+    throw CommandError("--gossip " + f.gossip +
+                       ": between real peers the server's average goes to the sampled peers only (mode=s2s); "
+                       "mode=s2a runs in plexus sim --mode gossip");
   }
   if (factory->description().rfind("choco", 0) == 0) {
     throw CommandError("--gossip " + f.gossip +
@@ -149,6 +172,7 @@ void RunPeer(const PeerFlags& f) {
   o.topology = f.topology;
   o.linger_ms = f.linger_s * 1000;
   o.give_up_ms = f.give_up_s * 1000;
+  o.start_wait_ms = f.start_wait_s * 1000;
   o.eval_every = f.eval_every;
   o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
 
@@ -203,6 +227,30 @@ void RunPeer(const PeerFlags& f) {
     trainer.set_attack_factor(attack_factor);
   }
 
+  // Semi-decentralized: the server, reached as a client named after the peer, with the peer's
+  // certificate when the peers use TLS.
+  std::unique_ptr<ServerExchange> exchange;
+  std::unique_ptr<ExchangeLink> server_link;
+  if (factory->needs_server()) {
+    Check(gossip::CheckPeerAddress(f.server, "--server"));
+    ClientTls tls;
+    if (o.tls) {
+      tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
+      tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
+      tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
+    } else if (!f.insecure && !IsLoopback(f.server)) {
+      throw CommandError("refusing plaintext with the server " + f.server +
+                         ": give --tls-ca, --tls-cert and --tls-key, "
+                         "or --insecure");
+    }
+    StrategySpec spec = Take(StrategySpec::Parse(f.gossip), "--gossip");
+    const double wait_ms = Take(spec.GetDouble("wait_ms", 30000.0), "--gossip");
+    exchange = std::make_unique<ServerExchange>(MakeGrpcFederationTransport(f.server, tls),
+                                                "peer-" + std::to_string(f.partition_index), wait_ms);
+    server_link = std::make_unique<ExchangeLink>(exchange.get());
+    o.server = server_link.get();
+  }
+
   std::unique_ptr<gossip::PeerStore> store;
   if (!f.db.empty()) store = Take(gossip::PeerStore::Open(f.db), "--db " + f.db);
 
@@ -229,6 +277,7 @@ void RunPeer(const PeerFlags& f) {
     j["bytes_received"] = stats.bytes_received;
     j["frames_refused"] = stats.frames_refused;
     j["models_received"] = stats.models_received;
+    j["server_exchanges"] = stats.server_exchanges;
     // Equal on every peer of a CRDT run whose replicas hold the same contributions.
     j["final_model_sha256"] = node.model()->ContentSha256();
     j["peak_rss_bytes"] = PeakRssBytes();
@@ -289,6 +338,9 @@ void AddPeerCommand(CLI::App& app) {
                   "(plexus certs issue --peer)");
   cmd->add_option("--tls-key", f->tls_key, "This peer's private key (PEM)");
   cmd->add_flag("--insecure", f->insecure, "Allow plaintext links to other machines");
+  cmd->add_option("--server", f->server,
+                  "semidecentralized: the plexus server, HOST:PORT (async mode, --buffer-size K, --server-lr 1); "
+                  "the peer is its client peer-<index>, with the peer's certificate under TLS");
   cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0: all)")
       ->capture_default_str();
@@ -298,6 +350,9 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--eval-every", f->eval_every,
                   "Evaluate the peer's own model every this many rounds, for the log and plexus status --peer (0: "
                   "only at the end)")
+      ->capture_default_str();
+  cmd->add_option("--start-wait-s", f->start_wait_s,
+                  "Before the first round, wait this long after meeting a first peer for the others to show up")
       ->capture_default_str();
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))

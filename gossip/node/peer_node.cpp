@@ -149,7 +149,7 @@ struct PeerNode::Impl {
   int drain_waits = 0;
   static constexpr int kMaxDrainWaits = 60;
   std::vector<std::string> dial_until_met;  // seeds and remembered members
-  double next_dial_ms = 0, start_ms = 0;
+  double next_dial_ms = 0, start_ms = 0, first_met_ms = -1;
   uint64_t max_round_seen = 0;
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const PeerNodeStats&)> on_progress;
@@ -184,6 +184,7 @@ struct PeerNode::Impl {
   uint64_t next_crdt_request = 1;
   std::deque<Actions::Sync> sync_queue;
   bool sync_in_flight = false;
+  bool exchange_in_flight = false;  // semi-decentralized: an exchange with the server
   uv_async_t wake;
   std::mutex mailbox_mu;
   std::deque<std::function<void()>> mailbox;  // guarded by mailbox_mu
@@ -667,9 +668,15 @@ struct PeerNode::Impl {
     Apply(changes);
   }
 
-  // The protocol starts once the node knows a live peer (a first node waits for others).
+  // The protocol starts once the node knows every other node live, or start_wait_ms after it met
+  // the first (a first node waits for others). A node that rejoins or is late starts at once.
   void MaybeStart() {
     if (started || finished || membership->LiveMembers().empty()) return;
+    const double now = NowMs(&loop);
+    if (first_met_ms < 0) first_met_ms = now;
+    const bool everyone = membership->LiveMembers().size() + 1 >= o.nodes;
+    const bool behind = rejoining || max_round_seen > protocol->rounds_completed();
+    if (!everyone && !behind && now - first_met_ms < o.start_wait_ms) return;
     started = true;
     const bool late = max_round_seen > protocol->rounds_completed();
     spdlog::info("peer {} starts{}", o.self, rejoining || late ? ", fetching a neighbour's model first" : "");
@@ -695,6 +702,7 @@ struct PeerNode::Impl {
   }
 
   void Send(NodeId to, Message m) {
+    if (to == o.nodes && o.server && m.model) return ExchangeWithServer(std::move(m));
     if (to == o.self || to >= o.nodes) return;
     if (!m.model) return SendModelMessage(to, m, nullptr, "");  // a request
     for (const Encoded& e : encoded) {
@@ -835,6 +843,32 @@ struct PeerNode::Impl {
     if (!on_progress) return;
     stats.members = membership->Snapshot();
     on_progress(stats);
+  }
+
+  // ---- semi-decentralized: the server ----------------------------------------------------------
+
+  // The server's average comes back as the server node's reply, checked like any model; without
+  // one (the server is down, a sampled peer is missing) the protocol's wait timer goes on alone.
+  void ExchangeWithServer(Message m) {
+    if (exchange_in_flight || finished) return;
+    exchange_in_flight = true;
+    auto result = std::make_shared<Result<ModelState>>(InvalidArgumentError("not exchanged"));
+    OffLoop([this, m, result] { *result = o.server->Exchange(*m.model, m.round); },
+            [this, round = m.round, result] {
+              exchange_in_flight = false;
+              Status check = result->ok() ? (*result)->CheckSameLayout(*protocol->model()) : result->status();
+              if (check.ok()) check = (*result)->CheckFinite();
+              if (!check.ok()) {
+                if (!finished) spdlog::warn("round {}: no average from the server: {}", round, check.message());
+                return MaybeExit();
+              }
+              ++stats.server_exchanges;
+              spdlog::info("round {}: took the server's average (version {})", round, (*result)->version());
+              Deliver(static_cast<NodeId>(o.nodes), Message{Message::Kind::kModelReply, round,
+                                                           std::make_shared<const ModelState>(std::move(*result).value()),
+                                                           0.0, 0});
+              MaybeExit();
+            });
   }
 
   // ---- CRDT gossip: pulls from peers' replicas -----------------------------------------------
@@ -1009,6 +1043,7 @@ struct PeerNode::Impl {
     final_model = protocol->model();
     sync_queue.clear();
     FailCrdtRequests(nullptr, "this node is leaving");
+    if (exchange_in_flight) o.server->Cancel();
     if (started) Handle(protocol->Leave());
     leave_pending = true;
     SendLeaveWhenReady();
@@ -1045,7 +1080,8 @@ struct PeerNode::Impl {
   }
 
   void MaybeExit() {
-    if (!finished || exiting || training || save_in_flight || eval_in_flight || sync_in_flight || !encoding.empty()) {
+    if (!finished || exiting || training || save_in_flight || eval_in_flight || sync_in_flight || exchange_in_flight ||
+        !encoding.empty()) {
       return;
     }
     // After the linger, the queued models still go out (a peer waits for them), unless a link

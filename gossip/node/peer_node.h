@@ -39,6 +39,17 @@
 
 namespace plexus::gossip {
 
+// Semi-decentralized federations: how a peer reaches the server the protocol sends to (node id
+// `nodes`), a real `plexus server` here. Exchange gives the server this node's model of `round`
+// and returns the server's average it becomes part of; it blocks (the node runs it on a worker
+// thread). Cancel, from any thread, ends an Exchange in progress early.
+class ServerLink {
+ public:
+  virtual ~ServerLink() = default;
+  virtual Result<ModelState> Exchange(const ModelState& model, uint64_t round) = 0;
+  virtual void Cancel() = 0;
+};
+
 struct PeerNodeOptions {
   NodeId self = 0;
   size_t nodes = 0;                    // ids 0 .. nodes - 1
@@ -62,6 +73,13 @@ struct PeerNodeOptions {
   // Until the node meets its first peer it dials the seeds (and the members it remembers) again
   // every second; after this long alone it gives up (Unavailable).
   double give_up_ms = 300000;
+  // Before its first round the node waits until it knows every other node, or this long after it
+  // met its first peer: peers started a moment apart then begin together instead of racing ahead
+  // in small groups (lock-step protocols would pay for that with wait timers round after round).
+  double start_wait_ms = 10000;
+  // Semi-decentralized algorithms: the server (borrowed; outlives the node). Null: none, and an
+  // algorithm that needs one cannot run.
+  ServerLink* server = nullptr;
   // Every this many rounds the node evaluates its own model (PeerTrainer::Evaluate) for its
   // progress log and `plexus status --peer`; 0: never.
   uint64_t eval_every = 5;
@@ -84,6 +102,7 @@ struct PeerNodeStats {
   uint64_t bytes_received = 0;
   uint64_t frames_refused = 0;  // malformed frames, bad hashes, wrong layouts, NaN, failed handshakes
   uint64_t models_received = 0;
+  uint64_t server_exchanges = 0;  // semi-decentralized: averages received from the server
   bool resumed = false;         // continued from the state in its --db
   std::optional<double> accuracy;  // the last evaluation (eval_every), after accuracy_round rounds
   uint64_t accuracy_round = 0;

@@ -1,5 +1,6 @@
 // Decentralized federations of real `plexus peer` processes on 127.0.0.1: mutual TLS, peers
-// killed and restarted, a late joiner, CRDT gossip, and a hostile client sending bad frames.
+// killed and restarted, a late joiner, CRDT gossip, semi-decentralized peers with a server, and a
+// hostile client sending bad frames.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -366,6 +367,47 @@ TEST_F(PeerTest, CrdtPeersEndWithTheIdenticalMergedModelEvenWhenOneIsKilled) {
     EXPECT_EQ(s["final_model_sha256"], hash) << "peer " << i << " resolved another model";
   }
   EXPECT_EQ(hash.size(), 64u);
+}
+
+// Semi-decentralized peers: D-PSGD between six peers and, after every second round, the three
+// peers the round's seeded sample names exchange with a real `plexus server` (async mode, a
+// buffer of three, server learning rate 1: each version is the mean of the three models): each
+// uploads its model as an update and takes the version its update built. The server publishes
+// one version per server round before the last round (three for eight rounds), and the peers
+// that took part say so.
+TEST_F(PeerTest, SemiDecentralizedPeersTakeTheServersAverageOfTheSampledPeers) {
+  const int n = 6, rounds = 8, every = 2, sample = 3, versions = rounds / every - 1;
+  Ports(n);
+  const std::string server_address = "127.0.0.1:" + std::to_string(FreePort());
+  ChildProcess server(PLEXUS_BINARY,
+                      {"server", "--mode", "async", "--buffer-size", std::to_string(sample), "--server-lr", "1",
+                       "--rounds", std::to_string(versions), "--listen", server_address, "--no-eval", "--db",
+                       Path("server.db"), "--summary-out", Path("server.json"), "--linger-s", "10"},
+                      Path("server.log"));
+  ASSERT_TRUE(WaitForLog(server, "listening", 60000)) << server.Log();
+  const std::string gossip =
+      "semidecentralized:every=" + std::to_string(every) + ",sample=" + std::to_string(sample) + ",wait_ms=20000";
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) {
+    peers.push_back(StartPeer(
+        i, n, rounds, {"--gossip", gossip, "--server", server_address, "--local-steps", "20", "--eval-every", "0"}));
+  }
+  int exchanges = 0;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+    const nlohmann::json s = Summary(i);
+    EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+    EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.75) << "peer " << i;
+    exchanges += s["server_exchanges"].get<int>();
+  }
+  ASSERT_EQ(server.Wait(60000), 0) << server.Log();
+  std::ifstream in(Path("server.json"));
+  const nlohmann::json summary = nlohmann::json::parse(in);
+  ASSERT_EQ(summary["rounds"].size(), static_cast<size_t>(versions)) << summary.dump();
+  for (const auto& r : summary["rounds"]) EXPECT_EQ(r["updates"], sample) << r.dump();
+  // Every version reached the peers whose updates built it (a version one of them missed after
+  // a wait that ran out would show here).
+  EXPECT_EQ(exchanges, versions * sample);
 }
 
 TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
