@@ -155,11 +155,6 @@ void RunPeer(const PeerFlags& f) {
                        ": between real peers the server's average goes to the sampled peers only (mode=s2s); "
                        "mode=s2a runs in plexus sim --mode gossip");
   }
-  if (factory->description().rfind("choco", 0) == 0) {
-    throw CommandError("--gossip " + f.gossip +
-                       ": compressed (CHOCO) gossip between real peers is not built yet: peers send float32 models "
-                       "(plexus sim --mode gossip runs it in simulation)");
-  }
 
   gossip::PeerNodeOptions o;
   o.self = static_cast<gossip::NodeId>(f.partition_index);
@@ -174,6 +169,11 @@ void RunPeer(const PeerFlags& f) {
   o.give_up_ms = f.give_up_s * 1000;
   o.start_wait_ms = f.start_wait_s * 1000;
   o.eval_every = f.eval_every;
+  if (factory->description().rfind("choco", 0) == 0) {
+    // Compressed gossip: the changes travel in the codec's bytes; peers accept only this codec.
+    StrategySpec spec = Take(StrategySpec::Parse(f.gossip), "--gossip");
+    o.codec = Take(spec.GetString("codec", "int8"), "--gossip");
+  }
   o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
 
   const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();

@@ -108,15 +108,33 @@ Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
     return InvalidArgumentError("chunk " + std::to_string(index) + " where " + std::to_string(next_index_) +
                                 " was due");
   }
-  if (bytes.size() > total_ - decoder_.received()) {
+  if (bytes.size() > total_ - received()) {
     return InvalidArgumentError("chunks past the announced " + std::to_string(total_) + " bytes");
   }
-  PLEXUS_RETURN_IF_ERROR(decoder_.Append(bytes));
+  if (bytes_stream_) {
+    bytes_.append(bytes);
+  } else {
+    PLEXUS_RETURN_IF_ERROR(decoder_.Append(bytes));
+  }
   ++next_index_;
   return Status::Ok();
 }
 
+Result<ModelAssembler> ModelAssembler::BeginBytes(uint64_t total_bytes, std::string sha256_hex,
+                                                  uint64_t max_model_bytes) {
+  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, Begin(total_bytes, std::move(sha256_hex), max_model_bytes));
+  a.bytes_stream_ = true;
+  return a;
+}
+
+Result<std::string> ModelAssembler::FinishBytes() && {
+  if (!bytes_stream_ || !complete()) return InvalidArgumentError("byte stream incomplete");
+  if (Sha256Hex(bytes_) != sha_) return DataLossError("byte stream's SHA-256 differs from its header's");
+  return std::move(bytes_);
+}
+
 Result<ModelState> ModelAssembler::Finish() && {
+  if (bytes_stream_) return InvalidArgumentError("a byte stream is not a model");
   if (!complete()) return InvalidArgumentError("model stream incomplete");
   if (decoder_.ReceivedSha256() != sha_) return DataLossError("model stream's SHA-256 differs from its header's");
   return std::move(decoder_).Finish();

@@ -76,17 +76,26 @@ class ModelAssembler {
   // InvalidArgument for a chunk out of order, past the announced size, or bytes that are not
   // safetensors.
   Status Add(uint32_t index, std::string_view bytes);
-  bool complete() const { return decoder_.received() == total_; }
+  bool complete() const { return received() == total_; }
   uint64_t total_bytes() const { return total_; }
   // The model once complete; DataLoss when the SHA-256 of the bytes is not the announced one.
   Result<ModelState> Finish() &&;
 
+  // A stream of a codec's bytes (compressed gossip): kept whole, for the codec to decode. The same
+  // checks as Begin; Add takes any bytes; FinishBytes returns them once their SHA-256 checks.
+  static Result<ModelAssembler> BeginBytes(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes);
+  bool bytes_stream() const { return bytes_stream_; }
+  Result<std::string> FinishBytes() &&;
+
  private:
   ModelAssembler(uint64_t total, std::string sha) : total_(total), sha_(std::move(sha)), decoder_(total) {}
+  uint64_t received() const { return bytes_stream_ ? bytes_.size() : decoder_.received(); }
   uint64_t total_;
   std::string sha_;
   uint32_t next_index_ = 0;
   SafetensorsStreamDecoder decoder_;
+  bool bytes_stream_ = false;
+  std::string bytes_;  // a bytes stream's bytes
 };
 
 }  // namespace plexus::gossip

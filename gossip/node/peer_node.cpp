@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 
+#include "compression/codec.h"
 #include "core/safetensors.h"
 #include "crdt/signing.h"
 #include "gossip/node/crdt_sync.h"
@@ -78,9 +79,14 @@ struct PeerNode::Impl {
     uint32_t id = 0;
     size_t offset = 0;
     uint32_t index = 0;
-    size_t size() const { return prefix->size() + model->num_bytes(); }
-    // Bytes [offset, offset + n) of prefix + values, appended to `out`.
+    std::shared_ptr<const std::string> coded;  // compressed gossip: a codec's bytes, sent instead
+    size_t size() const { return coded ? coded->size() : prefix->size() + model->num_bytes(); }
+    // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), appended to `out`.
     void CopyTo(size_t n, std::string* out) const {
+      if (coded) {
+        out->append(*coded, offset, n);
+        return;
+      }
       const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
       size_t at = offset;
       if (at < prefix->size()) {
@@ -546,7 +552,11 @@ struct PeerNode::Impl {
     if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(m.stream())) {
       return Refuse(c, "too many model streams at once, or a stream id reused");
     }
-    auto assembler = ModelAssembler::Begin(m.total_bytes(), m.sha256(), o.max_model_bytes);
+    if (!m.codec().empty() && m.codec() != o.codec) {
+      return Refuse(c, "a model in codec '" + m.codec() + "', where this run's is '" + o.codec + "'");
+    }
+    auto assembler = m.codec().empty() ? ModelAssembler::Begin(m.total_bytes(), m.sha256(), o.max_model_bytes)
+                                       : ModelAssembler::BeginBytes(m.total_bytes(), m.sha256(), o.max_model_bytes);
     if (!assembler.ok()) return Refuse(c, assembler.status().message());
     inbound_bytes += m.total_bytes();
     c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value()});
@@ -567,7 +577,21 @@ struct PeerNode::Impl {
     ++decoding[from];
     auto job = std::make_shared<Inbound>(std::move(in));
     auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
-    OffLoop([job, model] { *model = std::move(job->assembler).Finish(); },
+    // A codec's bytes decode into the node's own layout (checked against the codec's length).
+    std::shared_ptr<const ModelState> layout = job->assembler.bytes_stream() ? protocol->model() : nullptr;
+    OffLoop([job, model, layout, codec = o.codec] {
+              if (!layout) {
+                *model = std::move(job->assembler).Finish();
+                return;
+              }
+              Result<std::string> bytes = std::move(job->assembler).FinishBytes();
+              if (!bytes.ok()) {
+                *model = bytes.status();
+                return;
+              }
+              Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
+              *model = decoder.ok() ? (*decoder)->Decode(*bytes, *layout) : decoder.status();
+            },
             [this, from, job, model] {
               inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->header.total_bytes());
               ResumeReading();
@@ -705,6 +729,7 @@ struct PeerNode::Impl {
     if (to == o.nodes && o.server && m.model) return ExchangeWithServer(std::move(m));
     if (to == o.self || to >= o.nodes) return;
     if (!m.model) return SendModelMessage(to, m, nullptr, "");  // a request
+    if (m.encoded && !o.codec.empty() && m.codec == o.codec) return SendCodedMessage(to, m);
     for (const Encoded& e : encoded) {
       if (e.model.lock() == m.model) return SendModelMessage(to, m, e.prefix, e.sha);
     }
@@ -729,6 +754,26 @@ struct PeerNode::Impl {
       h->set_sha256(sha);
       c->streams.push_back(std::move(stream));
     }
+    SendEnvelope(c, e);
+  }
+
+  // Compressed gossip: the codec's bytes go instead of the model (small: hashed on the loop).
+  void SendCodedMessage(NodeId to, const Message& m) {
+    Connection* c = LinkTo(to);
+    if (!c) return;
+    v1::GossipEnvelope e = Envelope();
+    v1::GossipModel* h = e.mutable_model();
+    h->set_kind(static_cast<v1::GossipModel::Kind>(m.kind));
+    h->set_round(m.round);
+    h->set_weight(m.weight);
+    h->set_degree(m.degree);
+    h->set_codec(m.codec);
+    Stream stream{m.model, nullptr, c->next_stream++};
+    stream.coded = m.encoded;
+    h->set_stream(stream.id);
+    h->set_total_bytes(stream.size());
+    h->set_sha256(Sha256Hex(*m.encoded));
+    c->streams.push_back(std::move(stream));
     SendEnvelope(c, e);
   }
 

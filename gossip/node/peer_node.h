@@ -77,6 +77,9 @@ struct PeerNodeOptions {
   // met its first peer: peers started a moment apart then begin together instead of racing ahead
   // in small groups (lock-step protocols would pay for that with wait timers round after round).
   double start_wait_ms = 10000;
+  // Compressed gossip (choco): the codec (compression/codec.h name) the protocol's changes travel
+  // in; a stream in any other codec is refused. Empty: models travel as float32 safetensors only.
+  std::string codec;
   // Semi-decentralized algorithms: the server (borrowed; outlives the node). Null: none, and an
   // algorithm that needs one cannot run.
   ServerLink* server = nullptr;

@@ -15,7 +15,8 @@
 // duplicate messages: the simulator's does not); a round waits for the round's q of every live
 // in-neighbour, or wait_ms. No error feedback beyond the algorithm's
 // own (x - x^ is the error still to send). A rejoining node starts from its own model and copies.
-// In the simulator only: `plexus peer` carries models as safetensors and refuses it.
+// Each message carries the encoded bytes too (Message::encoded): `plexus peer` sends those, not
+// the decoded change, and the receiver decodes them with the same codec.
 #include <algorithm>
 #include <map>
 
@@ -35,10 +36,11 @@ void AddTo(ModelState* to, const ModelState& what) {
 class ChocoNode final : public Protocol {
  public:
   ChocoNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::shared_ptr<const Codec> codec,
-            double gamma, double wait_ms)
+            std::string codec_name, double gamma, double wait_ms)
       : ctx_(ctx),
         rng_(Rng::Derive(ctx.seed, ctx.self)),
         codec_(std::move(codec)),
+        codec_name_(std::move(codec_name)),
         gamma_(gamma),
         wait_ms_(wait_ms),
         x_(std::move(initial)),
@@ -60,7 +62,8 @@ class ChocoNode final : public Protocol {
     training_ = false;
     ModelState change = trained;
     change.Subtract(own_copy_);
-    const std::string bytes = codec_->Encode(change, nullptr, rng_.NextU64());
+    auto encoded = std::make_shared<const std::string>(codec_->Encode(change, nullptr, rng_.NextU64()));
+    const std::string& bytes = *encoded;
     Result<ModelState> q = codec_->Decode(bytes, zeros_);
     if (!q.ok()) q = ModelState::ZerosLike(zeros_);  // (a change that does not encode finite: nothing new)
     AddTo(&own_copy_, *q);
@@ -72,6 +75,8 @@ class ChocoNode final : public Protocol {
     for (NodeId to : out_) {
       Message m{Message::Kind::kModel, round_, shared_q, 0.0, static_cast<uint32_t>(in_.size())};
       m.encoded_bytes = bytes.size();
+      m.encoded = encoded;
+      m.codec = codec_name_;
       a.sends.push_back({to, std::move(m)});
     }
     waiting_ = true;
@@ -145,6 +150,7 @@ class ChocoNode final : public Protocol {
   const NodeContext ctx_;
   Rng rng_;
   const std::shared_ptr<const Codec> codec_;
+  const std::string codec_name_;
   const double gamma_;
   const double wait_ms_;
   std::shared_ptr<const ModelState> x_;
@@ -173,9 +179,9 @@ Result<std::unique_ptr<ProtocolFactory>> MakeChoco(StrategySpec& spec) {
       "choco(codec=" + codec_name + ",gamma=" + std::to_string(gamma) +
           ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) + ")",
       "ring",
-      [codec, gamma, wait_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
+      [codec, codec_name, gamma, wait_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
                               NeighbourMerge*) -> std::unique_ptr<Protocol> {
-        return std::make_unique<ChocoNode>(ctx, std::move(initial), codec, gamma, wait_ms);
+        return std::make_unique<ChocoNode>(ctx, std::move(initial), codec, codec_name, gamma, wait_ms);
       },
       /*mixes_by_weight_only=*/true);
 }

@@ -1,6 +1,6 @@
 // Decentralized federations of real `plexus peer` processes on 127.0.0.1: mutual TLS, peers
-// killed and restarted, a late joiner, CRDT gossip, semi-decentralized peers with a server, and a
-// hostile client sending bad frames.
+// killed and restarted, a late joiner, CRDT gossip, semi-decentralized peers with a server,
+// compressed (CHOCO) gossip, and a hostile client sending bad frames.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -408,6 +408,31 @@ TEST_F(PeerTest, SemiDecentralizedPeersTakeTheServersAverageOfTheSampledPeers) {
   // Every version reached the peers whose updates built it (a version one of them missed after
   // a wait that ran out would show here).
   EXPECT_EQ(exchanges, versions * sample);
+}
+
+// Compressed gossip between real peers: CHOCO with int8 sends each round's change in the codec's
+// bytes (a quarter of float32), decoded by the receiver; the peers train to a useful model.
+TEST_F(PeerTest, ChocoPeersSendTheirChangesInInt8) {
+  const int n = 4, rounds = 6;
+  Ports(n);
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) {
+    peers.push_back(
+        StartPeer(i, n, rounds,
+                  {"--gossip", "choco:codec=int8", "--topology", "ring", "--local-steps", "20", "--eval-every", "0"}));
+  }
+  const int64_t float32_models = int64_t{rounds} * 2 * static_cast<int64_t>(InitModel("mlp", 0)->num_bytes());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+    const nlohmann::json s = Summary(i);
+    EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+    EXPECT_EQ(s["frames_refused"], 0) << "peer " << i;
+    EXPECT_GE(s["models_received"].get<int>(), rounds * 2) << "peer " << i;
+    EXPECT_GE(s["final_test_accuracy"].get<double>(), 0.65) << "peer " << i;
+    // Its changes to its two ring neighbours, all traffic included, stay under half of what the
+    // same messages would take in float32.
+    EXPECT_LT(s["bytes_sent"].get<int64_t>(), float32_models / 2) << "peer " << i;
+  }
 }
 
 TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {

@@ -115,6 +115,28 @@ TEST(FrameReader, HandsWholeFramesOverInPlaceAndGathersSplitOnes) {
   EXPECT_EQ(seen, 1);
 }
 
+// Compressed gossip: a codec's bytes are kept whole and checked against their hash.
+TEST(ModelAssembler, KeepsAByteStreamWholeAndChecksItsHash) {
+  const std::string bytes = "any codec's bytes, not safetensors";
+  auto a = ModelAssembler::BeginBytes(bytes.size(), Sha256Hex(bytes), 1 << 20);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->bytes_stream());
+  ASSERT_TRUE(a->Add(0, std::string_view(bytes).substr(0, 10)).ok());
+  EXPECT_FALSE(a->complete());
+  ASSERT_TRUE(a->Add(1, std::string_view(bytes).substr(10)).ok());
+  ASSERT_TRUE(a->complete());
+  Result<std::string> got = std::move(*a).FinishBytes();
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, bytes);
+
+  auto altered = ModelAssembler::BeginBytes(bytes.size(), Sha256Hex(bytes), 1 << 20);
+  ASSERT_TRUE(altered->Add(0, std::string(bytes.size(), 'x')).ok());
+  EXPECT_EQ(std::move(*altered).FinishBytes().status().code(), StatusCode::kDataLoss);
+  auto too_long = ModelAssembler::BeginBytes(bytes.size(), Sha256Hex(bytes), 1 << 20);
+  EXPECT_FALSE(too_long->Add(0, bytes + "!").ok());
+  EXPECT_FALSE(ModelAssembler::BeginBytes(2 << 20, Sha256Hex(bytes), 1 << 20).ok());  // beyond the limit
+}
+
 TEST(ModelAssembler, RefusesSizesBeyondTheLimitAndMissingHashes) {
   EXPECT_THAT(ModelAssembler::Begin(101, Sha256Hex(std::string("x")), 100),
               StatusIs(StatusCode::kInvalidArgument, "outside [1, 100]"));
