@@ -729,7 +729,8 @@ struct PeerNode::Impl {
     if (to == o.nodes && o.server && m.model) return ExchangeWithServer(std::move(m));
     if (to == o.self || to >= o.nodes) return;
     if (!m.model) return SendModelMessage(to, m, nullptr, "");  // a request
-    if (m.encoded && !o.codec.empty() && m.codec == o.codec) return SendCodedMessage(to, m);
+    if (m.encoded && !o.codec.empty() && m.codec == o.codec) return SendModelMessage(to, m, nullptr, "");
+    m.encoded = nullptr;  // the model itself travels
     for (const Encoded& e : encoded) {
       if (e.model.lock() == m.model) return SendModelMessage(to, m, e.prefix, e.sha);
     }
@@ -738,6 +739,8 @@ struct PeerNode::Impl {
     if (first) Encode(it->second.front().message.model);
   }
 
+  // A model message to `to`: its header, and the model as a stream of safetensors (the model's
+  // values behind `prefix`) or, for compressed gossip, of the codec's bytes (small: hashed here).
   void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> prefix, const std::string& sha) {
     Connection* c = LinkTo(to);
     if (!c) return;
@@ -749,31 +752,15 @@ struct PeerNode::Impl {
     h->set_degree(m.degree);
     if (m.model) {
       Stream stream{m.model, std::move(prefix), c->next_stream++};
+      if (m.encoded) {
+        stream.coded = m.encoded;
+        h->set_codec(m.codec);
+      }
       h->set_stream(stream.id);
       h->set_total_bytes(stream.size());
-      h->set_sha256(sha);
+      h->set_sha256(m.encoded ? Sha256Hex(*m.encoded) : sha);
       c->streams.push_back(std::move(stream));
     }
-    SendEnvelope(c, e);
-  }
-
-  // Compressed gossip: the codec's bytes go instead of the model (small: hashed on the loop).
-  void SendCodedMessage(NodeId to, const Message& m) {
-    Connection* c = LinkTo(to);
-    if (!c) return;
-    v1::GossipEnvelope e = Envelope();
-    v1::GossipModel* h = e.mutable_model();
-    h->set_kind(static_cast<v1::GossipModel::Kind>(m.kind));
-    h->set_round(m.round);
-    h->set_weight(m.weight);
-    h->set_degree(m.degree);
-    h->set_codec(m.codec);
-    Stream stream{m.model, nullptr, c->next_stream++};
-    stream.coded = m.encoded;
-    h->set_stream(stream.id);
-    h->set_total_bytes(stream.size());
-    h->set_sha256(Sha256Hex(*m.encoded));
-    c->streams.push_back(std::move(stream));
     SendEnvelope(c, e);
   }
 
