@@ -134,7 +134,7 @@ int Main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   Dataset one;
   one.labels = {0};
-  one.pixels.assign(28 * 28, 0.0f);
+  one.features.assign(28 * 28, 0.0f);
   std::atomic<int64_t> completed{0}, refused{0}, errors{0};
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;

@@ -1,6 +1,7 @@
-// Dataset: labelled 28x28 grayscale images held in memory as normalized float32, and
-// DatasetView, a subset of one by index (what a client's partition is). Views borrow the
-// dataset, which must outlive them. Both are thread-compatible and read-only after loading.
+// Dataset: labelled examples held in memory as float32 features (Fashion-MNIST's normalized
+// 28x28 images, or a user's CSV or safetensors data), and DatasetView, a subset of one by index
+// (what a client's partition is). Views borrow the dataset, which must outlive them. Both are
+// thread-compatible and read-only after loading.
 #pragma once
 
 #include <cstdint>
@@ -12,13 +13,18 @@
 namespace plexus {
 
 struct Dataset {
-  int64_t rows = 28;
-  int64_t cols = 28;
-  std::vector<float> pixels;    // size() * rows * cols values, normalized
-  std::vector<uint8_t> labels;  // in [0, 10)
+  // The shape of one example's features, as the model takes it (without the batch dimension).
+  std::vector<int64_t> example_shape{28, 28};
+  std::vector<float> features;  // size() * features_per_example() values, example after example
+  std::vector<uint8_t> labels;  // class indices in [0, num_classes)
+  int64_t num_classes = 10;
 
   size_t size() const { return labels.size(); }
-  int64_t pixels_per_image() const { return rows * cols; }
+  int64_t features_per_example() const {
+    int64_t n = 1;
+    for (int64_t d : example_shape) n *= d;
+    return n;
+  }
 };
 
 struct DatasetView {

@@ -76,8 +76,7 @@ Result<Dataset> ParseIdx(const std::string& images, const std::string& labels, c
   if (images.size() - 16 != count * rows * cols) return DataLossError("image file is truncated or has trailing bytes");
   if (labels.size() - 8 != count) return DataLossError("label file is truncated or has trailing bytes");
   Dataset d;
-  d.rows = static_cast<int64_t>(rows);
-  d.cols = static_cast<int64_t>(cols);
+  d.example_shape = {static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
   d.labels.resize(count);
   for (size_t i = 0; i < count; ++i) {
     d.labels[i] = static_cast<uint8_t>(labels[8 + i]);
@@ -92,14 +91,14 @@ Result<Dataset> ParseIdx(const std::string& images, const std::string& labels, c
     std::iota(keep.begin(), keep.end(), 0u);
   }
   const size_t per_image = rows * cols;
-  d.pixels.resize(keep.size() * per_image);
+  d.features.resize(keep.size() * per_image);
   std::vector<uint8_t> kept_labels(keep.size());
   for (size_t k = 0; k < keep.size(); ++k) {
     if (keep[k] >= count) {
       return InvalidArgumentError("example " + std::to_string(keep[k]) + " of " + std::to_string(count));
     }
     const char* src = images.data() + 16 + keep[k] * per_image;
-    float* dst = d.pixels.data() + k * per_image;
+    float* dst = d.features.data() + k * per_image;
     for (size_t i = 0; i < per_image; ++i) {
       dst[i] = (static_cast<float>(static_cast<uint8_t>(src[i])) / 255.0f - kMean) / kStd;
     }

@@ -256,18 +256,18 @@ class PortableTrainer final : public Trainer {
  private:
   Status Check(const ModelState& model, const DatasetView& data) const {
     if (!data.data || data.size() == 0) return InvalidArgumentError("no examples to train or evaluate on");
-    if (data.data->pixels_per_image() != 784) return InvalidArgumentError("the built-in models take 28x28 images");
+    if (data.data->features_per_example() != 784) return InvalidArgumentError("the built-in models take 28x28 images");
     return model.CheckSameLayout(layout_).WithContext("model '" + name_ + "'");
   }
 
   void LoadBatch(const DatasetView& data, const std::vector<uint32_t>& order, size_t b, size_t e) {
     const Dataset& d = *data.data;
-    const auto ppi = static_cast<size_t>(d.pixels_per_image());
+    const auto ppi = static_cast<size_t>(d.features_per_example());
     x_.resize((e - b) * ppi);
     y_.resize(e - b);
     for (size_t i = b; i < e; ++i) {
       const uint32_t k = order[i];
-      std::copy_n(d.pixels.begin() + static_cast<std::ptrdiff_t>(k * ppi), ppi,
+      std::copy_n(d.features.begin() + static_cast<std::ptrdiff_t>(k * ppi), ppi,
                   x_.begin() + static_cast<std::ptrdiff_t>((i - b) * ppi));
       y_[i - b] = data.label_map ? data.label_map[d.labels[k]] : d.labels[k];
     }

@@ -1,4 +1,5 @@
-// The only translation unit that includes LibTorch: it dominates build time, so keep it single.
+// One of the two translation units that include LibTorch (script_trainer.cpp is the other): it
+// dominates build time, so keep them few.
 #include <torch/torch.h>
 
 #include <dlfcn.h>
@@ -7,6 +8,7 @@
 #include <numeric>
 
 #include "compute/model_zoo.h"
+#include "compute/torch_training.h"
 #include "compute/trainer.h"
 #include "core/rng.h"
 
@@ -40,73 +42,31 @@ class TorchTrainer final : public Trainer {
     PLEXUS_RETURN_IF_ERROR(Check(start, data));
     PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
     std::vector<torch::Tensor> params = ToTensors(start, /*requires_grad=*/true);
-    std::vector<torch::Tensor> anchor;
-    if (o.prox_mu > 0) anchor = ToTensors(start, false);
-    torch::optim::SGD opt(params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
-
-    const auto n = static_cast<int64_t>(data.size());
-    const int64_t steps_per_epoch = StepsPerEpoch(o, n);
-    const int64_t total_steps = TotalSteps(o, n);
-    std::vector<uint32_t> order = data.indices;
-    Rng rng(o.seed);
-    double loss_sum = 0.0;
-    for (int64_t step = 0; step < total_steps; ++step) {
-      if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
-      const int64_t in_epoch = step % steps_per_epoch;
-      if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
-      const int64_t b = in_epoch * o.batch_size;
-      const int64_t e = std::min(n, b + o.batch_size);
-      auto [x, y] = Batch(*data.data, order, b, e, data.label_map);
-      opt.zero_grad();
-      torch::Tensor loss = F::cross_entropy(forward_(params, x), y);
-      if (o.prox_mu > 0) {
-        torch::Tensor prox = torch::zeros({});
-        for (size_t i = 0; i < params.size(); ++i) prox = prox + (params[i] - anchor[i]).pow(2).sum();
-        loss = loss + 0.5 * o.prox_mu * prox;
-      }
-      loss.backward();
-      opt.step();
-      const double l = loss.item<double>();
-      if (!std::isfinite(l)) {
-        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " +
-                                                std::to_string(step) + "); lower the learning rate");
-      }
-      loss_sum += l;
-    }
+    PLEXUS_ASSIGN_OR_RETURN(const double mean_loss,
+                            torch_training::RunSgd(params, ForwardOf(params), data, o, "model '" + model_name_ + "'"));
     TrainOutcome out;
     out.weights = start;
     CopyBack(params, out.weights);
-    out.num_examples = n;
-    out.steps = total_steps;
-    out.mean_loss = total_steps ? loss_sum / static_cast<double>(total_steps) : 0.0;
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = TotalSteps(o, out.num_examples);
+    out.mean_loss = mean_loss;
     return out;
   }
 
   Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) override {
     PLEXUS_RETURN_IF_ERROR(Check(model, data));
-    torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> params = ToTensors(model, false);
-    const auto n = static_cast<int64_t>(data.size());
-    int64_t correct = 0;
-    double loss_sum = 0.0;
-    for (int64_t b = 0; b < n; b += 1000) {
-      const int64_t e = std::min(n, b + 1000);
-      auto [x, y] = Batch(*data.data, data.indices, b, e, data.label_map);
-      torch::Tensor logits = forward_(params, x);
-      loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
-      correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-    }
-    Evaluation ev;
-    ev.examples = n;
-    ev.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-    ev.loss = loss_sum / static_cast<double>(n);
-    return ev;
+    return torch_training::EvaluateLogits(ForwardOf(params), data, "model '" + model_name_ + "'");
   }
 
  private:
+  torch_training::Forward ForwardOf(const std::vector<torch::Tensor>& params) const {
+    return [&params, f = forward_](const torch::Tensor& x) -> Result<torch::Tensor> { return f(params, x); };
+  }
+
   Status Check(const ModelState& model, const DatasetView& data) const {
     if (!data.data || data.size() == 0) return InvalidArgumentError("no examples to train or evaluate on");
-    if (data.data->pixels_per_image() != 784) return InvalidArgumentError("the built-in models take 28x28 images");
+    if (data.data->features_per_example() != 784) return InvalidArgumentError("the built-in models take 28x28 images");
     return model.CheckSameLayout(layout_).WithContext("model '" + model_name_ + "'");
   }
 
@@ -128,27 +88,106 @@ class TorchTrainer final : public Trainer {
     }
   }
 
-  static std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b,
-                                                       int64_t e, const uint8_t* label_map) {
-    const int64_t ppi = d.pixels_per_image();
-    torch::Tensor x = torch::empty({e - b, ppi}, torch::kFloat32);
-    torch::Tensor y = torch::empty({e - b}, torch::kInt64);
-    float* xp = x.data_ptr<float>();
-    int64_t* yp = y.data_ptr<int64_t>();
-    for (int64_t i = b; i < e; ++i) {
-      const uint32_t k = idx[static_cast<size_t>(i)];
-      std::memcpy(xp + (i - b) * ppi, d.pixels.data() + static_cast<size_t>(k) * ppi, ppi * sizeof(float));
-      yp[i - b] = label_map ? label_map[d.labels[k]] : d.labels[k];
-    }
-    return {x, y};
-  }
-
   const std::string model_name_;
   const ModelState layout_;
   torch::Tensor (*forward_)(const std::vector<torch::Tensor>&, const torch::Tensor&);
 };
 
 }  // namespace
+
+namespace torch_training {
+
+std::string FirstLine(const std::exception& e) {
+  std::string why = e.what();
+  if (const size_t eol = why.find('\n'); eol != std::string::npos) why.resize(eol);
+  return why;
+}
+
+std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b, int64_t e,
+                                              const uint8_t* label_map) {
+  const int64_t per = d.features_per_example();
+  std::vector<int64_t> shape{e - b};
+  shape.insert(shape.end(), d.example_shape.begin(), d.example_shape.end());
+  torch::Tensor x = torch::empty(shape, torch::kFloat32);
+  torch::Tensor y = torch::empty({e - b}, torch::kInt64);
+  float* xp = x.data_ptr<float>();
+  int64_t* yp = y.data_ptr<int64_t>();
+  for (int64_t i = b; i < e; ++i) {
+    const uint32_t k = idx[static_cast<size_t>(i)];
+    std::memcpy(xp + (i - b) * per, d.features.data() + static_cast<size_t>(k) * per, per * sizeof(float));
+    yp[i - b] = label_map ? label_map[d.labels[k]] : d.labels[k];
+  }
+  return {x, y};
+}
+
+Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
+                      const TrainOptions& o, const std::string& what) {
+  std::vector<torch::Tensor> anchor;
+  if (o.prox_mu > 0) {
+    for (const torch::Tensor& p : params) anchor.push_back(p.detach().clone());
+  }
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(o.learning_rate).momentum(o.momentum));
+  const auto n = static_cast<int64_t>(data.size());
+  const int64_t steps_per_epoch = StepsPerEpoch(o, n);
+  const int64_t total_steps = TotalSteps(o, n);
+  std::vector<uint32_t> order = data.indices;
+  Rng rng(o.seed);
+  double loss_sum = 0.0;
+  try {
+    for (int64_t step = 0; step < total_steps; ++step) {
+      if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
+      const int64_t in_epoch = step % steps_per_epoch;
+      if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
+      const int64_t b = in_epoch * o.batch_size;
+      const int64_t e = std::min(n, b + o.batch_size);
+      auto [x, y] = Batch(*data.data, order, b, e, data.label_map);
+      opt.zero_grad();
+      PLEXUS_ASSIGN_OR_RETURN(torch::Tensor logits, forward(x));
+      torch::Tensor loss = F::cross_entropy(logits, y);
+      if (o.prox_mu > 0) {
+        torch::Tensor prox = torch::zeros({});
+        for (size_t i = 0; i < params.size(); ++i) prox = prox + (params[i] - anchor[i]).pow(2).sum();
+        loss = loss + 0.5 * o.prox_mu * prox;
+      }
+      loss.backward();
+      opt.step();
+      const double l = loss.item<double>();
+      if (!std::isfinite(l)) {
+        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " +
+                                                std::to_string(step) + "); lower the learning rate");
+      }
+      loss_sum += l;
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(what + " failed in training: " + FirstLine(e));
+  }
+  return total_steps ? loss_sum / static_cast<double>(total_steps) : 0.0;
+}
+
+Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  const auto n = static_cast<int64_t>(data.size());
+  int64_t correct = 0;
+  double loss_sum = 0.0;
+  try {
+    for (int64_t b = 0; b < n; b += 1000) {
+      const int64_t e = std::min(n, b + 1000);
+      auto [x, y] = Batch(*data.data, data.indices, b, e, data.label_map);
+      PLEXUS_ASSIGN_OR_RETURN(torch::Tensor logits, forward(x));
+      loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+      correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(what + " failed in evaluation: " + FirstLine(e));
+  }
+  Evaluation ev;
+  ev.examples = n;
+  ev.accuracy = static_cast<double>(correct) / static_cast<double>(n);
+  ev.loss = loss_sum / static_cast<double>(n);
+  return ev;
+}
+
+}  // namespace torch_training
 
 namespace {
 

@@ -229,7 +229,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
   if (f.train_subset) {
     train.labels.resize(std::min(train.size(), f.train_subset));
-    train.pixels.resize(train.size() * static_cast<size_t>(train.pixels_per_image()));
+    train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
   }
   std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
   if (!training_rank) {  // long runs say so before they start

@@ -157,7 +157,7 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
     train = Take(LoadFashionMnist(run.data_dir, Split::kTrain));
     if (run.train_subset) {
       train.labels.resize(std::min(train.size(), run.train_subset));
-      train.pixels.resize(train.size() * static_cast<size_t>(train.pixels_per_image()));
+      train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
     }
     trainer = Take(MakeTorchTrainer(o.model, run.threads));
     if (!training_rank) {  // long runs say so before they start

@@ -112,7 +112,7 @@ class ClientRuntimeTest : public ::testing::Test {
     ModelState initial = *ModelState::Create({{"w", {3}}});
     engine_ = *SyncEngine::Open(o, initial, &store_, &clock_, nullptr, nullptr);
     data_.labels.assign(5, 0);
-    data_.pixels.assign(5 * 784, 0.0f);
+    data_.features.assign(5 * 784, 0.0f);
   }
 
   ClientOptions Options() {

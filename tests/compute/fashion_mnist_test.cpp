@@ -36,7 +36,7 @@ TEST(FashionMnistTest, ParsesIdx) {
   ASSERT_OK(d);
   EXPECT_EQ(d->size(), 3u);
   EXPECT_EQ(d->labels[2], 2);
-  EXPECT_EQ(d->pixels.size(), 3u * 784);
+  EXPECT_EQ(d->features.size(), 3u * 784);
 }
 
 TEST(FashionMnistTest, RefusesBrokenFiles) {

@@ -15,9 +15,9 @@ inline Dataset NoiseData(size_t n, uint64_t seed) {
   Dataset d;
   Rng rng(seed);
   d.labels.resize(n);
-  d.pixels.resize(n * 784);
+  d.features.resize(n * 784);
   for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
-  for (float& p : d.pixels) p = static_cast<float>(rng.Normal());
+  for (float& p : d.features) p = static_cast<float>(rng.Normal());
   return d;
 }
 

@@ -38,9 +38,9 @@ TEST(PortableTrainer, KnownBitsOnEveryArchitecture) {
   Dataset data;
   Rng rng(77);
   data.labels.resize(96);
-  data.pixels.resize(96 * 784);
+  data.features.resize(96 * 784);
   for (size_t i = 0; i < data.labels.size(); ++i) data.labels[i] = static_cast<uint8_t>(rng.NextU64() % 10);
-  for (float& p : data.pixels) p = static_cast<float>(rng.NextU64() % 256) / 255.0f;
+  for (float& p : data.features) p = static_cast<float>(rng.NextU64() % 256) / 255.0f;
   TrainOptions o;
   o.local_steps = 3;
   o.batch_size = 32;

@@ -12,7 +12,7 @@ inline Dataset SyntheticData(size_t n) {
   Dataset d;
   d.labels.resize(n);
   for (size_t i = 0; i < n; ++i) d.labels[i] = static_cast<uint8_t>(i % 10);
-  d.pixels.assign(n * 28 * 28, 0.0f);
+  d.features.assign(n * 28 * 28, 0.0f);
   return d;
 }
 

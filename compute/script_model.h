@@ -1,0 +1,62 @@
+// A user's own model: a TorchScript module saved from PyTorch (`torch.jit.script(model).save(F)`
+// or `torch.jit.trace(...)`), taking a batch of inputs and returning a batch of logits. Plexus
+// federates its floating-point parameters and buffers (BatchNorm's running statistics) as one
+// ModelState, named as in the module's state_dict; integer buffers (BatchNorm's
+// num_batches_tracked) stay as each process's copy of the module has them. Nothing of the file is
+// run beyond the module's own forward. Only in builds with LibTorch (PLEXUS_WITH_TORCH).
+// Stateless functions; thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compute/trainer.h"
+#include "core/model_state.h"
+#include "core/status.h"
+
+namespace plexus {
+
+// The name a federation of a TorchScript model goes by (server database, join reply):
+// "torchscript:" and 16 hex digits of the SHA-256 of its tensor names and shapes, so a client
+// whose model file has another layout is told so when it joins.
+inline constexpr const char* kScriptModelPrefix = "torchscript:";
+bool IsScriptModelName(const std::string& model_name);
+// True when `model` names a file rather than a built-in model (it ends in .pt or .pth).
+bool IsScriptModelPath(const std::string& model);
+
+struct ScriptModelInfo {
+  std::string path;
+  std::string name;                  // "torchscript:..." (see above)
+  ModelState initial;                // the file's weights: parameters, then floating-point buffers
+  std::vector<std::string> buffers;  // the names among them that are buffers
+};
+
+// InvalidArgument naming the file when it is not a TorchScript archive, has no floating-point
+// parameters, or holds tensors of a type Plexus cannot federate; NotFound when it is missing.
+Result<ScriptModelInfo> ReadScriptModel(const std::string& path);
+
+// Which of `a` and `b`'s tensors differ, in words, for the error a client with another model file
+// gets ("fc.weight: [10, 64] here, [10, 32] at the server").
+std::string DescribeLayoutDifference(const ModelState& here, const ModelState& there);
+
+struct ScriptTrainerOptions {
+  int threads = 1;
+  // FedBN-style: the buffers (BatchNorm statistics) this trainer computes are kept here and used
+  // for this client's training and evaluation, instead of the federation's; the update leaves
+  // them unchanged (delta zero), so the server's stay as they were initialized.
+  bool local_buffers = false;
+};
+
+// A LibTorch trainer of the module in `path`, cross-entropy on its logits. Train and Evaluate
+// refuse (InvalidArgument) data whose examples the module cannot take, or labels beyond its
+// outputs. Thread-compatible, like every Trainer.
+Result<std::unique_ptr<Trainer>> MakeScriptTrainer(const std::string& path, const ScriptTrainerOptions& options);
+
+// Writes the module in `module_path` with `weights` (same layout) to `out` as TorchScript,
+// loadable by torch.jit.load, with `metadata` as the extra file "plexus.json" (a JSON object).
+Status WriteScriptModel(const std::string& module_path, const ModelState& weights, const std::string& out,
+                        const std::map<std::string, std::string>& metadata);
+
+}  // namespace plexus

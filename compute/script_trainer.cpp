@@ -1,0 +1,283 @@
+// The second translation unit with LibTorch (TorchScript modules); the built-in models are in
+// torch_trainer.cpp. Both are left out of builds without LibTorch.
+#include <openssl/sha.h>
+#include <torch/script.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "compute/script_model.h"
+#include "compute/torch_training.h"
+#include "core/rng.h"
+
+namespace plexus {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string LayoutName(const ModelState& m) {
+  std::string text;
+  for (const TensorSlot& t : m.tensors()) text += t.name + ShapeText(t.shape) + ";";
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  static const char* hex = "0123456789abcdef";
+  std::string out = kScriptModelPrefix;
+  for (int i = 0; i < 8; ++i) {
+    out += hex[digest[i] >> 4];
+    out += hex[digest[i] & 15];
+  }
+  return out;
+}
+
+// The module's federated tensors, in ModelState order: parameters, then floating-point buffers.
+struct NamedTensors {
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> tensors;
+  std::vector<bool> is_buffer;
+};
+
+NamedTensors Federated(const torch::jit::Module& module) {
+  NamedTensors out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    out.names.push_back(p.name);
+    out.tensors.push_back(p.value);
+    out.is_buffer.push_back(false);
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) {
+    if (!b.value.is_floating_point()) continue;  // num_batches_tracked and the like stay local
+    out.names.push_back(b.name);
+    out.tensors.push_back(b.value);
+    out.is_buffer.push_back(true);
+  }
+  return out;
+}
+
+Result<torch::jit::Module> LoadModule(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return NotFoundError("model file '" + path + "' does not exist");
+  try {
+    torch::jit::Module module = torch::jit::load(path, torch::kCPU);
+    return module;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (const size_t eol = why.find('\n'); eol != std::string::npos) why.resize(eol);
+    return InvalidArgumentError("model file '" + path +
+                                "' is not a TorchScript module (save one in PyTorch with "
+                                "torch.jit.script(model).save(path)): " +
+                                why);
+  }
+}
+
+Status CopyInto(const ModelState& weights, const NamedTensors& into, bool skip_buffers) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < into.tensors.size(); ++i) {
+    if (skip_buffers && into.is_buffer[i]) continue;
+    const std::span<const float> src = weights.tensor(i);
+    torch::Tensor from = torch::from_blob(const_cast<float*>(src.data()), into.tensors[i].sizes(), torch::kFloat32);
+    into.tensors[i].copy_(from);  // converts to the module's dtype (float64 modules work too)
+  }
+  return Status::Ok();
+}
+
+void CopyOut(const NamedTensors& from, ModelState* weights, bool skip_buffers) {
+  for (size_t i = 0; i < from.tensors.size(); ++i) {
+    if (skip_buffers && from.is_buffer[i]) continue;
+    torch::Tensor c = from.tensors[i].detach().to(torch::kFloat32).contiguous();
+    std::memcpy(weights->tensor(i).data(), c.data_ptr<float>(), weights->tensor(i).size() * sizeof(float));
+  }
+}
+
+class ScriptTrainer final : public Trainer {
+ public:
+  ScriptTrainer(ScriptModelInfo info, torch::jit::Module module, ScriptTrainerOptions options)
+      : info_(std::move(info)), module_(std::move(module)), options_(options), tensors_(Federated(module_)) {}
+
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    PLEXUS_RETURN_IF_ERROR(Check(start, data));
+    PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
+    PLEXUS_RETURN_IF_ERROR(Load(start));
+    std::vector<torch::Tensor> params;
+    for (size_t i = 0; i < tensors_.tensors.size(); ++i) {
+      if (!tensors_.is_buffer[i]) params.push_back(tensors_.tensors[i].set_requires_grad(true));
+    }
+    torch::manual_seed(o.seed);  // dropout and other random layers
+    module_.train();
+    PLEXUS_ASSIGN_OR_RETURN(const double mean_loss, torch_training::RunSgd(params, ForwardOn(*data.data), data, o,
+                                                                           "model '" + info_.path + "'"));
+    TrainOutcome out;
+    out.weights = start;
+    CopyOut(tensors_, &out.weights, options_.local_buffers);
+    if (options_.local_buffers) SaveLocalBuffers();
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = TotalSteps(o, out.num_examples);
+    out.mean_loss = mean_loss;
+    return out;
+  }
+
+  Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) override {
+    PLEXUS_RETURN_IF_ERROR(Check(model, data));
+    PLEXUS_RETURN_IF_ERROR(Load(model));
+    module_.eval();
+    return torch_training::EvaluateLogits(ForwardOn(*data.data), data, "model '" + info_.path + "'");
+  }
+
+ private:
+  Status Check(const ModelState& model, const DatasetView& data) const {
+    if (!data.data || data.size() == 0) return InvalidArgumentError("no examples to train or evaluate on");
+    return model.CheckSameLayout(info_.initial).WithContext("model '" + info_.path + "'");
+  }
+
+  // The module's weights from `model`; with local buffers, this trainer's own once it has them.
+  Status Load(const ModelState& model) {
+    PLEXUS_RETURN_IF_ERROR(CopyInto(model, tensors_, /*skip_buffers=*/false));
+    if (local_buffers_) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0, k = 0; i < tensors_.tensors.size(); ++i) {
+        if (tensors_.is_buffer[i]) tensors_.tensors[i].copy_((*local_buffers_)[k++]);
+      }
+    }
+    return Status::Ok();
+  }
+
+  void SaveLocalBuffers() {
+    std::vector<torch::Tensor> kept;
+    for (size_t i = 0; i < tensors_.tensors.size(); ++i) {
+      if (tensors_.is_buffer[i]) kept.push_back(tensors_.tensors[i].detach().clone());
+    }
+    local_buffers_ = std::move(kept);
+  }
+
+  // The logits for `x`, checked against the data: [batch, classes] with at least as many classes
+  // as the data has labels.
+  torch_training::Forward ForwardOn(const Dataset& d) {
+    return [this, &d](const torch::Tensor& x) { return Forward(x, d); };
+  }
+
+  Result<torch::Tensor> Forward(const torch::Tensor& x, const Dataset& d) {
+    torch::Tensor logits;
+    try {
+      logits = module_.forward({x}).toTensor();
+    } catch (const std::exception& e) {
+      return InvalidArgumentError("model '" + info_.path + "' cannot take examples of shape " +
+                                  ShapeText(d.example_shape) + " (batch " + ShapeText(x.sizes().vec()) +
+                                  "; set the shape with --input-shape): " + torch_training::FirstLine(e));
+    }
+    if (logits.dim() != 2 || logits.size(0) != x.size(0)) {
+      return InvalidArgumentError("model '" + info_.path + "' returns " + ShapeText(logits.sizes().vec()) +
+                                  " for a batch of " + std::to_string(x.size(0)) +
+                                  "; a classifier returns [batch, classes] logits");
+    }
+    if (logits.size(1) < d.num_classes) {
+      return InvalidArgumentError("model '" + info_.path + "' has " + std::to_string(logits.size(1)) +
+                                  " outputs, but the data has labels up to " + std::to_string(d.num_classes - 1) +
+                                  " (" + std::to_string(d.num_classes) + " classes)");
+    }
+    return logits.to(torch::kFloat32);
+  }
+
+  const ScriptModelInfo info_;
+  torch::jit::Module module_;
+  const ScriptTrainerOptions options_;
+  NamedTensors tensors_;
+  std::optional<std::vector<torch::Tensor>> local_buffers_;
+};
+
+}  // namespace
+
+bool IsScriptModelName(const std::string& model_name) { return model_name.rfind(kScriptModelPrefix, 0) == 0; }
+
+bool IsScriptModelPath(const std::string& model) {
+  const auto ends = [&](const std::string& s) {
+    return model.size() >= s.size() && model.compare(model.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".pt") || ends(".pth");
+}
+
+Result<ScriptModelInfo> ReadScriptModel(const std::string& path) {
+  PLEXUS_ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(path));
+  const NamedTensors federated = Federated(module);
+  std::vector<TensorSpec> specs;
+  ScriptModelInfo info;
+  info.path = path;
+  bool any_parameter = false;
+  for (size_t i = 0; i < federated.tensors.size(); ++i) {
+    const torch::Tensor& t = federated.tensors[i];
+    if (!t.is_floating_point()) {
+      return InvalidArgumentError("model file '" + path + "': parameter '" + federated.names[i] +
+                                  "' is not floating-point");
+    }
+    any_parameter |= !federated.is_buffer[i];
+    specs.push_back({federated.names[i], t.sizes().vec()});
+    if (federated.is_buffer[i]) info.buffers.push_back(federated.names[i]);
+  }
+  if (!any_parameter) return InvalidArgumentError("model file '" + path + "' has no parameters to train");
+  PLEXUS_ASSIGN_OR_RETURN(info.initial, ModelState::Create(specs));
+  CopyOut(federated, &info.initial, /*skip_buffers=*/false);
+  PLEXUS_RETURN_IF_ERROR(
+      info.initial.CheckFinite().WithContext("model file '" + path + "' holds non-finite initial weights"));
+  info.name = LayoutName(info.initial);
+  return info;
+}
+
+std::string DescribeLayoutDifference(const ModelState& here, const ModelState& there) {
+  std::map<std::string, std::vector<int64_t>> theirs;
+  for (const TensorSlot& t : there.tensors()) theirs[t.name] = t.shape;
+  std::set<std::string> ours;
+  std::string out;
+  const auto add = [&out](const std::string& s) {
+    if (out.size() < 400) out += (out.empty() ? "" : "; ") + s;
+  };
+  for (const TensorSlot& t : here.tensors()) {
+    ours.insert(t.name);
+    auto it = theirs.find(t.name);
+    if (it == theirs.end()) {
+      add(t.name + " only here");
+    } else if (it->second != t.shape) {
+      add(t.name + ": " + ShapeText(t.shape) + " here, " + ShapeText(it->second) + " there");
+    }
+  }
+  for (const TensorSlot& t : there.tensors()) {
+    if (!ours.count(t.name)) add(t.name + " only there");
+  }
+  return out.empty() ? "same tensors in another order" : out;
+}
+
+Result<std::unique_ptr<Trainer>> MakeScriptTrainer(const std::string& path, const ScriptTrainerOptions& options) {
+  if (options.threads < 1) return InvalidArgumentError("threads must be at least 1");
+  PLEXUS_ASSIGN_OR_RETURN(ScriptModelInfo info, ReadScriptModel(path));
+  PLEXUS_ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(path));
+  torch::set_num_threads(options.threads);
+  return std::unique_ptr<Trainer>(std::make_unique<ScriptTrainer>(std::move(info), std::move(module), options));
+}
+
+Status WriteScriptModel(const std::string& module_path, const ModelState& weights, const std::string& out,
+                        const std::map<std::string, std::string>& metadata) {
+  PLEXUS_ASSIGN_OR_RETURN(ScriptModelInfo info, ReadScriptModel(module_path));
+  if (Status same = weights.CheckSameLayout(info.initial); !same.ok()) {
+    return InvalidArgumentError("the federation's model does not fit '" + module_path +
+                                "': " + DescribeLayoutDifference(info.initial, weights));
+  }
+  PLEXUS_ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(module_path));
+  PLEXUS_RETURN_IF_ERROR(CopyInto(weights, Federated(module), /*skip_buffers=*/false));
+  nlohmann::json json = nlohmann::json::object();
+  for (const auto& [key, value] : metadata) json[key] = value;
+  try {
+    torch::jit::ExtraFilesMap extra{{"plexus.json", json.dump()}};
+    const std::string tmp = out + ".tmp";
+    module.save(tmp, extra);
+    std::filesystem::rename(tmp, out);
+  } catch (const std::exception& e) {
+    return UnavailableError("cannot write '" + out + "': " + torch_training::FirstLine(e));
+  }
+  return Status::Ok();
+}
+
+}  // namespace plexus

@@ -1,0 +1,38 @@
+// What the two LibTorch trainers share (the built-in models in torch_trainer.cpp, users' TorchScript
+// modules in script_trainer.cpp): batches from a DatasetView, the SGD loop and the evaluation
+// loop over a forward function. Internal to compute/: it includes LibTorch. Defined in
+// torch_trainer.cpp (a LibTorch translation unit fewer to compile). Stateless functions.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compute/trainer.h"
+
+namespace plexus::torch_training {
+
+// Logits [batch, classes] for a batch of inputs [batch, example_shape...]; an error when the model
+// cannot take them. May throw a LibTorch exception (caught by the loops below).
+using Forward = std::function<Result<torch::Tensor>(const torch::Tensor& x)>;
+
+// Examples idx[b, e) of `d` as inputs [e - b, example_shape...] and int64 labels.
+std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b, int64_t e,
+                                              const uint8_t* label_map);
+
+// Runs the SGD steps of `o` on `params` (momentum, FedProx term, batches in the seeded order every
+// trainer uses) and returns the mean loss. Aborted when the loss stops being finite;
+// InvalidArgument (prefixed with `what`) when LibTorch throws.
+Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
+                      const TrainOptions& o, const std::string& what);
+
+// Mean cross-entropy and accuracy over `data`, in batches of 1000, without gradients.
+Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what);
+
+// The first line of a LibTorch exception's message (the rest is a C++ backtrace).
+std::string FirstLine(const std::exception& e);
+
+}  // namespace plexus::torch_training
