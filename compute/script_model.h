@@ -3,7 +3,8 @@
 // federates its floating-point parameters and buffers (BatchNorm's running statistics) as one
 // ModelState, named as in the module's state_dict; integer buffers (BatchNorm's
 // num_batches_tracked) stay as each process's copy of the module has them. Nothing of the file is
-// run beyond the module's own forward. Only in builds with LibTorch (PLEXUS_WITH_TORCH).
+// run beyond the module's own forward. The functions below the two name checks are only in builds
+// with LibTorch (PLEXUS_WITH_TORCH).
 // Stateless functions; thread-safe.
 #pragma once
 
@@ -22,9 +23,9 @@ namespace plexus {
 // "torchscript:" and 16 hex digits of the SHA-256 of its tensor names and shapes, so a client
 // whose model file has another layout is told so when it joins.
 inline constexpr const char* kScriptModelPrefix = "torchscript:";
-bool IsScriptModelName(const std::string& model_name);
+inline bool IsScriptModelName(const std::string& model_name) { return model_name.starts_with(kScriptModelPrefix); }
 // True when `model` names a file rather than a built-in model (it ends in .pt or .pth).
-bool IsScriptModelPath(const std::string& model);
+inline bool IsScriptModelPath(const std::string& model) { return model.ends_with(".pt") || model.ends_with(".pth"); }
 
 struct ScriptModelInfo {
   std::string path;

@@ -192,15 +192,6 @@ class ScriptTrainer final : public Trainer {
 
 }  // namespace
 
-bool IsScriptModelName(const std::string& model_name) { return model_name.rfind(kScriptModelPrefix, 0) == 0; }
-
-bool IsScriptModelPath(const std::string& model) {
-  const auto ends = [&](const std::string& s) {
-    return model.size() >= s.size() && model.compare(model.size() - s.size(), s.size(), s) == 0;
-  };
-  return ends(".pt") || ends(".pth");
-}
-
 Result<ScriptModelInfo> ReadScriptModel(const std::string& path) {
   PLEXUS_ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(path));
   const NamedTensors federated = Federated(module);

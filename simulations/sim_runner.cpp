@@ -345,7 +345,12 @@ class FederationSim {
 Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train, TaskRunner* runner,
                                 ModelEvaluator* evaluator, const std::function<void(const SimRound&)>& on_round) {
   PLEXUS_RETURN_IF_ERROR(options.Validate());
-  PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(options.model, options.seed));
+  ModelState initial;
+  if (options.initial) {
+    initial = *options.initial;
+  } else {
+    PLEXUS_ASSIGN_OR_RETURN(initial, InitModel(options.model, options.seed));
+  }
   PLEXUS_ASSIGN_OR_RETURN(ClientData data, ClientData::Make(train.labels, options.partition, options.clients,
                                                             options.examples_per_client, options.seed));
   if (options.mode == Mode::kSync) PLEXUS_RETURN_IF_ERROR(CheckRoundsCanClose(options, data, initial.num_params()));

@@ -30,6 +30,9 @@ namespace plexus {
 struct SimOptions {
   int64_t clients = 10;  // virtual clients (N)
   std::string model = "mlp";
+  // The model to start from when set (a user's TorchScript weights); otherwise the built-in
+  // `model` initialized from the seed.
+  std::shared_ptr<const ModelState> initial;
   PartitionSpec partition;  // how the training set is split among the N clients
   uint64_t seed = 0;        // model init, partition, sampling, speeds and batch order
   Mode mode = Mode::kSync;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "apps/plexus/commands.h"
+#include "apps/plexus/model_choice.h"
 #include "client/client_runtime.h"
 #include "client/grpc_transport.h"
 #include "compute/fashion_mnist.h"
@@ -18,7 +19,10 @@ namespace {
 
 struct ClientFlags {
   std::string server = "127.0.0.1:50051";
+  std::string model;  // empty: the built-in model the server names
+  bool local_buffers = false;
   std::string data_dir = kDefaultFashionMnistDir;
+  DataFlags data;
   std::string partition = "iid";
   int64_t num_partitions = 1;
   int64_t partition_index = 0;
@@ -47,11 +51,16 @@ void RunClient(const ClientFlags& f) {
   PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
   // Only the client's partition is kept (converted to floats): a device must not hold the whole
   // data set.
-  Dataset train = Take(LoadFashionMnist(
-      f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+  std::optional<ModelChoice> model;
+  if (!f.model.empty()) model.emplace(f.model);
+  if (f.local_buffers && !(model && model->is_script())) {
+    throw CommandError("--local-buffers keeps a TorchScript model's buffers local: it needs --model PATH.pt");
+  }
+  Dataset train = LoadData(
+      f.data, f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
         PLEXUS_ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, spec, f.num_partitions, f.seed));
         return std::move(parts[static_cast<size_t>(f.partition_index)]);
-      }));
+      });
   DatasetView local = DatasetView::All(train);
   spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(),
                local.size());
@@ -101,16 +110,13 @@ void RunClient(const ClientFlags& f) {
   std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls, limits);
   const int threads = f.threads;
   const bool portable = f.trainer == "portable";
+  const bool local_buffers = f.local_buffers;
   ClientRuntime runtime(
       o, transport.get(),
-      [threads, portable](const std::string& model) -> Result<std::unique_ptr<Trainer>> {
-#if PLEXUS_WITH_TORCH
-        if (!portable) return MakeTorchTrainer(model, threads);
-#else
-        (void)threads;
-        (void)portable;  // --trainer accepts only "portable" here
-#endif
-        return MakePortableTrainer(model);
+      [&model, threads, portable, local_buffers](const std::string& announced) -> Result<std::unique_ptr<Trainer>> {
+        PLEXUS_RETURN_IF_ERROR(CheckServerModel(model ? &*model : nullptr, announced));
+        if (model && model->is_script()) return model->MakeTrainer(threads, portable, local_buffers);
+        return ModelChoice(announced).MakeTrainer(threads, portable);
       },
       local);
   // The runtime checks the stop flag between steps; this watcher cancels the call in progress
@@ -153,7 +159,14 @@ void AddClientCommand(CLI::App& app) {
   auto f = std::make_shared<ClientFlags>();
   CLI::App* cmd = app.add_subcommand("client", "Run a training client against a plexus server");
   cmd->add_option("--server", f->server, "Server address, HOST:PORT")->capture_default_str();
+  cmd->add_option("--model", f->model,
+                  "The server's TorchScript model file (PATH.pt), when it federates one; a built-in model (mlp, cnn) "
+                  "needs no flag: the client trains what the server names");
+  cmd->add_flag("--local-buffers", f->local_buffers,
+                "Keep the TorchScript model's buffers (BatchNorm statistics) local to this client (FedBN): they are "
+                "not sent and the client trains and evaluates with its own");
   cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
+  AddDataFlags(cmd, &f->data, "This client's training data (partitioned like Fashion-MNIST)");
   cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--num-partitions", f->num_partitions, "Number of partitions the training set is split into")
       ->check(CLI::PositiveNumber)

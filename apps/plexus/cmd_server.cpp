@@ -8,6 +8,7 @@
 #include "apps/plexus/commands.h"
 #include "apps/plexus/dashboard_page.h"
 #include "apps/plexus/http_endpoint.h"
+#include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -42,6 +43,7 @@ struct ServerFlags {
   double linger_s = 30;
   uint64_t seed = 0;
   std::string data_dir = kDefaultFashionMnistDir;
+  DataFlags data;
   bool no_eval = false;
   bool dry_run = false;
   size_t test_subset = 0;
@@ -118,6 +120,8 @@ void RunServer(const ServerFlags& f) {
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
+  const ModelChoice model(f.model);  // a model file is read (and checked) before anything starts
+  const std::string& model_name = model.federation_name();
   if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
     std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
                 std::string(ModeName(f.mode)).c_str(), f.sync.strategy.c_str(), f.listen.c_str(),
@@ -129,25 +133,30 @@ void RunServer(const ServerFlags& f) {
   std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db, SqliteStore::Access::kExclusive));
   store->SetCheckpointRetention(f.keep_checkpoints, f.keep_every);
   Result<std::string> stored_model = store->GetMeta("model");
-  if (stored_model.ok() && *stored_model != f.model) {
-    throw CommandError("database '" + f.db + "' holds a federation of model '" + *stored_model + "', not '" + f.model +
-                       "' (use another --db or --model " + *stored_model + ")");
+  if (stored_model.ok() && *stored_model != model_name) {
+    throw CommandError("database '" + f.db + "' holds a federation of model '" + *stored_model + "', not '" +
+                       model_name + "' (use another --db, or the --model it was started with)");
   }
-  Check(store->PutMeta("model", f.model));
+  Check(store->PutMeta("model", model_name));
+  if (!f.data.input_shape.empty()) Check(store->PutMeta("input_shape", f.data.input_shape));
 
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<TestSetEvaluator> evaluator;
   Dataset test;
-  if (!f.no_eval) {
-    test = Take(LoadFashionMnist(f.data_dir, Split::kTest), "server-side evaluation (or pass --no-eval)");
-    trainer = Take(MakeTorchTrainer(f.model, f.threads));
+  if (model.is_script() && !f.data.given() && !f.no_eval) {
+    spdlog::info("no server-side evaluation: the server has no data for {} (give it some with --data)", f.model);
+  } else if (!f.no_eval) {
+    test = f.data.given()
+               ? LoadData(f.data, f.data_dir, Split::kTest)
+               : Take(LoadFashionMnist(f.data_dir, Split::kTest), "server-side evaluation (or pass --no-eval)");
+    trainer = Take(model.MakeTrainer(f.threads, /*portable=*/false));
     evaluator = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, f.test_subset));
   }
   RealClock clock;
-  ModelState initial = f.initial_model.empty() ? Take(InitModel(f.model, f.seed))
-                                               : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
+  ModelState initial =
+      f.initial_model.empty() ? model.Initial(f.seed) : Take(ReadSafetensorsFile(f.initial_model), "--initial-model");
   if (!f.initial_model.empty()) {
-    if (Status same = initial.CheckSameLayout(Take(InitModel(f.model, f.seed))); !same.ok()) {
+    if (Status same = initial.CheckSameLayout(model.Initial(f.seed)); !same.ok()) {
       spdlog::warn(
           "--initial-model is not a '{}' model ({}): evaluation fails and real clients cannot train it; "
           "fine for load tests",
@@ -160,7 +169,7 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
-      f.listen, engine.get(), store.get(), {f.model, sync.rounds, f.upload_codec}, tls, limits));
+      f.listen, engine.get(), store.get(), {model_name, sync.rounds, f.upload_codec}, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
@@ -258,8 +267,9 @@ void AddServerCommand(CLI::App& app) {
         Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
         return codec.ok() ? std::string() : codec.status().message();
       });
-  cmd->add_option("--model", f->model, "Model: mlp or cnn")
-      ->check(CLI::IsMember({"mlp", "cnn"}))
+  cmd->add_option("--model", f->model,
+                  "Model: mlp, cnn, or a TorchScript file saved from PyTorch (PATH.pt; its weights are the initial "
+                  "model, and clients start with the same file)")
       ->capture_default_str();
   cmd->add_option("--initial-model", f->initial_model,
                   "Start from this model (safetensors) instead of a freshly initialized --model; its layout must "
@@ -279,6 +289,7 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--seed", f->seed, "Seed for the initial model and client sampling")->capture_default_str();
   cmd->add_option("--data-dir", f->data_dir, "Fashion-MNIST directory for server-side evaluation")
       ->capture_default_str();
+  AddDataFlags(cmd, &f->data, "Server-side evaluation data (optional with a TorchScript model)");
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
   cmd->add_flag("--dry-run", f->dry_run,
                 "Check the settings (flags and --config, TLS files readable) without opening the database or "

@@ -6,11 +6,13 @@
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/gossip_sim_command.h"
+#include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
+#include "compute/script_model.h"
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "server/coordinator/engine_factory.h"
@@ -26,6 +28,8 @@ struct SimFlags {
   SimOptions sim;
   std::string partition = "iid";
   std::string data_dir = kDefaultFashionMnistDir;
+  DataFlags data;
+  double eval_split = 0.1;  // with --data: the share held out as the test set
   std::string metrics_out;
   std::string summary_out;
   std::string model_out;
@@ -194,7 +198,14 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
 
 // The federation on rank 0 (or alone); with `mpi`, ranks above 0 only train.
 void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
-  if (f.gossip_mode) return RunGossip(f, mpi);
+  if (f.gossip_mode) {
+    if (f.data.given() || IsScriptModelPath(f.sim.model)) {
+      throw CommandError(
+          "--mode gossip simulates the built-in models on Fashion-MNIST only: --model PATH.pt and "
+          "--data are for the server modes");
+    }
+    return RunGossip(f, mpi);
+  }
   const bool training_rank = mpi && mpi->rank() > 0;
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
@@ -203,6 +214,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");
   options.devices = DevicesFor(f);
   Check(options.Validate(), "invalid settings");
+  const ModelChoice model(f.sim.model);  // a model file is read (and checked) before anything starts
   const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
@@ -226,12 +238,21 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     std::fflush(stdout);
   }
   if (f.dry_run) return;  // the settings are valid: nothing more to do
-  Dataset train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
+  if (model.is_script()) options.initial = std::make_shared<const ModelState>(model.Initial(options.seed));
+  Dataset train, test;
+  if (f.data.given()) {  // a user's data file: a seeded share of it is the test set
+    HeldOut split = Take(HoldOut(LoadData(f.data, f.data_dir, Split::kTrain), f.eval_split, options.seed), "--data");
+    train = std::move(split.kept);
+    test = std::move(split.held_out);
+  } else {
+    train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
+    test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
+  }
   if (f.train_subset) {
     train.labels.resize(std::min(train.size(), f.train_subset));
     train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
   }
-  std::unique_ptr<Trainer> trainer = Take(MakeTorchTrainer(options.model, f.threads));
+  std::unique_ptr<Trainer> trainer = Take(model.MakeTrainer(f.threads, /*portable=*/false));
   if (!training_rank) {  // long runs say so before they start
     const TaskHyperparams& hp = options.sync.task;
     int64_t steps =
@@ -242,8 +263,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
         options.mode == Mode::kAsync ? options.async.buffer_size : options.sync.clients_per_round;
     int64_t tasks = options.sync.rounds * per_version;
     if (options.max_tasks > 0) tasks = std::min(tasks, options.max_tasks);
-    PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), options.model, train, hp.batch_size), tasks, steps,
-                          mpi ? mpi->size() : 1);
+    PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), model.Initial(options.seed), train, hp.batch_size), tasks,
+                          steps, mpi ? mpi->size() : 1);
   }
 #if PLEXUS_WITH_MPI
   if (training_rank) return Check(ServeMpiTrainingJobs(trainer.get(), train), "MPI training rank");
@@ -255,7 +276,6 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
 #if PLEXUS_WITH_MPI
   if (spread) runner = spread.get();
 #endif
-  Dataset test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
   SimResult result = Take(RunSimulation(options, train, runner, &evaluator, [&](const SimRound& r) {
@@ -322,8 +342,7 @@ void AddSimCommand(CLI::App& app) {
                                      "Run a simulated federation in virtual time (virtual clients, no sockets; under "
                                      "mpirun the training is spread over the ranks)");
   cmd->add_option("--clients", flags->sim.clients, "Virtual clients (N); in gossip mode, nodes")->capture_default_str();
-  cmd->add_option("--model", flags->sim.model, "Model: mlp or cnn")
-      ->check(CLI::IsMember({"mlp", "cnn"}))
+  cmd->add_option("--model", flags->sim.model, "Model: mlp, cnn, or a TorchScript file saved from PyTorch (PATH.pt)")
       ->capture_default_str();
   cmd->add_option("--partition", flags->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--seed", flags->sim.seed, "Seed for init, partition, sampling and batches")->capture_default_str();
@@ -387,6 +406,11 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_flag("--dry-run", flags->dry_run, "Check the settings (flags and --scenario), print them and exit");
   cmd->add_option("--plot", flags->plot, "Draw accuracy against round and virtual time into this PNG (gnuplot)");
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
+  AddDataFlags(cmd, &flags->data, "The federation's data, partitioned among the clients");
+  cmd->add_option("--eval-split", flags->eval_split,
+                  "With --data: the share of it held out (seeded) as the test set the server evaluates on")
+      ->check(CLI::Range(0.01, 0.9))
+      ->capture_default_str();
   cmd->add_option("--metrics-out", flags->metrics_out, "Write per-round metrics to this CSV file");
   cmd->add_option("--summary-out", flags->summary_out, "Write the run summary to this JSON file");
   cmd->add_option("--model-out", flags->model_out, "Write the final model to this .safetensors file");

@@ -11,6 +11,7 @@
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
+#include "compute/model_zoo.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "simulations/client_data.h"
@@ -163,8 +164,8 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
     if (!training_rank) {  // long runs say so before they start
       const int64_t steps =
           o.task.StepsFor(ClientData::ExamplesPerClient(train.size(), o.nodes, o.examples_per_client));
-      PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), o.model, train, o.task.batch_size), o.rounds * o.nodes,
-                            steps, mpi ? mpi->size() : 1);
+      PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), Take(InitModel(o.model, 0)), train, o.task.batch_size),
+                            o.rounds * o.nodes, steps, mpi ? mpi->size() : 1);
     }
   }
 #if PLEXUS_WITH_MPI

@@ -4,12 +4,10 @@
 #include <cstdio>
 
 #include "apps/plexus/commands.h"
-#include "compute/model_zoo.h"
 
 namespace plexus::cli {
 
-double MeasureMsPerStep(Trainer* trainer, const std::string& model, const Dataset& train, int64_t batch_size) {
-  ModelState start = Take(InitModel(model, 0));
+double MeasureMsPerStep(Trainer* trainer, const ModelState& start, const Dataset& train, int64_t batch_size) {
   const DatasetView data = DatasetView::Prefix(train, static_cast<size_t>(4 * batch_size));
   TrainOptions o;
   o.batch_size = batch_size;

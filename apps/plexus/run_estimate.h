@@ -12,9 +12,9 @@
 
 namespace plexus::cli {
 
-// Milliseconds per local SGD step of `model` at `batch_size`, timed over three steps after a
+// Milliseconds per local SGD step from `start` at `batch_size`, timed over three steps after a
 // warm-up step, on the first examples of `train`.
-double MeasureMsPerStep(Trainer* trainer, const std::string& model, const Dataset& train, int64_t batch_size);
+double MeasureMsPerStep(Trainer* trainer, const ModelState& start, const Dataset& train, int64_t batch_size);
 
 // "plexus sim: about 5 min of training ahead (300 tasks x 50 steps at 20 ms per step, measured)".
 void PrintTrainingEstimate(double ms_per_step, int64_t tasks, int64_t steps_per_task, int ranks);

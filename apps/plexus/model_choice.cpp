@@ -1,0 +1,101 @@
+#include "apps/plexus/model_choice.h"
+
+#include "apps/plexus/commands.h"
+#include "compute/model_zoo.h"
+#include "compute/portable_trainer.h"
+#include "compute/script_model.h"
+
+namespace plexus::cli {
+namespace {
+
+bool LooksLikeFile(const std::string& flag) { return flag.find('/') != std::string::npos || IsScriptModelPath(flag); }
+
+}  // namespace
+
+ModelChoice::ModelChoice(const std::string& flag) : flag_(flag) {
+  if (!LooksLikeFile(flag)) {
+    const std::vector<std::string> names = ModelNames();
+    if (std::find(names.begin(), names.end(), flag) == names.end()) {
+      throw CommandError("--model '" + flag + "': not a built-in model (cnn, mlp) nor a TorchScript file (PATH.pt)");
+    }
+    federation_name_ = flag;
+    return;
+  }
+#if PLEXUS_WITH_TORCH
+  ScriptModelInfo info = Take(ReadScriptModel(flag), "--model");
+  script_path_ = flag;
+  federation_name_ = info.name;
+  script_initial_ = std::move(info.initial);
+#else
+  throw CommandError("--model " + flag + ": TorchScript models need LibTorch, which this build leaves out");
+#endif
+}
+
+ModelState ModelChoice::Initial(uint64_t seed) const {
+  if (is_script()) return script_initial_;
+  return Take(InitModel(flag_, seed), "--model");
+}
+
+Result<std::unique_ptr<Trainer>> ModelChoice::MakeTrainer(int threads, bool portable, bool local_buffers) const {
+#if PLEXUS_WITH_TORCH
+  if (is_script()) {
+    ScriptTrainerOptions o;
+    o.threads = threads;
+    o.local_buffers = local_buffers;
+    return MakeScriptTrainer(script_path_, o);
+  }
+  if (!portable) return MakeTorchTrainer(flag_, threads);
+#else
+  (void)threads;
+  (void)portable;
+  (void)local_buffers;
+#endif
+  return MakePortableTrainer(flag_);
+}
+
+Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
+  if (mine && announced == mine->federation_name()) return Status::Ok();
+  if (IsScriptModelName(announced) && !(mine && mine->is_script())) {
+    return FailedPreconditionError("the server federates a TorchScript model (" + announced +
+                                   "): start this client with --model and the server's model file (PATH.pt)");
+  }
+  if (mine && mine->is_script()) {
+    return FailedPreconditionError("--model " + mine->script_path() + " has another parameter layout (" +
+                                   mine->federation_name() + ") than the server's model (" + announced +
+                                   "): start this client with the server's model file");
+  }
+  if (mine) {
+    return FailedPreconditionError("--model " + mine->federation_name() + ", but the server federates " + announced +
+                                   " (leave --model out to train the server's built-in model)");
+  }
+  return Status::Ok();  // no --model: the client trains the built-in model the server names
+}
+
+DataFileOptions DataFlags::Options(Split split) const {
+  DataFileOptions o;
+  o.label_column = label_column;
+  o.x_name = x_name;
+  o.y_name = y_name;
+  if (!input_shape.empty()) o.input_shape = Take(ParseInputShape(input_shape), "--input-shape");
+  o.split = split;
+  return o;
+}
+
+void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what) {
+  cmd->add_option("--data", f->data,
+                  what +
+                      ": a CSV file (a header, numeric features, a label column), a .safetensors file with "
+                      "tensors x and y, or a folder of .safetensors files (default: Fashion-MNIST from --data-dir)");
+  cmd->add_option("--label-column", f->label_column, "CSV: the label column's name")->capture_default_str();
+  cmd->add_option("--input-shape", f->input_shape,
+                  "The shape of one example as the model takes it, e.g. 1,28,28 (default: as the file stores it)");
+  cmd->add_option("--x-name", f->x_name, "safetensors: the features tensor's name")->capture_default_str();
+  cmd->add_option("--y-name", f->y_name, "safetensors: the labels tensor's name")->capture_default_str();
+}
+
+Dataset LoadData(const DataFlags& f, const std::string& data_dir, Split split, const ExampleSelector& select) {
+  if (f.given()) return Take(LoadDataFile(f.data, f.Options(split), select), "--data");
+  return Take(LoadFashionMnist(data_dir, split, select));
+}
+
+}  // namespace plexus::cli

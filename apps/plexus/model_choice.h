@@ -1,0 +1,63 @@
+// What `--model` and `--data` name for a command: a built-in model ("mlp", "cnn") or a user's
+// TorchScript file (PATH.pt), and Fashion-MNIST (--data-dir) or a user's data file (--data, with
+// --label-column, --input-shape, --x-name, --y-name). Throws CommandError (CLI edge only).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compute/data_files.h"
+#include "compute/trainer.h"
+#include "core/model_state.h"
+
+namespace plexus::cli {
+
+class ModelChoice {
+ public:
+  // Reads the file when `flag` names one (checking it is TorchScript); CommandError otherwise
+  // when it is neither a file nor a built-in model's name.
+  explicit ModelChoice(const std::string& flag);
+
+  bool is_script() const { return !script_path_.empty(); }
+  const std::string& script_path() const { return script_path_; }
+  // What the federation is called in the server's database and the clients' join replies: the
+  // built-in name, or "torchscript:" and the layout's hash.
+  const std::string& federation_name() const { return federation_name_; }
+  // The model to start from: the file's weights, or the built-in model initialized from `seed`.
+  ModelState Initial(uint64_t seed) const;
+  // A LibTorch trainer (the portable one for built-in models when `portable`).
+  Result<std::unique_ptr<Trainer>> MakeTrainer(int threads, bool portable, bool local_buffers = false) const;
+
+ private:
+  std::string flag_;
+  std::string script_path_;
+  std::string federation_name_;
+  ModelState script_initial_;
+};
+
+// OK when a client started with `mine` (null: no --model) may train the model a server announced
+// at join; otherwise FailedPrecondition saying why, in words a user acts on (start the client with
+// the server's model file).
+Status CheckServerModel(const ModelChoice* mine, const std::string& announced);
+
+// --data and the flags that say how to read it.
+struct DataFlags {
+  std::string data;
+  std::string label_column = "label";
+  std::string input_shape;
+  std::string x_name = "x";
+  std::string y_name = "y";
+
+  bool given() const { return !data.empty(); }
+  DataFileOptions Options(Split split = Split::kTrain) const;
+};
+void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what);
+
+// The data set for a command: the --data file (only the examples `select` keeps), or Fashion-MNIST's
+// `split` from `data_dir`.
+Dataset LoadData(const DataFlags& f, const std::string& data_dir, Split split, const ExampleSelector& select = {});
+
+}  // namespace plexus::cli

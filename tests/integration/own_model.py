@@ -1,0 +1,95 @@
+#!/usr/bin/python3
+"""The PyTorch side of the bring-your-own-model integration test (and of docs/models-and-data.md).
+
+  own_model.py make DIR        writes DIR/model.pt (a TorchScript module with a BatchNorm layer, not
+                               one of Plexus's built-ins), DIR/train.csv and DIR/train.safetensors
+                               (the same synthetic, learnable classification data) and
+                               DIR/holdout.csv (examples of the same distribution for PyTorch's check)
+  own_model.py evaluate MODEL.pt DATA.csv
+                               loads MODEL.pt with torch.jit.load and prints its accuracy on DATA.csv
+                               and the model's plexus.json metadata, as JSON
+
+Needs Debian's python3-torch (run it with /usr/bin/python3)."""
+import json
+import struct
+import sys
+
+import torch
+
+FEATURES, CLASSES = 12, 4
+
+
+class TabularNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(FEATURES, 32)
+        self.bn1 = torch.nn.BatchNorm1d(32)
+        self.fc2 = torch.nn.Linear(32, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn1(self.fc1(x))))
+
+
+def synthetic(n, generator):
+    """Class = argmax of a fixed linear map of the features; the features are offset and scaled so
+    that BatchNorm has something to learn."""
+    mix = torch.randn(FEATURES, CLASSES, generator=torch.Generator().manual_seed(1234))
+    x = torch.randn(n, FEATURES, generator=generator) * 2.0 + 3.0
+    y = torch.argmax((x - 3.0) @ mix, dim=1)
+    return x, y
+
+
+def write_csv(path, x, y):
+    with open(path, "w") as f:
+        f.write(",".join([f"f{i}" for i in range(FEATURES)] + ["label"]) + "\n")
+        for row, label in zip(x.tolist(), y.tolist()):
+            f.write(",".join(f"{v:.6f}" for v in row) + f",{label}\n")
+
+
+def write_safetensors(path, x, y):
+    xb = x.to(torch.float32).numpy().tobytes()
+    yb = y.to(torch.int64).numpy().tobytes()
+    header = {
+        "x": {"dtype": "F32", "shape": list(x.shape), "data_offsets": [0, len(xb)]},
+        "y": {"dtype": "I64", "shape": list(y.shape), "data_offsets": [len(xb), len(xb) + len(yb)]},
+    }
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + xb + yb)
+
+
+def read_csv(path):
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+        label = header.index("label")
+        rows = [list(map(float, line.split(","))) for line in f if line.strip()]
+    t = torch.tensor(rows)
+    keep = [i for i in range(t.shape[1]) if i != label]
+    return t[:, keep], t[:, label].long()
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "make":
+        out = sys.argv[2]
+        torch.manual_seed(0)
+        torch.jit.script(TabularNet()).save(f"{out}/model.pt")
+        x, y = synthetic(3000, torch.Generator().manual_seed(1))
+        write_csv(f"{out}/train.csv", x, y)
+        write_safetensors(f"{out}/train.safetensors", x, y)
+        hx, hy = synthetic(2000, torch.Generator().manual_seed(2))
+        write_csv(f"{out}/holdout.csv", hx, hy)
+    elif len(sys.argv) == 4 and sys.argv[1] == "evaluate":
+        files = {"plexus.json": ""}
+        model = torch.jit.load(sys.argv[2], _extra_files=files)
+        model.eval()
+        x, y = read_csv(sys.argv[3])
+        with torch.no_grad():
+            accuracy = (model(x).argmax(1) == y).float().mean().item()
+        print(json.dumps({"accuracy": accuracy, "metadata": json.loads(files["plexus.json"] or "{}")}))
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
