@@ -214,7 +214,42 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   return model;
 }
 
+Result<std::optional<PollAnswer>> ClientRuntime::RunEvaluation(const Task& task) {
+  Result<ModelState> model = FetchModel(task);
+  if (!model.ok()) {
+    if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {
+      spdlog::warn("skipping evaluation task {}: {}", task.task_id, model.status().ToString());
+      return std::optional<PollAnswer>();
+    }
+    return model.status();
+  }
+  Evaluation e;  // zero examples when this client holds no evaluation data
+  if (options_.eval_data.size() > 0) {
+    Result<Evaluation> measured = trainer_->Evaluate(*model, options_.eval_data);
+    if (!measured.ok()) {
+      spdlog::warn("evaluation task {}: {}", task.task_id, measured.status().ToString());
+    } else {
+      e = *measured;
+    }
+  }
+  while (true) {
+    Status s = transport_->ReportEvaluation(client_id_, task.task_id, e);
+    if (s.ok()) break;
+    if (!Transient(s)) {  // refused (the evaluation closed meanwhile): nothing to keep
+      spdlog::warn("evaluation task {}: report refused: {}", task.task_id, s.ToString());
+      return std::optional<PollAnswer>();
+    }
+    PLEXUS_RETURN_IF_ERROR(BackOff(s));
+  }
+  ResetBackoff();
+  ++summary_.evaluations;
+  spdlog::info("task {}: version {} scores accuracy {:.4f}, loss {:.4f} on {} held-out examples", task.task_id,
+               task.model_version, e.accuracy, e.loss, e.examples);
+  return std::optional<PollAnswer>();
+}
+
 Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
+  if (task.evaluate_only) return RunEvaluation(task);
   Result<ModelState> model = FetchModel(task);
   if (!model.ok()) {
     if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {

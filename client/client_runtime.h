@@ -48,6 +48,9 @@ struct ClientOptions {
   // after a restart it resumes a download or an upload from the bytes it had (and the server
   // kept) instead of starting over. Null: memory only. Not owned.
   ClientStateDir* state = nullptr;
+  // Held-out examples for the server's evaluation tasks (federated evaluation); empty: the client
+  // answers them with zero examples. Borrowed like the training data.
+  DatasetView eval_data;
 };
 
 struct ClientSummary {
@@ -56,6 +59,7 @@ struct ClientSummary {
   int64_t tasks_refused = 0;  // uploads the server refused (e.g. the round had closed)
   int64_t tasks_failed = 0;   // tasks whose local training diverged (nothing uploaded)
   int64_t downloads = 0;
+  int64_t evaluations = 0;                    // evaluation tasks answered
   int64_t pauses = 0;                         // times a running task paused for the device policy
   int64_t uploads_resumed_after_restart = 0;  // updates trained by an earlier run, sent by this one
 };
@@ -82,6 +86,8 @@ class ClientRuntime {
   // upload (nullopt: poll for it).
   Result<std::optional<PollAnswer>> RunTask(const Task& task);
   Result<ModelState> FetchModel(const Task& task);
+  // Evaluates the task's model on the held-out data and reports it (nullopt: poll next).
+  Result<std::optional<PollAnswer>> RunEvaluation(const Task& task);
   // The model of `version` kept complete in the state directory, if it matches `sha256`.
   std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);
   // Uploads an update until the server acknowledges it (its answer for the next task, nullopt:

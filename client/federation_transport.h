@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/evaluation.h"
 #include "core/status.h"
 #include "core/task.h"
 
@@ -56,6 +57,15 @@ class FederationTransport {
   // `on_bytes`, when set, hears of every piece as it is appended (to keep it on disk).
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
                           const std::function<void(std::string_view bytes)>& on_bytes) = 0;
+  // Answers an evaluation task (Task::evaluate_only) with how its model did on the local held-out
+  // data. The default refuses: transports that never get such tasks need not implement it.
+  virtual Status ReportEvaluation(const std::string& client_id, const std::string& task_id,
+                                  const Evaluation& evaluation) {
+    (void)client_id;
+    (void)task_id;
+    (void)evaluation;
+    return FailedPreconditionError("this transport does not carry evaluation reports");
+  }
   // The transport may hold on to `payload` (without copying it) after returning.
   virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;
   // Thread-safe, unlike the calls: ends the calls in progress and every later one with

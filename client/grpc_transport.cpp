@@ -90,6 +90,21 @@ class GrpcFederationTransport final : public FederationTransport {
     return AnswerOf(rep);
   }
 
+  Status ReportEvaluation(const std::string& client_id, const std::string& task_id,
+                          const Evaluation& evaluation) override {
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
+    ctx.set_deadline(In(10000));
+    v1::EvaluationReport req;
+    req.set_client_id(client_id);
+    req.set_task_id(task_id);
+    req.set_loss(evaluation.loss);
+    req.set_accuracy(evaluation.accuracy);
+    req.set_examples(evaluation.examples);
+    v1::EvaluationAck rep;
+    return FromGrpc(stub_->ReportEvaluation(&ctx, req, &rep), "evaluation report");
+  }
+
   Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
                   const std::function<void(std::string_view bytes)>& on_bytes) override {
     Call call(this);
@@ -250,6 +265,7 @@ class GrpcFederationTransport final : public FederationTransport {
         a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
         a.task.deadline_ms = t.deadline_in_ms();
         a.task.upload_codec = t.upload_codec();
+        a.task.evaluate_only = t.evaluate_only();
         break;
       }
       case v1::PollTaskReply::kRetryAfterMs:

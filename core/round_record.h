@@ -34,6 +34,12 @@ struct RoundRecord {
   double mean_train_loss = 0.0;
   std::optional<double> test_accuracy;
   std::optional<double> test_loss;
+  // Federated evaluation of this version: clients' reports on their held-out data, weighted by
+  // their example counts (server/coordinator/federated_evaluation.h).
+  std::optional<double> federated_accuracy;
+  std::optional<double> federated_loss;
+  int64_t federated_examples = 0;
+  int64_t federated_clients = 0;
   std::vector<MergedUpdate> merged;  // asynchronous modes: the updates in this version, in merge order
   // Asynchronous modes: the update log entries (Store::LogUpdate) this commit removes: the
   // updates merged into this version and any dropped since the last commit. Not stored itself.

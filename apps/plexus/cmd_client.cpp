@@ -21,6 +21,7 @@ struct ClientFlags {
   std::string server = "127.0.0.1:50051";
   std::string model;  // empty: the built-in model the server names
   bool local_buffers = false;
+  double eval_split = 0;
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
   std::string partition = "iid";
@@ -61,11 +62,20 @@ void RunClient(const ClientFlags& f) {
         PLEXUS_ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, spec, f.num_partitions, f.seed));
         return std::move(parts[static_cast<size_t>(f.partition_index)]);
       });
+  Dataset held_out;
+  if (f.eval_split > 0) {  // the server's evaluation tasks run on this share of the partition
+    HeldOut split =
+        Take(HoldOut(train, f.eval_split, f.seed ^ static_cast<uint64_t>(f.partition_index)), "--eval-split");
+    train = std::move(split.kept);
+    held_out = std::move(split.held_out);
+  }
   DatasetView local = DatasetView::All(train);
-  spdlog::info("partition {} of {} ({}): {} examples", f.partition_index, f.num_partitions, spec.ToString(),
-               local.size());
+  spdlog::info("partition {} of {} ({}): {} examples{}", f.partition_index, f.num_partitions, spec.ToString(),
+               local.size(),
+               held_out.size() ? ", " + std::to_string(held_out.size()) + " more held out for evaluation" : "");
 
   ClientOptions o;
+  if (held_out.size() > 0) o.eval_data = DatasetView::All(held_out);
   o.client_id = f.client_id;
   o.device = std::to_string(std::thread::hardware_concurrency()) + " cores";
   o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
@@ -149,8 +159,10 @@ void RunClient(const ClientFlags& f) {
         "or issue it with plexus certs issue --server 127.0.0.1)?");
   }
   ClientSummary s = Take(std::move(summary), "client");
-  spdlog::info("client {} done: {} tasks completed, {} refused, {} dropped (training diverged), {} model downloads",
-               s.client_id, s.tasks_completed, s.tasks_refused, s.tasks_failed, s.downloads);
+  spdlog::info(
+      "client {} done: {} tasks completed, {} refused, {} dropped (training diverged), {} model downloads, {} "
+      "evaluations",
+      s.client_id, s.tasks_completed, s.tasks_refused, s.tasks_failed, s.downloads, s.evaluations);
 }
 
 }  // namespace
@@ -167,6 +179,11 @@ void AddClientCommand(CLI::App& app) {
                 "not sent and the client trains and evaluates with its own");
   cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   AddDataFlags(cmd, &f->data, "This client's training data (partitioned like Fashion-MNIST)");
+  cmd->add_option("--eval-split", f->eval_split,
+                  "Hold out this share of the partition (seeded) for the server's federated evaluation tasks; 0: "
+                  "train on all of it and answer evaluation tasks with no examples")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
   cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--num-partitions", f->num_partitions, "Number of partitions the training set is split into")
       ->check(CLI::PositiveNumber)

@@ -44,6 +44,9 @@ struct ServerFlags {
   uint64_t seed = 0;
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
+  FederatedEvaluationOptions federated_eval;
+  double federated_eval_deadline_s = 30;
+  std::string metrics_out;
   bool no_eval = false;
   bool dry_run = false;
   size_t test_subset = 0;
@@ -120,6 +123,9 @@ void RunServer(const ServerFlags& f) {
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
+  FederatedEvaluationOptions federated_eval = f.federated_eval;
+  federated_eval.deadline_ms = static_cast<int64_t>(f.federated_eval_deadline_s * 1000);
+  Check(federated_eval.Validate(), "--federated-eval-*");
   const ModelChoice model(f.model);  // a model file is read (and checked) before anything starts
   const std::string& model_name = model.federation_name();
   if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
@@ -169,7 +175,7 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
   std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
-      f.listen, engine.get(), store.get(), {model_name, sync.rounds, f.upload_codec}, tls, limits));
+      f.listen, engine.get(), store.get(), {model_name, sync.rounds, f.upload_codec, federated_eval}, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
@@ -213,8 +219,11 @@ void RunServer(const ServerFlags& f) {
   if (final_status.finished) {
     spdlog::info("federation finished at version {}; telling the clients (up to {} s)", final_status.model_version,
                  f.linger_s);
+    // Clients that owe the final version's federated evaluation are told only once it closes.
+    const double linger_s =
+        federated_eval.every > 0 ? std::max(f.linger_s, f.federated_eval_deadline_s + 5) : f.linger_s;
     const auto until =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(f.linger_s * 1000));
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(linger_s * 1000));
     while (!StopRequested().load() && std::chrono::steady_clock::now() < until && !server->AllClientsToldFinished()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -224,10 +233,11 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("stopping on signal; state is in {}, restart to resume", f.db);
   }
   const ServerMetrics door = server->metrics();
+  const std::map<uint64_t, RoundRecord> federated = server->FederatedEvaluations();
   server->Shutdown();
   if (!final_status.error.empty()) throw CommandError(final_status.error);
 
-  if (final_status.finished && !f.summary_out.empty()) {
+  if (final_status.finished && (!f.summary_out.empty() || !f.metrics_out.empty())) {
     RunSummary s;
     s.mode = ModeName(f.mode);
     s.updates_accepted = final_status.updates_accepted;
@@ -239,12 +249,21 @@ void RunServer(const ServerFlags& f) {
     s.clients_per_round = sync.clients_per_round;
     s.seed = f.seed;
     s.rounds = engine->history();
+    for (RoundRecord& r : s.rounds) {  // the clients' evaluations, beside the server's
+      auto it = federated.find(r.model_version);
+      if (it == federated.end()) continue;
+      r.federated_accuracy = it->second.federated_accuracy;
+      r.federated_loss = it->second.federated_loss;
+      r.federated_examples = it->second.federated_examples;
+      r.federated_clients = it->second.federated_clients;
+    }
     s.model_version = engine->model().version();
     s.final_model_sha256 = engine->model().ContentSha256();
     s.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     s.transfers = RunSummary::Transfers{door.received_upload_bytes, door.uploads_resumed, door.upload_bytes_resumed,
                                         door.download_bytes};
-    Check(WriteSummaryJson(f.summary_out, s));
+    if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
+    if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   }
 }
 
@@ -291,6 +310,22 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   AddDataFlags(cmd, &f->data, "Server-side evaluation data (optional with a TorchScript model)");
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
+  cmd->add_option("--federated-eval-every", f->federated_eval.every,
+                  "Federated evaluation: every V-th version (and the final one) is evaluated by clients on their "
+                  "held-out data (plexus client --eval-split); 0: off")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--federated-eval-fraction", f->federated_eval.fraction,
+                  "Federated evaluation: the share of the known clients asked to evaluate each version (at least one)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--federated-eval-deadline-s", f->federated_eval_deadline_s,
+                  "Federated evaluation: close a version's evaluation with the reports in after this long")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--metrics-out", f->metrics_out,
+                  "When the federation finishes, write per-version metrics (server-side and federated evaluation) to "
+                  "this CSV file");
   cmd->add_flag("--dry-run", f->dry_run,
                 "Check the settings (flags and --config, TLS files readable) without opening the database or "
                 "listening, print them and exit");

@@ -45,6 +45,9 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                         {"upload_bytes_received", r.upload_bytes_received()},
                         {"finished", r.finished()}};
     j["last_accuracy"] = r.has_accuracy() ? nlohmann::json(r.last_accuracy()) : nlohmann::json();
+    j["federated_accuracy"] =
+        r.has_federated_accuracy() ? nlohmann::json(r.last_federated_accuracy()) : nlohmann::json();
+    if (r.has_federated_accuracy()) j["federated_version"] = r.federated_version();
     j["refusals"] = nlohmann::json::object();
     for (const auto& [code, count] : r.refusals()) j["refusals"][code] = count;
     j["schedule"] = nlohmann::json::array();
@@ -81,6 +84,10 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
       static_cast<long long>(r.updates_stale()), static_cast<long long>(r.uploads_resumed()),
       static_cast<long long>(r.upload_bytes_resumed()));
   if (r.has_accuracy()) std::printf("last accuracy     %.4f\n", r.last_accuracy());
+  if (r.has_federated_accuracy()) {
+    std::printf("federated acc.    %.4f (version %llu, clients' held-out data)\n", r.last_federated_accuracy(),
+                static_cast<unsigned long long>(r.federated_version()));
+  }
   if (!r.refusals().empty()) {
     std::map<std::string, int64_t> sorted(r.refusals().begin(), r.refusals().end());
     std::printf("refused calls    ");

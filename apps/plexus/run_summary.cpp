@@ -62,6 +62,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   }
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
+  bool any_federated = false;
   nlohmann::json rounds = nlohmann::json::array();
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
@@ -70,6 +71,16 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
                           {"examples", r.num_examples}, {"train_loss", r.mean_train_loss}};
     row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
+    if (r.federated_accuracy) {
+      row["federated_test_accuracy"] = *r.federated_accuracy;
+      row["federated_test_loss"] = *r.federated_loss;
+      row["federated_examples"] = r.federated_examples;
+      row["federated_clients"] = r.federated_clients;
+      j["federated_test_accuracy"] = *r.federated_accuracy;  // the newest evaluated version's
+      j["federated_test_loss"] = *r.federated_loss;
+      j["federated_test_version"] = r.model_version;
+      any_federated = true;
+    }
     if (i < s.round_wall_time_s.size()) row["wall_time_s"] = s.round_wall_time_s[i];
     if (i < s.round_virtual_time_s.size()) row["virtual_time_s"] = s.round_virtual_time_s[i];
     if (i < s.round_bytes_down.size()) row["bytes_down"] = s.round_bytes_down[i];
@@ -85,6 +96,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
       j["final_test_loss"] = *r.test_loss;
     }
   }
+  if (!any_federated) j["federated_test_accuracy"] = nullptr;
   j["rounds"] = rounds;
   return WriteFile(path, j.dump(2) + "\n");
 }
@@ -92,7 +104,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   std::string csv =
       "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
-      "bytes_down,bytes_up,mean_staleness\n";
+      "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples\n";
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
@@ -103,7 +115,12 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
       for (const MergedUpdate& m : r.merged) sum += static_cast<double>(m.staleness);
       staleness = std::to_string(sum / static_cast<double>(r.merged.size()));
     }
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s\n",
+    std::string federated = ",,";
+    if (r.federated_accuracy) {
+      federated = std::to_string(*r.federated_accuracy) + "," + std::to_string(*r.federated_loss) + "," +
+                  std::to_string(r.federated_examples);
+    }
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
@@ -112,7 +129,8 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
                   i < s.round_wall_time_s.size() ? std::to_string(s.round_wall_time_s[i]).c_str() : "",
                   i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "",
                   i < s.round_bytes_down.size() ? std::to_string(s.round_bytes_down[i]).c_str() : "",
-                  i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "", staleness.c_str());
+                  i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "", staleness.c_str(),
+                  federated.c_str());
     csv += line;
   }
   return WriteFile(path, csv);

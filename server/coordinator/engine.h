@@ -31,6 +31,9 @@ struct EngineStatus {
   int64_t updates_stale = 0;         // refused for exceeding the staleness bound (async)
   int64_t aggregates_nonfinite = 0;  // aggregates not published because not finite (since start)
   std::optional<double> last_accuracy;
+  // The newest federated evaluation's accuracy and version (filled by the server's door).
+  std::optional<double> last_federated_accuracy;
+  uint64_t federated_version = 0;
   std::vector<ClientSchedule> schedule;  // semiasync: every client's speed estimate, steps and group
   bool finished = false;
   std::string error;  // sticky store error, empty when healthy

@@ -92,6 +92,7 @@ class GrpcFederationServer final : public FederationServer {
   EngineStatus status() override { return service_.status(); }
   ServerMetrics metrics() override { return service_.metrics(); }
   bool AllClientsToldFinished() override { return service_.AllClientsToldFinished(); }
+  std::map<uint64_t, RoundRecord> FederatedEvaluations() override { return service_.FederatedEvaluations(); }
 
   void Shutdown() override {
     {
@@ -141,6 +142,7 @@ Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::str
     return InvalidArgumentError("an admin list needs proven client identities: mutual TLS or a token file");
   }
   if (!info.upload_codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(info.upload_codec).status());
+  PLEXUS_RETURN_IF_ERROR(info.federated_eval.Validate());
   static const RealClock real_clock;
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits, clock ? clock : &real_clock);
   PLEXUS_RETURN_IF_ERROR(server->Init(listen));

@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "server/coordinator/engine.h"
+#include "server/coordinator/federated_evaluation.h"
 #include "server/rpc/revocation_list.h"
 #include "server/rpc/token_registry.h"
 #include "server/store/store.h"
@@ -30,6 +31,8 @@ struct ServerInfo {
   // The codec (compression/codec.h spec) tasks ask updates in, for clients that advertise it at
   // join (the others send float32); empty: float32 for all. Downloads stay float32.
   std::string upload_codec;
+  // Evaluation of published versions by the clients, on their held-out data (off by default).
+  FederatedEvaluationOptions federated_eval;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite
@@ -123,6 +126,8 @@ class FederationServer {
   virtual ServerMetrics metrics() = 0;
   // True once every client that called this server has been told the federation finished.
   virtual bool AllClientsToldFinished() = 0;
+  // The federated evaluations closed so far, by model version (ServerInfo::federated_eval).
+  virtual std::map<uint64_t, RoundRecord> FederatedEvaluations() = 0;
   // Stops accepting calls, ends open long polls, and joins all threads. Idempotent.
   virtual void Shutdown() = 0;
 };

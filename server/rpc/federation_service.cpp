@@ -68,7 +68,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
         partial_(clock),
         places_({limits.max_concurrent_uploads, limits.upload_slot_wait_ms, limits.upload_stall_ms}, clock),
         rate_(limits.requests_per_s, limits.burst, clock),
-        adaptive_bound_(limits.adaptive_norm_factor) {
+        adaptive_bound_(limits.adaptive_norm_factor),
+        federated_(info_.federated_eval),
+        federated_seen_(engine_->history().size()) {
     if (!info_.upload_codec.empty()) {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
       codec_layout_ = ModelState::ZerosLike(engine_->model());
@@ -128,7 +130,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
       ~OpenPoll() { --n; }
     } open(open_polls_);
     while (true) {
-      Result<PollAnswer> a = engine_->Poll(req->client_id());
+      Result<PollAnswer> a = PollLocked(req->client_id());
       if (!a.ok()) return RefuseLocked("poll", a.status());
       if (AnswerLocked(req->client_id(), *a, rep)) return grpc::Status::OK;
       const int64_t now_ms = clock_->NowMs();
@@ -270,7 +272,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (header.want_next_task()) {
       // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
       // failed poll does not undo the accepted update: the client polls and hears the error.
-      Result<PollAnswer> next = engine_->Poll(header.client_id());
+      Result<PollAnswer> next = PollLocked(header.client_id());
       if (next.ok() && !AnswerLocked(header.client_id(), *next, rep->mutable_next())) rep->clear_next();
     }
     cv_.notify_all();
@@ -289,6 +291,22 @@ class FederationServiceImpl final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ReportEvaluation(grpc::ServerContext* ctx, const v1::EvaluationReport* req,
+                                v1::EvaluationAck*) override {
+    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    if (!who.ok()) return Refuse("evaluation report", who.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("evaluation report", limited);
+    Evaluation e;
+    e.loss = req->loss();
+    e.accuracy = req->accuracy();
+    e.examples = req->examples();
+    if (Status s = federated_.Report(*who, req->task_id(), e); !s.ok()) return RefuseLocked("evaluation report", s);
+    CollectFederatedLocked();
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
     // With tokens or mutual TLS the status (client and task ids) is for proven callers only,
     // unless the operator opened it (--public-status); with admins, for them only.
@@ -301,7 +319,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
-    EngineStatusToProto(engine_->status(), rep);
+    EngineStatusToProto(StatusLocked(), rep);
     rep->set_model_name(info_.model_name);
     rep->set_rounds_total(info_.rounds_total);
     rep->set_strategy(engine_->strategy_description());
@@ -315,13 +333,20 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   EngineStatus status() {
     std::lock_guard<std::mutex> lock(mu_);
-    return engine_->status();
+    return StatusLocked();
+  }
+
+  std::map<uint64_t, RoundRecord> FederatedEvaluations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    RefreshFederatedLocked();
+    CollectFederatedLocked();
+    return federated_results_;
   }
 
   ServerMetrics metrics() {
     std::lock_guard<std::mutex> lock(mu_);
     ServerMetrics m = upload_metrics_;
-    m.engine = engine_->status();
+    m.engine = StatusLocked();
     m.refusals = refusals_;
     m.uploads_resumed = uploads_resumed_;
     m.upload_bytes_resumed = upload_bytes_resumed_;
@@ -341,6 +366,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   bool AllClientsToldFinished() {
     std::lock_guard<std::mutex> lock(mu_);
+    RefreshFederatedLocked();
+    CollectFederatedLocked();
+    if (federated_.final_pending()) return false;
     for (const std::string& id : active_clients_) {
       if (!told_finished_.count(id)) return false;
     }
@@ -386,6 +414,70 @@ class FederationServiceImpl final : public v1::Federation::Service {
   }
 
  private:
+  EngineStatus StatusLocked() {
+    EngineStatus s = engine_->status();
+    if (!federated_results_.empty()) {
+      s.federated_version = federated_results_.rbegin()->first;
+      s.last_federated_accuracy = federated_results_.rbegin()->second.federated_accuracy;
+    }
+    return s;
+  }
+
+  // What the client is to do next: an evaluation task when a federated evaluation wants one from
+  // it, else the engine's answer, except that a client that may still owe the final version's
+  // evaluation hears "wait" rather than "finished". Requires mu_.
+  Result<PollAnswer> PollLocked(const std::string& client_id) {
+    if (!federated_.enabled()) return engine_->Poll(client_id);
+    RefreshFederatedLocked();
+    CollectFederatedLocked();
+    const int64_t now_ms = clock_->NowMs();
+    if (std::optional<Task> t = federated_.TaskFor(client_id, now_ms)) {
+      PollAnswer a;
+      a.kind = PollAnswer::Kind::kTask;
+      a.task = std::move(*t);
+      return a;
+    }
+    Result<PollAnswer> a = engine_->Poll(client_id);
+    if (a.ok() && a->kind == PollAnswer::Kind::kFinished && federated_.Owes(client_id)) {
+      a->kind = PollAnswer::Kind::kWait;
+      a->retry_after_ms = 500;
+    }
+    return a;
+  }
+
+  // Tells the federated evaluation of the versions published since it last looked. Requires mu_.
+  void RefreshFederatedLocked() {
+    if (!federated_.enabled()) return;
+    const std::vector<RoundRecord>& history = engine_->history();
+    const bool finished = engine_->finished();
+    if (federated_seen_ == history.size() && (!finished || final_told_)) return;
+    const int64_t known = engine_->status().known_clients;
+    const int64_t now_ms = clock_->NowMs();
+    for (; federated_seen_ < history.size(); ++federated_seen_) {
+      const RoundRecord& r = history[federated_seen_];
+      const bool is_final = finished && federated_seen_ + 1 == history.size();
+      federated_.OnPublished(r.model_version, r.model_sha256, is_final, known, now_ms);
+      final_told_ |= is_final;
+    }
+    if (finished && !final_told_ && !history.empty()) {
+      federated_.OnPublished(history.back().model_version, history.back().model_sha256, true, known, now_ms);
+      final_told_ = true;
+    }
+  }
+
+  // Records the evaluations that closed (store and results). Requires mu_.
+  void CollectFederatedLocked() {
+    if (!federated_.enabled()) return;
+    for (RoundRecord& r : federated_.Collect(clock_->NowMs())) {
+      spdlog::info("version {}: federated accuracy {:.4f}, loss {:.4f} ({} examples from {} clients)", r.model_version,
+                   *r.federated_accuracy, *r.federated_loss, r.federated_examples, r.federated_clients);
+      if (Status s = store_->SetFederatedEvaluation(r); !s.ok()) {
+        spdlog::error("federated evaluation of version {} not stored: {}", r.model_version, s.ToString());
+      }
+      federated_results_[r.model_version] = std::move(r);
+    }
+  }
+
   // Whether the client's tasks name the server's upload codec: there is one, and the client
   // advertised it when it joined (to this process: after a restart, until it joins again, float32).
   bool TakesUploadCodecLocked(const std::string& client_id) const {
@@ -400,7 +492,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (a.kind == PollAnswer::Kind::kTask) {
       cv_.notify_all();  // this poll may have opened a round others are waiting for
       TaskToProto(a.task, clock_->NowMs(), rep->mutable_task());
-      if (TakesUploadCodecLocked(client_id)) rep->mutable_task()->set_upload_codec(info_.upload_codec);
+      if (!a.task.evaluate_only && TakesUploadCodecLocked(client_id)) {
+        rep->mutable_task()->set_upload_codec(info_.upload_codec);
+      }
       return true;
     }
     if (a.kind == PollAnswer::Kind::kFinished) {
@@ -508,10 +602,14 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::set<std::string> told_finished_;                         // guarded by mu_
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
-  std::optional<ModelState> codec_layout_;      // the model's layout (zeros), for decoding coded updates
-  std::mutex encode_mu_;                        // taken without mu_, never with it
-  std::shared_ptr<const std::string> encoded_;  // guarded by encode_mu_
-  uint64_t encoded_version_ = 0;                // guarded by encode_mu_
+  std::optional<ModelState> codec_layout_;             // the model's layout (zeros), for decoding coded updates
+  FederatedEvaluation federated_;                      // guarded by mu_
+  size_t federated_seen_ = 0;                          // guarded by mu_; history records told to federated_
+  bool final_told_ = false;                            // guarded by mu_; the final version was told so
+  std::map<uint64_t, RoundRecord> federated_results_;  // guarded by mu_; closed evaluations by version
+  std::mutex encode_mu_;                               // taken without mu_, never with it
+  std::shared_ptr<const std::string> encoded_;         // guarded by encode_mu_
+  uint64_t encoded_version_ = 0;                       // guarded by encode_mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
@@ -522,6 +620,7 @@ grpc::Service* FederationService::service() { return impl_.get(); }
 EngineStatus FederationService::status() { return impl_->status(); }
 ServerMetrics FederationService::metrics() { return impl_->metrics(); }
 bool FederationService::AllClientsToldFinished() { return impl_->AllClientsToldFinished(); }
+std::map<uint64_t, RoundRecord> FederationService::FederatedEvaluations() { return impl_->FederatedEvaluations(); }
 void FederationService::Tick() { impl_->Tick(); }
 void FederationService::RunCommits(const std::atomic<bool>& stop) { impl_->RunCommits(stop); }
 void FederationService::BeginShutdown() { impl_->BeginShutdown(); }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 
 #include "core/clock.h"
@@ -30,6 +31,8 @@ class FederationService {
   EngineStatus status();
   ServerMetrics metrics();
   bool AllClientsToldFinished();
+  // The federated evaluations closed so far, by model version.
+  std::map<uint64_t, RoundRecord> FederatedEvaluations();
   // Applies the engine's deadlines and cancels stalled uploads; the server's ticker calls it.
   void Tick();
   // Runs the commits the engine queues (Engine::TakeCommit), one at a time, without the lock, so

@@ -18,6 +18,7 @@ void TaskToProto(const Task& t, int64_t now_ms, v1::TrainingTask* out) {
   out->set_learning_rate(t.hyperparams.learning_rate);
   out->set_momentum(t.hyperparams.momentum);
   out->set_deadline_in_ms(t.deadline_ms - now_ms);
+  out->set_evaluate_only(t.evaluate_only);
 }
 
 Update UpdateFromHeader(const v1::UpdateHeader& header, ModelState values) {
@@ -45,6 +46,9 @@ void EngineStatusToProto(const EngineStatus& s, v1::StatusReply* rep) {
   rep->set_updates_stale(s.updates_stale);
   rep->set_has_accuracy(s.last_accuracy.has_value());
   rep->set_last_accuracy(s.last_accuracy.value_or(0.0));
+  rep->set_has_federated_accuracy(s.last_federated_accuracy.has_value());
+  rep->set_last_federated_accuracy(s.last_federated_accuracy.value_or(0.0));
+  rep->set_federated_version(s.federated_version);
   rep->set_finished(s.finished);
   rep->set_error(s.error);
   for (const ClientSchedule& c : s.schedule) {

@@ -132,6 +132,19 @@ Status MemoryStore::SetRoundEvaluation(uint64_t round, double test_accuracy, dou
   return Status::Ok();
 }
 
+Status MemoryStore::SetFederatedEvaluation(const RoundRecord& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [r, rec] : rounds_) {
+    if (rec.model_version != e.model_version) continue;
+    rec.federated_accuracy = e.federated_accuracy;
+    rec.federated_loss = e.federated_loss;
+    rec.federated_examples = e.federated_examples;
+    rec.federated_clients = e.federated_clients;
+    return Status::Ok();
+  }
+  return NotFoundError("no round published version " + std::to_string(e.model_version));
+}
+
 Result<std::vector<RoundRecord>> MemoryStore::ListRounds() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RoundRecord> out;

@@ -32,6 +32,7 @@ class MemoryStore final : public Store {
   Status LogUpdate(uint64_t seq, const Update& update) override;
   Result<std::vector<LoggedUpdate>> ListLoggedUpdates() override;
   Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) override;
+  Status SetFederatedEvaluation(const RoundRecord& evaluation) override;
   Result<std::vector<RoundRecord>> ListRounds() override;
   Result<std::optional<ModelState>> LatestCheckpoint() override;
   Result<ModelState> Checkpoint(uint64_t version) override;

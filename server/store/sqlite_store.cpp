@@ -35,6 +35,9 @@ CREATE TABLE IF NOT EXISTS rounds (
   model_sha256 TEXT NOT NULL, num_selected INTEGER NOT NULL, num_updates INTEGER NOT NULL,
   num_dropped INTEGER NOT NULL, num_examples INTEGER NOT NULL, attempts INTEGER NOT NULL,
   mean_train_loss REAL NOT NULL, test_accuracy REAL, test_loss REAL);
+CREATE TABLE IF NOT EXISTS federated_evaluations (
+  model_version INTEGER PRIMARY KEY, accuracy REAL NOT NULL, loss REAL NOT NULL, examples INTEGER NOT NULL,
+  clients INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS merged_updates (
   round INTEGER NOT NULL REFERENCES rounds(round), position INTEGER NOT NULL, client_id TEXT NOT NULL,
   task_id TEXT NOT NULL, staleness INTEGER NOT NULL, grp INTEGER NOT NULL, ms_per_step REAL,
@@ -536,6 +539,24 @@ Status SqliteStore::SetRoundEvaluation(uint64_t round, double test_accuracy, dou
   return Status::Ok();
 }
 
+Status SqliteStore::SetFederatedEvaluation(const RoundRecord& e) {
+  if (!e.federated_accuracy || !e.federated_loss) return InvalidArgumentError("no federated evaluation to record");
+  std::lock_guard<std::mutex> lock(mu_);
+  Stmt known(db_, "SELECT COUNT(*) FROM rounds WHERE model_version = ?");
+  known.Bind(1, static_cast<int64_t>(e.model_version));
+  PLEXUS_RETURN_IF_ERROR(known.prepared("find round"));
+  if (known.Step() != SQLITE_ROW || known.Int(0) == 0) {
+    return NotFoundError("no round published version " + std::to_string(e.model_version));
+  }
+  Stmt st(db_, "INSERT OR REPLACE INTO federated_evaluations VALUES(?,?,?,?,?)");
+  st.Bind(1, static_cast<int64_t>(e.model_version))
+      .Bind(2, *e.federated_accuracy)
+      .Bind(3, *e.federated_loss)
+      .Bind(4, e.federated_examples)
+      .Bind(5, e.federated_clients);
+  return Run(db_, st, "set federated evaluation");
+}
+
 Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_,
@@ -560,6 +581,18 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list rounds");
+  Stmt federated(db_, "SELECT model_version, accuracy, loss, examples, clients FROM federated_evaluations");
+  PLEXUS_RETURN_IF_ERROR(federated.prepared("list federated evaluations"));
+  while ((rc = federated.Step()) == SQLITE_ROW) {
+    for (RoundRecord& r : out) {
+      if (r.model_version != static_cast<uint64_t>(federated.Int(0))) continue;
+      r.federated_accuracy = federated.Double(1);
+      r.federated_loss = federated.Double(2);
+      r.federated_examples = federated.Int(3);
+      r.federated_clients = federated.Int(4);
+    }
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list federated evaluations");
   Stmt merged(db_,
               "SELECT round, client_id, task_id, staleness, grp, ms_per_step FROM merged_updates "
               "ORDER BY round, position");

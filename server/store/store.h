@@ -78,6 +78,10 @@ class Store {
   virtual Result<std::vector<LoggedUpdate>> ListLoggedUpdates() = 0;
   // Attaches evaluation results to a committed round. NotFound for an unknown round.
   virtual Status SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) = 0;
+  // Attaches a federated evaluation (the federated_* fields of `evaluation`) to the committed
+  // round that published `evaluation.model_version`, replacing an earlier one. NotFound when no
+  // round did.
+  virtual Status SetFederatedEvaluation(const RoundRecord& evaluation) = 0;
 
   virtual Result<std::vector<RoundRecord>> ListRounds() = 0;
 

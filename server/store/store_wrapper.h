@@ -31,6 +31,7 @@ class StoreWrapper : public Store {
     return target_->ListAcceptedUpdates(r, a);
   }
   Status SetRoundEvaluation(uint64_t r, double a, double l) override { return target_->SetRoundEvaluation(r, a, l); }
+  Status SetFederatedEvaluation(const RoundRecord& e) override { return target_->SetFederatedEvaluation(e); }
   Result<std::vector<RoundRecord>> ListRounds() override { return target_->ListRounds(); }
   Result<std::optional<ModelState>> LatestCheckpoint() override { return target_->LatestCheckpoint(); }
   Result<ModelState> Checkpoint(uint64_t v) override { return target_->Checkpoint(v); }

@@ -85,11 +85,27 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   EXPECT_THAT(store_->CommitRound(r, Model(5, 2.0f), ""), StatusIs(StatusCode::kInvalidArgument, "version"));
   ASSERT_OK(store_->SetRoundEvaluation(1, 0.8, 0.5));
   EXPECT_THAT(store_->SetRoundEvaluation(9, 0.8, 0.5), StatusIs(StatusCode::kNotFound, "round 9"));
+  EXPECT_FALSE(store_->ListRounds()->at(0).federated_accuracy.has_value());
+  RoundRecord federated;
+  federated.model_version = 1;
+  federated.federated_accuracy = 0.6;
+  federated.federated_loss = 0.9;
+  federated.federated_examples = 50;
+  federated.federated_clients = 2;
+  ASSERT_OK(store_->SetFederatedEvaluation(federated));
+  federated.federated_accuracy = 0.7;  // a later evaluation of the same version replaces it
+  ASSERT_OK(store_->SetFederatedEvaluation(federated));
+  federated.model_version = 9;
+  EXPECT_THAT(store_->SetFederatedEvaluation(federated), StatusIs(StatusCode::kNotFound, "version 9"));
 
   auto rounds = *store_->ListRounds();
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0].num_dropped, 1);
   EXPECT_DOUBLE_EQ(*rounds[0].test_accuracy, 0.8);
+  EXPECT_DOUBLE_EQ(*rounds[0].federated_accuracy, 0.7);
+  EXPECT_DOUBLE_EQ(*rounds[0].federated_loss, 0.9);
+  EXPECT_EQ(rounds[0].federated_examples, 50);
+  EXPECT_EQ(rounds[0].federated_clients, 2);
   auto latest = *store_->LatestCheckpoint();
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(*latest, Model(1, 2.0f));

@@ -1,0 +1,89 @@
+// FederatedEvaluation: evaluates published versions on the clients' own held-out data, for a
+// server that has no data of its own (or as a second opinion beside its test set).
+//
+// Every `every`-th published version, and the final one, opens a campaign: the first
+// ceil(fraction x known clients) distinct clients that poll get an evaluation task for that
+// version instead of (before) training work; each reports loss, accuracy and its example count;
+// the campaign closes when every task handed out was answered or at its deadline, and its result
+// is the example-weighted mean of the reports (reports of zero examples, from clients that hold
+// no evaluation split, count as answered and weigh nothing). A client is asked at most once per
+// version. While the final version's campaign is open the federation is not finished for clients
+// that still owe or may take its evaluation.
+//
+// A pure state machine on the caller's clock, like the engines: the server's door drives it under
+// its lock, and the same object runs in tests. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/evaluation.h"
+#include "core/round_record.h"
+#include "core/status.h"
+#include "core/task.h"
+
+namespace plexus {
+
+struct FederatedEvaluationOptions {
+  int64_t every = 0;      // evaluate every V-th version (and the final one); 0: off
+  double fraction = 0.5;  // of the known clients, at least one
+  int64_t deadline_ms = 60000;
+
+  // InvalidArgument for a negative period, a fraction outside (0, 1] or a non-positive deadline.
+  Status Validate() const;
+};
+
+class FederatedEvaluation {
+ public:
+  explicit FederatedEvaluation(FederatedEvaluationOptions options) : options_(options) {}
+
+  bool enabled() const { return options_.every > 0; }
+
+  // A version was published (`is_final`: the federation's last). Opens its campaign when due,
+  // sized for `known_clients`. Versions at or below one already seen are ignored.
+  void OnPublished(uint64_t version, const std::string& sha256, bool is_final, int64_t known_clients, int64_t now_ms);
+
+  // The evaluation task `client_id` should run now, if a campaign wants one from it (the newest
+  // open campaign first). Task ids are "eval-v<version>-<client>".
+  std::optional<Task> TaskFor(const std::string& client_id, int64_t now_ms);
+
+  // A client's answer to one of its evaluation tasks. NotFound for a task it was not given (or
+  // whose campaign closed), InvalidArgument for a non-finite loss or accuracy, an accuracy outside
+  // [0, 1] or a negative count; a refused report changes nothing.
+  Status Report(const std::string& client_id, const std::string& task_id, const Evaluation& evaluation);
+
+  // Closes the campaigns that are complete or past their deadline and returns their results as
+  // round records carrying model_version and the federated_* fields (a campaign without a single
+  // example yields none).
+  std::vector<RoundRecord> Collect(int64_t now_ms);
+
+  // True while the final version's campaign is open.
+  bool final_pending() const;
+  // True when `client_id` may still be handed (or owes) an evaluation of the final version: the
+  // door does not tell it "finished" yet.
+  bool Owes(const std::string& client_id) const;
+
+ private:
+  struct Campaign {
+    std::string sha256;
+    bool is_final = false;
+    int64_t wanted = 0;
+    int64_t deadline_ms = 0;
+    std::set<std::string> asked;     // handed a task
+    std::set<std::string> answered;  // reported
+    double loss_sum = 0, correct_sum = 0;
+    int64_t examples = 0;
+    int64_t reporting_clients = 0;  // reports with examples
+  };
+
+  FederatedEvaluationOptions options_;
+  uint64_t last_seen_ = 0;
+  bool seen_any_ = false;
+  std::map<uint64_t, Campaign> open_;  // by version
+};
+
+}  // namespace plexus
