@@ -1,0 +1,211 @@
+// A user's own model and data, end to end, with PyTorch itself (Debian's python3-torch) on both
+// sides: own_model.py defines and scripts a model that is not a built-in (with BatchNorm) and
+// writes a data set as CSV and safetensors; a server with no data and three clients federate it
+// with federated evaluation only; the exported TorchScript file, loaded by torch.jit.load, scores
+// what the federation reported.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "tests/integration/process.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::ChildProcess;
+using ::plexus::testing::FreePort;
+using ::plexus::testing::RunToCompletion;
+
+constexpr const char* kPython = "/usr/bin/python3";  // Debian's, with python3-torch
+const std::string kScript = std::string(PLEXUS_SOURCE_DIR) + "/tests/integration/own_model.py";
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+class OwnModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string out;
+    if (RunToCompletion(kPython, {"-c", "import torch"}, &out) != 0) {
+      GTEST_SKIP() << "PyTorch for Python (Debian's python3-torch) is not installed: " << out;
+    }
+    dir_ = std::filesystem::temp_directory_path() / ("plexus_own_model_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ASSERT_EQ(RunToCompletion(kPython, {kScript, "make", dir_.string()}, &out), 0) << out;
+    model_ = Path("model.pt");
+  }
+  void TearDown() override {
+    if (HasFailure()) testing::PrintLogs(dir_.string(), 3000);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+  std::string model_;
+};
+
+TEST_F(OwnModelTest, AFederationOfAPyTorchModelOnCsvAndSafetensorsScoresInPyTorchWhatItReported) {
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string db = Path("server.db");
+  // The server has no data: the only accuracy is the clients' (federated evaluation).
+  ChildProcess server(PLEXUS_BINARY,
+                      {"server",
+                       "--listen",
+                       address,
+                       "--db",
+                       db,
+                       "--model",
+                       model_,
+                       "--rounds",
+                       "8",
+                       "--clients-per-round",
+                       "3",
+                       "--min-clients",
+                       "3",
+                       "--lr",
+                       "0.05",
+                       "--federated-eval-every",
+                       "4",
+                       "--federated-eval-fraction",
+                       "1",
+                       "--summary-out",
+                       Path("summary.json"),
+                       "--metrics-out",
+                       Path("metrics.csv")},
+                      Path("server.log"));
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 3; ++i) {
+    // The same examples as CSV for two clients and as safetensors for the third.
+    const std::string data = Path(i < 2 ? "train.csv" : "train.safetensors");
+    clients.push_back(std::make_unique<ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"client", "--server", address, "--model", model_, "--data", data, "--num-partitions",
+                                 "3", "--partition-index", std::to_string(i), "--eval-split", "0.3"},
+        Path("client" + std::to_string(i) + ".log")));
+  }
+  ASSERT_EQ(server.Wait(180000), 0) << server.Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(60000), 0) << c->Log();
+
+  const nlohmann::json summary = ReadJson(Path("summary.json"));
+  ASSERT_TRUE(summary["federated_test_accuracy"].is_number()) << summary.dump();
+  EXPECT_TRUE(summary["final_test_accuracy"].is_null());  // the server evaluated nothing itself
+  EXPECT_EQ(summary["federated_test_version"], 8);
+  const double reported = summary["federated_test_accuracy"];
+  const nlohmann::json& last = summary["rounds"].back();
+  EXPECT_EQ(last["federated_clients"], 3);
+  EXPECT_EQ(last["federated_examples"], 1800);  // 30% of each client's 2000 examples
+  std::ifstream csv(Path("metrics.csv"));
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find("federated_test_accuracy"), std::string::npos);
+
+  std::string out;
+  ASSERT_EQ(
+      RunToCompletion(
+          PLEXUS_BINARY,
+          {"export", "--db", db, "--format", "torchscript", "--model", model_, "--out", Path("federated.pt")}, &out),
+      0)
+      << out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"export", "--db", db, "--out", Path("federated.safetensors")}, &out), 0)
+      << out;
+  ASSERT_EQ(RunToCompletion(
+                kPython,
+                {kScript, "evaluate", Path("federated.pt"), Path("holdout.csv"), Path("federated.safetensors")}, &out),
+            0)
+      << out;
+  const nlohmann::json pytorch = nlohmann::json::parse(out.substr(out.find('{')));
+  const double accuracy = pytorch["accuracy"];
+  EXPECT_GT(accuracy, 0.9) << "chance is 0.25";
+  EXPECT_NEAR(accuracy, reported, 0.01) << "PyTorch on the held-out file vs the federation's report";
+  // The TorchScript file holds exactly the federation's final weights, BatchNorm statistics too.
+  EXPECT_TRUE(pytorch["same_names"].get<bool>()) << out;
+  EXPECT_EQ(pytorch["max_weight_difference"], 0.0) << out;
+  EXPECT_EQ(pytorch["metadata"]["plexus.version"], "8");
+  EXPECT_NE(pytorch["metadata"]["plexus.preprocess"].get<std::string>().find("none"), std::string::npos);
+}
+
+TEST_F(OwnModelTest, AClientWithAnotherModelFileIsToldWhyAtJoin) {
+  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  ChildProcess server(PLEXUS_BINARY,
+                      {"server", "--listen", address, "--db", Path("server.db"), "--model", model_, "--rounds", "1",
+                       "--clients-per-round", "1", "--min-clients", "1", "--linger-s", "1"},
+                      Path("server.log"));
+  const std::string other = std::string(PLEXUS_SOURCE_DIR) + "/tests/compute/fixtures/wider_net.pt";
+  std::string out;
+  EXPECT_NE(
+      RunToCompletion(
+          PLEXUS_BINARY,
+          {"client", "--server", address, "--model", other, "--data", Path("train.csv"), "--give-up-s", "20"}, &out),
+      0);
+  EXPECT_NE(out.find("has another parameter layout"), std::string::npos) << out;
+  // Without --model the client is told the server federates a TorchScript model.
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY,
+                            {"client", "--server", address, "--data", Path("train.csv"), "--give-up-s", "20"}, &out),
+            0);
+  EXPECT_NE(out.find("start this client with --model"), std::string::npos) << out;
+  server.Signal(SIGTERM);
+  server.Wait(30000);
+}
+
+TEST_F(OwnModelTest, BadFilesGetAnErrorNamingThemAndNothingTrains) {
+  std::string out;
+  const std::string not_a_model = Path("not_a_model.pt");
+  std::ofstream(not_a_model) << "torch.save(model, 'x.pt') writes pickles, not TorchScript\n";
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", not_a_model, "--data", Path("train.csv")}, &out), 0);
+  EXPECT_NE(out.find("is not a TorchScript module"), std::string::npos) << out;
+
+  const std::string ragged = Path("ragged.csv");
+  std::ofstream(ragged) << "a,b,label\n1,2,0\n3,1\n";
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", model_, "--data", ragged}, &out), 0);
+  EXPECT_NE(out.find("ragged.csv:3"), std::string::npos) << out;
+
+  // Labels beyond the model's four outputs.
+  const std::string many = Path("many_classes.csv");
+  {
+    std::ofstream f(many);
+    f << "f0,f1,f2,f3,f4,f5,f6,f7,f8,f9,f10,f11,label\n";
+    for (int i = 0; i < 40; ++i) f << "1,2,3,4,5,6,7,8,9,10,11,12," << i % 7 << "\n";
+  }
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", model_, "--data", many, "--rounds", "1"}, &out), 0);
+  EXPECT_NE(out.find("has 4 outputs, but the data has labels up to 6"), std::string::npos) << out;
+}
+
+TEST_F(OwnModelTest, TheSimulatorRunsTheSameModelDeterministically) {
+  std::string first, second;
+  const std::vector<std::string> args{"sim",
+                                      "--model",
+                                      model_,
+                                      "--data",
+                                      Path("train.safetensors"),
+                                      "--clients",
+                                      "6",
+                                      "--clients-per-round",
+                                      "3",
+                                      "--rounds",
+                                      "3",
+                                      "--lr",
+                                      "0.05",
+                                      "--seed",
+                                      "4"};
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &first), 0) << first;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &second), 0) << second;
+  const auto sha = [](const std::string& out) { return out.substr(out.find("model sha256") + 13, 64); };
+  EXPECT_EQ(sha(first), sha(second));
+  const size_t at = first.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << first;
+  EXPECT_GT(std::stod(first.substr(at + 20)), 0.9) << first;
+}
+
+}  // namespace
+}  // namespace plexus
