@@ -363,8 +363,13 @@ struct PeerNode::Impl {
         },
         [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
           auto* c = static_cast<Connection*>(s->data);
+          // A link that ends during the TLS handshake is closed, not counted as refused: the other
+          // end may have dropped a duplicate link or died, and a certificate it refused arrives as
+          // an alert, which the handshake reports (and Received refuses) before the end of stream.
           if (n < 0 && c->tls && !c->tls->established()) {
-            return c->node->Refuse(c, "the link ended during the TLS handshake");  // e.g. our certificate refused
+            spdlog::info("a link{} ended during the TLS handshake",
+                         c->peer != kNoPeer ? " to peer " + std::to_string(c->peer) : std::string());
+            return c->node->Close(c, "ended during the TLS handshake");
           }
           if (n < 0) return c->node->Close(c, n == UV_EOF ? "closed by the peer" : uv_strerror(static_cast<int>(n)));
           if (n > 0) c->node->Received(c, std::string_view(buf->base, static_cast<size_t>(n)));
