@@ -13,13 +13,18 @@ bench/build_bench.sh --full train_throughput
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 bench/make_train_bench_inputs.py "$work"
-echo "| batch | threads | Plexus client (examples/s) | PyTorch in Python (examples/s) | ratio |"
-echo "| ---: | ---: | ---: | ---: | ---: |"
+# PyTorch twice: with OpenBLAS held to one thread (as the client holds it: LibTorch's threads do
+# the parallel work), and as a PyTorch user gets it by default (OpenBLAS starts a thread per core
+# on top of torch.set_num_threads).
+echo "| batch | threads | Plexus client (examples/s) | PyTorch, OpenBLAS 1 thread | ratio | PyTorch, default OpenBLAS | ratio |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for batch in 32 128; do
   for threads in 1 2; do
-    plexus=$(build/bench/train_throughput "$work/mlp_bn.pt" "$work/data.safetensors" "$threads" "$batch" 2 3)
-    pytorch=$(/usr/bin/python3 bench/train_throughput.py "$work/mlp_bn.pt" "$work/data.safetensors" "$threads" "$batch" 2 3)
-    ratio=$(python3 -c "print(f'{$plexus / $pytorch:.2f}')")
-    echo "| $batch | $threads | $plexus | $pytorch | $ratio |"
+    args=("$work/mlp_bn.pt" "$work/data.safetensors" "$threads" "$batch" 3 3)
+    plexus=$(build/bench/train_throughput "${args[@]}")
+    pinned=$(OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/train_throughput.py "${args[@]}")
+    default=$(/usr/bin/python3 bench/train_throughput.py "${args[@]}")
+    ratios=$(python3 -c "print(f'{$plexus / $pinned:.2f} {$plexus / $default:.2f}')")
+    echo "| $batch | $threads | $plexus | $pinned | ${ratios% *} | $default | ${ratios#* } |"
   done
 done

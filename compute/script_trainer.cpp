@@ -245,7 +245,12 @@ Result<std::unique_ptr<Trainer>> MakeScriptTrainer(const std::string& path, cons
   if (options.threads < 1) return InvalidArgumentError("threads must be at least 1");
   PLEXUS_ASSIGN_OR_RETURN(ScriptModelInfo info, ReadScriptModel(path));
   PLEXUS_ASSIGN_OR_RETURN(torch::jit::Module module, LoadModule(path));
+  // LibTorch's own threads run the element-wise work; OpenBLAS gets one, so that a GEMM issued
+  // by each of them does not start more threads than there are cores (measured in
+  // bench/run_train_bench.sh: two threads each were three times slower than one on 2 cores), and
+  // results do not depend on the machine's CPU count.
   torch::set_num_threads(options.threads);
+  torch_training::SetOpenBlasThreads(1);
   return std::unique_ptr<Trainer>(std::make_unique<ScriptTrainer>(std::move(info), std::move(module), options));
 }
 

@@ -187,26 +187,22 @@ Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& dat
   return ev;
 }
 
-}  // namespace torch_training
-
-namespace {
-
-// OpenBLAS (LibTorch's BLAS on Debian) starts one thread per CPU it may run on, whatever
-// torch::set_num_threads says, and its results depend on that count: the same run would differ
-// between machines, or between a process pinned to one core (as mpirun does) and one that is not.
-// Looked up at run time because another BLAS may stand in for it.
+// OpenBLAS starts one thread per CPU it may run on, whatever torch::set_num_threads says, and its
+// results depend on that count: the same run would differ between machines, or between a process
+// pinned to one core (as mpirun does) and one that is not. Looked up at run time because another
+// BLAS may stand in for it.
 void SetOpenBlasThreads(int threads) {
   using SetThreads = void (*)(int);
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
-}  // namespace
+}  // namespace torch_training
 
 Result<std::unique_ptr<Trainer>> MakeTorchTrainer(const std::string& model_name, int threads) {
   PLEXUS_ASSIGN_OR_RETURN(ModelState layout, InitModel(model_name, 0));
   if (threads < 1) return InvalidArgumentError("threads must be at least 1");
   torch::set_num_threads(threads);
-  SetOpenBlasThreads(threads);
+  torch_training::SetOpenBlasThreads(threads);
   return std::unique_ptr<Trainer>(std::make_unique<TorchTrainer>(model_name, std::move(layout)));
 }
 

@@ -32,6 +32,10 @@ Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& f
 // Mean cross-entropy and accuracy over `data`, in batches of 1000, without gradients.
 Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what);
 
+// Sets OpenBLAS's own thread count (LibTorch's BLAS on Debian), which torch::set_num_threads leaves
+// alone: OpenBLAS otherwise starts a thread per CPU, and its results depend on that count.
+void SetOpenBlasThreads(int threads);
+
 // The first line of a LibTorch exception's message (the rest is a C++ backtrace).
 std::string FirstLine(const std::exception& e);
 
