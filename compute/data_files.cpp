@@ -104,6 +104,15 @@ Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
                                     "' is not a number");
       }
       if (c == label_at) {
+        if (o.regression) {
+          if (!std::isfinite(value) || std::abs(value) > 3.4e38) {
+            return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": target " +
+                                        std::string(cells[c]) + " is not a finite float32");
+          }
+          d.targets.push_back(static_cast<float>(value));
+          d.labels.push_back(0);
+          continue;
+        }
         PLEXUS_RETURN_IF_ERROR(CheckLabel(value, where));
         d.labels.push_back(static_cast<uint8_t>(value));
         continue;
@@ -117,6 +126,7 @@ Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
   }
   if (columns == 0) return InvalidArgumentError(path + ": empty (a header line and examples expected)");
   d.example_shape = {static_cast<int64_t>(columns - 1)};
+  if (o.regression) d.target_width = 1;
   return d;
 }
 
@@ -211,7 +221,8 @@ Result<Dataset> LoadSafetensors(const std::string& path, const DataFileOptions& 
   if (x.shape.empty()) return InvalidArgumentError(path + ": '" + o.x_name + "' needs an examples dimension");
   const int64_t n = x.shape[0];
   const bool labels_are_vector = y.shape.size() == 1 || (y.shape.size() == 2 && y.shape[1] == 1);
-  if (!labels_are_vector || y.shape[0] != n) {
+  if (o.regression ? (y.shape.empty() || y.shape.size() > 2 || y.shape[0] != n)
+                   : (!labels_are_vector || y.shape[0] != n)) {
     return InvalidArgumentError(path + ": '" + o.y_name + "' must hold one label per example of '" + o.x_name + "' (" +
                                 std::to_string(n) + ")");
   }
@@ -229,6 +240,18 @@ Result<Dataset> LoadSafetensors(const std::string& path, const DataFileOptions& 
     d.features[i] = static_cast<float>(v);
   }
   d.labels.resize(static_cast<size_t>(n));
+  if (o.regression) {
+    d.target_width = y.shape.size() == 2 ? y.shape[1] : 1;
+    d.targets.resize(y.values.size());
+    for (size_t i = 0; i < y.values.size(); ++i) {
+      if (!std::isfinite(y.values[i]) || std::abs(y.values[i]) > 3.4e38) {
+        return InvalidArgumentError(path + ": '" + o.y_name + "' holds a non-finite target (example " +
+                                    std::to_string(static_cast<int64_t>(i) / d.target_width) + ")");
+      }
+      d.targets[i] = static_cast<float>(y.values[i]);
+    }
+    return d;
+  }
   for (int64_t i = 0; i < n; ++i) {
     PLEXUS_RETURN_IF_ERROR(
         CheckLabel(y.values[static_cast<size_t>(i)], path + ": '" + o.y_name + "'[" + std::to_string(i) + "]"));
@@ -242,10 +265,11 @@ Status Append(Dataset* to, Dataset from, const std::string& path) {
     *to = std::move(from);
     return Status::Ok();
   }
-  if (from.example_shape != to->example_shape) {
+  if (from.example_shape != to->example_shape || from.target_width != to->target_width) {
     return InvalidArgumentError(path + ": its examples' shape differs from the files before it in the folder");
   }
   to->features.insert(to->features.end(), from.features.begin(), from.features.end());
+  to->targets.insert(to->targets.end(), from.targets.begin(), from.targets.end());
   to->labels.insert(to->labels.end(), from.labels.begin(), from.labels.end());
   return Status::Ok();
 }
@@ -257,8 +281,11 @@ Result<Dataset> Select(Dataset all, const ExampleSelector& select) {
   Dataset out;
   out.example_shape = all.example_shape;
   out.num_classes = all.num_classes;
+  out.target_width = all.target_width;
+  const auto width = static_cast<size_t>(all.target_width);
   out.features.resize(keep.size() * per);
   out.labels.resize(keep.size());
+  out.targets.resize(keep.size() * width);
   for (size_t k = 0; k < keep.size(); ++k) {
     if (keep[k] >= all.size()) {
       return InvalidArgumentError("example " + std::to_string(keep[k]) + " of " + std::to_string(all.size()));
@@ -266,6 +293,8 @@ Result<Dataset> Select(Dataset all, const ExampleSelector& select) {
     std::copy_n(all.features.begin() + static_cast<std::ptrdiff_t>(keep[k] * per), per,
                 out.features.begin() + static_cast<std::ptrdiff_t>(k * per));
     out.labels[k] = all.labels[keep[k]];
+    std::copy_n(all.targets.begin() + static_cast<std::ptrdiff_t>(keep[k] * width), width,
+                out.targets.begin() + static_cast<std::ptrdiff_t>(k * width));
   }
   return out;
 }

@@ -6,8 +6,8 @@
 //   a directory     every *.safetensors file in it, in name order, concatenated; or, when it holds
 //                   Fashion-MNIST IDX files, that data set (its training or test split)
 // Features are kept as float32 as they are stored (no normalization: the model gets what the file
-// holds); labels are class indices in [0, 256). Every error names the file, and the line and column
-// for CSV. Stateless functions; thread-safe.
+// holds); labels are class indices in [0, 256), or real-valued targets for regression. Every error names the file, and
+// the line and column for CSV. Stateless functions; thread-safe.
 #pragma once
 
 #include <string>
@@ -27,6 +27,9 @@ struct DataFileOptions {
   // {number of feature columns}; safetensors: x's shape without its first dimension).
   std::vector<int64_t> input_shape;
   Split split = Split::kTrain;  // which split of a Fashion-MNIST directory
+  // Regression: the label column (CSV) or `y` (safetensors, [n] or [n, k]) holds real-valued
+  // targets instead of class indices.
+  bool regression = false;
 };
 
 // "1,28,28" -> {1, 28, 28}. InvalidArgument unless every dimension is a positive integer.

@@ -16,8 +16,12 @@ struct Dataset {
   // The shape of one example's features, as the model takes it (without the batch dimension).
   std::vector<int64_t> example_shape{28, 28};
   std::vector<float> features;  // size() * features_per_example() values, example after example
-  std::vector<uint8_t> labels;  // class indices in [0, num_classes)
+  std::vector<uint8_t> labels;  // class indices in [0, num_classes); all 0 for regression
   int64_t num_classes = 10;
+  // Regression (--loss mse): target_width values per example, example after example; 0 for
+  // classification.
+  std::vector<float> targets;
+  int64_t target_width = 0;
 
   size_t size() const { return labels.size(); }
   int64_t features_per_example() const {

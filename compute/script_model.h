@@ -48,11 +48,16 @@ struct ScriptTrainerOptions {
   // for this client's training and evaluation, instead of the federation's; the update leaves
   // them unchanged (delta zero), so the server's stay as they were initialized.
   bool local_buffers = false;
+  // Regression (--loss mse): the module returns predictions [batch, target_width] (or [batch] for
+  // one target), trained on the mean squared error; Evaluation::accuracy then holds R^2. Otherwise
+  // classification: cross-entropy on logits.
+  bool mse = false;
 };
 
-// A LibTorch trainer of the module in `path`, cross-entropy on its logits. Train and Evaluate
-// refuse (InvalidArgument) data whose examples the module cannot take, or labels beyond its
-// outputs. Thread-compatible, like every Trainer.
+// A LibTorch trainer of the module in `path`. Train and Evaluate refuse (InvalidArgument) data
+// whose examples the module cannot take, labels beyond its outputs, predictions of another width
+// than the targets, or data of the other kind (class labels for mse, targets for cross-entropy). Thread-compatible,
+// like every Trainer.
 Result<std::unique_ptr<Trainer>> MakeScriptTrainer(const std::string& path, const ScriptTrainerOptions& options);
 
 // Writes the module in `module_path` with `weights` (same layout) to `out` as TorchScript,

@@ -111,7 +111,7 @@ class ScriptTrainer final : public Trainer {
     torch::manual_seed(o.seed);  // dropout and other random layers
     module_.train();
     PLEXUS_ASSIGN_OR_RETURN(const double mean_loss, torch_training::RunSgd(params, ForwardOn(*data.data), data, o,
-                                                                           "model '" + info_.path + "'"));
+                                                                           "model '" + info_.path + "'", objective()));
     TrainOutcome out;
     out.weights = start;
     CopyOut(tensors_, &out.weights, options_.local_buffers);
@@ -126,12 +126,22 @@ class ScriptTrainer final : public Trainer {
     PLEXUS_RETURN_IF_ERROR(Check(model, data));
     PLEXUS_RETURN_IF_ERROR(Load(model));
     module_.eval();
-    return torch_training::EvaluateLogits(ForwardOn(*data.data), data, "model '" + info_.path + "'");
+    return torch_training::EvaluateLogits(ForwardOn(*data.data), data, "model '" + info_.path + "'", objective());
   }
 
  private:
+  torch_training::Objective objective() const {
+    return options_.mse ? torch_training::Objective::kMse : torch_training::Objective::kCrossEntropy;
+  }
+
   Status Check(const ModelState& model, const DatasetView& data) const {
     if (!data.data || data.size() == 0) return InvalidArgumentError("no examples to train or evaluate on");
+    if (options_.mse && data.data->target_width == 0) {
+      return InvalidArgumentError("--loss mse needs real-valued targets: a data file read for regression");
+    }
+    if (!options_.mse && data.data->target_width > 0) {
+      return InvalidArgumentError("the data holds regression targets: train with --loss mse");
+    }
     return model.CheckSameLayout(info_.initial).WithContext("model '" + info_.path + "'");
   }
 
@@ -169,6 +179,15 @@ class ScriptTrainer final : public Trainer {
       return InvalidArgumentError("model '" + info_.path + "' cannot take examples of shape " +
                                   ShapeText(d.example_shape) + " (batch " + ShapeText(x.sizes().vec()) +
                                   "; set the shape with --input-shape): " + torch_training::FirstLine(e));
+    }
+    if (options_.mse) {
+      if (logits.dim() == 1 && d.target_width == 1) logits = logits.unsqueeze(1);
+      if (logits.dim() != 2 || logits.size(0) != x.size(0) || logits.size(1) != d.target_width) {
+        return InvalidArgumentError("model '" + info_.path + "' returns " + ShapeText(logits.sizes().vec()) +
+                                    " for a batch of " + std::to_string(x.size(0)) + "; the data has " +
+                                    std::to_string(d.target_width) + " target(s) per example");
+      }
+      return logits.to(torch::kFloat32);
     }
     if (logits.dim() != 2 || logits.size(0) != x.size(0)) {
       return InvalidArgumentError("model '" + info_.path + "' returns " + ShapeText(logits.sizes().vec()) +

@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -43,7 +44,8 @@ class TorchTrainer final : public Trainer {
     PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
     std::vector<torch::Tensor> params = ToTensors(start, /*requires_grad=*/true);
     PLEXUS_ASSIGN_OR_RETURN(const double mean_loss,
-                            torch_training::RunSgd(params, ForwardOf(params), data, o, "model '" + model_name_ + "'"));
+                            torch_training::RunSgd(params, ForwardOf(params), data, o, "model '" + model_name_ + "'",
+                                                   torch_training::Objective::kCrossEntropy));
     TrainOutcome out;
     out.weights = start;
     CopyBack(params, out.weights);
@@ -56,7 +58,8 @@ class TorchTrainer final : public Trainer {
   Result<Evaluation> Evaluate(const ModelState& model, const DatasetView& data) override {
     PLEXUS_RETURN_IF_ERROR(Check(model, data));
     std::vector<torch::Tensor> params = ToTensors(model, false);
-    return torch_training::EvaluateLogits(ForwardOf(params), data, "model '" + model_name_ + "'");
+    return torch_training::EvaluateLogits(ForwardOf(params), data, "model '" + model_name_ + "'",
+                                          torch_training::Objective::kCrossEntropy);
   }
 
  private:
@@ -109,19 +112,32 @@ std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vecto
   std::vector<int64_t> shape{e - b};
   shape.insert(shape.end(), d.example_shape.begin(), d.example_shape.end());
   torch::Tensor x = torch::empty(shape, torch::kFloat32);
-  torch::Tensor y = torch::empty({e - b}, torch::kInt64);
   float* xp = x.data_ptr<float>();
-  int64_t* yp = y.data_ptr<int64_t>();
   for (int64_t i = b; i < e; ++i) {
     const uint32_t k = idx[static_cast<size_t>(i)];
     std::memcpy(xp + (i - b) * per, d.features.data() + static_cast<size_t>(k) * per, per * sizeof(float));
+  }
+  if (d.target_width > 0) {
+    const int64_t width = d.target_width;
+    torch::Tensor t = torch::empty({e - b, width}, torch::kFloat32);
+    float* tp = t.data_ptr<float>();
+    for (int64_t i = b; i < e; ++i) {
+      const uint32_t k = idx[static_cast<size_t>(i)];
+      std::memcpy(tp + (i - b) * width, d.targets.data() + static_cast<size_t>(k) * width, width * sizeof(float));
+    }
+    return {x, t};
+  }
+  torch::Tensor y = torch::empty({e - b}, torch::kInt64);
+  int64_t* yp = y.data_ptr<int64_t>();
+  for (int64_t i = b; i < e; ++i) {
+    const uint32_t k = idx[static_cast<size_t>(i)];
     yp[i - b] = label_map ? label_map[d.labels[k]] : d.labels[k];
   }
   return {x, y};
 }
 
 Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
-                      const TrainOptions& o, const std::string& what) {
+                      const TrainOptions& o, const std::string& what, Objective objective) {
   std::vector<torch::Tensor> anchor;
   if (o.prox_mu > 0) {
     for (const torch::Tensor& p : params) anchor.push_back(p.detach().clone());
@@ -143,7 +159,7 @@ Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& f
       auto [x, y] = Batch(*data.data, order, b, e, data.label_map);
       opt.zero_grad();
       PLEXUS_ASSIGN_OR_RETURN(torch::Tensor logits, forward(x));
-      torch::Tensor loss = F::cross_entropy(logits, y);
+      torch::Tensor loss = objective == Objective::kMse ? F::mse_loss(logits, y) : F::cross_entropy(logits, y);
       if (o.prox_mu > 0) {
         torch::Tensor prox = torch::zeros({});
         for (size_t i = 0; i < params.size(); ++i) prox = prox + (params[i] - anchor[i]).pow(2).sum();
@@ -164,16 +180,26 @@ Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& f
   return total_steps ? loss_sum / static_cast<double>(total_steps) : 0.0;
 }
 
-Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what) {
+Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what,
+                                  Objective objective) {
   torch::NoGradGuard no_grad;
   const auto n = static_cast<int64_t>(data.size());
   int64_t correct = 0;
   double loss_sum = 0.0;
+  double target_sum = 0.0, target_square_sum = 0.0;  // regression: for SST
+  int64_t values = 0;
   try {
     for (int64_t b = 0; b < n; b += 1000) {
       const int64_t e = std::min(n, b + 1000);
       auto [x, y] = Batch(*data.data, data.indices, b, e, data.label_map);
       PLEXUS_ASSIGN_OR_RETURN(torch::Tensor logits, forward(x));
+      if (objective == Objective::kMse) {
+        loss_sum += F::mse_loss(logits, y, F::MSELossFuncOptions().reduction(torch::kSum)).item<double>();
+        target_sum += y.sum().item<double>();
+        target_square_sum += y.pow(2).sum().item<double>();
+        values += y.numel();
+        continue;
+      }
       loss_sum += F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
       correct += logits.argmax(1).eq(y).sum().item<int64_t>();
     }
@@ -182,6 +208,13 @@ Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& dat
   }
   Evaluation ev;
   ev.examples = n;
+  if (objective == Objective::kMse) {
+    const double count = static_cast<double>(values);
+    const double sst = target_square_sum - target_sum * target_sum / count;
+    ev.loss = loss_sum / count;
+    ev.accuracy = sst > 0 ? std::clamp(1.0 - loss_sum / sst, 0.0, 1.0) : 0.0;
+    return ev;
+  }
   ev.accuracy = static_cast<double>(correct) / static_cast<double>(n);
   ev.loss = loss_sum / static_cast<double>(n);
   return ev;

@@ -15,11 +15,16 @@
 
 namespace plexus::torch_training {
 
-// Logits [batch, classes] for a batch of inputs [batch, example_shape...]; an error when the model
-// cannot take them. May throw a LibTorch exception (caught by the loops below).
+// What a step minimizes: cross-entropy of logits against class labels, or the mean squared error
+// of predictions against the data's targets (regression).
+enum class Objective { kCrossEntropy, kMse };
+
+// Logits [batch, classes] (or predictions [batch, target_width]) for a batch of inputs [batch, example_shape...]; an
+// error when the model cannot take them. May throw a LibTorch exception (caught by the loops below).
 using Forward = std::function<Result<torch::Tensor>(const torch::Tensor& x)>;
 
-// Examples idx[b, e) of `d` as inputs [e - b, example_shape...] and int64 labels.
+// Examples idx[b, e) of `d` as inputs [e - b, example_shape...] and int64 labels, or float
+// targets [e - b, target_width] for a regression data set.
 std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b, int64_t e,
                                               const uint8_t* label_map);
 
@@ -27,10 +32,13 @@ std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vecto
 // trainer uses) and returns the mean loss. Aborted when the loss stops being finite;
 // InvalidArgument (prefixed with `what`) when LibTorch throws.
 Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
-                      const TrainOptions& o, const std::string& what);
+                      const TrainOptions& o, const std::string& what, Objective objective);
 
-// Mean cross-entropy and accuracy over `data`, in batches of 1000, without gradients.
-Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what);
+// Over `data`, in batches of 1000, without gradients: mean cross-entropy and accuracy; for kMse the
+// mean squared error and, as the accuracy, R^2 (1 - SSE / SST over the data's targets, clipped to
+// [0, 1]).
+Result<Evaluation> EvaluateLogits(const Forward& forward, const DatasetView& data, const std::string& what,
+                                  Objective objective);
 
 // Sets OpenBLAS's own thread count (LibTorch's BLAS on Debian), which torch::set_num_threads leaves
 // alone: OpenBLAS otherwise starts a thread per CPU, and its results depend on that count.

@@ -20,6 +20,7 @@ namespace {
 struct ClientFlags {
   std::string server = "127.0.0.1:50051";
   std::string model;  // empty: the built-in model the server names
+  std::string loss = "cross_entropy";
   bool local_buffers = false;
   double eval_split = 0;
   std::string data_dir = kDefaultFashionMnistDir;
@@ -53,15 +54,17 @@ void RunClient(const ClientFlags& f) {
   // Only the client's partition is kept (converted to floats): a device must not hold the whole
   // data set.
   std::optional<ModelChoice> model;
-  if (!f.model.empty()) model.emplace(f.model);
+  if (!f.model.empty()) model.emplace(f.model, f.loss);
+  if (f.loss != "cross_entropy" && !model) throw CommandError("--loss mse needs --model PATH.pt (the server's)");
   if (f.local_buffers && !(model && model->is_script())) {
     throw CommandError("--local-buffers keeps a TorchScript model's buffers local: it needs --model PATH.pt");
   }
-  Dataset train = LoadData(
-      f.data, f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
-        PLEXUS_ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, spec, f.num_partitions, f.seed));
-        return std::move(parts[static_cast<size_t>(f.partition_index)]);
-      });
+  Dataset train =
+      LoadData(f.data, model && model->regression(), f.data_dir, Split::kTrain,
+               [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+                 PLEXUS_ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, spec, f.num_partitions, f.seed));
+                 return std::move(parts[static_cast<size_t>(f.partition_index)]);
+               });
   Dataset held_out;
   if (f.eval_split > 0) {  // the server's evaluation tasks run on this share of the partition
     HeldOut split =
@@ -174,6 +177,7 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--model", f->model,
                   "The server's TorchScript model file (PATH.pt), when it federates one; a built-in model (mlp, cnn) "
                   "needs no flag: the client trains what the server names");
+  AddLossFlag(cmd, &f->loss);
   cmd->add_flag("--local-buffers", f->local_buffers,
                 "Keep the TorchScript model's buffers (BatchNorm statistics) local to this client (FedBN): they are "
                 "not sent and the client trains and evaluates with its own");

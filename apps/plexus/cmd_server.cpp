@@ -36,6 +36,7 @@ struct ServerFlags {
   std::string db = "plexus.db";
   std::string upload_codec;
   std::string model = "mlp";
+  std::string loss = "cross_entropy";
   std::string initial_model;  // safetensors file to start from instead of a fresh --model
   SyncOptions sync;
   double round_deadline_s = 300;
@@ -126,7 +127,7 @@ void RunServer(const ServerFlags& f) {
   FederatedEvaluationOptions federated_eval = f.federated_eval;
   federated_eval.deadline_ms = static_cast<int64_t>(f.federated_eval_deadline_s * 1000);
   Check(federated_eval.Validate(), "--federated-eval-*");
-  const ModelChoice model(f.model);  // a model file is read (and checked) before anything starts
+  const ModelChoice model(f.model, f.loss);  // a model file is read (and checked) before anything starts
   const std::string& model_name = model.federation_name();
   if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
     std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
@@ -153,7 +154,7 @@ void RunServer(const ServerFlags& f) {
     spdlog::info("no server-side evaluation: the server has no data for {} (give it some with --data)", f.model);
   } else if (!f.no_eval) {
     test = f.data.given()
-               ? LoadData(f.data, f.data_dir, Split::kTest)
+               ? LoadData(f.data, model.regression(), f.data_dir, Split::kTest)
                : Take(LoadFashionMnist(f.data_dir, Split::kTest), "server-side evaluation (or pass --no-eval)");
     trainer = Take(model.MakeTrainer(f.threads, /*portable=*/false));
     evaluator = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, f.test_subset));
@@ -290,6 +291,7 @@ void AddServerCommand(CLI::App& app) {
                   "Model: mlp, cnn, or a TorchScript file saved from PyTorch (PATH.pt; its weights are the initial "
                   "model, and clients start with the same file)")
       ->capture_default_str();
+  AddLossFlag(cmd, &f->loss);
   cmd->add_option("--initial-model", f->initial_model,
                   "Start from this model (safetensors) instead of a freshly initialized --model; its layout must "
                   "be the --model's for evaluation and for real clients (a database that holds a model wins)")

@@ -29,6 +29,7 @@ struct SimFlags {
   std::string partition = "iid";
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
+  std::string loss = "cross_entropy";
   double eval_split = 0.1;  // with --data: the share held out as the test set
   std::string metrics_out;
   std::string summary_out;
@@ -214,7 +215,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");
   options.devices = DevicesFor(f);
   Check(options.Validate(), "invalid settings");
-  const ModelChoice model(f.sim.model);  // a model file is read (and checked) before anything starts
+  const ModelChoice model(f.sim.model, f.loss);  // a model file is read (and checked) before anything starts
   const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
@@ -241,7 +242,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (model.is_script()) options.initial = std::make_shared<const ModelState>(model.Initial(options.seed));
   Dataset train, test;
   if (f.data.given()) {  // a user's data file: a seeded share of it is the test set
-    HeldOut split = Take(HoldOut(LoadData(f.data, f.data_dir, Split::kTrain), f.eval_split, options.seed), "--data");
+    HeldOut split = Take(
+        HoldOut(LoadData(f.data, model.regression(), f.data_dir, Split::kTrain), f.eval_split, options.seed), "--data");
     train = std::move(split.kept);
     test = std::move(split.held_out);
   } else {
@@ -407,6 +409,7 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--plot", flags->plot, "Draw accuracy against round and virtual time into this PNG (gnuplot)");
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   AddDataFlags(cmd, &flags->data, "The federation's data, partitioned among the clients");
+  AddLossFlag(cmd, &flags->loss);
   cmd->add_option("--eval-split", flags->eval_split,
                   "With --data: the share of it held out (seeded) as the test set the server evaluates on")
       ->check(CLI::Range(0.01, 0.9))

@@ -12,7 +12,11 @@ bool LooksLikeFile(const std::string& flag) { return flag.find('/') != std::stri
 
 }  // namespace
 
-ModelChoice::ModelChoice(const std::string& flag) : flag_(flag) {
+ModelChoice::ModelChoice(const std::string& flag, const std::string& loss) : flag_(flag), mse_(loss == "mse") {
+  if (loss != "mse" && loss != "cross_entropy") throw CommandError("--loss '" + loss + "': cross_entropy or mse");
+  if (mse_ && !LooksLikeFile(flag)) {
+    throw CommandError("--loss mse trains a regression: it needs a TorchScript model (--model PATH.pt), not " + flag);
+  }
   if (!LooksLikeFile(flag)) {
     const std::vector<std::string> names = ModelNames();
     if (std::find(names.begin(), names.end(), flag) == names.end()) {
@@ -24,7 +28,7 @@ ModelChoice::ModelChoice(const std::string& flag) : flag_(flag) {
 #if PLEXUS_WITH_TORCH
   ScriptModelInfo info = Take(ReadScriptModel(flag), "--model");
   script_path_ = flag;
-  federation_name_ = info.name;
+  federation_name_ = info.name + (mse_ ? "+mse" : "");
   script_initial_ = std::move(info.initial);
 #else
   throw CommandError("--model " + flag + ": TorchScript models need LibTorch, which this build leaves out");
@@ -42,6 +46,7 @@ Result<std::unique_ptr<Trainer>> ModelChoice::MakeTrainer(int threads, bool port
     ScriptTrainerOptions o;
     o.threads = threads;
     o.local_buffers = local_buffers;
+    o.mse = mse_;
     return MakeScriptTrainer(script_path_, o);
   }
   if (!portable) return MakeTorchTrainer(flag_, threads);
@@ -59,6 +64,13 @@ Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
     return FailedPreconditionError("the server federates a TorchScript model (" + announced +
                                    "): start this client with --model and the server's model file (PATH.pt)");
   }
+  if (mine && mine->is_script() &&
+      (announced == mine->federation_name() + "+mse" || announced + "+mse" == mine->federation_name())) {
+    return FailedPreconditionError(
+        announced.ends_with("+mse")
+            ? std::string("the server trains a regression: start this client with --loss mse")
+            : std::string("the server trains a classifier: start this client without --loss mse"));
+  }
   if (mine && mine->is_script()) {
     return FailedPreconditionError("--model " + mine->script_path() + " has another parameter layout (" +
                                    mine->federation_name() + ") than the server's model (" + announced +
@@ -71,13 +83,23 @@ Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
   return Status::Ok();  // no --model: the client trains the built-in model the server names
 }
 
-DataFileOptions DataFlags::Options(Split split) const {
+void AddLossFlag(CLI::App* cmd, std::string* loss) {
+  cmd->add_option("--loss", *loss,
+                  "cross_entropy (classification: the model returns logits) or mse (regression with a TorchScript "
+                  "model: it returns predictions, the data's label column or y holds real-valued targets, and the "
+                  "reported accuracy is R^2)")
+      ->check(CLI::IsMember({"cross_entropy", "mse"}))
+      ->capture_default_str();
+}
+
+DataFileOptions DataFlags::Options(Split split, bool regression) const {
   DataFileOptions o;
   o.label_column = label_column;
   o.x_name = x_name;
   o.y_name = y_name;
   if (!input_shape.empty()) o.input_shape = Take(ParseInputShape(input_shape), "--input-shape");
   o.split = split;
+  o.regression = regression;
   return o;
 }
 
@@ -93,8 +115,10 @@ void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what) {
   cmd->add_option("--y-name", f->y_name, "safetensors: the labels tensor's name")->capture_default_str();
 }
 
-Dataset LoadData(const DataFlags& f, const std::string& data_dir, Split split, const ExampleSelector& select) {
-  if (f.given()) return Take(LoadDataFile(f.data, f.Options(split), select), "--data");
+Dataset LoadData(const DataFlags& f, bool regression, const std::string& data_dir, Split split,
+                 const ExampleSelector& select) {
+  if (f.given()) return Take(LoadDataFile(f.data, f.Options(split, regression), select), "--data");
+  if (regression) throw CommandError("--loss mse needs a data file of real-valued targets (--data)");
   return Take(LoadFashionMnist(data_dir, split, select));
 }
 

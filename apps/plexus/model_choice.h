@@ -18,13 +18,16 @@ namespace plexus::cli {
 class ModelChoice {
  public:
   // Reads the file when `flag` names one (checking it is TorchScript); CommandError otherwise
-  // when it is neither a file nor a built-in model's name.
-  explicit ModelChoice(const std::string& flag);
+  // when it is neither a file nor a built-in model's name, or when `loss` (cross_entropy, mse) is
+  // mse for a built-in model.
+  explicit ModelChoice(const std::string& flag, const std::string& loss = "cross_entropy");
+
+  bool regression() const { return mse_; }
 
   bool is_script() const { return !script_path_.empty(); }
   const std::string& script_path() const { return script_path_; }
   // What the federation is called in the server's database and the clients' join replies: the
-  // built-in name, or "torchscript:" and the layout's hash.
+  // built-in name, or "torchscript:" and the layout's hash (with "+mse" for regression).
   const std::string& federation_name() const { return federation_name_; }
   // The model to start from: the file's weights, or the built-in model initialized from `seed`.
   ModelState Initial(uint64_t seed) const;
@@ -36,7 +39,11 @@ class ModelChoice {
   std::string script_path_;
   std::string federation_name_;
   ModelState script_initial_;
+  bool mse_ = false;
 };
+
+// --loss: cross_entropy (classification, the default) or mse (regression, TorchScript models).
+void AddLossFlag(CLI::App* cmd, std::string* loss);
 
 // OK when a client started with `mine` (null: no --model) may train the model a server announced
 // at join; otherwise FailedPrecondition saying why, in words a user acts on (start the client with
@@ -52,12 +59,13 @@ struct DataFlags {
   std::string y_name = "y";
 
   bool given() const { return !data.empty(); }
-  DataFileOptions Options(Split split = Split::kTrain) const;
+  DataFileOptions Options(Split split = Split::kTrain, bool regression = false) const;
 };
 void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what);
 
-// The data set for a command: the --data file (only the examples `select` keeps), or Fashion-MNIST's
-// `split` from `data_dir`.
-Dataset LoadData(const DataFlags& f, const std::string& data_dir, Split split, const ExampleSelector& select = {});
+// The data set for a command: the --data file (only the examples `select` keeps; real-valued
+// targets for a regression), or Fashion-MNIST's `split` from `data_dir`.
+Dataset LoadData(const DataFlags& f, bool regression, const std::string& data_dir, Split split,
+                 const ExampleSelector& select = {});
 
 }  // namespace plexus::cli

@@ -27,7 +27,14 @@ class AddOneTrainer : public Trainer {
     out.steps = 1;
     return out;
   }
-  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+  // Scores every model 0.5 with loss 1 on whatever it is given.
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView& data) override {
+    Evaluation e;
+    e.accuracy = 0.5;
+    e.loss = 1.0;
+    e.examples = static_cast<int64_t>(data.size());
+    return e;
+  }
 };
 
 // A FederationTransport that calls the engine directly, with scripted failures.
@@ -43,6 +50,13 @@ class InProcessTransport : public FederationTransport {
   Result<PollAnswer> Poll(const std::string& id, int64_t) override {
     if (Fail()) return UnavailableError("injected: server down");
     ++polls_;
+    if (!evaluation_tasks.empty()) {  // as the server's door hands them out, before training work
+      PollAnswer a;
+      a.kind = PollAnswer::Kind::kTask;
+      a.task = evaluation_tasks.front();
+      evaluation_tasks.pop_front();
+      return a;
+    }
     PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine_->Poll(id));
     a.task.upload_codec = upload_codec_;  // as the server's door names it
     return a;
@@ -80,6 +94,18 @@ class InProcessTransport : public FederationTransport {
     return ack;
   }
 
+  Status ReportEvaluation(const std::string& id, const std::string& task_id, const Evaluation& e) override {
+    reports.push_back({id, task_id, e});
+    return refuse_reports ? NotFoundError("injected: that evaluation closed") : Status::Ok();
+  }
+  struct Report {
+    std::string client_id, task_id;
+    Evaluation evaluation;
+  };
+
+  std::deque<Task> evaluation_tasks;  // handed out by the next polls
+  std::vector<Report> reports;
+  bool refuse_reports = false;
   std::deque<bool> failures;  // next calls fail while the front is true
   size_t drop_download_after_ = 0;
   std::vector<size_t> resumed_from_;
@@ -150,6 +176,52 @@ TEST_F(ClientRuntimeTest, TrainsEveryRoundAndStopsWhenFinished) {
   EXPECT_EQ(s->downloads, 2);
   EXPECT_TRUE(engine_->finished());
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);  // +1 per round
+}
+
+TEST_F(ClientRuntimeTest, AnswersEvaluationTasksOnItsHeldOutDataAndTrainsOn) {
+  InProcessTransport transport(engine_.get(), &store_);
+  Task eval;
+  eval.task_id = "eval-v0-edge-1";
+  eval.model_version = 0;
+  eval.model_sha256 = engine_->model().ContentSha256();
+  eval.evaluate_only = true;
+  transport.evaluation_tasks = {eval, eval};
+  transport.evaluation_tasks.back().task_id = "eval-v0-again";
+  Dataset held_out = data_;
+  held_out.labels.resize(3);
+  held_out.features.resize(3 * 784);
+  ClientOptions o = Options();
+  o.eval_data = DatasetView::All(held_out);
+  ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->evaluations, 2);
+  ASSERT_EQ(transport.reports.size(), 2u);
+  EXPECT_EQ(transport.reports[0].client_id, "edge-1");
+  EXPECT_EQ(transport.reports[0].task_id, "eval-v0-edge-1");
+  EXPECT_EQ(transport.reports[0].evaluation.examples, 3);  // the held-out data, not the training data
+  EXPECT_DOUBLE_EQ(transport.reports[0].evaluation.accuracy, 0.5);
+  EXPECT_EQ(s->tasks_completed, 2);  // evaluation tasks are not training tasks
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+TEST_F(ClientRuntimeTest, WithoutHeldOutDataOrWhenRefusedAnEvaluationChangesNothingElse) {
+  InProcessTransport transport(engine_.get(), &store_);
+  Task eval;
+  eval.task_id = "eval-v0-edge-1";
+  eval.model_sha256 = engine_->model().ContentSha256();
+  eval.evaluate_only = true;
+  transport.evaluation_tasks = {eval};
+  transport.refuse_reports = true;  // the evaluation closed before the answer came
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  ASSERT_EQ(transport.reports.size(), 1u);
+  EXPECT_EQ(transport.reports[0].evaluation.examples, 0);  // no evaluation split: weighs nothing
+  EXPECT_EQ(s->evaluations, 0);
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_TRUE(engine_->finished());
 }
 
 TEST_F(ClientRuntimeTest, ResumesADroppedDownloadFromItsOffset) {

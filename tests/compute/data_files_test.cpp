@@ -154,6 +154,28 @@ TEST_F(DataFilesTest, SelectionAndHoldOutKeepExamplesWhole) {
   EXPECT_THAT(HoldOut(*all, 1.0, 9).status(), StatusIs(StatusCode::kInvalidArgument, ""));
 }
 
+TEST_F(DataFilesTest, RegressionReadsRealValuedTargets) {
+  DataFileOptions o;
+  o.regression = true;
+  o.label_column = "y";
+  Result<Dataset> d = LoadDataFile(Write("r.csv", "a,y\n1,0.25\n2,-3.5\n"), o);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->target_width, 1);
+  EXPECT_THAT(d->targets, ElementsAre(0.25f, -3.5f));
+  EXPECT_THAT(d->labels, ElementsAre(0, 0));
+  EXPECT_THAT(LoadDataFile(Write("nan.csv", "a,y\n1,nan\n"), o).status(),
+              StatusIs(StatusCode::kInvalidArgument, "nan.csv:2, column 2: target nan is not a finite"));
+  // safetensors: y of integers is read as targets too; selection keeps each example's target.
+  o.label_column = "label";
+  Result<Dataset> s = LoadDataFile(Write("r.safetensors", Safetensors({1, 2, 3, 4, 5, 6}, {7, 8, 9})), o,
+                                   [](const std::vector<uint8_t>&) -> Result<std::vector<uint32_t>> {
+                                     return std::vector<uint32_t>{2, 0};
+                                   });
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_THAT(s->targets, ElementsAre(9.0f, 7.0f));
+  EXPECT_THAT(s->features, ElementsAre(5, 6, 1, 2));
+}
+
 TEST(InputShapeTest, ParsesPositiveDimensions) {
   EXPECT_THAT(*ParseInputShape("1,28,28"), ElementsAre(1, 28, 28));
   EXPECT_THAT(*ParseInputShape("784"), ElementsAre(784));

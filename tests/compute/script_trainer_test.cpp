@@ -152,6 +152,53 @@ TEST(ScriptTrainerTest, RefusesDataTheModelCannotTake) {
               StatusIs(StatusCode::kInvalidArgument, ""));
 }
 
+TEST(ScriptTrainerTest, RegressionTrainsOnMeanSquaredErrorAndReportsRSquared) {
+  Result<ScriptModelInfo> info = ReadScriptModel(kSmall);
+  ASSERT_TRUE(info.ok());
+  // Three targets per example, each a linear function of the four features (the module has three
+  // outputs).
+  const auto make = [](size_t n, uint64_t seed) {
+    Dataset d = Learnable(n, seed);
+    d.num_classes = 1;
+    d.target_width = 3;
+    for (size_t i = 0; i < n; ++i) {
+      const float* x = &d.features[4 * i];
+      d.targets.push_back(x[0] - x[1]);
+      d.targets.push_back(0.5f * x[2] + x[3]);
+      d.targets.push_back(x[0] + x[1] + x[2] - 15.0f);
+      d.labels[i] = 0;
+    }
+    return d;
+  };
+  const Dataset train = make(2000, 11), test = make(500, 12);
+  ScriptTrainerOptions mse;
+  mse.mse = true;
+  std::unique_ptr<Trainer> trainer = std::move(MakeScriptTrainer(kSmall, mse)).value();
+  Result<Evaluation> before = trainer->Evaluate(info->initial, DatasetView::All(test));
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  TrainOptions o;
+  o.local_epochs = 5;
+  o.learning_rate = 0.01;
+  Result<TrainOutcome> out = trainer->Train(info->initial, DatasetView::All(train), o);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_GT(out->mean_loss, 0.0);
+  Result<Evaluation> after = trainer->Evaluate(out->weights, DatasetView::All(test));
+  ASSERT_TRUE(after.ok());
+  EXPECT_LT(after->loss, before->loss / 10) << "mean squared error";
+  EXPECT_GT(after->accuracy, 0.9) << "R^2";
+  EXPECT_LT(before->accuracy, 0.5);
+  // Class labels for a regression, and targets for a classifier, are refused.
+  EXPECT_THAT(trainer->Train(info->initial, DatasetView::All(Learnable(10, 1)), o).status(),
+              StatusIs(StatusCode::kInvalidArgument, "needs real-valued targets"));
+  EXPECT_THAT((*MakeScriptTrainer(kSmall, {}))->Train(info->initial, DatasetView::All(train), o).status(),
+              StatusIs(StatusCode::kInvalidArgument, "train with --loss mse"));
+  Dataset one = make(10, 1);
+  one.target_width = 1;
+  one.targets.resize(10);
+  EXPECT_THAT(trainer->Evaluate(info->initial, DatasetView::All(one)).status(),
+              StatusIs(StatusCode::kInvalidArgument, "the data has 1 target(s) per example"));
+}
+
 TEST(ScriptTrainerTest, ExportWritesTheWeightsIntoTheModule) {
   Result<ScriptModelInfo> info = ReadScriptModel(kSmall);
   ASSERT_TRUE(info.ok());

@@ -4,7 +4,9 @@
   own_model.py make DIR        writes DIR/model.pt (a TorchScript module with a BatchNorm layer, not
                                one of Plexus's built-ins), DIR/train.csv and DIR/train.safetensors
                                (the same synthetic, learnable classification data) and
-                               DIR/holdout.csv (examples of the same distribution for PyTorch's check)
+                               DIR/holdout.csv (examples of the same distribution for PyTorch's check);
+                               for regression, DIR/regressor.pt (one output) and DIR/regression.csv
+                               (a real-valued column "target", a noisy linear function of the features)
   own_model.py evaluate MODEL.pt DATA.csv [WEIGHTS.safetensors]
                                loads MODEL.pt with torch.jit.load and prints, as JSON, its accuracy
                                on DATA.csv, the model's plexus.json metadata and, given a safetensors
@@ -27,6 +29,17 @@ class TabularNet(torch.nn.Module):
         self.fc1 = torch.nn.Linear(FEATURES, 32)
         self.bn1 = torch.nn.BatchNorm1d(32)
         self.fc2 = torch.nn.Linear(32, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.bn1(self.fc1(x))))
+
+
+class TabularRegressor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(FEATURES, 32)
+        self.bn1 = torch.nn.BatchNorm1d(32)
+        self.fc2 = torch.nn.Linear(32, 1)
 
     def forward(self, x):
         return self.fc2(torch.relu(self.bn1(self.fc1(x))))
@@ -96,6 +109,15 @@ def main():
         write_safetensors(f"{out}/train.safetensors", x, y)
         hx, hy = synthetic(4000, torch.Generator().manual_seed(2))
         write_csv(f"{out}/holdout.csv", hx, hy)
+        torch.jit.script(TabularRegressor()).save(f"{out}/regressor.pt")
+        g = torch.Generator().manual_seed(3)
+        rx = torch.randn(3000, FEATURES, generator=g)
+        weights = torch.randn(FEATURES, generator=torch.Generator().manual_seed(4))
+        target = rx @ weights + 0.1 * torch.randn(3000, generator=g)
+        with open(f"{out}/regression.csv", "w") as f:
+            f.write(",".join([f"f{i}" for i in range(FEATURES)] + ["target"]) + "\n")
+            for row, t in zip(rx.tolist(), target.tolist()):
+                f.write(",".join(f"{v:.6f}" for v in row) + f",{t:.6f}\n")
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "evaluate":
         files = {"plexus.json": ""}
         model = torch.jit.load(sys.argv[2], _extra_files=files)

@@ -207,5 +207,41 @@ TEST_F(OwnModelTest, TheSimulatorRunsTheSameModelDeterministically) {
   EXPECT_GT(std::stod(first.substr(at + 20)), 0.9) << first;
 }
 
+TEST_F(OwnModelTest, ARegressionTrainsOnMeanSquaredErrorAndReportsRSquared) {
+  std::string out;
+  const std::vector<std::string> args{"sim",
+                                      "--model",
+                                      Path("regressor.pt"),
+                                      "--data",
+                                      Path("regression.csv"),
+                                      "--label-column",
+                                      "target",
+                                      "--loss",
+                                      "mse",
+                                      "--clients",
+                                      "4",
+                                      "--clients-per-round",
+                                      "4",
+                                      "--rounds",
+                                      "6",
+                                      "--lr",
+                                      "0.02",
+                                      "--seed",
+                                      "1"};
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
+  const size_t at = out.find("final test accuracy ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::stod(out.substr(at + 20)), 0.9) << "R^2 of a noisy linear target\n" << out;
+  // A model with four outputs for one target, and mse for a built-in model, are refused.
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--model", model_, "--data", Path("regression.csv"), "--label-column", "target",
+                             "--loss", "mse", "--rounds", "1"},
+                            &out),
+            0);
+  EXPECT_NE(out.find("target(s) per example"), std::string::npos) << out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", "mlp", "--loss", "mse"}, &out), 0);
+  EXPECT_NE(out.find("needs a TorchScript model"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace plexus
