@@ -14,6 +14,10 @@
 namespace plexus {
 namespace {
 
+// How often a client whose task's update was refused asks again, while the server still hands it
+// that task.
+constexpr int64_t kRefusedTaskPollMs = 1000;
+
 bool Transient(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
          s.code() == StatusCode::kAborted || s.code() == StatusCode::kResourceExhausted;
@@ -139,6 +143,11 @@ Result<ClientSummary> ClientRuntime::RunUntilStopped() {
         Sleep(std::clamp<int64_t>(answer->retry_after_ms, 0, 5000));
         break;
       case PollAnswer::Kind::kTask: {
+        if (refused_tasks_.count(answer->task.task_id)) {
+          spdlog::debug("task {}: its update was refused; waiting for other work", answer->task.task_id);
+          Sleep(kRefusedTaskPollMs);
+          break;
+        }
         PLEXUS_ASSIGN_OR_RETURN(next, RunTask(answer->task));
         break;
       }
@@ -375,7 +384,9 @@ Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::sh
       // The round closed, the task expired or the server refused the update: drop it, poll again.
       forget();
       ++summary_.tasks_refused;
-      spdlog::warn("task {}: update refused: {}", h.task_id, s.ToString());
+      if (refused_tasks_.size() >= 1024) refused_tasks_.clear();  // old rounds' ids: bounded memory
+      refused_tasks_.insert(h.task_id);
+      spdlog::warn("task {}: update refused: {}; waiting for other work", h.task_id, s.ToString());
       return std::optional<PollAnswer>();
     }
     PLEXUS_RETURN_IF_ERROR(BackOff(s));

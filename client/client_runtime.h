@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "client/client_state_dir.h"
@@ -120,6 +121,10 @@ class ClientRuntime {
   std::string client_id_;
   std::optional<ModelState> cached_model_;
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
+  // Tasks whose update the server refused: training one again would send the same bytes to the
+  // same refusal (a sync round hands the client its open task until the round's deadline), so the
+  // client waits for other work instead.
+  std::set<std::string> refused_tasks_;
   int failures_ = 0;
   int64_t failing_since_ms_ = -1;  // when the first of the current failures was seen; -1: none
   RealClock real_clock_;

@@ -80,7 +80,12 @@ class InProcessTransport : public FederationTransport {
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     uploads_resuming_.push_back(h.resume);
     codecs_used_.push_back(h.codec);
+    uploaded_tasks.push_back(h.task_id);
     if (Fail()) return UnavailableError("injected: server down");
+    if (refuse_uploads > 0) {  // as the door refuses an update (norm bound, ...) before the engine sees it
+      --refuse_uploads;
+      return InvalidArgumentError("injected: update above the norm bound");
+    }
     Result<ModelState> decoded =
         h.codec.empty() ? DecodeSafetensors(*payload) : (*MakeCodec(h.codec))->Decode(*payload, engine_->model());
     PLEXUS_ASSIGN_OR_RETURN(ModelState delta, std::move(decoded));
@@ -104,6 +109,8 @@ class InProcessTransport : public FederationTransport {
   };
 
   std::deque<Task> evaluation_tasks;  // handed out by the next polls
+  int refuse_uploads = 0;             // the next uploads are refused
+  std::vector<std::string> uploaded_tasks;
   std::vector<Report> reports;
   bool refuse_reports = false;
   std::deque<bool> failures;  // next calls fail while the front is true
@@ -222,6 +229,37 @@ TEST_F(ClientRuntimeTest, WithoutHeldOutDataOrWhenRefusedAnEvaluationChangesNoth
   EXPECT_EQ(s->evaluations, 0);
   EXPECT_EQ(s->tasks_completed, 2);
   EXPECT_TRUE(engine_->finished());
+}
+
+TEST_F(ClientRuntimeTest, ATaskWhoseUpdateWasRefusedIsNotTrainedAgain) {
+  // The sync round keeps handing the client its open task until the round's deadline; training
+  // it again would only repeat the refused bytes. The client waits; the round is retried with a
+  // new task after its deadline, which the client trains.
+  SyncOptions so;
+  so.rounds = 1;
+  so.clients_per_round = 1;
+  so.min_clients = 1;
+  so.round_deadline_ms = 20000;
+  MemoryStore store;
+  std::unique_ptr<SyncEngine> engine =
+      *SyncEngine::Open(so, *ModelState::Create({{"w", {3}}}), &store, &clock_, nullptr, nullptr);
+  InProcessTransport transport(engine.get(), &store);
+  transport.refuse_uploads = 1;
+  ClientOptions o = Options();
+  o.sleep = [&](int64_t ms) {  // the server's time passes with the client's waits
+    client_clock_.AdvanceMs(ms);
+    clock_.AdvanceMs(ms);
+    ASSERT_OK(engine->Tick());
+  };
+  ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->tasks_refused, 1);
+  EXPECT_EQ(s->tasks_completed, 1);
+  ASSERT_EQ(transport.uploaded_tasks.size(), 2u) << "the refused task was trained and sent again";
+  EXPECT_NE(transport.uploaded_tasks[0], transport.uploaded_tasks[1]);
+  EXPECT_GE(transport.polls_, 10);  // it kept asking, at most once a second, until the new task
+  EXPECT_TRUE(engine->finished());
 }
 
 TEST_F(ClientRuntimeTest, ResumesADroppedDownloadFromItsOffset) {
