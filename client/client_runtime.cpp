@@ -171,11 +171,39 @@ std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::
   return std::move(model).value();
 }
 
+Status ClientRuntime::DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt) {
+  while (true) {
+    Status s = attempt();
+    if (s.ok()) break;
+    if (s.code() == StatusCode::kDataLoss) bytes->clear();  // inconsistent stream: start over
+    if (!Transient(s) && s.code() != StatusCode::kDataLoss) return s;
+    PLEXUS_RETURN_IF_ERROR(BackOff(s));
+  }
+  ResetBackoff();
+  ++summary_.downloads;
+  return Status::Ok();
+}
+
 Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   if (cached_model_ && cached_model_->version() == task.model_version) return *cached_model_;
   if (std::optional<ModelState> kept = KeptModel(task.model_version, task.model_sha256)) {
     cached_model_ = *kept;
     return std::move(*kept);
+  }
+  if (!task.download_codec.empty()) {
+    Result<ModelState> coded = FetchCodedModel(task);
+    if (coded.ok()) {
+      cached_model_ = *coded;
+      return coded;
+    }
+    // Given up on (the server is gone, or this client was stopped): so is a float32 download.
+    const StatusCode code = coded.status().code();
+    if (code == StatusCode::kUnavailable || code == StatusCode::kCancelled || code == StatusCode::kDeadlineExceeded) {
+      return coded.status().WithContext("model version " + std::to_string(task.model_version));
+    }
+    // Otherwise (no coded downloads in this transport, bytes that do not rebuild the model the
+    // server described, a codec refused): the float32 model, checked against the task's SHA-256.
+    spdlog::warn("model version {}: downloading float32: {}", task.model_version, coded.status().ToString());
   }
   std::string bytes;
   bool keep = options_.state != nullptr;  // the bytes go to the state directory as they arrive
@@ -196,15 +224,8 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
     }
   };
   uint64_t total = 0;
-  while (true) {
-    Status s = transport_->Download(task.model_version, &bytes, &total, on_bytes);
-    if (s.ok()) break;
-    if (s.code() == StatusCode::kDataLoss) bytes.clear();  // inconsistent stream: start over
-    if (!Transient(s) && s.code() != StatusCode::kDataLoss) return s;
-    PLEXUS_RETURN_IF_ERROR(BackOff(s));
-  }
-  ResetBackoff();
-  ++summary_.downloads;
+  PLEXUS_RETURN_IF_ERROR(
+      DownloadUntilDone(&bytes, [&] { return transport_->Download(task.model_version, &bytes, &total, on_bytes); }));
   Result<ModelState> model = DecodeSafetensors(bytes);
   if (model.ok() && model->ContentSha256() != task.model_sha256) {
     model = DataLossError("model version " + std::to_string(task.model_version) + " does not match the task's SHA-256");
@@ -220,6 +241,62 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   }
   model->set_version(task.model_version);
   cached_model_ = *model;
+  return model;
+}
+
+// Errors: DataLoss for bytes that do not rebuild what the server described.
+// A coded download is not kept in the state directory: what it rebuilds is not the task's model
+// bit for bit (its SHA-256 is not the task's), so a restarted client downloads it again.
+Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task) {
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(task.download_codec));
+  const std::string base_sha256 = cached_model_ ? cached_model_->ContentSha256() : "";
+  std::string bytes;
+  uint64_t total = 0;
+  CodedDownload info;
+  PLEXUS_RETURN_IF_ERROR(DownloadUntilDone(&bytes, [&] {
+    return transport_->DownloadCoded(task.model_version, task.download_codec, base_sha256, &bytes, &total, &info);
+  }));
+  if (info.codec != task.download_codec) {
+    return DataLossError("the server sent the model in '" + info.codec + "', not the task's '" + task.download_codec +
+                         "'");
+  }
+  Result<ModelState> model = InternalError("unset");
+  if (!info.base_sha256.empty()) {
+    if (info.base_sha256 != base_sha256) {
+      return DataLossError("the server sent a change from a model this client does not hold");
+    }
+    Result<ModelState> change = codec->Decode(bytes, *cached_model_);
+    if (!change.ok()) return DataLossError("the coded download does not decode: " + change.status().message());
+    model = *cached_model_;
+    model->Add(*change);
+  } else {
+    // Every download codec takes at least a byte per value: a layout with more values than the
+    // bytes is refused before it is allocated.
+    uint64_t values = 0;
+    for (const TensorSpec& t : info.layout) {
+      uint64_t n = 1;
+      for (int64_t d : t.shape) {
+        if (d < 0 || (d > 0 && n > bytes.size() / static_cast<uint64_t>(d))) {
+          return DataLossError("the coded model's layout is larger than its bytes");
+        }
+        n *= static_cast<uint64_t>(d);
+      }
+      values += n;
+      if (values > bytes.size()) return DataLossError("the coded model's layout is larger than its bytes");
+    }
+    Result<ModelState> layout = ModelState::Create(info.layout);
+    if (layout.ok()) model = codec->Decode(bytes, *layout);
+    if (!layout.ok() || !model.ok()) {
+      return DataLossError("the coded download does not decode: " +
+                           (layout.ok() ? model.status() : layout.status()).message());
+    }
+  }
+  if (model->ContentSha256() != info.model_sha256) {
+    return DataLossError("the model rebuilt from the coded download does not match the server's SHA-256");
+  }
+  model->set_version(task.model_version);
+  spdlog::info("model version {}: {} bytes in {} ({})", task.model_version, bytes.size(), info.codec,
+               info.base_sha256.empty() ? "the whole model" : "the change from the last download");
   return model;
 }
 

@@ -87,6 +87,12 @@ class ClientRuntime {
   // upload (nullopt: poll for it).
   Result<std::optional<PollAnswer>> RunTask(const Task& task);
   Result<ModelState> FetchModel(const Task& task);
+  // The task's model through its download_codec; FailedPrecondition when the transport has no
+  // coded downloads (the caller then downloads float32).
+  Result<ModelState> FetchCodedModel(const Task& task);
+  // Calls `attempt` (one download call appending to *bytes) until it succeeds, backing off after
+  // transient failures; a DataLoss (an inconsistent stream) empties *bytes to start over.
+  Status DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt);
   // Evaluates the task's model on the held-out data and reports it (nullopt: poll next).
   Result<std::optional<PollAnswer>> RunEvaluation(const Task& task);
   // The model of `version` kept complete in the state directory, if it matches `sha256`.

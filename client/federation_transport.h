@@ -11,8 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/evaluation.h"
+#include "core/model_state.h"
 #include "core/status.h"
 #include "core/task.h"
 
@@ -46,6 +48,16 @@ struct UploadAck {
   std::optional<PollAnswer> next;
 };
 
+// What the bytes of a coded download (Task::download_codec) are; every chunk says the same.
+struct CodedDownload {
+  std::string codec;
+  // The bytes are the change from the model with this ContentSha256 (the one the client named);
+  // empty: they are the whole model, with `layout`'s tensors.
+  std::string base_sha256;
+  std::string model_sha256;  // ContentSha256 of the model rebuilt from them
+  std::vector<TensorSpec> layout;
+};
+
 class FederationTransport {
  public:
   virtual ~FederationTransport() = default;
@@ -57,6 +69,20 @@ class FederationTransport {
   // `on_bytes`, when set, hears of every piece as it is appended (to keep it on disk).
   virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
                           const std::function<void(std::string_view bytes)>& on_bytes) = 0;
+  // As Download, in `codec`'s bytes (the task's download_codec), for a client that holds the
+  // model whose ContentSha256 is `base_sha256` (empty: none). Fills *info; chunks of a resumed
+  // download (non-empty buffer) that say something else than *info are DataLoss, and the caller
+  // starts over. The default: FailedPrecondition (the caller then downloads float32).
+  virtual Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256,
+                               std::string* buffer, uint64_t* total_bytes, CodedDownload* info) {
+    (void)version;
+    (void)codec;
+    (void)base_sha256;
+    (void)buffer;
+    (void)total_bytes;
+    (void)info;
+    return FailedPreconditionError("this transport does not carry coded downloads");
+  }
   // Answers an evaluation task (Task::evaluate_only) with how its model did on the local held-out
   // data. The default refuses: transports that never get such tasks need not implement it.
   virtual Status ReportEvaluation(const std::string& client_id, const std::string& task_id,

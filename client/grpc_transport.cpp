@@ -25,6 +25,15 @@ constexpr size_t kMinResumeBytes = 64 << 10;
 constexpr int kMaxMessageBytes = 4 << 20;
 constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 30;
 
+bool SameCodedDownload(const CodedDownload& a, const CodedDownload& b) {
+  if (a.codec != b.codec || a.base_sha256 != b.base_sha256 || a.model_sha256 != b.model_sha256) return false;
+  if (a.layout.size() != b.layout.size()) return false;
+  for (size_t i = 0; i < a.layout.size(); ++i) {
+    if (a.layout[i].name != b.layout[i].name || a.layout[i].shape != b.layout[i].shape) return false;
+  }
+  return true;
+}
+
 Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
   const int code = static_cast<int>(s.error_code());
@@ -107,11 +116,28 @@ class GrpcFederationTransport final : public FederationTransport {
 
   Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
                   const std::function<void(std::string_view bytes)>& on_bytes) override {
+    v1::DownloadModelRequest req;
+    req.set_version(version);
+    return Stream(req, buffer, total_bytes, on_bytes, nullptr);
+  }
+
+  Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256, std::string* buffer,
+                       uint64_t* total_bytes, CodedDownload* info) override {
+    v1::DownloadModelRequest req;
+    req.set_version(version);
+    req.set_codec(codec);
+    req.set_base_sha256(base_sha256);
+    return Stream(req, buffer, total_bytes, {}, info);
+  }
+
+  // Streams a download from byte buffer->size() on. With `coded`, each chunk's description of
+  // the coded bytes goes to *coded, and must match it when the buffer already holds some.
+  Status Stream(v1::DownloadModelRequest req, std::string* buffer, uint64_t* total_bytes,
+                const std::function<void(std::string_view bytes)>& on_bytes, CodedDownload* coded) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
-    v1::DownloadModelRequest req;
-    req.set_version(version);
+    const uint64_t version = req.version();
     req.set_offset(buffer->size());
     req.set_client_id(joined_id_);
     auto reader = stub_->DownloadModel(&ctx, req);
@@ -121,6 +147,17 @@ class GrpcFederationTransport final : public FederationTransport {
         ctx.TryCancel();
         return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) +
                              " does not continue byte " + std::to_string(buffer->size()));
+      }
+      if (coded) {
+        CodedDownload said{chunk.codec(), chunk.base_sha256(), chunk.model_sha256(), {}};
+        for (const v1::TensorLayout& t : chunk.layout()) {
+          said.layout.push_back({t.name(), std::vector<int64_t>(t.shape().begin(), t.shape().end())});
+        }
+        if (!buffer->empty() && !SameCodedDownload(said, *coded)) {
+          ctx.TryCancel();
+          return DataLossError("download: the coded model changed while it was resumed");
+        }
+        *coded = std::move(said);
       }
       *total_bytes = chunk.total_bytes();
       if (buffer->size() + chunk.data().size() > *total_bytes) {
@@ -265,6 +302,7 @@ class GrpcFederationTransport final : public FederationTransport {
         a.task.hyperparams = {t.local_epochs(), t.local_steps(), t.batch_size(), t.learning_rate(), t.momentum()};
         a.task.deadline_ms = t.deadline_in_ms();
         a.task.upload_codec = t.upload_codec();
+        a.task.download_codec = t.download_codec();
         a.task.evaluate_only = t.evaluate_only();
         break;
       }

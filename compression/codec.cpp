@@ -1,10 +1,12 @@
 #include "compression/codec.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -29,6 +31,21 @@ T Get(std::string_view bytes, size_t at) {
   T v;
   std::memcpy(&v, bytes.data() + at, sizeof v);
   return v;
+}
+
+// Makes `out` `total` bytes long and writes the header at its start; returns where the payload
+// starts. A buffer that already has that size (a sender encoding every task) is not written
+// before the codec fills it: resizing from empty would first zero it, one more serial pass.
+char* SizedHeader(std::string* out, uint8_t id, uint64_t n, size_t total) {
+  if (out->size() != total) {
+    out->clear();
+    out->resize(total);
+  }
+  char* at = out->data();
+  std::memcpy(at, kMagic, 4);
+  at[4] = static_cast<char>(id);
+  std::memcpy(at + 5, &n, 8);
+  return at + kHeaderBytes;
 }
 
 // Starts `out` (replacing what it held, keeping its capacity) with the header.
@@ -121,18 +138,37 @@ inline void ToHalves(const float* v, size_t n, char* out) {
     std::memcpy(out + 2 * i, &h, 2);
   }
 }
+// Whether a float's bits are an infinity or a NaN (exponent all ones).
+inline uint32_t NotFinite(float f) { return (std::bit_cast<uint32_t>(f) & 0x7f800000u) == 0x7f800000u; }
+
+// Returns whether any value decoded is not finite: checked in the same pass, while the value is
+// in a register, instead of in a serial pass over the model afterwards.
 template <float (*From)(uint16_t)>
-inline void FromHalves(const char* in, size_t n, float* v) {
+inline bool FromHalves(const char* in, size_t n, float* v) {
+  uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, in + 2 * i, 2);
-    v[i] = From(h);
+    const float f = From(h);
+    bad |= NotFinite(f);
+    v[i] = f;
   }
+  return bad != 0;
 }
 PLEXUS_VALUE_LOOP void ToFp16(const float* v, size_t n, char* out) { ToHalves<ToHalf>(v, n, out); }
-PLEXUS_VALUE_LOOP void FromFp16(const char* in, size_t n, float* v) { FromHalves<FromHalf>(in, n, v); }
+PLEXUS_VALUE_LOOP bool FromFp16(const char* in, size_t n, float* v) { return FromHalves<FromHalf>(in, n, v); }
 PLEXUS_VALUE_LOOP void ToBf16s(const float* v, size_t n, char* out) { ToHalves<ToBf16>(v, n, out); }
-PLEXUS_VALUE_LOOP void FromBf16s(const char* in, size_t n, float* v) { FromHalves<FromBf16>(in, n, v); }
+PLEXUS_VALUE_LOOP bool FromBf16s(const char* in, size_t n, float* v) { return FromHalves<FromBf16>(in, n, v); }
+PLEXUS_VALUE_LOOP bool CopyFloats(const char* in, size_t n, float* v) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, in + 4 * i, 4);
+    bad |= NotFinite(f);
+    v[i] = f;
+  }
+  return bad != 0;
+}
 
 // One int8 chunk: writes its values to `q` and returns its scale. The loops are written so that
 // the compiler vectorizes them: the largest magnitude as the largest of the values' bits without
@@ -146,11 +182,24 @@ PLEXUS_VALUE_LOOP float ToInt8(const float* v, size_t n, int8_t* q) {
     max_bits = bits > max_bits ? bits : max_bits;
   }
   const float scale = std::bit_cast<float>(max_bits) / 127.0f;
-  const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+  constexpr float kRound = 12582912.0f;  // 1.5 x 2^23
+  if (scale >= std::numeric_limits<float>::min()) {
+    const float inverse = 1.0f / scale;
+    // A normal scale: |v| x inverse is at most 127 x (1 + 3 x 2^-24) (three roundings), which
+    // rounds to 127, so no clamp is needed (two instructions less per vector: this loop, not
+    // memory, bounds int8's encoding).
+    for (size_t i = 0; i < n; ++i) q[i] = static_cast<int8_t>(static_cast<int32_t>((v[i] * inverse + kRound) - kRound));
+    return scale;
+  }
+  if (scale == 0) {  // every value rounds to zero steps
+    std::fill(q, q + n, int8_t{0});
+    return scale;
+  }
+  // A subnormal scale: its inverse may overflow to infinity (which turned small negative values
+  // into +127), so divide instead; and it is coarse, so v / scale may pass 127: clamp.
   for (size_t i = 0; i < n; ++i) {
-    constexpr float kRound = 12582912.0f;  // 1.5 x 2^23
-    float r = (v[i] * inverse + kRound) - kRound;
-    r = r > 127.0f ? 127.0f : r;  // (|v| x inverse <= 127 up to rounding: only that rounding)
+    float r = (v[i] / scale + kRound) - kRound;
+    r = r > 127.0f ? 127.0f : r;
     r = r < -127.0f ? -127.0f : r;
     q[i] = static_cast<int8_t>(static_cast<int32_t>(r));
   }
@@ -172,20 +221,34 @@ void ForRanges(ThreadPool* pool, size_t n, size_t min_range, const std::function
 }
 constexpr size_t kMinParallelValues = size_t{1} << 16;
 
-// The decoded delta, checked finite.
-Result<ModelState> Finished(ModelState out) {
+// The decoded delta, checked finite: `all_finite` says the decoding loops saw only finite
+// values (CheckFinite then runs only to name the first bad one).
+Result<ModelState> Finished(ModelState out, bool all_finite) {
+  if (all_finite) {
+    out.MarkCheckedFinite();
+    return out;
+  }
   PLEXUS_RETURN_IF_ERROR(out.CheckFinite().WithContext("compressed update"));
   return out;
+}
+Result<ModelState> Finished(ModelState out) { return Finished(std::move(out), false); }
+
+// Runs fn(begin, end) -> "saw a non-finite value" over ranges as ForRanges does; true when no
+// range saw one.
+bool AllFiniteOverRanges(ThreadPool* pool, size_t n, size_t min_range, const std::function<bool(size_t, size_t)>& fn) {
+  std::atomic<bool> bad{false};
+  ForRanges(pool, n, min_range, [&](size_t begin, size_t end) {
+    if (fn(begin, end)) bad.store(true, std::memory_order_relaxed);
+  });
+  return !bad.load();
 }
 
 class F32Codec final : public Codec {
  public:
   explicit F32Codec(ThreadPool* pool) : pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
-    std::string& out = Header(result, 0, d.num_params());
-    out.resize(EncodedSize(d));
+    char* to = SizedHeader(result, 0, d.num_params(), EncodedSize(d));
     const char* from = reinterpret_cast<const char*>(d.data().data());
-    char* to = out.data() + kHeaderBytes;
     ForRanges(pool_, d.num_params(), kMinParallelValues,
               [&](size_t begin, size_t end) { std::memcpy(to + 4 * begin, from + 4 * begin, 4 * (end - begin)); });
   }
@@ -194,29 +257,27 @@ class F32Codec final : public Codec {
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, layout.num_bytes()));
     ModelState out = ModelState::UninitializedLike(layout);
     const char* from = b.data() + kHeaderBytes;
-    char* to = reinterpret_cast<char*>(out.data().data());
-    ForRanges(pool_, layout.num_params(), kMinParallelValues,
-              [&](size_t begin, size_t end) { std::memcpy(to + 4 * begin, from + 4 * begin, 4 * (end - begin)); });
-    return Finished(std::move(out));
+    float* v = out.data().data();
+    const bool finite = AllFiniteOverRanges(pool_, layout.num_params(), kMinParallelValues, [&](size_t begin, size_t end) {
+      return CopyFloats(from + 4 * begin, end - begin, v + begin);
+    });
+    return Finished(std::move(out), finite);
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + l.num_bytes(); }
   std::string Describe() const override { return "f32"; }
+  bool keeps_every_value() const override { return true; }
 
  private:
   ThreadPool* const pool_;
 };
 
-template <void (*To)(const float*, size_t, char*), void (*From)(const char*, size_t, float*), uint8_t kId>
+template <void (*To)(const float*, size_t, char*), bool (*From)(const char*, size_t, float*), uint8_t kId>
 class Half final : public Codec {
  public:
   Half(const char* name, ThreadPool* pool) : name_(name), pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
-    std::string& out = Header(result, kId, d.num_params());
-    out.reserve(EncodedSize(d));
-    const size_t at = out.size();
-    out.resize(at + 2 * d.num_params());
+    char* to = SizedHeader(result, kId, d.num_params(), EncodedSize(d));
     const float* v = d.data().data();
-    char* to = out.data() + at;
     ForRanges(pool_, d.num_params(), kMinParallelValues,
               [&](size_t begin, size_t end) { To(v + begin, end - begin, to + 2 * begin); });
   }
@@ -226,12 +287,14 @@ class Half final : public Codec {
     ModelState out = ModelState::UninitializedLike(layout);
     const char* from = b.data() + kHeaderBytes;
     float* v = out.data().data();
-    ForRanges(pool_, out.num_params(), kMinParallelValues,
-              [&](size_t begin, size_t end) { From(from + 2 * begin, end - begin, v + begin); });
-    return Finished(std::move(out));
+    const bool finite = AllFiniteOverRanges(pool_, out.num_params(), kMinParallelValues, [&](size_t begin, size_t end) {
+      return From(from + 2 * begin, end - begin, v + begin);
+    });
+    return Finished(std::move(out), finite);
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + 2 * l.num_params(); }
   std::string Describe() const override { return name_; }
+  bool keeps_every_value() const override { return true; }
 
  private:
   const char* name_;
@@ -243,11 +306,9 @@ class Int8Codec final : public Codec {
   Int8Codec(uint32_t chunk, ThreadPool* pool) : chunk_(chunk), pool_(pool) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
     std::span<const float> v = d.data();
-    std::string& out = Header(result, 3, v.size());
-    out.reserve(EncodedSize(d));
-    Put<uint32_t>(out, chunk_);
-    out.resize(EncodedSize(d));
-    char* const first = out.data() + kHeaderBytes + 4;  // chunk k: its scale, then its values
+    char* const payload = SizedHeader(result, 3, v.size(), EncodedSize(d));
+    std::memcpy(payload, &chunk_, 4);
+    char* const first = payload + 4;  // chunk k: its scale, then its values
     const size_t chunks = (v.size() + chunk_ - 1) / chunk_;
     ForRanges(pool_, chunks, std::max<size_t>(1, kMinParallelValues / chunk_), [&](size_t k_begin, size_t k_end) {
       for (size_t k = k_begin; k < k_end; ++k) {
@@ -268,7 +329,11 @@ class Int8Codec final : public Codec {
     const char* const first = b.data() + kHeaderBytes + 4;  // chunk k: its scale, then its values
     for (size_t k = 0; k < chunks; ++k) {  // every scale checked before a value is written
       const float scale = Get<float>(b, kHeaderBytes + 4 + k * (4 + size_t{chunk}));
-      if (!FiniteScale(scale)) return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(k * chunk));
+      // A scale up to FLT_MAX / 127 (what the encoder can give) keeps every value finite, so the
+      // values need no check of their own.
+      if (!FiniteScale(scale) || scale > std::numeric_limits<float>::max() / 127) {
+        return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(k * chunk));
+      }
     }
     ModelState out = ModelState::UninitializedLike(layout);
     float* v = out.data().data();
@@ -281,12 +346,13 @@ class Int8Codec final : public Codec {
         FromInt8(reinterpret_cast<const int8_t*>(at + 4), end - begin, scale, v + begin);
       }
     });
-    return Finished(std::move(out));
+    return Finished(std::move(out), true);
   }
   size_t EncodedSize(const ModelState& l) const override {
     return kHeaderBytes + 4 + 4 * ((l.num_params() + chunk_ - 1) / chunk_) + l.num_params();
   }
   std::string Describe() const override { return "int8(chunk=" + std::to_string(chunk_) + ")"; }
+  bool keeps_every_value() const override { return true; }
 
  private:
   const uint32_t chunk_;

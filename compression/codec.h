@@ -52,6 +52,10 @@ class Codec {
   virtual size_t EncodedSize(const ModelState& layout) const = 0;
   virtual std::string Describe() const = 0;
   virtual bool uses_residual() const { return false; }
+  // Whether every value arrives, within a bounded error and the same every time (f32, fp16,
+  // bf16, int8), so that a whole model may travel in it: top-k drops values, TernGrad and QSGD
+  // randomize them.
+  virtual bool keeps_every_value() const { return false; }
 };
 
 // InvalidArgument naming --codec for an unknown codec or a bad parameter. With `pool` (not

@@ -126,6 +126,12 @@ void ModelState::Subtract(const ModelState& other) {
   for (size_t i = 0; i < data_.size(); ++i) data_[i] -= b[i];
 }
 
+void ModelState::Add(const ModelState& other) {
+  finite_checked_ = false;
+  const float* b = other.data_.data();
+  for (size_t i = 0; i < data_.size(); ++i) data_[i] += b[i];
+}
+
 void ModelState::Scale(float s) {
   // A finite value times a factor of magnitude at most 1 cannot overflow.
   finite_checked_ = finite_checked_ && std::abs(s) <= 1.0f;

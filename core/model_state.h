@@ -102,6 +102,9 @@ class ModelState {
   // this -= other, value by value (e.g. trained weights minus base weights gives a delta).
   // REQUIRES: the same layout (CheckSameLayout).
   void Subtract(const ModelState& other);
+  // this += other, value by value (a base plus a delta gives the trained weights).
+  // REQUIRES: the same layout (CheckSameLayout).
+  void Add(const ModelState& other);
   // this *= s, value by value. Values known finite stay so when |s| <= 1.
   void Scale(float s);
 
@@ -110,6 +113,9 @@ class ModelState {
   // was written since: on the server each update is then checked once, while its bytes are
   // still in cache, instead of in one more pass over memory.
   Status CheckFinite() const;
+  // For a decoder that checked every value as it wrote it (after its last write through
+  // data()): CheckFinite is then free.
+  void MarkCheckedFinite() { finite_checked_ = true; }
 
   // SHA-256 (lower-case hex) over a canonical encoding of names, shapes and values. The version
   // is not part of the content, so equal parameters hash equal whatever their version.

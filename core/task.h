@@ -31,6 +31,10 @@ struct Task {
   // The codec (compression/codec.h spec) the update is to be sent in; empty: float32
   // safetensors. Set by the server's door for clients that advertised the codec, not by engines.
   std::string upload_codec;
+  // The codec the model of model_version is to be downloaded in (the change from the client's
+  // last download when the server still holds it, else the whole model); empty: float32
+  // safetensors. Set by the server's door, like upload_codec.
+  std::string download_codec;
   // Federated evaluation (server/coordinator/federated_evaluation.h): evaluate the model of
   // model_version on the local held-out data and report, instead of training; set by the
   // server's door, not by engines.

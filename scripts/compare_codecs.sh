@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Upload compression in the simulator (docs/compression.md): the same federation with every codec,
-# bytes uploaded to reach each target accuracy and the final accuracy. 20 clients, 10 per round,
+# Compression in the simulator (docs/compression.md): the same federation with every codec, bytes
+# uploaded and downloaded to reach each target accuracy and the final accuracy. A codec written
+# UP/DOWN compresses uploads with UP and downloads with DOWN (--download-codec); otherwise
+# downloads are float32. 20 clients, 10 per round,
 # Fashion-MNIST Dirichlet(0.5), MLP, 30 rounds of 20 local steps, --seed 6: about 3 minutes on 2
 # cores after the build. With `cnn` first: the compression issue's setting, 100 clients, 10 per
 # round, the CNN, 80 rounds of 20 local steps, codecs f32, fp16, int8, terngrad and top-k 1%,
@@ -13,13 +15,13 @@ script_help "$@"
 script_no_options "$@"
 cd "$(dirname "$0")/.."
 setting=(--clients 20 --clients-per-round 10 --rounds 30 --local-steps 20)
-codecs=(f32 fp16 bf16 int8 qsgd terngrad topk:ratio=0.1 topk:ratio=0.01)
+codecs=(f32 fp16 bf16 int8 qsgd terngrad topk:ratio=0.1 topk:ratio=0.01 fp16/fp16 int8/int8 topk:ratio=0.01/int8)
 out=runs/compare-codecs
 default_targets="0.75 0.80"
 if [ "${1:-}" = cnn ]; then
   shift
   setting=(--model cnn --clients 100 --clients-per-round 10 --rounds 80 --local-steps 20)
-  codecs=(f32 fp16 int8 terngrad topk:ratio=0.01)
+  codecs=(f32 fp16 int8 terngrad topk:ratio=0.01 fp16/fp16 int8/int8)
   out=runs/compare-codecs-cnn
   default_targets="0.85"
 fi
@@ -29,8 +31,11 @@ scripts/build.sh build full >/dev/null
 mkdir -p "$out"
 for c in "${codecs[@]}"; do
   echo "== $c" >&2
-  build/apps/plexus/plexus sim "${setting[@]}" --partition dirichlet:0.5 --seed 6 --test-subset 2000 --codec "$c" \
-    --summary-out "$out/${c//[:=]/_}.json" --metrics-out "$out/${c//[:=]/_}.csv" | tail -1 >&2
+  down=()
+  if [[ "$c" == */* ]]; then down=(--download-codec "${c#*/}"); fi
+  name=${c//[:=\/]/_}
+  build/apps/plexus/plexus sim "${setting[@]}" --partition dirichlet:0.5 --seed 6 --test-subset 2000 --codec "${c%%/*}" \
+    "${down[@]}" --summary-out "$out/$name.json" --metrics-out "$out/$name.csv" | tail -1 >&2
 done
 python3 - "$out" ${targets[*]} -- "${codecs[@]}" <<'PY'
 import json, sys, os
@@ -39,19 +44,22 @@ out, rest = args[0], args[1:]
 split = rest.index("--")
 targets, codecs = [float(t) for t in rest[:split]], rest[split + 1:]
 base = None
-print("| codec | MB uploaded per round | vs f32 | " + " | ".join(f"MB uploaded to {t:.0%}" for t in targets) +
-      " | best accuracy | final accuracy |")
-print("| --- | ---: | ---: | " + " | ".join("---:" for _ in targets) + " | ---: | ---: |")
+print("| upload / download codec | MB up per round | vs f32 | MB down per round | vs f32 | " +
+      " | ".join(f"MB up / up+down to {t:.0%}" for t in targets) + " | best accuracy | final accuracy |")
+print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in targets) + " | ---: | ---: |")
 for c in codecs:
-    s = json.load(open(os.path.join(out, c.replace(":", "_").replace("=", "_") + ".json")))
+    s = json.load(open(os.path.join(out, c.replace(":", "_").replace("=", "_").replace("/", "_") + ".json")))
     rows = s["rounds"]
-    per_round = rows[-1]["bytes_up"] / len(rows) / 1e6
-    base = base or per_round
+    up = rows[-1]["bytes_up"] / len(rows) / 1e6
+    down = rows[-1]["bytes_down"] / len(rows) / 1e6
+    base = base or (up, down)
     cells = []
     for t in targets:
         hit = next((r for r in rows if (r["test_accuracy"] or 0) >= t), None)
-        cells.append("not reached" if hit is None else f"{hit['bytes_up'] / 1e6:.1f}")
+        cells.append("not reached" if hit is None else
+                     f"{hit['bytes_up'] / 1e6:.1f} / {(hit['bytes_up'] + hit['bytes_down']) / 1e6:.1f} (round {hit['round']})")
     best = max((r["test_accuracy"] or 0) for r in rows)
-    print(f"| {c} | {per_round:.2f} | {per_round / base:.3f} | " + " | ".join(cells) +
+    name = c if "/" in c else c + " / f32"
+    print(f"| {name} | {up:.2f} | {up / base[0]:.3f} | {down:.2f} | {down / base[1]:.3f} | " + " | ".join(cells) +
           f" | {best:.4f} | {s['final_test_accuracy']:.4f} |")
 PY

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 #include "simulations/attack.h"
 #include "simulations/client_data.h"
 #include "simulations/sim_runner.h"
@@ -22,6 +23,7 @@ Status SimOptions::Validate() const {
   if (!(server_mbps >= 0)) return InvalidArgumentError("--server-mbps must not be negative (0 = unlimited)");
   PLEXUS_RETURN_IF_ERROR(ParseAttack(attack).status());
   if (!codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(codec).status());
+  if (!download_codec.empty()) PLEXUS_RETURN_IF_ERROR(CodedDownloads::Create(download_codec).status());
   if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
   return Status::Ok();
 }

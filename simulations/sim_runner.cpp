@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
 #include "core/rng.h"
@@ -67,6 +68,7 @@ class FederationSim {
         clock_(clock),
         model_bytes_(model_bytes),
         codec_(o.codec.empty() ? nullptr : *MakeCodec(o.codec)),
+        coded_downloads_(o.download_codec.empty() ? nullptr : *CodedDownloads::Create(o.download_codec)),
         on_round_(on_round),
         n_(static_cast<size_t>(o.clients)),
         ms_per_step_(dev_.Assign(n_, o.seed)),
@@ -202,7 +204,21 @@ class FederationSim {
     if (base.version() != a.task.model_version) {
       return InternalError("simulation: task " + a.task.task_id + " names a version other than the current model");
     }
-    bytes_down_ += static_cast<int64_t>(model_bytes_);
+    if (!current_base_ || current_base_->version() != base.version()) {
+      current_base_ = std::make_shared<const ModelState>(base);
+    }
+    // What the client trains from: the model, or with a download codec what it rebuilds from the
+    // coded bytes (the change from its last download when the server still holds that one).
+    std::shared_ptr<const ModelState> start = current_base_;
+    size_t download_bytes = model_bytes_;
+    if (coded_downloads_) {
+      if (held_.empty()) held_.resize(n_);
+      PLEXUS_ASSIGN_OR_RETURN(CodedDownloads::Download d, coded_downloads_->For(base, held_[i]));
+      held_[i] = d.model_sha256;
+      start = d.rebuilt;
+      download_bytes = d.bytes->size();
+    }
+    bytes_down_ += static_cast<int64_t>(download_bytes);
     const TaskHyperparams& hp = a.task.hyperparams;
     const int64_t steps = hp.StepsFor(data_.examples(i));
     const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
@@ -218,14 +234,11 @@ class FederationSim {
       Schedule(std::max(back, now + 1.0) - now, i);
       return Status::Ok();
     }
-    if (!current_base_ || current_base_->version() != base.version()) {
-      current_base_ = std::make_shared<const ModelState>(base);
-    }
     const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
     PLEXUS_RETURN_IF_ERROR(
-        runner_->Start(i, {current_base_, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
+        runner_->Start(i, {start, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
                            TrainOptionsFor(a.task.hyperparams, batch_seed)}));
-    InFlight f{a.task, current_base_, std::nullopt};
+    InFlight f{a.task, start, std::nullopt};
     ++handed_out_;
     if (train_at_handout_) {
       PLEXUS_ASSIGN_OR_RETURN(Update trained, FinishTraining(i, f));
@@ -234,7 +247,7 @@ class FederationSim {
     in_flight_[i] = std::move(f);
     // Download, local steps, upload; the update is submitted when the upload has arrived.
     ++pending_;
-    net_.Send(0, Node(i), model_bytes_, [this, i, compute_ms] {
+    net_.Send(0, Node(i), download_bytes, [this, i, compute_ms] {
       net_.After(compute_ms, [this, i] {
         net_.Send(Node(i), 0, upload_bytes_, [this, i] {
           --pending_;
@@ -311,9 +324,11 @@ class FederationSim {
   Engine* const engine_;
   ManualClock* const clock_;
   const size_t model_bytes_;
-  const std::unique_ptr<Codec> codec_;     // null: uploads travel as float32
-  size_t upload_bytes_ = 0;                // of one upload: model_bytes_, or its encoded size
-  std::map<size_t, ModelState> residual_;  // per client: the codec's error feedback (top-k)
+  const std::unique_ptr<Codec> codec_;               // null: uploads travel as float32
+  size_t upload_bytes_ = 0;                          // of one upload: model_bytes_, or its encoded size
+  std::map<size_t, ModelState> residual_;            // per client: the codec's error feedback (top-k)
+  std::unique_ptr<CodedDownloads> coded_downloads_;  // null: downloads travel as float32
+  std::vector<std::string> held_;  // per client, with coded downloads: the SHA-256 of what it rebuilt last
   const std::function<void(const SimRound&)>& on_round_;
   const size_t n_;
   const std::vector<double> ms_per_step_;

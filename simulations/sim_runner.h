@@ -48,6 +48,9 @@ struct SimOptions {
   std::string attack = "none";      // what malicious clients do, see attack.h
   double attackers = 0.0;           // fraction of the clients that are malicious, chosen by the seed
   std::string codec;                // compression of the uploads (compression/codec.h); empty: float32 as is
+  // Compression of the downloads (CodedDownloads, as `plexus server --download-codec`): each
+  // client trains from the model it rebuilds; empty: float32.
+  std::string download_codec;
 
   // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
   // clients, an unknown mode or attack, bad device values); the engine options are checked

@@ -13,6 +13,7 @@
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
 #include "core/clock.h"
@@ -28,6 +29,14 @@
 namespace plexus::cli {
 namespace {
 
+// CLI11 check: a codec spec MakeCodec takes, or its message.
+std::function<std::string(const std::string&)> CodecSpecValidator() {
+  return [](const std::string& spec) {
+    Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
+    return codec.ok() ? std::string() : codec.status().message();
+  };
+}
+
 struct ServerFlags {
   Mode mode = Mode::kSync;
   AsyncOptions async;
@@ -35,6 +44,8 @@ struct ServerFlags {
   std::string listen = "127.0.0.1:50051";
   std::string db = "plexus.db";
   std::string upload_codec;
+  std::string download_codec;
+  std::string codec;  // both directions
   std::string model = "mlp";
   std::string loss = "cross_entropy";
   std::string initial_model;  // safetensors file to start from instead of a fresh --model
@@ -124,6 +135,16 @@ void RunServer(const ServerFlags& f) {
                        " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
+  std::string upload_codec = f.upload_codec;
+  std::string download_codec = f.download_codec;
+  if (!f.codec.empty()) {
+    if (!upload_codec.empty() || !download_codec.empty()) {
+      throw CommandError("--codec sets both directions: give it, or --upload-codec and --download-codec, not both");
+    }
+    upload_codec = download_codec = f.codec;
+  }
+  if (!download_codec.empty())
+    Take(CodedDownloads::Create(download_codec), f.codec.empty() ? "--download-codec" : "--codec");
   FederatedEvaluationOptions federated_eval = f.federated_eval;
   federated_eval.deadline_ms = static_cast<int64_t>(f.federated_eval_deadline_s * 1000);
   Check(federated_eval.Validate(), "--federated-eval-*");
@@ -175,8 +196,9 @@ void RunServer(const ServerFlags& f) {
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
-  std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
-      f.listen, engine.get(), store.get(), {model_name, sync.rounds, f.upload_codec, federated_eval}, tls, limits));
+  std::unique_ptr<FederationServer> server = Take(
+      FederationServer::Start(f.listen, engine.get(), store.get(),
+                              {model_name, sync.rounds, upload_codec, federated_eval, download_codec}, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
@@ -205,9 +227,11 @@ void RunServer(const ServerFlags& f) {
         "--dashboard-listen");
     spdlog::info("dashboard on http://{}/ (port {})", f.dashboard_listen, dashboard_endpoint->port());
   }
-  spdlog::info("listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}, updates in {}", f.listen,
-               server->port(), security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description(),
-               f.upload_codec.empty() ? "float32" : f.upload_codec + " (float32 from clients without it)");
+  spdlog::info(
+      "listening on {} (port {}, {}): {} mode, model {}, {} rounds, strategy {}, updates in {}, downloads in {}",
+      f.listen, server->port(), security, ModeName(f.mode), f.model, sync.rounds, engine->strategy_description(),
+      upload_codec.empty() ? "float32" : upload_codec + " (float32 from clients without it)",
+      download_codec.empty() ? "float32" : download_codec + " (float32 to clients without it)");
 
   // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
   // that a supervisor restarts it from its store, instead of refusing every call forever.
@@ -282,11 +306,15 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option(
          "--upload-codec", f->upload_codec,
          "Ask clients for their updates in this codec (int8, fp16, bf16, topk:ratio=R, terngrad, qsgd:levels=L; "
-         "docs/compression.md); clients that do not advertise it send float32. Downloads stay float32")
-      ->check([](const std::string& spec) {
-        Result<std::unique_ptr<Codec>> codec = MakeCodec(spec);
-        return codec.ok() ? std::string() : codec.status().message();
-      });
+         "docs/compression.md); clients that do not advertise it send float32")
+      ->check(CodecSpecValidator());
+  cmd->add_option("--download-codec", f->download_codec,
+                  "Send training tasks' models in this codec (int8, fp16, bf16, f32): the change from the model the "
+                  "client downloaded last when the server still holds it, else the whole model; clients that do not "
+                  "advertise it, and evaluation tasks, get float32")
+      ->check(CodecSpecValidator());
+  cmd->add_option("--codec", f->codec, "Both --upload-codec and --download-codec (int8, fp16, bf16, f32)")
+      ->check(CodecSpecValidator());
   cmd->add_option("--model", f->model,
                   "Model: mlp, cnn, or a TorchScript file saved from PyTorch (PATH.pt; its weights are the initial "
                   "model, and clients start with the same file)")

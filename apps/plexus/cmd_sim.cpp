@@ -161,9 +161,10 @@ DeviceModel DevicesFor(const SimFlags& f) {
 // --mode gossip: the shared flags (nodes, rounds, model, seed, local training, devices, attack,
 // outputs) and the gossip flags.
 void RunGossip(const SimFlags& f, const MpiSession* mpi) {
-  if (f.cmd->count("--codec")) {
+  if (f.cmd->count("--codec") || f.cmd->count("--download-codec")) {
     throw CommandError(
-        "--codec is for server modes; compressed gossip is --gossip choco:codec=NAME[,gamma=G] (CHOCO-gossip: "
+        "--codec and --download-codec are for server modes; compressed gossip is --gossip choco:codec=NAME[,gamma=G] "
+        "(CHOCO-gossip: "
         "nodes send compressed changes of public copies, which still reach consensus; plain averaging of "
         "compressed models does not)");
   }
@@ -234,7 +235,9 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
                                  : (", " + std::to_string(static_cast<int>(options.attackers * 100 + 0.5)) +
                                     "% attackers (" + options.attack + ")")
                                        .c_str(),
-        options.codec.empty() ? "" : (", uploads compressed with " + options.codec).c_str());
+        (std::string(options.codec.empty() ? "" : ", uploads compressed with " + options.codec) +
+         (options.download_codec.empty() ? "" : ", downloads compressed with " + options.download_codec))
+            .c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
     std::fflush(stdout);
   }
@@ -370,6 +373,10 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--codec", flags->sim.codec,
                   "Compress every upload: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R] (error feedback), terngrad "
                   "or qsgd[:levels=L]; bytes counted as encoded (default: float32 as is)");
+  cmd->add_option("--download-codec", flags->sim.download_codec,
+                  "Compress every download as plexus server --download-codec does (f32, fp16, bf16, int8[:chunk=C]): "
+                  "the change from the model the client rebuilt last, else the whole model; clients train from what "
+                  "they rebuild (default: float32)");
   cmd->add_option("--crdt-replicas", flags->crdt_replicas,
                   "Instead of a federation: simulate this many CRDT replicas merging the same contributions "
                   "(docs/crdt.md)");

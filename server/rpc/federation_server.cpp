@@ -3,6 +3,7 @@
 // runs the engine's queued commits outside the service's lock.
 #include "server/rpc/federation_server.h"
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -142,6 +143,7 @@ Result<std::unique_ptr<FederationServer>> FederationServer::Start(const std::str
     return InvalidArgumentError("an admin list needs proven client identities: mutual TLS or a token file");
   }
   if (!info.upload_codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(info.upload_codec).status());
+  if (!info.download_codec.empty()) PLEXUS_RETURN_IF_ERROR(CodedDownloads::Create(info.download_codec).status());
   PLEXUS_RETURN_IF_ERROR(info.federated_eval.Validate());
   static const RealClock real_clock;
   auto server = std::make_unique<GrpcFederationServer>(engine, store, info, tls, limits, clock ? clock : &real_clock);

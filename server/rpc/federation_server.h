@@ -29,10 +29,14 @@ struct ServerInfo {
   std::string model_name;
   int64_t rounds_total = 0;
   // The codec (compression/codec.h spec) tasks ask updates in, for clients that advertise it at
-  // join (the others send float32); empty: float32 for all. Downloads stay float32.
+  // join (the others send float32); empty: float32 for all.
   std::string upload_codec;
   // Evaluation of published versions by the clients, on their held-out data (off by default).
   FederatedEvaluationOptions federated_eval;
+  // The codec training tasks' models are downloaded in, for clients that advertise it: the
+  // change from the model the client last downloaded when the server still holds that one, else
+  // the whole model. One that keeps every value (f32, fp16, bf16, int8); empty: float32.
+  std::string download_codec;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

@@ -1,5 +1,6 @@
 #include "server/rpc/federation_service.h"
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -74,6 +75,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (!info_.upload_codec.empty()) {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
       codec_layout_ = ModelState::ZerosLike(engine_->model());
+    }
+    if (!info_.download_codec.empty()) {
+      coded_downloads_ = std::move(CodedDownloads::Create(info_.download_codec)).value();  // Start checked it
     }
     // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
     // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
@@ -155,7 +159,32 @@ class FederationServiceImpl final : public v1::Federation::Service {
       std::lock_guard<std::mutex> lock(mu_);
       if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("download", limited);
     }
-    Result<std::shared_ptr<const std::string>> bytes = EncodedModel(req.version());
+    v1::ModelChunk fields;  // all but data, which follows each chunk's fields
+    fields.set_version(req.version());
+    Result<std::shared_ptr<const std::string>> bytes = InternalError("no model");
+    if (req.codec().empty()) {
+      bytes = EncodedModel(req.version());
+    } else {
+      if (!coded_downloads_ || req.codec() != info_.download_codec) {
+        return Refuse(
+            "download",
+            InvalidArgumentError("a coded download of model version " + std::to_string(req.version()) + " in '" +
+                                 req.codec() + "': the server's download codec is '" + info_.download_codec + "'"));
+      }
+      Result<CodedDownloads::Download> coded = CodedModel(req.version(), req.base_sha256());
+      if (!coded.ok()) return ToGrpc(coded.status());
+      bytes = coded->bytes;
+      fields.set_codec(info_.download_codec);
+      fields.set_base_sha256(coded->base_sha256);
+      fields.set_model_sha256(coded->model_sha256);
+      if (coded->base_sha256.empty()) {  // the whole model: its tensors, for a client that holds none
+        for (const TensorSlot& t : coded->rebuilt->tensors()) {
+          v1::TensorLayout* l = fields.add_layout();
+          l->set_name(t.name);
+          for (int64_t d : t.shape) l->add_shape(d);
+        }
+      }
+    }
     if (!bytes.ok()) return ToGrpc(bytes.status());
     const std::string& b = **bytes;
     if (req.offset() > b.size()) {
@@ -165,8 +194,6 @@ class FederationServiceImpl final : public v1::Federation::Service {
     for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
       const size_t n = std::min(kChunkBytes, b.size() - off);
-      v1::ModelChunk fields;  // all but data, which follows
-      fields.set_version(req.version());
       fields.set_total_bytes(b.size());
       fields.set_offset(off);
       const std::string head = fields.SerializeAsString() + LengthDelimitedFieldHeader(kModelChunkDataField, n);
@@ -219,7 +246,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const bool coded = header.encoding() == v1::ENCODING_DELTA_CODEC;
     if (coded) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!TakesUploadCodecLocked(header.client_id()) || header.codec() != info_.upload_codec) {
+      if (!TakesCodecLocked(header.client_id(), info_.upload_codec) || header.codec() != info_.upload_codec) {
         return RefuseLocked("upload", InvalidArgumentError("update of task " + header.task_id() + " in codec '" +
                                                            header.codec() + "', which its task did not name"));
       }
@@ -478,12 +505,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
   }
 
-  // Whether the client's tasks name the server's upload codec: there is one, and the client
+  // Whether the client's tasks name the server's codec `spec`: there is one, and the client
   // advertised it when it joined (to this process: after a restart, until it joins again, float32).
-  bool TakesUploadCodecLocked(const std::string& client_id) const {
-    if (!upload_codec_) return false;
+  bool TakesCodecLocked(const std::string& client_id, const std::string& spec) const {
+    if (spec.empty()) return false;
     auto it = client_codecs_.find(client_id);
-    return it != client_codecs_.end() && it->second.count(CodecNameOf(info_.upload_codec)) > 0;
+    return it != client_codecs_.end() && it->second.count(CodecNameOf(spec)) > 0;
   }
 
   // Fills `rep` with a task or "finished" and returns true; false (nothing filled) for "wait".
@@ -492,8 +519,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (a.kind == PollAnswer::Kind::kTask) {
       cv_.notify_all();  // this poll may have opened a round others are waiting for
       TaskToProto(a.task, clock_->NowMs(), rep->mutable_task());
-      if (!a.task.evaluate_only && TakesUploadCodecLocked(client_id)) {
+      // Evaluation tasks measure the federation's model itself, so they download it in float32.
+      if (!a.task.evaluate_only && TakesCodecLocked(client_id, info_.upload_codec)) {
         rep->mutable_task()->set_upload_codec(info_.upload_codec);
+      }
+      if (!a.task.evaluate_only && TakesCodecLocked(client_id, info_.download_codec)) {
+        rep->mutable_task()->set_download_codec(info_.download_codec);
       }
       return true;
     }
@@ -577,6 +608,21 @@ class FederationServiceImpl final : public v1::Federation::Service {
     return std::make_shared<const std::string>(EncodeSafetensors(m));
   }
 
+  // The coded download of `version` for a client holding the model `base_sha256` (CodedDownloads).
+  // Model-sized work, under encode_mu_ and not mu_.
+  Result<CodedDownloads::Download> CodedModel(uint64_t version, const std::string& base_sha256) {
+    std::shared_ptr<const ModelState> current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current = engine_->model_snapshot();
+    }
+    std::lock_guard<std::mutex> lock(encode_mu_);
+    if (std::optional<CodedDownloads::Download> kept = coded_downloads_->Kept(version, base_sha256)) return *kept;
+    if (version == current->version()) return coded_downloads_->For(*current, base_sha256);
+    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
+    return coded_downloads_->For(m, base_sha256);
+  }
+
   Engine* const engine_;
   Store* const store_;
   const ServerInfo info_;
@@ -610,6 +656,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::mutex encode_mu_;                               // taken without mu_, never with it
   std::shared_ptr<const std::string> encoded_;         // guarded by encode_mu_
   uint64_t encoded_version_ = 0;                       // guarded by encode_mu_
+  std::unique_ptr<CodedDownloads> coded_downloads_;    // guarded by encode_mu_; null: float32 downloads only
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,

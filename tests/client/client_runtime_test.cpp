@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "compression/codec.h"
+#include "compression/coded_downloads.h"
 #include "core/clock.h"
 #include "core/safetensors.h"
 #include "server/coordinator/sync_engine.h"
@@ -59,6 +60,7 @@ class InProcessTransport : public FederationTransport {
     }
     PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine_->Poll(id));
     a.task.upload_codec = upload_codec_;  // as the server's door names it
+    a.task.download_codec = download_codec_;
     return a;
   }
   Status Download(uint64_t version, std::string* buffer, uint64_t* total,
@@ -76,6 +78,22 @@ class InProcessTransport : public FederationTransport {
     buffer->append(piece);
     if (on_bytes) on_bytes(piece);
     return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
+  }
+  // As the server's door does (CodedDownloads), all at once; `corrupt_coded_` sends a hash that
+  // is not the rebuilt model's.
+  Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256, std::string* buffer,
+                       uint64_t* total, CodedDownload* info) override {
+    if (!coded_) return FederationTransport::DownloadCoded(version, codec, base_sha256, buffer, total, info);
+    coded_bases_.push_back(base_sha256);
+    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
+    PLEXUS_ASSIGN_OR_RETURN(CodedDownloads::Download d, coded_->For(m, base_sha256));
+    *buffer = *d.bytes;
+    *total = buffer->size();
+    *info = {codec, d.base_sha256, corrupt_coded_ ? std::string(64, '0') : d.model_sha256, {}};
+    if (d.base_sha256.empty()) {
+      for (const TensorSlot& t : d.rebuilt->tensors()) info->layout.push_back({t.name, t.shape});
+    }
+    return Status::Ok();
   }
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     uploads_resuming_.push_back(h.resume);
@@ -119,9 +137,13 @@ class InProcessTransport : public FederationTransport {
   std::function<void()> on_failure;   // e.g. the time a failing call takes
   bool answer_with_uploads_ = false;  // hand the next poll's answer back with an upload, as the server does
   int polls_ = 0;
-  std::vector<bool> uploads_resuming_;    // UploadHeader::resume of each upload that reached the transport
-  std::string upload_codec_;              // what tasks name
-  std::vector<std::string> codecs_used_;  // UploadHeader::codec of each upload
+  std::vector<bool> uploads_resuming_;     // UploadHeader::resume of each upload that reached the transport
+  std::string upload_codec_;               // what tasks name
+  std::vector<std::string> codecs_used_;   // UploadHeader::codec of each upload
+  std::string download_codec_;             // what tasks name
+  std::unique_ptr<CodedDownloads> coded_;  // null: no coded downloads in this transport
+  std::vector<std::string> coded_bases_;   // the base each coded download named
+  bool corrupt_coded_ = false;
 
  private:
   bool Fail() {
@@ -491,6 +513,35 @@ TEST_F(ClientRuntimeTest, SendsItsUpdatesInTheCodecTheTaskNames) {
   ASSERT_OK(client.Run());
   EXPECT_EQ(transport.codecs_used_, (std::vector<std::string>{"int8", "int8"}));
   EXPECT_NEAR(engine_->model().data()[0], 2.0f, 1e-5);  // +1 per round, int8 exact up to rounding
+}
+
+TEST_F(ClientRuntimeTest, DownloadsInTheTaskCodecAsChangesFromWhatItRebuilt) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.download_codec_ = "int8";
+  transport.coded_ = *CodedDownloads::Create("int8");
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->downloads, 2);
+  // The first download names no model (the whole one comes); the second names what the client
+  // rebuilt from the first, and no float32 download happened.
+  ASSERT_EQ(transport.coded_bases_.size(), 2u);
+  EXPECT_EQ(transport.coded_bases_[0], "");
+  EXPECT_EQ(transport.coded_bases_[1].size(), 64u);
+  EXPECT_TRUE(transport.resumed_from_.empty());
+  EXPECT_NEAR(engine_->model().data()[0], 2.0f, 1e-5);  // +1 per round
+}
+
+TEST_F(ClientRuntimeTest, ACodedDownloadThatDoesNotRebuildWhatTheServerSaidIsReplacedByFloat32) {
+  InProcessTransport transport(engine_.get(), &store_);
+  transport.download_codec_ = "int8";
+  transport.coded_ = *CodedDownloads::Create("int8");
+  transport.corrupt_coded_ = true;
+  ClientRuntime client(Options(), &transport, Factory(), DatasetView::All(data_));
+  ASSERT_OK(client.Run());
+  EXPECT_EQ(transport.coded_bases_.size(), 2u);
+  EXPECT_EQ(transport.resumed_from_.size(), 2u);  // each task's model then came in float32
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
 }
 
 TEST_F(ClientRestartTest, TopKErrorFeedbackIsKeptAcrossARestart) {

@@ -4,6 +4,7 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -153,6 +154,38 @@ TEST(CodecTest, Int8ErrsByAtMostHalfAStepOfItsChunk) {
   EXPECT_LT(MakeCodec("int8").value()->EncodedSize(d), d.num_bytes() / 4 + 64);
 }
 
+// The vectorized quantizer gives the bytes of the plain one (lrintf of v / scale, clamped to
+// +-127) for chunks of every magnitude, subnormal ones included (whose coarse scale needs the
+// clamp the normal ones skip, and whose inverse would overflow: such chunks once came out with
+// the wrong sign).
+TEST(CodecTest, Int8MatchesThePlainQuantizerByteForByte) {
+  constexpr size_t kChunk = 16;
+  ModelState d = *ModelState::Create({{"a", {kChunk * 56}}});
+  Rng rng(9);
+  for (size_t k = 0; k < 56; ++k) {
+    const float magnitude = std::ldexp(1.0f, static_cast<int>(k) * 5 - 150);  // 2^-150 .. 2^125, finite
+    for (size_t i = 0; i < kChunk; ++i) {
+      d.data()[k * kChunk + i] = static_cast<float>(rng.Normal()) * magnitude;
+    }
+  }
+  const std::string bytes = MakeCodec("int8:chunk=16").value()->Encode(d, nullptr, 0);
+  for (size_t k = 0; k < 56; ++k) {
+    const size_t at = 13 + 4 + k * (4 + kChunk);
+    float scale;
+    std::memcpy(&scale, bytes.data() + at, 4);
+    float absmax = 0;
+    for (size_t i = 0; i < kChunk; ++i) absmax = std::max(absmax, std::abs(d.data()[k * kChunk + i]));
+    ASSERT_EQ(std::bit_cast<uint32_t>(scale), std::bit_cast<uint32_t>(absmax / 127.0f)) << k;
+    for (size_t i = 0; i < kChunk; ++i) {
+      // Normal scales multiply by the inverse; subnormal ones divide (the inverse may overflow).
+      const float v = d.data()[k * kChunk + i];
+      const float x = scale >= std::numeric_limits<float>::min() ? v * (1.0f / scale) : v / scale;
+      const long plain = scale == 0 ? 0 : std::clamp(std::lrintf(x), -127L, 127L);
+      EXPECT_EQ(static_cast<int8_t>(bytes[at + 4 + i]), plain) << "chunk " << k << " value " << i;
+    }
+  }
+}
+
 TEST(CodecTest, TopKSendsTheLargestAndKeepsTheRestForLater) {
   const ModelState d = RandomDelta(3);
   ModelState residual = ModelState::ZerosLike(d);
@@ -232,6 +265,31 @@ TEST(CodecTest, BadPayloadsAreRefusedNamingTheProblem) {
   std::string f32 = MakeCodec("f32").value()->Encode(d, nullptr, 0);
   std::memcpy(f32.data() + 13, &nan, 4);
   EXPECT_FALSE(MakeCodec("f32").value()->Decode(f32, d).ok());
+  // A scale so large that 127 steps of it overflow is refused before any value is written.
+  std::string huge_scale = int8;
+  const float huge = std::numeric_limits<float>::max();
+  std::memcpy(huge_scale.data() + 13 + 4, &huge, 4);
+  check("int8", huge_scale, "int8 scale", d);
+  // Half floats whose exponent is all ones (an infinity, a NaN), anywhere: the decoding loops
+  // see them, also when the values are split across threads.
+  ThreadPool pool(2);
+  ModelState big = *ModelState::Create({{"a", {300001}}});  // large enough to be split
+  Rng rng(6);
+  for (float& x : big.data()) x = static_cast<float>(rng.Normal());
+  for (const auto& [spec, bits] : {std::pair{"fp16", uint16_t{0x7c00}}, std::pair{"bf16", uint16_t{0x7fc0}}}) {
+    for (size_t at : {size_t{0}, big.num_params() - 1}) {
+      std::string half = MakeCodec(spec).value()->Encode(big, nullptr, 0);
+      std::memcpy(half.data() + 13 + 2 * at, &bits, 2);
+      EXPECT_THAT(MakeCodec(spec, &pool).value()->Decode(half, big).status(),
+                  StatusIs(StatusCode::kInvalidArgument, "compressed update"))
+          << spec << " " << at;
+    }
+  }
+  std::string f32_big = MakeCodec("f32").value()->Encode(big, nullptr, 0);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(f32_big.data() + 13 + 4 * (big.num_params() - 1), &inf, 4);
+  EXPECT_THAT(MakeCodec("f32", &pool).value()->Decode(f32_big, big).status(),
+              StatusIs(StatusCode::kInvalidArgument, "compressed update"));
 }
 
 TEST(CodecTest, SpecsAreCheckedNamingTheFlag) {

@@ -162,8 +162,8 @@ TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
   EXPECT_NE(out.find("version 3"), std::string::npos) << out;
 }
 
-TEST_F(FederationTest, ClientsUploadInInt8AtAQuarterOfTheBytes) {
-  auto server = StartServer(3, "server.log", {"--upload-codec", "int8"});
+TEST_F(FederationTest, ClientsUploadAndDownloadInInt8AtAQuarterOfTheBytes) {
+  auto server = StartServer(3, "server.log", {"--codec", "int8"});
   auto clients = StartClients(4);
   ASSERT_EQ(server->Wait(240000), 0) << server->Log();
   for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
@@ -178,6 +178,15 @@ TEST_F(FederationTest, ClientsUploadInInt8AtAQuarterOfTheBytes) {
   EXPECT_GT(ratio, 0.24);
   EXPECT_LT(ratio, 0.26);
   EXPECT_NE(clients[0]->Log().find("in int8"), std::string::npos) << clients[0]->Log();
+  // 12 task downloads (each client's first the whole model, then the change from what it
+  // rebuilt), a quarter of float32 each plus, for whole models, the tensors' names and shapes.
+  const double download_ratio = s["transfers"]["download_bytes"].get<double>() / float32_bytes;
+  EXPECT_GT(download_ratio, 0.24);
+  EXPECT_LT(download_ratio, 0.26);
+  for (auto& c : clients) {
+    EXPECT_EQ(c->Log().find("downloading float32"), std::string::npos) << c->Log();
+    EXPECT_NE(c->Log().find("bytes in int8 (the change from the last download)"), std::string::npos) << c->Log();
+  }
 }
 
 TEST_F(FederationTest, ServerKilledAfterRoundTwoResumesAndClientsReconnect) {

@@ -133,6 +133,26 @@ TEST_F(SimRunnerTest, UploadsAreCompressedAndCountedAsEncoded) {
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--codec: unknown codec"));
 }
 
+TEST_F(SimRunnerTest, DownloadsAreCompressedAndClientsTrainFromWhatTheyRebuild) {
+  SimOptions o = TwoSpeeds("sync", 2);
+  o.download_codec = "int8";
+  Result<SimResult> int8 = Run(o);
+  ASSERT_OK(int8);
+  const ModelState model = *InitModel("mlp", 0);
+  const int64_t encoded = static_cast<int64_t>((*MakeCodec("int8"))->EncodedSize(model));
+  // Two rounds of two downloads: the whole model first, then the change from what each client
+  // rebuilt; each the int8 size of the model.
+  EXPECT_EQ(int8->rounds.back().bytes_down, 4 * encoded);
+  // Every client adds 0.01 to what it starts from and uploads the difference, so the model
+  // still moves by 0.01 per round although the clients started from int8 copies of it.
+  const ModelState initial = *InitModel("mlp", o.seed);
+  double drift = 0;
+  for (size_t k = 0; k < model.num_params(); ++k) drift += int8->final_model.data()[k] - initial.data()[k];
+  EXPECT_NEAR(drift / static_cast<double>(model.num_params()), 0.02, 1e-4);
+  o.download_codec = "topk:ratio=0.1";
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "downloads take"));
+}
+
 TEST_F(SimRunnerTest, TaskBudgetEndsTheRun) {
   SimOptions o = TwoSpeeds("async", 100);
   o.max_tasks = 3;

@@ -7,15 +7,9 @@
 #include <cstring>
 #include <limits>
 
-#include "client/grpc_transport.h"
 #include "compression/codec.h"
-#include "core/clock.h"
 #include "core/safetensors.h"
-#include "plexus/v1/federation.grpc.pb.h"
-#include "server/coordinator/sync_engine.h"
-#include "server/rpc/federation_server.h"
-#include "server/store/memory_store.h"
-#include "tests/testing/status_matchers.h"
+#include "tests/server/rpc/codec_server_fixture.h"
 
 namespace plexus {
 namespace {
@@ -24,32 +18,9 @@ using ::plexus::testing::StatusIs;
 
 constexpr char kCodec[] = "int8:chunk=4";
 
-class UploadCodecTest : public ::testing::Test {
+class UploadCodecTest : public testing::CodecServerFixture {
  protected:
-  void SetUp() override {
-    SyncOptions o;
-    o.rounds = 1;
-    o.clients_per_round = 2;
-    o.min_clients = 2;
-    model_ = *ModelState::Create({{"w", {4}}, {"b", {2}}});
-    engine_ = *SyncEngine::Open(o, model_, &store_, &clock_, nullptr, nullptr);
-    server_ = *FederationServer::Start("127.0.0.1:0", engine_.get(), &store_, {"tiny", 1, kCodec});
-    const std::string target = "127.0.0.1:" + std::to_string(server_->port());
-    transport_ = MakeGrpcFederationTransport(target);
-    stub_ = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
-    // "new" joins through the client's transport, which advertises every codec it can encode;
-    // "old" joins as a client from before codecs, naming none.
-    ASSERT_OK(transport_->Join("new", 10, "test"));
-    v1::JoinRequest join;
-    join.set_client_id("old");
-    join.set_num_examples(10);
-    v1::JoinReply joined;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub_->Join(&ctx, join, &joined).ok());
-    task_new_ = transport_->Poll("new", 1000)->task;
-    task_old_ = transport_->Poll("old", 1000)->task;
-  }
-  void TearDown() override { server_->Shutdown(); }
+  void SetUp() override { StartWith({"tiny", 1, kCodec}); }
 
   ModelState Delta(std::initializer_list<float> values) {
     ModelState d = ModelState::ZerosLike(model_);
@@ -66,15 +37,6 @@ class UploadCodecTest : public ::testing::Test {
     h.codec = codec;
     return h;
   }
-
-  RealClock clock_;
-  MemoryStore store_;
-  ModelState model_;
-  std::unique_ptr<SyncEngine> engine_;
-  std::unique_ptr<FederationServer> server_;
-  std::unique_ptr<FederationTransport> transport_;
-  std::unique_ptr<v1::Federation::Stub> stub_;
-  Task task_new_, task_old_;
 };
 
 TEST_F(UploadCodecTest, OnlyClientsThatAdvertiseTheCodecAreAskedForIt) {
