@@ -5,8 +5,8 @@
 # downloads are float32. 20 clients, 10 per round,
 # Fashion-MNIST Dirichlet(0.5), MLP, 30 rounds of 20 local steps, --seed 6: about 3 minutes on 2
 # cores after the build. With `cnn` first: the compression issue's setting, 100 clients, 10 per
-# round, the CNN, 80 rounds of 20 local steps, codecs f32, fp16, int8, terngrad and top-k 1%,
-# target 85%: about 20 minutes.
+# round, the CNN, 80 rounds of 20 local steps, codecs f32, fp16, int8, terngrad, top-k 1%, and
+# fp16 and int8 both ways, target 85%: about 35 minutes.
 # usage: scripts/compare_codecs.sh [cnn] [TARGET_ACCURACY...]   (default 0.75 0.80, with cnn 0.85;
 #        runs/compare-codecs[-cnn]/ keeps each run's summary JSON and metrics CSV)
 set -euo pipefail
