@@ -188,12 +188,15 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   if (cached_model_ && cached_model_->version() == task.model_version) return *cached_model_;
   if (std::optional<ModelState> kept = KeptModel(task.model_version, task.model_sha256)) {
     cached_model_ = *kept;
+    cached_sha256_ = task.model_sha256;
     return std::move(*kept);
   }
   if (!task.download_codec.empty()) {
-    Result<ModelState> coded = FetchCodedModel(task);
+    std::string sha256;
+    Result<ModelState> coded = FetchCodedModel(task, &sha256);
     if (coded.ok()) {
       cached_model_ = *coded;
+      cached_sha256_ = std::move(sha256);
       return coded;
     }
     // Given up on (the server is gone, or this client was stopped): so is a float32 download.
@@ -241,15 +244,16 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   }
   model->set_version(task.model_version);
   cached_model_ = *model;
+  cached_sha256_ = task.model_sha256;
   return model;
 }
 
 // Errors: DataLoss for bytes that do not rebuild what the server described.
 // A coded download is not kept in the state directory: what it rebuilds is not the task's model
 // bit for bit (its SHA-256 is not the task's), so a restarted client downloads it again.
-Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task) {
+Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task, std::string* sha256) {
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(task.download_codec));
-  const std::string base_sha256 = cached_model_ ? cached_model_->ContentSha256() : "";
+  const std::string base_sha256 = cached_model_ ? cached_sha256_ : "";
   std::string bytes;
   uint64_t total = 0;
   CodedDownload info;
@@ -294,6 +298,7 @@ Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task) {
   if (model->ContentSha256() != info.model_sha256) {
     return DataLossError("the model rebuilt from the coded download does not match the server's SHA-256");
   }
+  *sha256 = info.model_sha256;
   model->set_version(task.model_version);
   spdlog::info("model version {}: {} bytes in {} ({})", task.model_version, bytes.size(), info.codec,
                info.base_sha256.empty() ? "the whole model" : "the change from the last download");

@@ -89,7 +89,8 @@ class ClientRuntime {
   Result<ModelState> FetchModel(const Task& task);
   // The task's model through its download_codec; FailedPrecondition when the transport has no
   // coded downloads (the caller then downloads float32).
-  Result<ModelState> FetchCodedModel(const Task& task);
+  // `sha256` receives the rebuilt model's SHA-256 (checked against the server's).
+  Result<ModelState> FetchCodedModel(const Task& task, std::string* sha256);
   // Calls `attempt` (one download call appending to *bytes) until it succeeds, backing off after
   // transient failures; a DataLoss (an inconsistent stream) empties *bytes to start over.
   Status DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt);
@@ -126,6 +127,7 @@ class ClientRuntime {
   Rng rng_;
   std::string client_id_;
   std::optional<ModelState> cached_model_;
+  std::string cached_sha256_;           // cached_model_'s SHA-256, checked when it was downloaded
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
   // Tasks whose update the server refused: training one again would send the same bytes to the
   // same refusal (a sync round hands the client its open task until the round's deadline), so the

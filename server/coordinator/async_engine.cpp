@@ -1,5 +1,7 @@
 #include "server/coordinator/async_engine.h"
 
+#include <cstdlib>
+
 #include "server/coordinator/compass_arrivals.h"
 #include "server/coordinator/mode.h"
 
@@ -60,16 +62,29 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
                           PublishedVersions::Open(store, evaluator, initial_model, &restored));
   e->published_.emplace(std::move(published));
   e->head_version_ = e->published_->version();
+  e->acknowledged_.AddMerged(e->published_->history());
+  PLEXUS_RETURN_IF_ERROR(e->CountOpening());
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->published_->model()));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
 }
 
+Status AsyncEngine::CountOpening() {
+  // Task ids restart their counter with each process: the opening's number keeps them unique,
+  // which AcknowledgedTasks needs (a reissued id would make a new update look like a retry).
+  constexpr char kKey[] = "async_engine_openings";
+  Result<std::string> before = store_->GetMeta(kKey);
+  if (!before.ok() && before.status().code() != StatusCode::kNotFound) return before.status();
+  if (before.ok()) opening_ = std::strtoull(before->c_str(), nullptr, 10) + 1;
+  return store_->PutMeta(kKey, std::to_string(opening_));
+}
+
 Status AsyncEngine::RestoreLogged() {
   PLEXUS_ASSIGN_OR_RETURN(std::vector<LoggedUpdate> logged, store_->ListLoggedUpdates());
   for (LoggedUpdate& entry : logged) {
     next_log_seq_ = std::max(next_log_seq_, entry.seq + 1);
+    acknowledged_.Add(entry.update.client_id, entry.update.task_id);
     if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
       logged_done_.push_back(entry.seq);  // the federation finished without it: nothing to publish
       continue;
@@ -118,7 +133,8 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
     answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
   } else {
-    task_id = "v" + std::to_string(published_->version()) + "n" + std::to_string(next_task_++) + "-" + client_id;
+    task_id = "v" + std::to_string(published_->version()) + (opening_ ? "o" + std::to_string(opening_) : "") + "n" +
+              std::to_string(next_task_++) + "-" + client_id;
     const int64_t steps = policy_->StepsFor(client_id, options_.task.local_steps, now);
     tasks_[task_id] = OpenTask{client_id, published_->version(), now, steps};
     task_of_client_[client_id] = task_id;
@@ -143,6 +159,7 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
 
 Status AsyncEngine::CheckOpenTask(const std::string& client_id, const std::string& task_id) const {
   PLEXUS_RETURN_IF_ERROR(clients_.CheckKnown(client_id));
+  if (acknowledged_.Contains(client_id, task_id)) return Status::Ok();  // sent again: Submit acknowledges it
   if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
     return FailedPreconditionError("the federation has finished; update for task '" + task_id + "' ignored");
   }
@@ -167,6 +184,7 @@ Status AsyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
+  if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
   if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
     return open;
@@ -202,6 +220,7 @@ Status AsyncEngine::Submit(Update update) {
   }
   end_task(true);
   PLEXUS_ASSIGN_OR_RETURN(LoggedUpdate logged, LogAccepted(std::move(update)));
+  acknowledged_.Add(logged.update.client_id, logged.update.task_id);
   return policy_->Arrive(std::move(logged), clock_->NowMs(), this);
 }
 

@@ -32,6 +32,7 @@
 #include "aggregators/fedbuff.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "server/coordinator/acknowledged_tasks.h"
 #include "server/coordinator/arrival_policy.h"
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/compass_scheduler.h"
@@ -77,7 +78,9 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // NotFound: unknown client or task; PermissionDenied: another client's task;
   // FailedPrecondition: staler than max_staleness (counted in status().updates_stale), a base
   // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
-  // Fold. A refused update changes nothing but ends its task; the client polls for a new one.
+  // Fold. A refused update changes nothing but ends its task; the client polls for a new one. An
+  // update sent again after it was acknowledged (AcknowledgedTasks: the answer was lost, maybe
+  // to a restart) returns OK and is ignored.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
   // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
@@ -116,6 +119,8 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   Result<LoggedUpdate> LogAccepted(Update update);
   // Open: hands the policy again what the log holds.
   Status RestoreLogged();
+  // Open: numbers this opening of the store (opening_), for task ids unique across restarts.
+  Status CountOpening();
 
   // Constant after construction.
   const AsyncOptions options_;
@@ -137,6 +142,8 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   std::map<std::string, OpenTask> tasks_;              // task id -> task
   std::map<std::string, std::string> task_of_client_;  // client id -> task id
   uint64_t next_task_ = 0;
+  uint64_t opening_ = 0;  // how many engines opened the store before this one
+  AcknowledgedTasks acknowledged_;
   UpdateTally tally_;                      // of the updates folded into the buffer since the last version
   std::unique_ptr<ArrivalPolicy> policy_;  // FedBuff's or FedCompass's
   std::vector<MergedUpdate> merged_;       // folded into the buffer since the last version

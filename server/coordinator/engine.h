@@ -64,7 +64,8 @@ class Engine {
   // Accepts one update; a refused update changes nothing else (codes in each engine's header).
   // Takes the update: callers that are done with it move it in, so it is not copied.
   virtual Status Submit(Update update) = 0;
-  // OK when `task_id` is an open task of `client_id`, a client the engine knows: what the server
+  // OK when `task_id` is an open task of `client_id`, a client the engine knows, or one whose
+  // update the engine acknowledged (sent again because the answer was lost): what the server
   // checks before it receives (and may keep part of) an upload, so that only joined clients'
   // uploads for their own tasks take its memory. NotFound for an unknown client or task,
   // PermissionDenied for another client's task, FailedPrecondition once finished. Changes nothing.

@@ -58,6 +58,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   PLEXUS_ASSIGN_OR_RETURN(PublishedVersions published,
                           PublishedVersions::Open(store, evaluator, initial_model, &restored));
   e->published_.emplace(std::move(published));
+  e->acknowledged_.AddMerged(e->published_->history());
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->aggregator_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
@@ -84,6 +85,8 @@ Status SyncEngine::RestoreOpenRound() {
     if (!r.task_of_client.count(u.client_id)) continue;
     PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
+    r.merged.push_back(MergedUpdate{u.client_id, u.task_id});
+    acknowledged_.Add(u.client_id, u.task_id);
     r.tally.Add(u);
   }
   attempts_ = r.attempt;
@@ -174,6 +177,7 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
 
 Status SyncEngine::CheckOpenTask(const std::string& client_id, const std::string& task_id) const {
   PLEXUS_RETURN_IF_ERROR(clients_.CheckKnown(client_id));
+  if (acknowledged_.Contains(client_id, task_id)) return Status::Ok();  // sent again: Submit acknowledges it
   if (finished()) {
     return FailedPreconditionError("the federation has finished; update for task '" + task_id + "' ignored");
   }
@@ -199,6 +203,7 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
+  if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
   if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
     return open;
@@ -222,6 +227,8 @@ Status SyncEngine::Submit(Update update) {
   }
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);
+  open_->merged.push_back(MergedUpdate{update.client_id, update.task_id});
+  acknowledged_.Add(update.client_id, update.task_id);
   if (backups_->dynamic()) {
     if (auto it = open_->handed_out_ms.find(update.client_id); it != open_->handed_out_ms.end()) {
       backups_->ObserveDuration(update.client_id, clock_->NowMs() - it->second);
@@ -279,6 +286,7 @@ Status SyncEngine::CloseRound() {
   rec.num_dropped = rec.num_selected - rec.num_updates;
   rec.attempts = attempts_ + 1;
   open_->tally.FillRecord(&rec);
+  rec.merged = open_->merged;
   Status committed = store_->CommitRound(rec, *next, aggregator_->SaveState());
   if (!committed.ok()) {
     // Memory and disk would disagree from here on: stop accepting state changes.

@@ -32,6 +32,7 @@
 #include "core/task.h"
 #include "core/thread_pool.h"
 #include "core/update.h"
+#include "server/coordinator/acknowledged_tasks.h"
 #include "server/coordinator/backup_workers.h"
 #include "server/coordinator/client_registry.h"
 #include "server/coordinator/engine.h"
@@ -77,7 +78,9 @@ class SyncEngine final : public Engine {
   // Accepts one update. NotFound: unknown client or task; PermissionDenied: the task belongs to
   // another client; FailedPrecondition: stale base version or finished federation;
   // InvalidArgument: wrong layout, non-finite values or a bad example count. A refused update
-  // changes nothing. A repeated submission of an accepted task returns OK and is ignored.
+  // changes nothing. A repeated submission of an accepted task returns OK and is ignored, also
+  // after its round closed and the server restarted (AcknowledgedTasks, refilled from the last
+  // rounds' records): a client whose acknowledgement a crash lost must hear that it is in.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
 
@@ -101,6 +104,7 @@ class SyncEngine final : public Engine {
     std::map<std::string, std::string> task_of_client;  // client id -> task id
     std::map<std::string, std::string> client_of_task;  // task id -> client id
     std::set<std::string> submitted;                    // client ids
+    std::vector<MergedUpdate> merged;                   // the submitted updates, in arrival order
     std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
     size_t wait_for = 0;                                // updates that close the round
     double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
@@ -131,6 +135,7 @@ class SyncEngine final : public Engine {
   ClientRegistry clients_;
   std::optional<BackupWorkers> backups_;
   std::optional<OpenRound> open_;
+  AcknowledgedTasks acknowledged_;
   int64_t attempts_ = 0;       // abandoned attempts of the current round
   int64_t idle_since_ms_ = 0;  // when the engine last became ready for a new round
   int64_t updates_accepted_ = 0;

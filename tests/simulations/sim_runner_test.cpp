@@ -61,6 +61,13 @@ class SimRunnerTest : public ::testing::Test {
     LocalTaskRunner runner(&trainer_, &data_);
     return RunSimulation(o, data_, &runner, nullptr, nullptr);
   }
+  // How far the final model's weights moved from the initial one's, on average.
+  static double MeanDrift(const SimResult& r, uint64_t seed) {
+    const ModelState initial = *InitModel("mlp", seed);
+    double drift = 0;
+    for (size_t k = 0; k < initial.num_params(); ++k) drift += r.final_model.data()[k] - initial.data()[k];
+    return drift / static_cast<double>(initial.num_params());
+  }
   Dataset data_ = Synthetic(100);
   StepCountingTrainer trainer_;
 };
@@ -125,10 +132,7 @@ TEST_F(SimRunnerTest, UploadsAreCompressedAndCountedAsEncoded) {
   EXPECT_EQ(int8->rounds.back().bytes_up, 4 * encoded);  // two rounds of two updates
   EXPECT_LT(encoded * 3, static_cast<int64_t>(model.num_bytes()));
   // Every weight moved by 0.01 per round: int8's steps (absmax / 127 per chunk) keep it close.
-  const ModelState initial = *InitModel("mlp", o.seed);
-  double drift = 0;
-  for (size_t k = 0; k < model.num_params(); ++k) drift += int8->final_model.data()[k] - initial.data()[k];
-  EXPECT_NEAR(drift / static_cast<double>(model.num_params()), 0.02, 1e-4);
+  EXPECT_NEAR(MeanDrift(*int8, o.seed), 0.02, 1e-4);
   o.codec = "zip";
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--codec: unknown codec"));
 }
@@ -145,10 +149,7 @@ TEST_F(SimRunnerTest, DownloadsAreCompressedAndClientsTrainFromWhatTheyRebuild) 
   EXPECT_EQ(int8->rounds.back().bytes_down, 4 * encoded);
   // Every client adds 0.01 to what it starts from and uploads the difference, so the model
   // still moves by 0.01 per round although the clients started from int8 copies of it.
-  const ModelState initial = *InitModel("mlp", o.seed);
-  double drift = 0;
-  for (size_t k = 0; k < model.num_params(); ++k) drift += int8->final_model.data()[k] - initial.data()[k];
-  EXPECT_NEAR(drift / static_cast<double>(model.num_params()), 0.02, 1e-4);
+  EXPECT_NEAR(MeanDrift(*int8, o.seed), 0.02, 1e-4);
   o.download_codec = "topk:ratio=0.1";
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "downloads take"));
 }

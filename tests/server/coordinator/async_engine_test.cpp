@@ -392,6 +392,37 @@ TEST_F(AsyncEngineTest, AcknowledgedUpdatesSurviveARestartAndArePublished) {
   EXPECT_TRUE(store_.ListLoggedUpdates()->empty());  // the commit forgot them
 }
 
+// A client whose acknowledgement a restart lost sends its update again: the restarted engine
+// (which re-folded it from the log, or published it) acknowledges it again and merges it once.
+// Task ids stay unique across restarts, so a new task never looks like such a retry.
+TEST_F(AsyncEngineTest, AnUpdateSentAgainAfterARestartIsAcknowledgedAndMergedOnce) {
+  Open(Options(2, 3, 1.0, "constant"));
+  Task ta = TaskOf("a");
+  ASSERT_OK(Report("a", ta, 3.0f));
+  engine_.reset();  // killed before a heard its acknowledgement
+
+  Open(Options(2, 3, 1.0, "constant"));
+  EXPECT_EQ(engine_->status().round_received, 1);
+  EXPECT_OK(engine_->CheckOpenTask("a", ta.task_id));  // the server takes the bytes again
+  EXPECT_THAT(engine_->CheckOpenTask("b", ta.task_id), StatusIs(StatusCode::kNotFound, "unknown task"));
+  ASSERT_OK(Report("a", ta, 3.0f));
+  EXPECT_EQ(engine_->status().round_received, 1);
+  EXPECT_EQ(engine_->status().updates_refused, 0);
+  Task again = TaskOf("a");
+  EXPECT_NE(again.task_id, ta.task_id);  // the same counter position in a new opening
+  ASSERT_OK(Report("b", TaskOf("b"), 6.0f));
+  ASSERT_OK(Report("c", TaskOf("c"), 0.0f));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 4.0f);  // 1 + (3 + 6 + 0) / 3: a's update counted once
+  engine_.reset();             // and again after it was published
+
+  Open(Options(2, 3, 1.0, "constant"));
+  ASSERT_OK(Report("a", ta, 3.0f));
+  EXPECT_EQ(engine_->status().round_received, 0);
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_THAT(Report("a", again, 3.0f), StatusIs(StatusCode::kNotFound, "unknown task"));  // never acknowledged
+}
+
 // With commits left to the caller, a version aggregated but not yet committed when the server
 // dies is rebuilt from the log at the restart.
 TEST_F(AsyncEngineTest, AVersionAggregatedButNotCommittedIsRebuiltFromTheLog) {

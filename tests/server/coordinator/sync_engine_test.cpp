@@ -135,7 +135,12 @@ TEST_F(SyncEngineTest, FinishesAfterTheLastRound) {
   ASSERT_OK(engine_->Submit(UpdateFor("a", t, 1.0f)));
   EXPECT_TRUE(engine_->finished());
   EXPECT_EQ(engine_->Poll("a")->kind, Kind::kFinished);
-  EXPECT_THAT(engine_->Submit(UpdateFor("a", t, 1.0f)), StatusIs(StatusCode::kFailedPrecondition, "finished"));
+  // The same update again (its answer lost) is acknowledged; any other is too late.
+  EXPECT_OK(engine_->Submit(UpdateFor("a", t, 1.0f)));
+  Task other = t;
+  other.task_id = "r2a0-a";
+  EXPECT_THAT(engine_->Submit(UpdateFor("a", other, 1.0f)), StatusIs(StatusCode::kFailedPrecondition, "finished"));
+  EXPECT_EQ(engine_->model().version(), 1u);
 }
 
 // A client whose loss diverged reports NaN: refused at the door, so it never reaches a round
@@ -447,6 +452,42 @@ TEST_F(SyncEngineTest, AcknowledgedUpdatesSurviveACrashMidRound) {
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);  // the same result as without the crash
   EXPECT_EQ(engine_->history().back().num_updates, 2);
   EXPECT_FALSE(store_.GetOpenRound()->has_value());
+}
+
+// A crash between committing a round and answering its last upload leaves that client without
+// its acknowledgement: it sends the update again to the restarted server, which must say it is in
+// (and merge nothing twice), not refuse it as a task of a closed round.
+TEST_F(SyncEngineTest, AnUpdateSentAgainAfterItsRoundClosedIsAcknowledgedAndNotMergedTwice) {
+  Open(Options(3, 2, 2));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 300)));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  const std::vector<MergedUpdate> merged = engine_->history().back().merged;
+  ASSERT_EQ(merged.size(), 2u);  // the round's record names what it merged
+  EXPECT_EQ(merged[0].task_id, ta.task_id);
+  EXPECT_EQ(merged[1].task_id, tb.task_id);
+  EXPECT_EQ(store_.ListRounds()->back().merged, merged);
+  engine_.reset();  // "kill -9" before b heard its acknowledgement
+
+  Open(Options(3, 2, 2));
+  const int64_t accepted = engine_->status().updates_accepted;
+  EXPECT_OK(engine_->CheckOpenTask("b", tb.task_id));  // the server takes the bytes again
+  EXPECT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 300)));
+  EXPECT_EQ(engine_->status().updates_accepted, accepted);
+  EXPECT_EQ(engine_->status().updates_refused, 0);
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);
+  // Only its own client's task: another client naming it is refused, as is a task never merged.
+  EXPECT_FALSE(engine_->Submit(UpdateFor("a", tb, 4.0f, 300)).ok());
+  Task never = tb;
+  never.task_id = "r1a0-c";
+  EXPECT_FALSE(engine_->Submit(UpdateFor("b", never, 4.0f, 300)).ok());
+  // The next round goes on as usual.
+  Task next = TaskOf("b");
+  EXPECT_EQ(next.round, 2u);
 }
 
 }  // namespace
