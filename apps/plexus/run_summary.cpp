@@ -108,7 +108,7 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
-    // Asynchronous modes: the mean staleness of the updates merged into the version (as in the JSON).
+    // The mean staleness (0 in sync mode) of the updates merged into the version (as in the JSON).
     std::string staleness;
     if (!r.merged.empty()) {
       double sum = 0.0;
