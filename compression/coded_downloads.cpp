@@ -23,6 +23,19 @@ std::optional<CodedDownloads::Download> CodedDownloads::Kept(uint64_t version, c
   return std::nullopt;
 }
 
+bool CodedDownloads::Holds(const std::string& sha256) const {
+  return std::find(rebuilt_sha256_.begin(), rebuilt_sha256_.end(), sha256) != rebuilt_sha256_.end();
+}
+
+void CodedDownloads::AddHeld(std::shared_ptr<const ModelState> model, const std::string& sha256) {
+  rebuilt_.push_back(std::move(model));
+  rebuilt_sha256_.push_back(sha256);
+  if (rebuilt_.size() > kept_models_) {
+    rebuilt_.pop_front();
+    rebuilt_sha256_.pop_front();
+  }
+}
+
 Result<CodedDownloads::Download> CodedDownloads::For(const ModelState& model, const std::string& base_sha256) {
   if (std::optional<Download> kept = Kept(model.version(), base_sha256)) return *kept;
   std::shared_ptr<const ModelState> base;
@@ -40,12 +53,7 @@ Result<CodedDownloads::Download> CodedDownloads::For(const ModelState& model, co
   rebuilt.set_version(model.version());
   Download d{bytes, base ? base_sha256 : std::string(), rebuilt.ContentSha256(),
              std::make_shared<const ModelState>(std::move(rebuilt))};
-  rebuilt_.push_back(d.rebuilt);
-  rebuilt_sha256_.push_back(d.model_sha256);
-  if (rebuilt_.size() > kept_models_) {
-    rebuilt_.pop_front();
-    rebuilt_sha256_.pop_front();
-  }
+  AddHeld(d.rebuilt, d.model_sha256);
   if (kept_encodings_ > 0) {
     encodings_.emplace_back(std::make_pair(model.version(), base_sha256), d);
     if (encodings_.size() > kept_encodings_) encodings_.pop_front();

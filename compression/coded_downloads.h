@@ -1,6 +1,7 @@
 // CodedDownloads: the model versions a server sends in a download codec (`--download-codec`).
-// A client holding a model this object had it rebuild (one of the last `kept_models`) gets the
-// change from that model; any other client gets the whole model. The sender decodes its own
+// A client holding a model this object had it rebuild (one of the last `kept_models`), or one the
+// caller added as held (AddHeld), gets the change from that model; any other client gets the
+// whole model. The sender decodes its own
 // bytes to learn what the client rebuilds, so the next change is taken from exactly that model
 // and the codec's error does not pile up from version to version. Encodings are kept by
 // (version, the base the client named): in a synchronous round every client asks for the same
@@ -43,6 +44,13 @@ class CodedDownloads {
   // What For gave for this version and base, when it is still kept (spares the caller reading
   // an older version's weights).
   std::optional<Download> Kept(uint64_t version, const std::string& base_sha256) const;
+  // Whether a client holding the model whose hash is `sha256` gets the change from it.
+  bool Holds(const std::string& sha256) const;
+  // Adds a model a client may hold exactly without this object having sent it (a published
+  // version the client downloaded in float32, for an evaluation task or before a restart), with
+  // its ContentSha256: the next download to such a client is the change from it. Kept like the
+  // models this object had clients rebuild (the last `kept_models` of either).
+  void AddHeld(std::shared_ptr<const ModelState> model, const std::string& sha256);
 
   const std::string& spec() const { return spec_; }
 

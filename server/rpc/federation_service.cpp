@@ -612,12 +612,27 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // Model-sized work, under encode_mu_ and not mu_.
   Result<CodedDownloads::Download> CodedModel(uint64_t version, const std::string& base_sha256) {
     std::shared_ptr<const ModelState> current;
+    std::optional<uint64_t> held_version;  // the published version whose hash the client named
     {
       std::lock_guard<std::mutex> lock(mu_);
       current = engine_->model_snapshot();
+      if (!base_sha256.empty()) {
+        const std::vector<RoundRecord>& history = engine_->history();
+        for (auto r = history.rbegin(); r != history.rend() && !held_version; ++r) {
+          if (r->model_sha256 == base_sha256) held_version = r->model_version;
+        }
+      }
     }
     std::lock_guard<std::mutex> lock(encode_mu_);
     if (std::optional<CodedDownloads::Download> kept = coded_downloads_->Kept(version, base_sha256)) return *kept;
+    if (held_version && *held_version != version && !coded_downloads_->Holds(base_sha256)) {
+      // The client holds a published version exactly (downloaded in float32 for an evaluation
+      // task, or kept on its disk): the change from it, while the store still has it.
+      Result<ModelState> held =
+          *held_version == current->version() ? Result<ModelState>(*current) : store_->Checkpoint(*held_version);
+      if (held.ok())
+        coded_downloads_->AddHeld(std::make_shared<const ModelState>(std::move(held).value()), base_sha256);
+    }
     if (version == current->version()) return coded_downloads_->For(*current, base_sha256);
     PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
     return coded_downloads_->For(m, base_sha256);

@@ -118,6 +118,32 @@ TEST_F(DownloadCodecTest, TheWholeModelFirstThenTheChangeFromWhatTheClientRebuil
   EXPECT_EQ(unknown_base.layout.size(), 2u);
 }
 
+// A client that holds a published version exactly (it downloaded it in float32 for an evaluation
+// task, or kept it on disk) names that version's hash: the server takes the change from its
+// checkpoint instead of sending the whole model.
+TEST_F(DownloadCodecTest, AClientHoldingAPublishedVersionGetsTheChangeFromItsCheckpoint) {
+  FinishRound(task_new_, task_old_, {0.001f, 0.002f, -0.003f, 0.0f, 0.5f, 0.25f});
+  const ModelState v1 = engine_->model();
+  ASSERT_EQ(v1.version(), 1u);
+  FinishRound(transport_->Poll("new", 1000)->task, transport_->Poll("old", 1000)->task,
+              {0.01f, -0.02f, 0.0f, 0.03f, -0.5f, 0.125f});
+  const ModelState& v2 = engine_->model();
+  ASSERT_EQ(v2.version(), 2u);
+  CodedDownload info;
+  const ModelState rebuilt = Rebuild(2, v1.ContentSha256(), &v1, &info);
+  EXPECT_EQ(info.base_sha256, v1.ContentSha256());
+  EXPECT_TRUE(info.layout.empty());
+  EXPECT_EQ(rebuilt.ContentSha256(), info.model_sha256);
+  ModelState change = v2;
+  change.Subtract(v1);
+  const std::vector<float> bound = Int8Bounds(change.data());
+  const std::vector<float> whole = Int8Bounds(v2.data());
+  for (size_t i = 0; i < bound.size(); ++i) {
+    EXPECT_NEAR(rebuilt.data()[i], v2.data()[i], bound[i]) << i;
+    EXPECT_LT(bound[i], whole[i]) << i;  // the change's steps are finer than the whole model's
+  }
+}
+
 TEST_F(DownloadCodecTest, ADownloadInAnotherCodecIsRefusedAndFloat32StaysOpen) {
   std::string bytes;
   uint64_t total = 0;
