@@ -1,11 +1,11 @@
 // CodedDownloads: the model versions a server sends in a download codec (`--download-codec`).
 // A client holding a model this object had it rebuild (one of the last `kept_models`), or one the
 // caller added as held (AddHeld), gets the change from that model; any other client gets the
-// whole model. The sender decodes its own
-// bytes to learn what the client rebuilds, so the next change is taken from exactly that model
-// and the codec's error does not pile up from version to version. Encodings are kept by
-// (version, the base the client named): in a synchronous round every client asks for the same
-// one, which is then encoded once. Used by the gRPC server and by the simulator alike.
+// whole model. The sender decodes its own bytes to learn what the client rebuilds, so the next
+// change is taken from exactly that model and the codec's error does not pile up from version to
+// version. Encodings are kept by (version, the base the client named): in a synchronous round
+// every client asks for the same one, which is then encoded once. Used by the gRPC server and by
+// the simulator alike.
 //
 // Thread-compatible: the caller serializes calls. What For returns stays valid (shared).
 #pragma once
