@@ -44,6 +44,10 @@ class Aggregator {
   // with fewer, instead of failing at the first one.
   virtual size_t min_updates() const { return 1; }
 
+  // Whether Fold takes updates that carry coded values (Update::coded, empty delta): the
+  // averaging family folds them from their codes. Others must be given float32 deltas.
+  virtual bool folds_coded() const { return false; }
+
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;
 

@@ -1,5 +1,6 @@
 #include "aggregators/averaging.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -37,9 +38,12 @@ class Averaging final : public Aggregator {
   // The factor joins the update's weight in the running sum: no pass over the update to scale it.
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, value_scale); }
 
+  bool folds_coded() const override { return true; }
+
   Status FoldAll(std::span<const Update* const> updates) override {
-    // Clipping needs each update's norm before its contribution: fold one by one then.
-    if (o_.clip_norm > 0) return Aggregator::FoldAll(updates);
+    // Clipping needs each update's norm before its contribution, and coded updates fold from
+    // their codes: fold one by one then.
+    if (o_.clip_norm > 0 || AnyCoded(updates)) return Aggregator::FoldAll(updates);
     if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
     std::vector<const float*> deltas;
     std::vector<double> weights, scales;
@@ -72,7 +76,7 @@ class Averaging final : public Aggregator {
   // refused update, a non-finite value) takes the three-call path, which reports it.
   Result<ModelState> Aggregate(const ModelState& base, std::span<const Update* const> updates) override {
     const std::optional<double> lr = step_->StatelessRate();
-    if (!lr || o_.clip_norm > 0 || updates.empty()) return Aggregator::Aggregate(base, updates);
+    if (!lr || o_.clip_norm > 0 || updates.empty() || AnyCoded(updates)) return Aggregator::Aggregate(base, updates);
     std::vector<const float*> deltas;
     std::vector<double> w;
     double total_weight = 0.0, steps_weighted = 0.0;
@@ -114,7 +118,7 @@ class Averaging final : public Aggregator {
   // Folds value_scale x u.delta.
   Status FoldTimes(const Update& u, double value_scale) {
     if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
-    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str()));
+    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str(), /*takes_coded=*/true));
     if (o_.normalize_by_steps && u.local_steps <= 0) {
       return InvalidArgumentError(o_.name + ": update from client " + u.client_id +
                                   " reports no local steps; FedNova needs the step count");
@@ -123,12 +127,22 @@ class Averaging final : public Aggregator {
     double scale = value_scale;
     if (o_.normalize_by_steps) scale /= static_cast<double>(u.local_steps);
     if (o_.clip_norm > 0) {
-      const double norm = value_scale * std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
+      const double norm =
+          value_scale *
+          std::sqrt(u.coded ? u.coded->SquaredNorm() : simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
       if (norm > o_.clip_norm) scale *= o_.clip_norm / norm;
     }
-    mean_.Fold(u.delta.data(), w, scale);
+    if (u.coded) {
+      mean_.FoldCoded(*u.coded, w, scale);
+    } else {
+      mean_.Fold(u.delta.data(), w, scale);
+    }
     steps_weighted_ += w * static_cast<double>(u.local_steps);
     return Status::Ok();
+  }
+
+  static bool AnyCoded(std::span<const Update* const> updates) {
+    return std::any_of(updates.begin(), updates.end(), [](const Update* u) { return u->coded != nullptr; });
   }
 
   // An update's weight (examples, or 1) and scale (1 / local steps for FedNova, else 1) when the

@@ -31,6 +31,8 @@ class FedBuffBuffer {
   // when the buffer is full. A refused update (see Aggregator::Fold) leaves the buffer unchanged.
   Result<bool> Add(Update update, uint64_t staleness);
   size_t size() const { return merge_->num_folded(); }
+  // Whether Add takes updates with coded values (the merge strategy folds them).
+  bool folds_coded() const { return merge_->folds_coded(); }
   // The new model; FailedPrecondition when the buffer is empty. Call Begin() before the next Add.
   Result<ModelState> Flush();
 

@@ -65,6 +65,15 @@ void StreamingMean::Fold(std::span<const float> delta, double weight, double sca
   ++count_;
 }
 
+void StreamingMean::FoldCoded(const CodedDelta& delta, double weight, double scale) {
+  const double w = weight * scale;
+  double* s = sum_.data();
+  const bool first = count_ == 0;
+  ForRanges(pool_, sum_.size(), [=, &delta](size_t begin, size_t end) { delta.AddScaledTo(s, begin, end, w, first); });
+  total_weight_ += weight;
+  ++count_;
+}
+
 size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
                                 std::span<const double> scales) {
   const size_t n = deltas.size();

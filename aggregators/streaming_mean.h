@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/coded_delta.h"
 #include "core/thread_pool.h"
 
 namespace plexus {
@@ -20,6 +21,8 @@ class StreamingMean {
   void Reset(size_t num_params);
   // sum += weight * scale * delta. REQUIRES: delta.size() == num_params, weight > 0.
   void Fold(std::span<const float> delta, double weight, double scale = 1.0);
+  // The same from a delta's codes: sum += weight * scale * value. REQUIRES as Fold.
+  void FoldCoded(const CodedDelta& delta, double weight, double scale = 1.0);
   // Folds a batch in one pass over the inputs: L2-sized blocks of the running sum take every
   // input's contribution (four inputs per pass over the block) before moving on, into a second
   // buffer that replaces the sum only when all inputs were finite. Returns the index of the first input holding a

@@ -8,10 +8,20 @@
 
 namespace plexus {
 
-Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy) {
+Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy,
+                   bool takes_coded) {
   const std::string who = std::string(strategy) + ": update from client " + update.client_id;
-  PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base).WithContext(who));
-  PLEXUS_RETURN_IF_ERROR(update.delta.CheckFinite().WithContext(who));
+  if (update.coded && !takes_coded) {
+    return InvalidArgumentError(who + " carries coded values; this strategy folds float32 deltas only");
+  }
+  if (update.coded && update.coded->num_values() != base.num_params()) {
+    return InvalidArgumentError(who + " holds " + std::to_string(update.coded->num_values()) +
+                                " coded values, the model has " + std::to_string(base.num_params()));
+  }
+  if (!update.coded) {
+    PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base).WithContext(who));
+    PLEXUS_RETURN_IF_ERROR(update.delta.CheckFinite().WithContext(who));
+  }
   if (needs_examples && update.num_examples <= 0) {
     return InvalidArgumentError(who + " reports " + std::to_string(update.num_examples) +
                                 " examples; a positive count is needed");

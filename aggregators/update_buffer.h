@@ -47,8 +47,11 @@ class UpdateBuffer {
   bool sorted_ = true;
 };
 
-// Validation shared by every aggregator's Fold.
-Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy);
+// Validation shared by every aggregator's Fold. An update with coded values (which its codec
+// checked finite when it read them) must have the base's size, and is refused unless
+// `takes_coded` (the strategy folds codes: the averaging family).
+Status CheckUpdate(const Update& update, const ModelState& base, bool needs_examples, const char* strategy,
+                   bool takes_coded = false);
 
 // base + scale x delta (in double, rounded once), version base.version() + 1; on `pool` when given.
 ModelState ApplyDelta(const ModelState& base, std::span<const double> delta, double scale, ThreadPool* pool);

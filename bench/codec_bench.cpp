@@ -4,10 +4,14 @@
 // triad, in the same run. Bytes counted: the float32 bytes of the delta (read by Encode, written
 // by Decode), so that "GB/s of model" compares across codecs; bench/run_codec_bench.sh prints the
 // table.
+// The server's side of an upload into FedAvg on two threads: a float32 delta folded into the
+// running sum, a coded one decoded then folded (what the server did before it kept codes), and a
+// coded one read (checked) and folded straight from its codes, per codec with a coded form.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
+#include "aggregators/registry.h"
 #include "compression/codec.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -77,6 +81,61 @@ void BM_Decode(benchmark::State& state, const char* spec, ThreadPool* pool) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * d.num_bytes()));
 }
+
+// FedAvg over a model of the delta's size; the first fold stores, the rest add (as a round's do).
+std::unique_ptr<Aggregator> BegunFedAvg() {
+  auto fedavg = *MakeAggregator("fedavg", &TwoThreads());
+  (void)fedavg->Begin(ModelState::ZerosLike(Delta()));
+  return fedavg;
+}
+
+Update Weighted(ModelState delta) {
+  Update u;
+  u.client_id = "c";
+  u.num_examples = 10;
+  u.delta = std::move(delta);
+  return u;
+}
+
+void BM_FoldFloat32(benchmark::State& state) {
+  auto fedavg = BegunFedAvg();
+  const Update u = Weighted(Delta());
+  for (auto _ : state) benchmark::DoNotOptimize(fedavg->Fold(u).ok());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * Delta().num_bytes()));
+}
+BENCHMARK(BM_FoldFloat32)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+
+void BM_DecodeThenFold(benchmark::State& state, const char* spec) {
+  auto codec = *MakeCodec(spec, &TwoThreads());
+  auto fedavg = BegunFedAvg();
+  const std::string bytes = codec->Encode(Delta(), nullptr, 1);
+  for (auto _ : state) {
+    const Update u = Weighted(*codec->Decode(bytes, Delta()));
+    benchmark::DoNotOptimize(fedavg->Fold(u).ok());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * Delta().num_bytes()));
+}
+
+void BM_FoldFromCodes(benchmark::State& state, const char* spec) {
+  auto codec = *MakeCodec(spec, &TwoThreads());
+  auto fedavg = BegunFedAvg();
+  const std::string bytes = codec->Encode(Delta(), nullptr, 1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::string received = bytes;  // the door hands its received bytes over; not timed
+    state.ResumeTiming();
+    Update u = Weighted(ModelState());
+    u.coded = *codec->Read(std::move(received), Delta());
+    benchmark::DoNotOptimize(fedavg->Fold(u).ok());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * Delta().num_bytes()));
+}
+
+#define PLEXUS_FOLD_BENCH(name, spec)                                                                             \
+  BENCHMARK_CAPTURE(BM_DecodeThenFold, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \
+  BENCHMARK_CAPTURE(BM_FoldFromCodes, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
+PLEXUS_FOLD_BENCH(int8, "int8")
+PLEXUS_FOLD_BENCH(topk_1pct, "topk:ratio=0.01")
 
 #define PLEXUS_CODEC_BENCH(name, spec)                                                                             \
   BENCHMARK_CAPTURE(BM_Encode, name, spec, nullptr)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \

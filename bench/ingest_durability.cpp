@@ -8,9 +8,12 @@
 //   unlogged: the same store with LogUpdate skipped (a store wrapper): the engine as it was
 //             before acknowledgements became durable, the baseline.
 // Each update is a fresh copy of one prepared delta, as the server has a freshly decoded update
-// per upload. No gRPC, no decoding: the cost isolated is the log's. Prints one markdown row per
-// variant and the ratio logged / unlogged.
-// usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]
+// per upload. No gRPC, no decoding: the cost isolated is the log's. With `--codec SPEC` (a codec
+// with a coded form: int8, top-k) a third variant logs the updates as the server now keeps such
+// uploads into FedAvg: each a fresh copy of the encoded bytes, read (checked) into a coded delta,
+// logged as those bytes and folded from them. Prints one markdown row per variant (update bytes
+// counted as float32 model bytes throughout) and the ratio to unlogged.
+// usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--codec SPEC]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "compression/codec.h"
 #include "core/clock.h"
 #include "core/memory_tuning.h"
 #include "server/coordinator/async_engine.h"
@@ -45,11 +49,13 @@ struct Args {
   int64_t params = 1000000;
   int64_t updates = 300;
   int64_t buffer = 10;
+  std::string codec;  // empty: float32 updates only
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
-               "ingest_durability: %s\nusage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]\n",
+               "ingest_durability: %s\nusage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] "
+               "[--codec SPEC]\n",
                why);
   std::exit(2);
 }
@@ -61,7 +67,7 @@ Args Parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::printf(
           "ingest_durability: async ingest (AsyncEngine + SqliteStore) with and without the update log\n"
-          "usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K]\n");
+          "usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--codec SPEC]\n");
       std::exit(0);
     }
     if (i + 1 >= argc) Usage(("missing value for " + flag).c_str());
@@ -74,6 +80,8 @@ Args Parse(int argc, char** argv) {
       a.updates = std::atoll(v);
     } else if (flag == "--buffer") {
       a.buffer = std::atoll(v);
+    } else if (flag == "--codec") {
+      a.codec = v;
     } else {
       Usage(("unknown flag " + flag).c_str());
     }
@@ -83,8 +91,9 @@ Args Parse(int argc, char** argv) {
   return a;
 }
 
-// Seconds to submit every update through a fresh engine on `store`.
-Result<double> Ingest(const Args& a, Store* store) {
+// Seconds to submit every update through a fresh engine on `store`; with `codec`, every update
+// arrives coded.
+Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   ModelState initial = *ModelState::Create({{"w", {a.params}}});
   AsyncOptions o;
   o.buffer_size = a.buffer;
@@ -99,6 +108,7 @@ Result<double> Ingest(const Args& a, Store* store) {
   }
   ModelState delta = ModelState::ZerosLike(initial);
   for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = 1e-3f * static_cast<float>(i % 11);
+  const std::string encoded = codec ? codec->Encode(delta, nullptr, 1) : std::string();
   const auto start = std::chrono::steady_clock::now();
   int64_t submitted = 0;
   while (submitted < o.rounds * a.buffer) {
@@ -113,7 +123,11 @@ Result<double> Ingest(const Args& a, Store* store) {
       u.num_examples = 10;
       u.local_steps = 1;
       u.metrics["train_loss"] = 0.5;
-      u.delta = delta;  // a fresh update, as a decoded upload is
+      if (codec) {  // a fresh copy of the received bytes, checked and kept coded as the door does
+        PLEXUS_ASSIGN_OR_RETURN(u.coded, codec->Read(encoded, delta));
+      } else {
+        u.delta = delta;  // a fresh update, as a decoded upload is
+      }
       PLEXUS_RETURN_IF_ERROR(engine->Submit(std::move(u)));
     }
   }
@@ -129,9 +143,21 @@ int Main(int argc, char** argv) {
   std::filesystem::create_directories(a.dir);
   const double update_bytes = 4.0 * static_cast<double>(a.params);
   const int64_t updates = a.updates / a.buffer * a.buffer;
-  double seconds[2] = {0, 0};
-  const char* names[2] = {"logged (durable acknowledgements)", "unlogged (baseline)"};
-  for (int variant = 0; variant < 2; ++variant) {
+  std::unique_ptr<Codec> codec;
+  if (!a.codec.empty()) {
+    Result<std::unique_ptr<Codec>> made = MakeCodec(a.codec);
+    if (!made.ok() || !(*made)->has_coded_form()) {
+      std::fprintf(stderr, "ingest_durability: --codec %s: %s\n", a.codec.c_str(),
+                   made.ok() ? "has no coded form (int8 and topk have)" : made.status().ToString().c_str());
+      return 1;
+    }
+    codec = std::move(made).value();
+  }
+  const int variants = codec ? 3 : 2;
+  double seconds[3] = {0, 0, 0};
+  const std::string coded_name = "logged, " + a.codec + " kept coded";
+  const char* names[3] = {"logged (durable acknowledgements)", "unlogged (baseline)", coded_name.c_str()};
+  for (int variant = 0; variant < variants; ++variant) {
     const std::string path = a.dir + "/ingest-" + std::to_string(variant) + ".db";
     std::filesystem::remove_all(path);
     std::filesystem::remove_all(path + ".checkpoints");
@@ -143,7 +169,8 @@ int Main(int argc, char** argv) {
     }
     (*sqlite)->SetCheckpointRetention(2, 0);  // as a long-running server keeps a few
     UnloggedStore unlogged(sqlite->get());
-    Result<double> s = Ingest(a, variant == 0 ? static_cast<Store*>(sqlite->get()) : &unlogged);
+    Result<double> s =
+        Ingest(a, variant == 1 ? &unlogged : static_cast<Store*>(sqlite->get()), variant == 2 ? codec.get() : nullptr);
     if (!s.ok()) {
       std::fprintf(stderr, "ingest_durability: %s: %s\n", names[variant], s.status().ToString().c_str());
       return 1;
@@ -152,7 +179,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("| variant | updates | update size | updates/s | update bytes/s | vs unlogged |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < variants; ++variant) {
     const double rate = static_cast<double>(updates) / seconds[variant];
     std::printf("| %s | %lld | %.1f MB | %.0f | %.2f GB/s | %.2f |\n", names[variant], static_cast<long long>(updates),
                 update_bytes / 1e6, rate, rate * update_bytes / 1e9, seconds[1] / seconds[variant]);

@@ -4,7 +4,8 @@
 # tmpfs (/dev/shm, where a sync costs nothing: what remains is the CPU of writing the log).
 # Each run drives the real AsyncEngine over a real SqliteStore with 4 MB updates from 10 clients
 # (300 updates), with the update log as the server runs it and with the log skipped (the
-# baseline, in the same run), and prints a markdown table with the ratio. About a minute.
+# baseline, in the same run), and with int8 uploads logged as their codes (as the server keeps
+# them into FedAvg), and prints a markdown table with the ratios. About a minute.
 # usage: bench/run_ingest_durability.sh
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -18,10 +19,10 @@ if [ -d /dev/shm ]; then shm=$(mktemp -d -p /dev/shm); fi
 trap 'rm -rf "$disk" ${shm:+"$shm"}' EXIT
 echo "Database on disk ($(df --output=source "$disk" | tail -1)):"
 echo
-build/bench/ingest_durability --dir "$disk" --params 1000000 --updates 300 --buffer 10
+build/bench/ingest_durability --dir "$disk" --params 1000000 --updates 300 --buffer 10 --codec int8
 if [ -n "$shm" ]; then
   echo
   echo "Database on tmpfs (/dev/shm):"
   echo
-  build/bench/ingest_durability --dir "$shm" --params 1000000 --updates 300 --buffer 10
+  build/bench/ingest_durability --dir "$shm" --params 1000000 --updates 300 --buffer 10 --codec int8
 fi

@@ -59,7 +59,7 @@ std::string& Header(std::string* out, uint8_t id, uint64_t n) {
 Status CodecError(const std::string& what) { return InvalidArgumentError("compressed update: " + what); }
 
 // Checks the header against the codec and the layout; the payload follows it.
-Status CheckHeader(std::string_view bytes, uint8_t id, const ModelState& layout) {
+Status CheckHeader(std::string_view bytes, uint8_t id, size_t n) {
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 4) != 0) {
     return CodecError("not a plexus compressed payload");
   }
@@ -67,9 +67,9 @@ Status CheckHeader(std::string_view bytes, uint8_t id, const ModelState& layout)
     return CodecError("encoded with codec " + std::to_string(static_cast<uint8_t>(bytes[4])) + ", expected " +
                       std::to_string(id));
   }
-  if (Get<uint64_t>(bytes, 5) != layout.num_params()) {
+  if (Get<uint64_t>(bytes, 5) != n) {
     return CodecError("holds " + std::to_string(Get<uint64_t>(bytes, 5)) + " values, the model has " +
-                      std::to_string(layout.num_params()));
+                      std::to_string(n));
   }
   return Status::Ok();
 }
@@ -253,7 +253,7 @@ class F32Codec final : public Codec {
               [&](size_t begin, size_t end) { std::memcpy(to + 4 * begin, from + 4 * begin, 4 * (end - begin)); });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 0, layout));
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 0, layout.num_params()));
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, layout.num_bytes()));
     ModelState out = ModelState::UninitializedLike(layout);
     const char* from = b.data() + kHeaderBytes;
@@ -282,7 +282,7 @@ class Half final : public Codec {
               [&](size_t begin, size_t end) { To(v + begin, end - begin, to + 2 * begin); });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, kId, layout));
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, kId, layout.num_params()));
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 2 * layout.num_params()));
     ModelState out = ModelState::UninitializedLike(layout);
     const char* from = b.data() + kHeaderBytes;
@@ -299,6 +299,153 @@ class Half final : public Codec {
  private:
   const char* name_;
   ThreadPool* const pool_;
+};
+
+// int8's bytes for `n` values checked (header, chunk size, length, every chunk's scale); returns
+// the chunk size. A scale up to FLT_MAX / 127 (what the encoder can give) keeps every value
+// finite, so the values need no check of their own.
+Result<uint32_t> CheckInt8(std::string_view b, size_t n) {
+  PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 3, n));
+  if (b.size() < kHeaderBytes + 4) return CodecError("int8 payload without its chunk size");
+  const uint32_t chunk = Get<uint32_t>(b, kHeaderBytes);
+  if (chunk == 0) return CodecError("int8 chunk size 0");
+  const size_t chunks = (n + chunk - 1) / chunk;
+  PLEXUS_RETURN_IF_ERROR(CheckLength(b, 4 + 4 * chunks + n));
+  for (size_t k = 0; k < chunks; ++k) {
+    const float scale = Get<float>(b, kHeaderBytes + 4 + k * (4 + size_t{chunk}));
+    if (!FiniteScale(scale) || scale > std::numeric_limits<float>::max() / 127) {
+      return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(k * chunk));
+    }
+  }
+  return chunk;
+}
+
+// s[i] (+)= w x (scale x q[i]): the value as FromInt8 decodes it (a float), widened.
+PLEXUS_VALUE_LOOP void AddInt8(double* s, const int8_t* q, size_t n, float scale, double w, bool first) {
+  if (first) {
+    for (size_t i = 0; i < n; ++i) s[i] = w * static_cast<double>(scale * static_cast<float>(q[i]));
+  } else {
+    for (size_t i = 0; i < n; ++i) s[i] += w * static_cast<double>(scale * static_cast<float>(q[i]));
+  }
+}
+
+// An int8 delta read from checked bytes: chunk k is its scale (4 bytes), then its values.
+class CodedInt8 final : public CodedDelta {
+ public:
+  CodedInt8(std::string codec, std::string bytes, size_t n, uint32_t chunk)
+      : codec_(std::move(codec)), bytes_(std::move(bytes)), n_(n), chunk_(chunk) {}
+  const std::string& codec() const override { return codec_; }
+  const std::string& bytes() const override { return bytes_; }
+  size_t num_values() const override { return n_; }
+  void AddScaledTo(double* sum, size_t begin, size_t end, double w, bool first) const override {
+    for (size_t k = begin / chunk_; k * size_t{chunk_} < end; ++k) {
+      const size_t start = k * size_t{chunk_}, lo = std::max(begin, start), hi = std::min(end, start + chunk_);
+      AddInt8(sum + lo, Values(k) + (lo - start), hi - lo, Scale(k), w, first);
+    }
+  }
+  double SquaredNorm() const override {
+    double total = 0.0;
+    for (size_t k = 0; k * size_t{chunk_} < n_; ++k) {
+      const size_t len = std::min<size_t>(chunk_, n_ - k * size_t{chunk_});
+      const int8_t* q = Values(k);
+      int64_t steps = 0;  // exact: at most 2^30 x 127^2
+      for (size_t i = 0; i < len; ++i) steps += int64_t{q[i]} * q[i];
+      const double scale = Scale(k);
+      total += scale * scale * static_cast<double>(steps);
+    }
+    return total;
+  }
+  ModelState Materialize(const ModelState& layout) const override {
+    ModelState out = ModelState::UninitializedLike(layout);
+    float* v = out.data().data();
+    for (size_t k = 0; k * size_t{chunk_} < n_; ++k) {
+      const size_t start = k * size_t{chunk_};
+      FromInt8(Values(k), std::min<size_t>(chunk_, n_ - start), Scale(k), v + start);
+    }
+    out.MarkCheckedFinite();
+    return out;
+  }
+
+ private:
+  const char* Chunk(size_t k) const { return bytes_.data() + kHeaderBytes + 4 + k * (4 + size_t{chunk_}); }
+  float Scale(size_t k) const {
+    float scale;
+    std::memcpy(&scale, Chunk(k), 4);
+    return scale;
+  }
+  const int8_t* Values(size_t k) const { return reinterpret_cast<const int8_t*>(Chunk(k) + 4); }
+
+  const std::string codec_, bytes_;
+  const size_t n_;
+  const uint32_t chunk_;
+};
+
+// top-k's bytes for `n` values checked: header, count, length, every index in range and above
+// the one before it, every value finite.
+Status CheckTopK(std::string_view b, size_t n) {
+  PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 4, n));
+  if (b.size() < kHeaderBytes + 8) return CodecError("top-k payload without its count");
+  const uint64_t k = Get<uint64_t>(b, kHeaderBytes);
+  if (k > n) return CodecError("top-k count " + std::to_string(k) + " exceeds the " + std::to_string(n) + " values");
+  PLEXUS_RETURN_IF_ERROR(CheckLength(b, 8 + 8 * k));
+  size_t at = kHeaderBytes + 8;
+  int64_t previous = -1;
+  for (uint64_t j = 0; j < k; ++j, at += 8) {
+    const uint32_t i = Get<uint32_t>(b, at);
+    if (i >= n || static_cast<int64_t>(i) <= previous) {
+      return CodecError("top-k index " + std::to_string(i) + " out of range or out of order");
+    }
+    previous = i;
+    if (!std::isfinite(Get<float>(b, at + 4))) {
+      return CodecError("top-k value at index " + std::to_string(i) + " is not finite");
+    }
+  }
+  return Status::Ok();
+}
+
+// v[i] = value for every (i, value) pair of checked top-k bytes.
+void ScatterTopK(std::string_view b, float* v) {
+  const uint64_t k = Get<uint64_t>(b, kHeaderBytes);
+  for (size_t at = kHeaderBytes + 8, end = at + 8 * k; at < end; at += 8) v[Get<uint32_t>(b, at)] = Get<float>(b, at + 4);
+}
+
+// A top-k delta read from checked bytes: (index, value) pairs in index order, zero elsewhere.
+class CodedTopK final : public CodedDelta {
+ public:
+  CodedTopK(std::string codec, std::string bytes, size_t n)
+      : codec_(std::move(codec)), bytes_(std::move(bytes)), n_(n), k_(Get<uint64_t>(bytes_, kHeaderBytes)) {}
+  const std::string& codec() const override { return codec_; }
+  const std::string& bytes() const override { return bytes_; }
+  size_t num_values() const override { return n_; }
+  void AddScaledTo(double* sum, size_t begin, size_t end, double w, bool first) const override {
+    if (first) std::fill(sum + begin, sum + end, 0.0);
+    // The first pair at or after `begin`: indices ascend.
+    size_t lo = 0, hi = k_;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (Index(mid) < begin) lo = mid + 1; else hi = mid;
+    }
+    for (size_t j = lo; j < k_ && Index(j) < end; ++j) sum[Index(j)] += w * static_cast<double>(Value(j));
+  }
+  double SquaredNorm() const override {
+    double total = 0.0;
+    for (size_t j = 0; j < k_; ++j) total += static_cast<double>(Value(j)) * static_cast<double>(Value(j));
+    return total;
+  }
+  ModelState Materialize(const ModelState& layout) const override {
+    ModelState out = ModelState::ZerosLike(layout);
+    ScatterTopK(bytes_, out.data().data());
+    out.MarkCheckedFinite();
+    return out;
+  }
+
+ private:
+  size_t Index(size_t j) const { return Get<uint32_t>(bytes_, kHeaderBytes + 8 + 8 * j); }
+  float Value(size_t j) const { return Get<float>(bytes_, kHeaderBytes + 12 + 8 * j); }
+
+  const std::string codec_, bytes_;
+  const size_t n_;
+  const uint64_t k_;
 };
 
 class Int8Codec final : public Codec {
@@ -320,21 +467,9 @@ class Int8Codec final : public Codec {
     });
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 3, layout));
-    if (b.size() < kHeaderBytes + 4) return CodecError("int8 payload without its chunk size");
-    const uint32_t chunk = Get<uint32_t>(b, kHeaderBytes);
-    if (chunk == 0) return CodecError("int8 chunk size 0");
+    PLEXUS_ASSIGN_OR_RETURN(const uint32_t chunk, CheckInt8(b, layout.num_params()));
     const size_t n = layout.num_params(), chunks = (n + chunk - 1) / chunk;
-    PLEXUS_RETURN_IF_ERROR(CheckLength(b, 4 + 4 * chunks + n));
     const char* const first = b.data() + kHeaderBytes + 4;  // chunk k: its scale, then its values
-    for (size_t k = 0; k < chunks; ++k) {  // every scale checked before a value is written
-      const float scale = Get<float>(b, kHeaderBytes + 4 + k * (4 + size_t{chunk}));
-      // A scale up to FLT_MAX / 127 (what the encoder can give) keeps every value finite, so the
-      // values need no check of their own.
-      if (!FiniteScale(scale) || scale > std::numeric_limits<float>::max() / 127) {
-        return CodecError("int8 scale " + std::to_string(scale) + " of chunk at " + std::to_string(k * chunk));
-      }
-    }
     ModelState out = ModelState::UninitializedLike(layout);
     float* v = out.data().data();
     ForRanges(pool_, chunks, std::max<size_t>(1, kMinParallelValues / chunk), [&](size_t k_begin, size_t k_end) {
@@ -353,6 +488,12 @@ class Int8Codec final : public Codec {
   }
   std::string Describe() const override { return "int8(chunk=" + std::to_string(chunk_) + ")"; }
   bool keeps_every_value() const override { return true; }
+  bool has_coded_form() const override { return true; }
+  Result<std::shared_ptr<const CodedDelta>> Read(std::string b, const ModelState& layout) const override {
+    PLEXUS_ASSIGN_OR_RETURN(const uint32_t chunk, CheckInt8(b, layout.num_params()));
+    return std::shared_ptr<const CodedDelta>(
+        std::make_shared<CodedInt8>(spec(), std::move(b), layout.num_params(), chunk));
+  }
 
  private:
   const uint32_t chunk_;
@@ -393,24 +534,16 @@ class TopKCodec final : public Codec {
     }
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 4, layout));
-    if (b.size() < kHeaderBytes + 8) return CodecError("top-k payload without its count");
-    const uint64_t k = Get<uint64_t>(b, kHeaderBytes), n = layout.num_params();
-    if (k > n) return CodecError("top-k count " + std::to_string(k) + " exceeds the " + std::to_string(n) + " values");
-    PLEXUS_RETURN_IF_ERROR(CheckLength(b, 8 + 8 * k));
+    PLEXUS_RETURN_IF_ERROR(CheckTopK(b, layout.num_params()));
     ModelState out = ModelState::ZerosLike(layout);
-    std::span<float> v = out.data();
-    size_t at = kHeaderBytes + 8;
-    int64_t previous = -1;
-    for (uint64_t j = 0; j < k; ++j, at += 8) {
-      const uint32_t i = Get<uint32_t>(b, at);
-      if (i >= n || static_cast<int64_t>(i) <= previous) {
-        return CodecError("top-k index " + std::to_string(i) + " out of range or out of order");
-      }
-      previous = i;
-      v[i] = Get<float>(b, at + 4);
-    }
-    return Finished(std::move(out));
+    ScatterTopK(b, out.data().data());
+    out.MarkCheckedFinite();
+    return out;
+  }
+  bool has_coded_form() const override { return true; }
+  Result<std::shared_ptr<const CodedDelta>> Read(std::string b, const ModelState& layout) const override {
+    PLEXUS_RETURN_IF_ERROR(CheckTopK(b, layout.num_params()));
+    return std::shared_ptr<const CodedDelta>(std::make_shared<CodedTopK>(spec(), std::move(b), layout.num_params()));
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + 8 + 8 * K(l.num_params()); }
   std::string Describe() const override { return "topk(ratio=" + std::to_string(ratio_) + ")"; }
@@ -446,7 +579,7 @@ class TernGradCodec final : public Codec {
     out.append(reinterpret_cast<const char*>(codes.data()), codes.size());
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 5, layout));
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 5, layout.num_params()));
     const size_t tensors = layout.tensors().size(), n = layout.num_params();
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 4 * tensors + (n + 3) / 4));
     ModelState out = ModelState::UninitializedLike(layout);
@@ -496,7 +629,7 @@ class QsgdCodec final : public Codec {
     out += values;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
-    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 6, layout));
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 6, layout.num_params()));
     const size_t tensors = layout.tensors().size(), n = layout.num_params();
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 1 + 4 * tensors + n));
     const auto levels = static_cast<uint8_t>(b[kHeaderBytes]);
@@ -525,6 +658,18 @@ class QsgdCodec final : public Codec {
 };
 
 }  // namespace
+
+Result<std::shared_ptr<const CodedDelta>> Codec::Read(std::string, const ModelState&) const {
+  return FailedPreconditionError("codec " + Describe() + " has no coded form: decode its bytes");
+}
+
+CodedDeltaReader MakeCodedDeltaReader(ModelState layout) {
+  return [layout = std::move(layout)](const std::string& spec,
+                                      std::string bytes) -> Result<std::shared_ptr<const CodedDelta>> {
+    PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> codec, MakeCodec(spec));
+    return codec->Read(std::move(bytes), layout);
+  };
+}
 
 std::vector<std::string> CodecNames() { return {"f32", "fp16", "bf16", "int8", "topk", "terngrad", "qsgd"}; }
 
@@ -565,6 +710,7 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text, ThreadPool* pool
                                 "' (known: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R], terngrad, qsgd[:levels=L])");
   }
   if (Status s = spec.CheckAllUsed(); !s.ok()) return fail(s);
+  codec->spec_ = std::string(text);
   return codec;
 }
 

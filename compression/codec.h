@@ -14,6 +14,8 @@
 //                       levels (default 16) with its sign, unbiased (1 byte per value)
 // Layout: "PXC1", the codec's id byte, the number of values (u64), then the codec's payload; all
 // little-endian. A new codec is one class in codec.cpp and one line in MakeCodec.
+// int8 and top-k also read their bytes into a CodedDelta (core/coded_delta.h) that the averaging
+// family folds without a float32 copy, and that the server's store keeps as it came.
 // Codecs are immutable; thread-safe. The residual belongs to one sender.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/coded_delta.h"
 #include "core/model_state.h"
 #include "core/status.h"
 
@@ -56,12 +59,30 @@ class Codec {
   // bf16, int8), so that a whole model may travel in it: top-k drops values, TernGrad and QSGD
   // randomize them.
   virtual bool keeps_every_value() const { return false; }
+
+  // Whether Read can keep this codec's bytes as a CodedDelta (int8, top-k: folding their codes
+  // saves the float32 copy; the other codecs decode).
+  virtual bool has_coded_form() const { return false; }
+  // The bytes, checked as Decode checks them, kept as a CodedDelta of `layout`'s size; its
+  // values are Decode's. InvalidArgument as Decode; FailedPrecondition without a coded form.
+  virtual Result<std::shared_ptr<const CodedDelta>> Read(std::string bytes, const ModelState& layout) const;
+
+  // The spec MakeCodec was given ("int8:chunk=1024").
+  const std::string& spec() const { return spec_; }
+
+ private:
+  friend Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool);
+  std::string spec_;
 };
 
 // InvalidArgument naming --codec for an unknown codec or a bad parameter. With `pool` (not
 // owned; must outlive the codec), f32, fp16, bf16 and int8 split large deltas across its threads
 // (calls from several threads then take turns on the pool); the bytes are the same either way.
 Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool = nullptr);
+
+// What the server gives its store to read persisted coded updates back: MakeCodec(codec)->Read
+// for deltas of `layout`'s size.
+CodedDeltaReader MakeCodedDeltaReader(ModelState layout);
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
 // when it joins.

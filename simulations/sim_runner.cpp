@@ -295,8 +295,13 @@ class FederationSim {
       ModelState* residual = nullptr;
       if (codec_->uses_residual()) residual = &residual_.try_emplace(i, ModelState::ZerosLike(u.delta)).first->second;
       const uint64_t seed = Rng::Derive(o_.seed ^ 0xc0deULL, i * 1000003ULL + tasks_of_[i]).NextU64();
-      const std::string bytes = codec_->Encode(u.delta, residual, seed);
-      PLEXUS_ASSIGN_OR_RETURN(u.delta, codec_->Decode(bytes, u.delta));
+      std::string bytes = codec_->Encode(u.delta, residual, seed);
+      if (codec_->has_coded_form() && engine_->folds_coded()) {  // as the server: folded from the codes
+        PLEXUS_ASSIGN_OR_RETURN(u.coded, codec_->Read(std::move(bytes), u.delta));
+        u.delta = ModelState();
+      } else {
+        PLEXUS_ASSIGN_OR_RETURN(u.delta, codec_->Decode(bytes, u.delta));
+      }
     }
     Status s = engine_->Submit(std::move(u));
     in_flight_.erase(it);

@@ -191,6 +191,9 @@ void RunServer(const ServerFlags& f) {
           f.model, same.message());
     }
   }
+  // Updates stored coded (int8, top-k into the averaging family) are read back in any codec they
+  // were stored in, whatever this run's --codec.
+  store->SetCodedDeltaReader(MakeCodedDeltaReader(ModelState::ZerosLike(initial)));
   std::unique_ptr<Engine> engine =
       Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
   if (engine->model().version() > 0) {

@@ -212,7 +212,7 @@ Status AsyncEngine::Submit(Update update) {
   }
   // Validated before it is logged, so that a bad update is refused to its sender and never logged.
   if (Status valid = CheckUpdate(update, published_->model(), policy_->needs_examples(),
-                                 policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff");
+                                 policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff", buffer_->folds_coded());
       !valid.ok()) {
     ++updates_refused_;
     end_task(false);
@@ -230,6 +230,8 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   MergedUpdate merged{update.client_id, update.task_id, staleness, group, policy_->SpeedOf(update.client_id)};
   UpdateTally counted;
   counted.Add(update);
+  // Logged coded by a server whose strategy folded codes; this one's may not.
+  if (!buffer_->folds_coded()) MaterializeCoded(update, model());
   Result<bool> added = buffer_->Add(std::move(update), staleness);
   logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
   if (!added.ok()) {

@@ -94,6 +94,7 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return description_; }
+  bool folds_coded() const override { return buffer_->folds_coded(); }
   uint64_t poll_epoch() const override { return poll_epoch_; }
   std::optional<PendingCommit> TakeCommit() override;
   // Internal when `commit` is not the next version; the run's error becomes the sticky error.

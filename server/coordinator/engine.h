@@ -70,6 +70,9 @@ class Engine {
   // uploads for their own tasks take its memory. NotFound for an unknown client or task,
   // PermissionDenied for another client's task, FailedPrecondition once finished. Changes nothing.
   virtual Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const = 0;
+  // Whether Submit takes updates that carry coded values (Update::coded): true when the merge
+  // strategy folds them (the averaging family). Otherwise the caller decodes them first.
+  virtual bool folds_coded() const { return false; }
   // Applies deadlines. Returns the sticky error, if any.
   virtual Status Tick() = 0;
 

@@ -81,8 +81,10 @@ Status SyncEngine::RestoreOpenRound() {
   r.wait_for = WaitFor(r.task_of_client);
   PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(published_->model()));
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
-  for (const Update& u : accepted) {
+  for (Update& u : accepted) {
     if (!r.task_of_client.count(u.client_id)) continue;
+    // Stored coded by a server whose strategy folded codes; this one's may not.
+    if (!aggregator_->folds_coded()) MaterializeCoded(u, published_->model());
     PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
     r.merged.push_back(MergedUpdate{u.client_id, u.task_id});
@@ -233,7 +235,8 @@ Status SyncEngine::Submit(Update update) {
     if (auto it = open_->handed_out_ms.find(update.client_id); it != open_->handed_out_ms.end()) {
       backups_->ObserveDuration(update.client_id, clock_->NowMs() - it->second);
     }
-    open_->update_sq_norms += simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
+    open_->update_sq_norms += update.coded ? update.coded->SquaredNorm()
+                                           : simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
   }
   open_->tally.Add(update);
   if (open_->submitted.size() >= open_->wait_for) return CloseRound();

@@ -94,6 +94,7 @@ class SyncEngine final : public Engine {
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return strategy_description_; }
+  bool folds_coded() const override { return aggregator_->folds_coded(); }
   uint64_t poll_epoch() const override { return poll_epoch_; }
 
  private:

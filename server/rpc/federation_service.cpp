@@ -244,8 +244,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
       return Refuse("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
     }
     const bool coded = header.encoding() == v1::ENCODING_DELTA_CODEC;
+    bool keep_coded = false;  // fold and store the codes, never a float32 copy (int8, top-k into FedAvg & co)
     if (coded) {
       std::lock_guard<std::mutex> lock(mu_);
+      keep_coded = upload_codec_->has_coded_form() && engine_->folds_coded();
       if (!TakesCodecLocked(header.client_id(), info_.upload_codec) || header.codec() != info_.upload_codec) {
         return RefuseLocked("upload", InvalidArgumentError("update of task " + header.task_id() + " in codec '" +
                                                            header.codec() + "', which its task did not name"));
@@ -259,10 +261,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const int64_t started_ms = clock_->NowMs();
     UploadPlaces::Place place(&places_, ctx, *who);
     if (!place.status().ok()) return Refuse("upload", place.status());
-    Result<ReceivedUpload> received = coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, &place)
-                                            : ReceiveUpload(chunks, header, &partial_, &place);
+    Result<ReceivedUpload> received =
+        coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, keep_coded, &place)
+              : ReceiveUpload(chunks, header, &partial_, &place);
     if (!received.ok()) return Refuse("upload", received.status());
     Update u = UpdateFromHeader(header, std::move(received->values));
+    u.coded = std::move(received->coded);
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
       // Weights become a delta against the task's base version (read from its checkpoint), not
       // against whatever the model is now: in async mode versions move on while a client trains.
@@ -278,7 +282,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
     // A NaN norm is left to the engine, which names the tensor and index.
     const bool bounded = limits_.max_update_norm > 0 || adaptive_bound_.enabled();
-    const double norm = bounded ? L2Norm(u.delta) : std::numeric_limits<double>::quiet_NaN();
+    const double norm = !bounded  ? std::numeric_limits<double>::quiet_NaN()
+                        : u.coded ? std::sqrt(u.coded->SquaredNorm())
+                                  : L2Norm(u.delta);
 
     std::unique_lock<std::mutex> lock(mu_);
     if (received->resumed) {

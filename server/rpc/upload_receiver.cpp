@@ -84,7 +84,7 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
 }
 
 Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::UpdateHeader& header, const Codec& codec,
-                                          const ModelState& layout, UploadPlaces::Place* place) {
+                                          const ModelState& layout, bool keep_coded, UploadPlaces::Place* place) {
   std::string bytes;
   bytes.reserve(header.total_bytes());
   PLEXUS_RETURN_IF_ERROR(ReadDataChunks(chunks, header, place, 0, [&](std::string_view piece) {
@@ -95,9 +95,16 @@ Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::Update
     return InvalidArgumentError("compressed update ended after " + std::to_string(bytes.size()) + " of " +
                                 std::to_string(header.total_bytes()) + " bytes (not kept: upload it again)");
   }
+  if (keep_coded) {
+    Result<std::shared_ptr<const CodedDelta>> read = codec.Read(std::move(bytes), layout);
+    if (!read.ok()) return read.status().WithContext("update for task " + header.task_id());
+    ReceivedUpload received;
+    received.coded = std::move(read).value();
+    return received;
+  }
   Result<ModelState> decoded = codec.Decode(bytes, layout);
   if (!decoded.ok()) return decoded.status().WithContext("update for task " + header.task_id());
-  return ReceivedUpload{std::move(decoded).value(), false, 0};
+  return ReceivedUpload{std::move(decoded).value(), false, 0, nullptr};
 }
 
 }  // namespace plexus

@@ -37,9 +37,10 @@ class UploadChunks {
 };
 
 struct ReceivedUpload {
-  ModelState values;          // the decoded payload (a delta, or weights: see the header's encoding)
-  bool resumed = false;       // it continued an interrupted upload
-  uint64_t resumed_from = 0;  // the byte it continued from (what was not sent again)
+  ModelState values;                        // the decoded payload (a delta, or weights: see the header's encoding)
+  bool resumed = false;                     // it continued an interrupted upload
+  uint64_t resumed_from = 0;                // the byte it continued from (what was not sent again)
+  std::shared_ptr<const CodedDelta> coded;  // instead of `values`: a compressed delta kept coded
 };
 
 // Reads the data chunks after `header` (already checked: identity, size, place) into the decoded
@@ -49,10 +50,10 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
                                      UploadPlaces::Place* place);
 
 // Reads a compressed update (ENCODING_DELTA_CODEC: `codec`'s bytes, at most the header's
-// total_bytes, which the caller bounded) and decodes it into a delta of `layout`'s tensors. The
-// bytes are held until decoded (a few times smaller than the model); an interrupted upload is
-// not kept.
+// total_bytes, which the caller bounded) and decodes it into a delta of `layout`'s tensors, or
+// with `keep_coded` (REQUIRES: codec.has_coded_form()) checks it and keeps it coded. The bytes
+// are held until decoded (a few times smaller than the model); an interrupted upload is not kept.
 Result<ReceivedUpload> ReceiveCodedUpload(UploadChunks& chunks, const v1::UpdateHeader& header, const Codec& codec,
-                                          const ModelState& layout, UploadPlaces::Place* place);
+                                          const ModelState& layout, bool keep_coded, UploadPlaces::Place* place);
 
 }  // namespace plexus

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "core/atomic_file.h"
@@ -48,13 +49,14 @@ CREATE TABLE IF NOT EXISTS open_round_tasks (client_id TEXT PRIMARY KEY, task_id
 CREATE TABLE IF NOT EXISTS accepted_updates (
   round INTEGER NOT NULL, attempt INTEGER NOT NULL, client_id TEXT NOT NULL, task_id TEXT NOT NULL,
   base_version INTEGER NOT NULL, num_examples INTEGER NOT NULL, local_steps INTEGER NOT NULL,
-  train_loss REAL, delta BLOB NOT NULL, file TEXT, PRIMARY KEY (round, attempt, client_id));
+  train_loss REAL, delta BLOB NOT NULL, file TEXT, codec TEXT, PRIMARY KEY (round, attempt, client_id));
 )sql";
 
-// Databases written before models moved to files lack the `file` column of `table`.
-Status AddFileColumn(sqlite3* db, const std::string& table) {
+// Databases written before models moved to files lack the `file` column of `table`, and those
+// written before updates were kept coded the `codec` column of accepted_updates.
+Status AddColumn(sqlite3* db, const std::string& table, const std::string& column) {
   auto has_column = [&]() -> Result<bool> {
-    const std::string sql = "SELECT COUNT(*) FROM pragma_table_info('" + table + "') WHERE name = 'file'";
+    const std::string sql = "SELECT COUNT(*) FROM pragma_table_info('" + table + "') WHERE name = '" + column + "'";
     Stmt st(db, sql.c_str());
     PLEXUS_RETURN_IF_ERROR(st.prepared("inspect " + table));
     const int rc = st.Step();
@@ -63,11 +65,20 @@ Status AddFileColumn(sqlite3* db, const std::string& table) {
   };
   PLEXUS_ASSIGN_OR_RETURN(bool present, has_column());
   if (present) return Status::Ok();
-  Status added = ExecSql(db, ("ALTER TABLE " + table + " ADD COLUMN file TEXT").c_str());
+  Status added = ExecSql(db, ("ALTER TABLE " + table + " ADD COLUMN " + column + " TEXT").c_str());
   if (added.ok()) return added;
   // Another process may have added it first.
   PLEXUS_ASSIGN_OR_RETURN(present, has_column());
   return present ? Status::Ok() : added;
+}
+
+// The whole file: a coded update's bytes.
+Result<std::string> ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot open '" + path + "'");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return UnavailableError("cannot read '" + path + "'");
+  return bytes;
 }
 
 // A file name as the store writes them: nothing that reaches outside its folder, whatever a
@@ -90,11 +101,12 @@ Status UniqueRow(Status s, int64_t round, int64_t attempt) {
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
 // A name no other accepted update has had (`tag` random): a replaced update's file must not be
-// overwritten before the row naming its successor commits.
-std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag) {
+// overwritten before the row naming its successor commits. A coded update's file holds its
+// codec's bytes (".codes").
+std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag, bool coded) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
-  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + ".safetensors";
+  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + (coded ? ".codes" : ".safetensors");
 }
 
 // Files of a folder that no row names and that are older than this are left over from a crash
@@ -146,8 +158,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
     return opened.status();
   }
   sqlite3* db = *opened;
-  for (const char* table : {"checkpoints", "accepted_updates"}) {
-    if (Status s = AddFileColumn(db, table); !s.ok()) {
+  for (auto [table, column] :
+       {std::pair{"checkpoints", "file"}, {"accepted_updates", "file"}, {"accepted_updates", "codec"}}) {
+    if (Status s = AddColumn(db, table, column); !s.ok()) {
       sqlite3_close(db);
       return s.WithContext("open database '" + path + "'");
     }
@@ -444,18 +457,20 @@ Status SqliteStore::LogUpdate(uint64_t seq, const Update& u) {
 
 Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& u, bool replace) {
   Stmt st(db_, replace ? "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)"
+                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)"
                        : "INSERT INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file) VALUES(?,?,?,?,?,?,?,?,?,?)");
+                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
   st.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
   const std::string what =
       round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
+  // A coded update is kept as it came (its codec's bytes, a quarter of float32's for int8).
+  if (u.coded) st.Bind(11, u.coded->codec());
   if (updates_dir_.empty()) {
-    const std::string delta = EncodeSafetensors(u.delta);
-    st.BindBlobNoCopy(9, delta);
+    const std::string delta = u.coded ? std::string() : EncodeSafetensors(u.delta);
+    st.BindBlobNoCopy(9, u.coded ? std::string_view(u.coded->bytes()) : std::string_view(delta));
     return UniqueRow(Run(db_, st, what), round, attempt);
   }
   // As with checkpoints: the file is durable before the row naming it commits. The update this
@@ -468,8 +483,10 @@ Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Upd
     if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
   }
   PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  const std::string name = AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_());
-  PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
+  const std::string name =
+      AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
+  PLEXUS_RETURN_IF_ERROR(u.coded ? WriteFileAtomically(updates_dir_ + "/" + name, {u.coded->bytes()})
+                                 : WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
   st.BindBlob(9, std::string()).Bind(10, name);
   if (Status s = Run(db_, st, what); !s.ok()) {
     RemoveUpdateFilesLocked({name});
@@ -477,6 +494,24 @@ Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Upd
   }
   RemoveUpdateFilesLocked(replaced);
   return Status::Ok();
+}
+
+void SqliteStore::SetCodedDeltaReader(CodedDeltaReader reader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  coded_reader_ = std::move(reader);
+}
+
+Result<std::shared_ptr<const CodedDelta>> SqliteStore::ReadCodedRowLocked(const std::string& codec, std::string bytes,
+                                                                          const std::string& file) {
+  if (!coded_reader_) {
+    return FailedPreconditionError("it is kept in codec '" + codec +
+                                   "', and this store was opened without a reader of coded updates");
+  }
+  if (!file.empty()) {
+    if (!IsPlainFileName(file)) return InvalidArgumentError("it names '" + file + "', not a file of its folder");
+    PLEXUS_ASSIGN_OR_RETURN(bytes, ReadFileBytes(updates_dir_ + "/" + file));
+  }
+  return coded_reader_(codec, std::move(bytes));
 }
 
 Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
@@ -497,7 +532,7 @@ Result<std::vector<LoggedUpdate>> SqliteStore::ListLoggedUpdates() {
 Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, int64_t attempt, const char* order) {
   const std::string sql =
       std::string(
-          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt "
+          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt, codec "
           "FROM accepted_updates WHERE round = ?") +
       (attempt >= 0 ? " AND attempt = ? " : " ") + order;
   Stmt st(db_, sql.c_str());
@@ -515,6 +550,16 @@ Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, i
     u.num_examples = st.Int(3);
     u.local_steps = st.Int(4);
     if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
+    row.seq = static_cast<uint64_t>(st.Int(8));
+    if (!st.IsNull(9)) {
+      Result<std::shared_ptr<const CodedDelta>> coded =
+          ReadCodedRowLocked(st.Text(9), st.Text(6), st.IsNull(7) ? std::string() : st.Text(7));
+      if (!coded.ok())
+        return DataLossError("accepted update of " + u.client_id + " is lost: " + coded.status().message());
+      u.coded = std::move(coded).value();
+      out.push_back(std::move(row));
+      continue;
+    }
     Result<ModelState> delta =
         st.IsNull(7) ? DecodeSafetensors(st.Text(6))
         : IsPlainFileName(st.Text(7))
@@ -523,7 +568,6 @@ Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, i
     if (!delta.ok())
       return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
     u.delta = std::move(delta).value();
-    row.seq = static_cast<uint64_t>(st.Int(8));
     out.push_back(std::move(row));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted updates");

@@ -9,7 +9,10 @@
 // the database because SQLite would copy a model-sized blob several times (into a record, its
 // pages, the WAL, then the database file); a file is written once, straight from the model. An
 // in-memory database (":memory:") keeps models inline, as databases written before the folders
-// existed do; both are read. Thread-safe (one connection behind a mutex).
+// existed do; both are read. An update that arrived coded (Update::coded: int8 or top-k into the
+// averaging family) is kept as its codec's bytes (a ".codes" file, or the row), with the codec's
+// spec in its row, and read back through the CodedDeltaReader the server sets.
+// Thread-safe (one connection behind a mutex).
 #pragma once
 
 #include <memory>
@@ -45,6 +48,9 @@ class SqliteStore final : public Store {
   // CheckpointVersions lists only the versions still held. keep_last 0 keeps everything (the
   // default). Databases without a checkpoint folder (":memory:") keep everything.
   void SetCheckpointRetention(int64_t keep_last, int64_t keep_every);
+  // How to read back updates that were stored coded (Update::coded, kept as their codec's
+  // bytes): without a reader, listing them fails with DataLoss naming the codec.
+  void SetCodedDeltaReader(CodedDeltaReader reader);
 
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
@@ -85,6 +91,9 @@ class SqliteStore final : public Store {
   void RemoveUpdateFilesLocked(const std::vector<std::string>& names);
   // Writes an accepted (sync) or logged (async) update: its file, synced, then its row.
   Status PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& update, bool replace);
+  // A coded row's delta from its bytes (inline, or in `file` when that is not empty).
+  Result<std::shared_ptr<const CodedDelta>> ReadCodedRowLocked(const std::string& codec, std::string bytes,
+                                                               const std::string& file);
   // Rows of `round` (and `attempt` when >= 0) in `order`, with their attempt as seq.
   Result<std::vector<LoggedUpdate>> UpdateRowsLocked(int64_t round, int64_t attempt, const char* order);
 
@@ -98,6 +107,7 @@ class SqliteStore final : public Store {
   int lock_fd_ = -1;                   // the database file, flock-ed, when opened kExclusive
   int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
   int64_t keep_every_ = 0;             // guarded by mu_
+  CodedDeltaReader coded_reader_;      // guarded by mu_
   // Applies the retention after the commit of `newest`. Requires mu_.
   void PruneCheckpointsLocked(uint64_t newest);
 };

@@ -193,6 +193,15 @@ TEST(CrashHarness, TwentyKillsInAsyncModeLoseNoAcknowledgedUpdate) {
                                  {"--mode", "async", "--buffer-size", "4", "--max-staleness", "1000"});
 }
 
+// int8 uploads into FedBuff's averaging are logged as their codes (a quarter of float32's bytes)
+// and folded again from them after each restart.
+TEST(CrashHarness, TwentyKillsInAsyncModeWithInt8UploadsLoseNoAcknowledgedUpdate) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  ExpectNoAcknowledgedUpdateLost(
+      "crash_async_int8", RoundsFor(400),
+      {"--mode", "async", "--buffer-size", "4", "--max-staleness", "1000", "--upload-codec", "int8"});
+}
+
 TEST(CrashHarness, TwentyKillsInSemiAsyncModeLoseNoAcknowledgedUpdate) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   ExpectNoAcknowledgedUpdateLost("crash_semiasync", RoundsFor(200), {"--mode", "semiasync", "--max-staleness", "1000"});

@@ -4,6 +4,7 @@
 
 #include "server/coordinator/sync_engine.h"
 #include "server/store/memory_store.h"
+#include "tests/testing/raw_coded_delta.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -390,6 +391,44 @@ TEST_F(AsyncEngineTest, AcknowledgedUpdatesSurviveARestartAndArePublished) {
   EXPECT_EQ(v1.merged[0].client_id, "a");
   EXPECT_EQ(v1.merged[1].client_id, "b");
   EXPECT_TRUE(store_.ListLoggedUpdates()->empty());  // the commit forgot them
+}
+
+// Coded updates are logged as they came and folded from their codes; after a restart the log is
+// folded again, decoded first when the next run's strategy does not fold codes.
+TEST_F(AsyncEngineTest, LoggedCodedUpdatesArePublishedAfterARestartWhateverTheNextStrategy) {
+  for (const char* next_strategy : {"fedavg:weighted=false", "median"}) {
+    SCOPED_TRACE(next_strategy);
+    MemoryStore store;  // a fresh federation for each next strategy
+    auto open = [&](const AsyncOptions& o) {
+      engine_ = *AsyncEngine::Open(o, Initial(), &store, &clock_, nullptr, nullptr);
+      for (const char* id : {"a", "b", "c"}) ASSERT_OK(engine_->Join({id, 10, "test"}));
+    };
+    AsyncOptions o = Options(5, 3, 1.0, "constant");
+    open(o);
+    ASSERT_TRUE(engine_->folds_coded());
+    for (auto [client, value] : {std::pair{"a", 3.0f}, std::pair{"b", 6.0f}}) {
+      const Task t = TaskOf(client);
+      Update u;
+      u.client_id = client;
+      u.task_id = t.task_id;
+      u.base_version = t.model_version;
+      u.num_examples = 10;
+      u.coded = std::make_shared<testing::RawCodedDelta>(std::vector<float>{value});
+      ASSERT_OK(engine_->Submit(u));
+    }
+    std::vector<LoggedUpdate> logged = *store.ListLoggedUpdates();
+    ASSERT_EQ(logged.size(), 2u);
+    EXPECT_NE(logged[0].update.coded, nullptr);
+    engine_.reset();
+    o.strategy = next_strategy;
+    open(o);
+    EXPECT_EQ(engine_->folds_coded(), std::string(next_strategy) != "median");
+    ASSERT_OK(Report("c", TaskOf("c"), 0.0f));
+    ASSERT_EQ(engine_->model().version(), 1u);
+    // 1 + mean(3, 6, 0) = 4, or 1 + median(3, 6, 0) = 4: nothing lost either way.
+    EXPECT_FLOAT_EQ(W(), 4.0f);
+    engine_.reset();
+  }
 }
 
 // A client whose acknowledgement a restart lost sends its update again: the restarted engine

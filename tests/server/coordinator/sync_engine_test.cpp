@@ -4,6 +4,7 @@
 
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
+#include "tests/testing/raw_coded_delta.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -452,6 +453,40 @@ TEST_F(SyncEngineTest, AcknowledgedUpdatesSurviveACrashMidRound) {
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);  // the same result as without the crash
   EXPECT_EQ(engine_->history().back().num_updates, 2);
   EXPECT_FALSE(store_.GetOpenRound()->has_value());
+}
+
+// Coded updates (values kept in their codec's form) fold from their codes, are stored so, and a
+// restarted engine folds them again: with a strategy that folds codes as they are, with one that
+// does not decoded first. Either way the round's result is what float32 updates give.
+TEST_F(SyncEngineTest, AcknowledgedCodedUpdatesSurviveACrashMidRoundWhateverTheNextStrategy) {
+  for (const char* next_strategy : {"fedavg", "trimmed_mean:beta=0"}) {
+    SCOPED_TRACE(next_strategy);
+    MemoryStore store;  // a fresh federation for each next strategy
+    SyncOptions o = Options(1, 2, 2);
+    engine_ = *SyncEngine::Open(o, Initial(), &store, &clock_, nullptr, nullptr);
+    ASSERT_TRUE(engine_->folds_coded());
+    Join("a");
+    Join("b");
+    Task ta = TaskOf("a"), tb = TaskOf("b");
+    Update a = UpdateFor("a", ta, 0.0f, 100);
+    a.delta = ModelState();
+    a.coded = std::make_shared<testing::RawCodedDelta>(std::vector<float>{1.0f, -2.0f});
+    ASSERT_OK(engine_->Submit(a));
+    std::vector<Update> stored = *store.ListAcceptedUpdates(1, 0);
+    ASSERT_EQ(stored.size(), 1u);
+    EXPECT_EQ(stored[0].coded, a.coded);  // kept as it came, no float32 copy
+    engine_.reset();                      // "kill -9" before the round closes
+
+    o.strategy = next_strategy;
+    engine_ = *SyncEngine::Open(o, Initial(), &store, &clock_, nullptr, nullptr);
+    EXPECT_EQ(engine_->folds_coded(), std::string(next_strategy) == "fedavg");
+    EXPECT_EQ(engine_->status().round_received, 1);
+    ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 100)));
+    ASSERT_EQ(engine_->model().version(), 1u);
+    EXPECT_FLOAT_EQ(engine_->model().data()[0], 1.0f + 2.5f);  // the mean of 1 and 4 (equal weights)
+    EXPECT_FLOAT_EQ(engine_->model().data()[1], -1.0f);
+    engine_.reset();
+  }
 }
 
 // A crash between committing a round and answering its last upload leaves that client without

@@ -263,7 +263,10 @@ class StalledUploadTest : public FederationServerTest {
 // Eight such uploads once made every other upload wait until they ended: a stalled one now
 // loses its place after --upload-stall-ms and keeps what arrived for a resume.
 TEST_F(StalledUploadTest, AStalledUploadLosesItsPlaceAndOthersGoOn) {
-  limits_.upload_stall_ms = 300;
+  // Long enough for StallAnUploadOfA to see the place taken on a loaded machine: with 300 ms the
+  // stall was once cancelled before the first probe came back (under the full suite on 2 cores),
+  // and every later probe got the free place instead.
+  limits_.upload_stall_ms = 1500;
   limits_.upload_slot_wait_ms = 60000;
   Restart();
   StallAnUploadOfA();

@@ -1,6 +1,7 @@
 // Compressed uploads through the real gRPC service: the server's --upload-codec reaches the tasks
-// of clients that advertised it (and only theirs), their coded updates are decoded and merged,
-// and a coded update its task did not name, or a malformed one, is refused and changes nothing.
+// of clients that advertised it (and only theirs), their coded updates are merged (FedAvg folds
+// int8's codes as they came), and a coded update its task did not name, or a malformed one, is
+// refused and changes nothing.
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
@@ -50,6 +51,16 @@ TEST_F(UploadCodecTest, CodedAndFloat32UpdatesAreMergedTogether) {
   const std::string f32 = EncodeSafetensors(Delta({1, 1, 1, 1, 1, 1}));
   EXPECT_LT(bytes.size(), f32.size());
   ASSERT_OK(transport_->Upload(Header("new", task_new_, kCodec), bytes));
+  // FedAvg folds int8's codes: the server keeps the update as the bytes that came, no float32 copy.
+  ASSERT_TRUE(engine_->folds_coded());
+  const std::optional<OpenRoundRecord> open = *store_.GetOpenRound();
+  ASSERT_TRUE(open.has_value());
+  const std::vector<Update> stored = *store_.ListAcceptedUpdates(open->round, open->attempt);
+  ASSERT_EQ(stored.size(), 1u);
+  ASSERT_NE(stored[0].coded, nullptr);
+  EXPECT_EQ(stored[0].coded->bytes(), bytes);
+  EXPECT_EQ(stored[0].coded->codec(), kCodec);
+  EXPECT_EQ(stored[0].delta.num_params(), 0u);
   ASSERT_OK(transport_->Upload(Header("old", task_old_, ""), f32));
   ASSERT_TRUE(engine_->finished());
   // The mean of the two deltas, the coded one within int8's rounding (half a step of its chunk).

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "server/store/memory_store.h"
+#include "tests/testing/raw_coded_delta.h"
 #include "tests/testing/status_matchers.h"
 #ifdef PLEXUS_HAVE_SQLITE_STORE
 #include <sqlite3.h>
@@ -531,6 +532,62 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
   ASSERT_OK(s->CommitRound(r, Filled(250000, 1, 1.0f), ""));
   EXPECT_TRUE(s->ListLoggedUpdates()->empty());
   EXPECT_TRUE(db.update_files().empty());  // its file went with its row
+}
+
+Update CodedUpdate(const std::string& client, std::vector<float> values) {
+  Update u = AcceptedUpdate(client, 0, 0.0f);
+  u.delta = ModelState();
+  u.coded = std::make_shared<testing::RawCodedDelta>(values);
+  return u;
+}
+
+// A coded update is stored as its codec's bytes (file or row), not as float32, and is read back
+// through the reader the server gives the store; without one, reading it is DataLoss naming the
+// codec. Inline (in-memory database) and file-backed stores alike.
+TEST(SqliteStoreTest, CodedUpdatesAreKeptAsTheirCodecsBytesAndReadBackThroughTheReader) {
+  ScratchDatabase db("plexus_coded_updates");
+  const Update a = CodedUpdate("a", {1.0f, -2.0f, 0.5f});
+  const Update b = CodedUpdate("b", {4.0f, 0.0f, 0.0f});
+  for (const std::string& path : {std::string(":memory:"), db.path()}) {
+    SCOPED_TRACE(path);
+    auto s = *SqliteStore::Open(path);
+    s->SetCodedDeltaReader(testing::ReadRawCodedDelta);
+    ASSERT_OK(s->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
+    ASSERT_OK(s->PutAcceptedUpdate(1, 0, a));
+    ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("b", 3, 2.0f)));  // float32 beside it
+    ASSERT_OK(s->LogUpdate(4, b));
+    std::vector<Update> accepted = *s->ListAcceptedUpdates(1, 0);
+    ASSERT_EQ(accepted.size(), 2u);
+    ASSERT_NE(accepted[0].coded, nullptr);
+    EXPECT_EQ(accepted[0].coded->codec(), "raw");
+    EXPECT_EQ(accepted[0].coded->bytes(), a.coded->bytes());
+    EXPECT_EQ(accepted[0].delta.num_params(), 0u);
+    EXPECT_EQ(accepted[0].task_id, a.task_id);
+    EXPECT_EQ(accepted[1].coded, nullptr);
+    EXPECT_EQ(accepted[1].delta.data()[0], 2.0f);
+    std::vector<LoggedUpdate> logged = *s->ListLoggedUpdates();
+    ASSERT_EQ(logged.size(), 1u);
+    ASSERT_NE(logged[0].update.coded, nullptr);
+    EXPECT_EQ(logged[0].update.coded->bytes(), b.coded->bytes());
+  }
+  // The file-backed store wrote the codes as they are: 12 bytes each, no safetensors header.
+  std::vector<std::string> files = db.update_files();
+  ASSERT_EQ(files.size(), 3u);
+  size_t twelve = 0;
+  for (const std::string& f : files) {
+    const bool coded = std::filesystem::path(f).extension() == ".codes";
+    EXPECT_EQ(std::filesystem::file_size(db.updates_dir() + "/" + f) == 12, coded) << f;
+    twelve += coded;
+  }
+  EXPECT_EQ(twelve, 2u);
+  auto reopened = *SqliteStore::Open(db.path());
+  EXPECT_THAT(reopened->ListAcceptedUpdates(1, 0),
+              StatusIs(StatusCode::kDataLoss, "kept in codec 'raw', and this store was opened without a reader"));
+  reopened->SetCodedDeltaReader(testing::ReadRawCodedDelta);
+  std::vector<Update> back = *reopened->ListAcceptedUpdates(1, 0);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].coded->bytes(), a.coded->bytes());
+  EXPECT_EQ(back[0].coded->Materialize(*ModelState::Create({{"w", {3}}})).data()[1], -2.0f);
 }
 
 // Checkpoint retention keeps the newest N versions' models, version 0 and every K-th; the rounds
