@@ -135,6 +135,7 @@ void BM_FoldFromCodes(benchmark::State& state, const char* spec) {
   BENCHMARK_CAPTURE(BM_DecodeThenFold, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3); \
   BENCHMARK_CAPTURE(BM_FoldFromCodes, name, spec)->UseRealTime()->Unit(benchmark::kMillisecond)->Repetitions(3);
 PLEXUS_FOLD_BENCH(int8, "int8")
+PLEXUS_FOLD_BENCH(fp16, "fp16")
 PLEXUS_FOLD_BENCH(topk_1pct, "topk:ratio=0.01")
 
 #define PLEXUS_CODEC_BENCH(name, spec)                                                                             \

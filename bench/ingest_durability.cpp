@@ -9,7 +9,7 @@
 //             before acknowledgements became durable, the baseline.
 // Each update is a fresh copy of one prepared delta, as the server has a freshly decoded update
 // per upload. No gRPC, no decoding: the cost isolated is the log's. With `--codec SPEC` (a codec
-// with a coded form: int8, top-k) a third variant logs the updates as the server now keeps such
+// with a coded form: int8, top-k, fp16, bf16) a third variant logs the updates as the server now keeps such
 // uploads into FedAvg: each a fresh copy of the encoded bytes, read (checked) into a coded delta,
 // logged as those bytes and folded from them. Prints one markdown row per variant (update bytes
 // counted as float32 model bytes throughout) and the ratio to unlogged.

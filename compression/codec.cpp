@@ -271,7 +271,72 @@ class F32Codec final : public Codec {
   ThreadPool* const pool_;
 };
 
-template <void (*To)(const float*, size_t, char*), bool (*From)(const char*, size_t, float*), uint8_t kId>
+// Whether any of `n` 16-bit floats is an infinity or a NaN (the exponent bits `exponent` all
+// ones): what decoding them would find, without decoding.
+PLEXUS_VALUE_LOOP bool AnyHalfNotFinite(const char* in, size_t n, uint16_t exponent) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    bad |= static_cast<uint32_t>((h & exponent) == exponent);
+  }
+  return bad != 0;
+}
+
+// s[i] (+)= w x v[i], widened.
+PLEXUS_VALUE_LOOP void AddWidened(double* s, const float* v, size_t n, double w, bool first) {
+  if (first) {
+    for (size_t i = 0; i < n; ++i) s[i] = w * static_cast<double>(v[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) s[i] += w * static_cast<double>(v[i]);
+  }
+}
+
+// An fp16 or bf16 delta read from checked bytes: folded without a float32 copy of the update,
+// its halves widened block by block into a buffer that stays in L1.
+template <bool (*From)(const char*, size_t, float*)>
+class CodedHalves final : public CodedDelta {
+ public:
+  CodedHalves(std::string codec, std::string bytes, size_t n) : codec_(std::move(codec)), bytes_(std::move(bytes)), n_(n) {}
+  const std::string& codec() const override { return codec_; }
+  const std::string& bytes() const override { return bytes_; }
+  size_t num_values() const override { return n_; }
+  void AddScaledTo(double* sum, size_t begin, size_t end, double w, bool first) const override {
+    ForBlocks(begin, end, [&](const float* v, size_t at, size_t len) { AddWidened(sum + at, v, len, w, first); });
+  }
+  double SquaredNorm() const override {
+    double total = 0.0;
+    ForBlocks(0, n_, [&](const float* v, size_t, size_t len) {
+      for (size_t i = 0; i < len; ++i) total += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+    });
+    return total;
+  }
+  ModelState Materialize(const ModelState& layout) const override {
+    ModelState out = ModelState::UninitializedLike(layout);
+    From(bytes_.data() + kHeaderBytes, n_, out.data().data());
+    out.MarkCheckedFinite();
+    return out;
+  }
+
+ private:
+  // fn(values, first index, count) over [begin, end) in blocks of 2048 decoded values.
+  template <typename Fn>
+  void ForBlocks(size_t begin, size_t end, Fn&& fn) const {
+    constexpr size_t kBlock = 2048;
+    float block[kBlock];
+    for (size_t b = begin; b < end; b += kBlock) {
+      const size_t len = std::min(kBlock, end - b);
+      From(bytes_.data() + kHeaderBytes + 2 * b, len, block);  // finite: Read checked every value
+      fn(block, b, len);
+    }
+  }
+  const std::string codec_, bytes_;
+  const size_t n_;
+};
+
+// kExponent: the bits that are all ones in an infinity or a NaN of this format.
+template <void (*To)(const float*, size_t, char*), bool (*From)(const char*, size_t, float*), uint8_t kId,
+          uint16_t kExponent>
 class Half final : public Codec {
  public:
   Half(const char* name, ThreadPool* pool) : name_(name), pool_(pool) {}
@@ -295,6 +360,19 @@ class Half final : public Codec {
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + 2 * l.num_params(); }
   std::string Describe() const override { return name_; }
   bool keeps_every_value() const override { return true; }
+  bool has_coded_form() const override { return true; }
+  Result<std::shared_ptr<const CodedDelta>> Read(std::string b, const ModelState& layout) const override {
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, kId, layout.num_params()));
+    PLEXUS_RETURN_IF_ERROR(CheckLength(b, 2 * layout.num_params()));
+    const char* halves = b.data() + kHeaderBytes;
+    if (!AllFiniteOverRanges(pool_, layout.num_params(), kMinParallelValues, [&](size_t begin, size_t end) {
+          return AnyHalfNotFinite(halves + 2 * begin, end - begin, kExponent);
+        })) {
+      return CodecError(std::string(name_) + " value that is not finite");
+    }
+    return std::shared_ptr<const CodedDelta>(
+        std::make_shared<CodedHalves<From>>(spec(), std::move(b), layout.num_params()));
+  }
 
  private:
   const char* name_;
@@ -685,9 +763,9 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text, ThreadPool* pool
   if (name == "f32") {
     codec = std::make_unique<F32Codec>(pool);
   } else if (name == "fp16") {
-    codec = std::make_unique<Half<ToFp16, FromFp16, 1>>("fp16", pool);
+    codec = std::make_unique<Half<ToFp16, FromFp16, 1, 0x7c00>>("fp16", pool);
   } else if (name == "bf16") {
-    codec = std::make_unique<Half<ToBf16s, FromBf16s, 2>>("bf16", pool);
+    codec = std::make_unique<Half<ToBf16s, FromBf16s, 2, 0x7f80>>("bf16", pool);
   } else if (name == "int8") {
     auto chunk = spec.GetCount("chunk", 4096);
     if (!chunk.ok()) return fail(chunk.status());

@@ -14,7 +14,7 @@
 //                       levels (default 16) with its sign, unbiased (1 byte per value)
 // Layout: "PXC1", the codec's id byte, the number of values (u64), then the codec's payload; all
 // little-endian. A new codec is one class in codec.cpp and one line in MakeCodec.
-// int8 and top-k also read their bytes into a CodedDelta (core/coded_delta.h) that the averaging
+// int8, top-k, fp16 and bf16 also read their bytes into a CodedDelta (core/coded_delta.h) that the averaging
 // family folds without a float32 copy, and that the server's store keeps as it came.
 // Codecs are immutable; thread-safe. The residual belongs to one sender.
 #pragma once
@@ -60,8 +60,8 @@ class Codec {
   // randomize them.
   virtual bool keeps_every_value() const { return false; }
 
-  // Whether Read can keep this codec's bytes as a CodedDelta (int8, top-k: folding their codes
-  // saves the float32 copy; the other codecs decode).
+  // Whether Read can keep this codec's bytes as a CodedDelta (int8, top-k, fp16, bf16: stored as
+  // they came, folded without a float32 copy; TernGrad, QSGD and f32 decode).
   virtual bool has_coded_form() const { return false; }
   // The bytes, checked as Decode checks them, kept as a CodedDelta of `layout`'s size; its
   // values are Decode's. InvalidArgument as Decode; FailedPrecondition without a coded form.

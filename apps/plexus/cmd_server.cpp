@@ -191,7 +191,7 @@ void RunServer(const ServerFlags& f) {
           f.model, same.message());
     }
   }
-  // Updates stored coded (int8, top-k into the averaging family) are read back in any codec they
+  // Updates stored coded (int8, top-k, fp16, bf16 into the averaging family) are read back in any codec they
   // were stored in, whatever this run's --codec.
   store->SetCodedDeltaReader(MakeCodedDeltaReader(ModelState::ZerosLike(initial)));
   std::unique_ptr<Engine> engine =

@@ -9,7 +9,7 @@
 // the database because SQLite would copy a model-sized blob several times (into a record, its
 // pages, the WAL, then the database file); a file is written once, straight from the model. An
 // in-memory database (":memory:") keeps models inline, as databases written before the folders
-// existed do; both are read. An update that arrived coded (Update::coded: int8 or top-k into the
+// existed do; both are read. An update that arrived coded (Update::coded: int8, top-k, fp16 or bf16 into the
 // averaging family) is kept as its codec's bytes (a ".codes" file, or the row), with the codec's
 // spec in its row, and read back through the CodedDeltaReader the server sets.
 // Thread-safe (one connection behind a mutex).

@@ -1,4 +1,4 @@
-// Coded deltas (int8 and top-k kept as their bytes): they read what Decode reads, refuse what it
+// Coded deltas (int8, top-k, fp16 and bf16 kept as their bytes): they read what Decode reads, refuse what it
 // refuses, give Decode's values when materialized or added into a sum over any ranges, and the
 // averaging family folds them into the same model as their decoded deltas.
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ ModelState RandomDelta(uint64_t seed, double scale = 0.01) {
   return m;
 }
 
-constexpr const char* kCodedSpecs[] = {"int8:chunk=100", "topk:ratio=0.05"};
+constexpr const char* kCodedSpecs[] = {"int8:chunk=100", "topk:ratio=0.05", "fp16", "bf16"};
 
 TEST(CodedDeltaTest, ReadsWhatDecodeReadsAndAddsItsValuesOverAnyRanges) {
   const ModelState d = RandomDelta(1);
@@ -86,8 +86,14 @@ TEST(CodedDeltaTest, ReadRefusesWhatDecodeRefuses) {
   std::string nan_value = topk;
   std::memcpy(nan_value.data() + 25, &nan, 4);
   refused("topk", nan_value, d, "not finite");
+  for (const auto& [spec, bits] : {std::pair{"fp16", uint16_t{0x7c00}}, std::pair{"fp16", uint16_t{0xfe00}},
+                                   std::pair{"bf16", uint16_t{0x7fc0}}, std::pair{"bf16", uint16_t{0xff80}}}) {
+    std::string half = (*MakeCodec(spec))->Encode(d, nullptr, 0);
+    std::memcpy(half.data() + 13 + 2 * 1036, &bits, 2);  // the last value: an infinity or a NaN
+    refused(spec, half, d, "compressed update");
+  }
   // Codecs without a coded form say so.
-  for (const char* spec : {"f32", "fp16", "bf16", "terngrad", "qsgd"}) {
+  for (const char* spec : {"f32", "terngrad", "qsgd"}) {
     auto codec = *MakeCodec(spec);
     EXPECT_FALSE(codec->has_coded_form()) << spec;
     EXPECT_THAT(codec->Read(codec->Encode(d, nullptr, 1), d).status(),
