@@ -244,8 +244,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
       return Refuse("upload", InvalidArgumentError("unknown update encoding " + std::to_string(header.encoding())));
     }
     const bool coded = header.encoding() == v1::ENCODING_DELTA_CODEC;
-    bool keep_coded =
-        false;  // fold and store the codes, never a float32 copy (int8, top-k, fp16, bf16 into FedAvg & co)
+    // Fold and store the codes, never a float32 copy (int8, top-k, fp16, bf16 into FedAvg & co).
+    bool keep_coded = false;
     if (coded) {
       std::lock_guard<std::mutex> lock(mu_);
       keep_coded = upload_codec_->has_coded_form() && engine_->folds_coded();
