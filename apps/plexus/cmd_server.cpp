@@ -192,8 +192,9 @@ void RunServer(const ServerFlags& f) {
     }
   }
   // Updates stored coded (int8, top-k, fp16, bf16 into the averaging family) are read back in any codec they
-  // were stored in, whatever this run's --codec.
-  store->SetCodedDeltaReader(MakeCodedDeltaReader(ModelState::ZerosLike(initial)));
+  // were stored in, whatever this run's --codec. The reader needs the layout, never its values:
+  // an uninitialized model costs no pass over memory and no resident pages.
+  store->SetCodedDeltaReader(MakeCodedDeltaReader(ModelState::UninitializedLike(initial)));
   std::unique_ptr<Engine> engine =
       Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
   if (engine->model().version() > 0) {

@@ -74,7 +74,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
         federated_seen_(engine_->history().size()) {
     if (!info_.upload_codec.empty()) {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
-      codec_layout_ = ModelState::ZerosLike(engine_->model());
+      codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
     }
     if (!info_.download_codec.empty()) {
       coded_downloads_ = std::move(CodedDownloads::Create(info_.download_codec)).value();  // Start checked it
@@ -670,7 +670,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::set<std::string> told_finished_;                         // guarded by mu_
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
-  std::optional<ModelState> codec_layout_;             // the model's layout (zeros), for decoding coded updates
+  std::optional<ModelState> codec_layout_;             // the model's layout (values unset), for decoding coded updates
   FederatedEvaluation federated_;                      // guarded by mu_
   size_t federated_seen_ = 0;                          // guarded by mu_; history records told to federated_
   bool final_told_ = false;                            // guarded by mu_; the final version was told so
