@@ -47,6 +47,7 @@ struct PeerFlags {
   int64_t test_subset = 0;
   double linger_s = 2;
   double give_up_s = 300;
+  double model_stall_s = 30;
   double start_wait_s = 10;
   uint64_t eval_every = 5;
   std::string attack;
@@ -167,6 +168,7 @@ void RunPeer(const PeerFlags& f) {
   o.topology = f.topology;
   o.linger_ms = f.linger_s * 1000;
   o.give_up_ms = f.give_up_s * 1000;
+  o.inbound_stall_ms = f.model_stall_s * 1000;
   o.start_wait_ms = f.start_wait_s * 1000;
   o.eval_every = f.eval_every;
   if (factory->description().rfind("choco", 0) == 0) {
@@ -358,6 +360,11 @@ void AddPeerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--start-wait-s", f->start_wait_s,
                   "Before the first round, wait this long after meeting a first peer for the others to show up")
+      ->capture_default_str();
+  cmd->add_option("--model-stall-s", f->model_stall_s,
+                  "Close a link whose announced model delivers nothing for this many seconds (its bytes are "
+                  "given back to the inbound budget)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))

@@ -75,25 +75,29 @@ void Membership::Set(NodeId node, const std::string& address, uint64_t incarnati
   Gossip({node, m.address, incarnation, state});
 }
 
-void Membership::Apply(const MemberUpdate& u, double now_ms, Changes* changes) {
+bool Membership::Apply(const MemberUpdate& u, double now_ms, Changes* changes) {
+  if (u.incarnation >= kMaxIncarnation) return false;
+  // About this node, below kMaxIncarnation - 1: its refutation (one more) stays below the limit.
+  if (u.node == self_ && u.incarnation >= kMaxIncarnation - 1) return false;
   if (u.node == self_) {
     // Someone suspects this node (or buried it): refute with a higher incarnation.
     if (u.state != MemberState::kAlive && u.incarnation >= incarnation_) {
       incarnation_ = u.incarnation + 1;
       Gossip({self_, address_, incarnation_, MemberState::kAlive});
     }
-    return;
+    return true;
   }
   auto it = members_.find(u.node);
   if (it == members_.end()) {
     // A node first heard of as dead or departed is remembered as such (a later alive with a
     // higher incarnation brings it in).
     Set(u.node, u.address, u.incarnation, u.state, now_ms, changes);
-    return;
+    return true;
   }
   if (Overrides(u.state, u.incarnation, it->second.state, it->second.incarnation)) {
     Set(u.node, u.address, u.incarnation, u.state, now_ms, changes);
   }
+  return true;
 }
 
 NodeId Membership::NextProbeTarget() {

@@ -67,8 +67,16 @@ class Membership {
   // plus one, or the wall clock), so a restarted node overrides its own death.
   Membership(NodeId self, std::string address, uint64_t incarnation, MembershipOptions options, uint64_t seed);
 
+  // No real incarnation comes near this: drivers start from the wall clock in milliseconds
+  // (about 2^41 today) and add one per refutation. A rumour at or above it is refused: a "dead"
+  // about this node at 2^64-1 once wrapped its refutation to 0 and evicted it for good, and one
+  // about another node would pin that node's state beyond any refutation.
+  static constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
+
   // An update heard from anyone (piggybacked, or in a hello). Applies SWIM's precedence rules.
-  void Apply(const MemberUpdate& update, double now_ms, Changes* changes);
+  // Returns false, changing nothing, for an incarnation of kMaxIncarnation or more (about this
+  // node, kMaxIncarnation - 1 or more: its refutation adds one).
+  bool Apply(const MemberUpdate& update, double now_ms, Changes* changes);
   // Advances time: starts the next probe, sends indirect pings, suspects and buries.
   void Tick(double now_ms, std::vector<Probe>* out, Changes* changes);
   // A ping from `from` about `target` (this node: answer; another: ping it for `from`).

@@ -98,9 +98,13 @@ struct PeerNode::Impl {
       out->append(values.substr(at - prefix->size(), n));
     }
   };
+  // A model being received. Its bytes count against the inbound budget as they arrive, never
+  // as announced: announcing 1 GiB and sending nothing once paused every link for good.
   struct Inbound {
     v1::GossipModel header;
     ModelAssembler assembler;
+    uint64_t received = 0;          // payload bytes so far, counted in inbound_bytes
+    double last_progress_ms = 0;    // the last chunk, the announcement, or this node's resume
   };
   struct Connection {
     uv_tcp_t tcp;
@@ -381,12 +385,14 @@ struct PeerNode::Impl {
     c->closing = true;
     if (c->peer != kNoPeer) spdlog::debug("link to peer {} closed: {}", c->peer, why);
     if (auto it = links.find(c->peer); it != links.end() && it->second == c) links.erase(it);
-    for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.assembler.total_bytes());
+    for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.received);
     c->inbound.clear();
     FailCrdtRequests(c, "the link closed: " + why);
     connections.erase(c);
     if (c->peer != kNoPeer && !exiting) ApplyDeferredLeave(c->peer);
     uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Connection*>(h->data); });
+    // Its bytes left the budget: links paused for them read again (they once stayed paused).
+    if (!exiting) ResumeReading();
     MaybeExit();
   }
 
@@ -427,9 +433,11 @@ struct PeerNode::Impl {
 
   void ResumeReading() {
     if (inbound_bytes > o.inbound_budget) return;
+    const double now = NowMs(&loop);
     for (Connection* c : connections) {
       if (c->paused && !c->closing) {
         c->paused = false;
+        for (auto& [id, in] : c->inbound) in.last_progress_ms = now;  // the pause was this node's doing
         StartReading(c);
       }
     }
@@ -450,7 +458,11 @@ struct PeerNode::Impl {
     const double now = NowMs(&loop);
     Membership::Changes changes;
     for (const v1::GossipMember& m : e.members()) {
-      if (m.node() < o.nodes) membership->Apply(FromProto(m), now, &changes);
+      if (m.node() < o.nodes && !membership->Apply(FromProto(m), now, &changes)) {
+        ++stats.frames_refused;
+        spdlog::warn("refused a membership rumour from peer {} about peer {}: incarnation {} is absurd", c->peer,
+                     m.node(), m.incarnation());
+      }
     }
     std::vector<Membership::Probe> probes;
     switch (e.body_case()) {
@@ -563,14 +575,16 @@ struct PeerNode::Impl {
     auto assembler = m.codec().empty() ? ModelAssembler::Begin(m.total_bytes(), m.sha256(), o.max_model_bytes)
                                        : ModelAssembler::BeginBytes(m.total_bytes(), m.sha256(), o.max_model_bytes);
     if (!assembler.ok()) return Refuse(c, assembler.status().message());
-    inbound_bytes += m.total_bytes();
-    c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value()});
+    c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value(), 0, NowMs(&loop)});
   }
 
   void HandleChunk(Connection* c, const FrameView& f) {
     auto it = c->inbound.find(f.stream);
     if (it == c->inbound.end()) return Refuse(c, "a chunk of an unannounced model stream");
     if (Status s = it->second.assembler.Add(f.index, f.payload); !s.ok()) return Refuse(c, s.message());
+    it->second.received += f.payload.size();
+    it->second.last_progress_ms = NowMs(&loop);
+    inbound_bytes += f.payload.size();
     if (!it->second.assembler.complete()) return;
     Inbound in = std::move(it->second);
     c->inbound.erase(it);
@@ -598,7 +612,7 @@ struct PeerNode::Impl {
               *model = decoder.ok() ? (*decoder)->Decode(*bytes, *layout) : decoder.status();
             },
             [this, from, job, model] {
-              inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->header.total_bytes());
+              inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->received);
               ResumeReading();
               Decoded(from, job->header, std::move(*model));
               --decoding[from];
@@ -673,6 +687,27 @@ struct PeerNode::Impl {
     MaybeStart();
   }
 
+  // Links whose announced models stopped arriving are refused: a sender cannot hold bytes of
+  // the budget (and so every link's reading) longer than inbound_stall_ms. Paused links count
+  // too, from their last resume: a sender whose partial model filled the budget pauses its own
+  // link as well, and must not be kept by that.
+  void CloseStalledStreams(double now) {
+    std::vector<std::pair<Connection*, uint64_t>> stalled;
+    for (Connection* c : connections) {
+      if (c->closing) continue;
+      for (const auto& [id, in] : c->inbound) {
+        if (now - in.last_progress_ms >= o.inbound_stall_ms) {
+          stalled.emplace_back(c, id);
+          break;
+        }
+      }
+    }
+    for (auto [c, id] : stalled) {
+      Refuse(c, "model stream " + std::to_string(id) + " delivered nothing for " +
+                    std::to_string(static_cast<int64_t>(o.inbound_stall_ms / 1000)) + " s");
+    }
+  }
+
   void Tick() {
     if (!finished && stop && stop->load()) {
       spdlog::info("stopping on signal after {} rounds", protocol->rounds_completed());
@@ -690,6 +725,7 @@ struct PeerNode::Impl {
       next_dial_ms = now + 1000;
       for (const std::string& a : dial_until_met) Dial(a);
     }
+    CloseStalledStreams(now);
     std::vector<Membership::Probe> probes;
     Membership::Changes changes;
     membership->Tick(now, &probes, &changes);
@@ -1046,8 +1082,7 @@ struct PeerNode::Impl {
       header.set_sha256(w.sha256());
       header.set_request(reply.id());
       header.set_part(static_cast<uint32_t>(i));
-      inbound_bytes += w.total_bytes();
-      c->inbound.emplace(w.stream(), Inbound{header, std::move(assembler).value()});
+      c->inbound.emplace(w.stream(), Inbound{header, std::move(assembler).value(), 0, NowMs(&loop)});
     }
     p.answer.reply = reply;
     p.answer.deltas.resize(static_cast<size_t>(reply.contributions_size()));

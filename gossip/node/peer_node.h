@@ -66,6 +66,9 @@ struct PeerNodeOptions {
   size_t chunk_bytes = 256 << 10;
   size_t write_high_water = 4 << 20;
   uint64_t inbound_budget = 256ull << 20;
+  // A model stream announced on a link that delivers no chunk for this long (reading not paused
+  // by this node) is refused and its link closed: what it received is given back to the budget.
+  double inbound_stall_ms = 30000;
   std::shared_ptr<const TlsContext> tls;  // null: plaintext
   // After the last round: how long the node stays to deliver what it queued and answer
   // requests before it leaves.

@@ -505,5 +505,42 @@ TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
   EXPECT_GE(s0["final_test_accuracy"].get<double>(), 0.6);
 }
 
+// One frame once isolated a peer for the rest of its run: a model announced at 1 GiB and never
+// sent was counted against the inbound budget at once, paused every link that read after it, and
+// the pause outlived the sender. Now bytes count as they arrive, a stream that delivers nothing
+// is cut after --model-stall-s, and a closed link resumes the others.
+TEST_F(PeerTest, AModelAnnouncedAndNeverSentNeitherPausesTheOtherLinksNorOutlivesItsDeadline) {
+  const int n = 3, rounds = 10;  // peers 0 and 1 run; the test poses as peer 2
+  Ports(n);
+  const std::vector<std::string> fast{"--local-steps", "10"};
+  std::vector<std::string> p0_args = fast;
+  p0_args.insert(p0_args.end(), {"--model-stall-s", "5"});
+  auto p0 = StartPeer(0, n, rounds, p0_args);
+  ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
+  auto gossip = gossip::MakeGossip("el:s=2", "mean");
+  ASSERT_TRUE(gossip.ok());
+  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  RawLink attacker(addresses_[0]);
+  ASSERT_TRUE(attacker.connected());
+  v1::GossipEnvelope e;
+  v1::GossipModel* m = e.mutable_model();
+  m->set_kind(v1::GossipModel::MODEL);
+  m->set_stream(1);
+  m->set_total_bytes(1ull << 30);
+  m->set_sha256(Sha256Hex("never sent"));
+  attacker.Send(Hello(2, n, run) + Envelope(e));
+  auto p1 = StartPeer(1, n, rounds, fast);
+  // The attacker's link is cut at its deadline; this end keeps it open till then.
+  EXPECT_TRUE(attacker.ClosedByPeer(60000));
+  ASSERT_EQ(p0->Wait(300000), 0) << p0->Log();
+  ASSERT_EQ(p1->Wait(300000), 0) << p1->Log();
+  EXPECT_NE(p0->Log().find("model stream 1 delivered nothing for 5 s"), std::string::npos) << p0->Log();
+  const nlohmann::json s0 = Summary(0);
+  EXPECT_EQ(s0["rounds_completed"], rounds);
+  // Peer 1's models kept arriving: before, peer 0 read nothing more from any link.
+  EXPECT_GE(s0["models_received"].get<int>(), rounds / 2) << s0.dump(2);
+  EXPECT_EQ(s0["frames_refused"], 1) << s0.dump(2);
+}
+
 }  // namespace
 }  // namespace plexus

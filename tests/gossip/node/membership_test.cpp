@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace plexus::gossip {
 namespace {
@@ -142,6 +143,31 @@ TEST(Membership, ASuspectedNodeRefutesWithAHigherIncarnation) {
   EXPECT_EQ(other.members().at(2).state, MemberState::kAlive);
   other.Apply({2, "a:3", 5, MemberState::kSuspect}, 3, &changes);
   EXPECT_EQ(other.members().at(2).state, MemberState::kAlive);
+}
+
+// A "dead" rumour about this node at incarnation 2^64-1 wrapped its refutation to 0: every
+// later rumour overrode it and the node was evicted for good. Absurd incarnations are refused,
+// about this node and about others; a high but real one is still refuted without wrapping.
+TEST(Membership, RumoursWithAbsurdIncarnationsAreRefusedAndRefutationsNeverWrap) {
+  Membership m(2, "a:3", 5, Options(), 1);
+  Membership::Changes changes;
+  EXPECT_FALSE(m.Apply({2, "a:3", UINT64_MAX, MemberState::kDead}, 0, &changes));
+  EXPECT_EQ(m.incarnation(), 5u);
+  EXPECT_FALSE(m.Apply({2, "a:3", Membership::kMaxIncarnation, MemberState::kDead}, 0, &changes));
+  EXPECT_EQ(m.incarnation(), 5u);
+  EXPECT_FALSE(m.Apply({2, "a:3", Membership::kMaxIncarnation - 1, MemberState::kDead}, 0, &changes));
+  EXPECT_TRUE(m.Apply({2, "a:3", Membership::kMaxIncarnation - 2, MemberState::kDead}, 0, &changes));
+  EXPECT_EQ(m.incarnation(), Membership::kMaxIncarnation - 1);  // a refutation others still take
+  Membership other(0, "a:1", 1, Options(), 1);
+  EXPECT_TRUE(other.Apply({2, "a:3", m.incarnation(), MemberState::kAlive}, 0, &changes));
+  EXPECT_GT(m.incarnation(), 5u);
+
+  // About another node: an absurd "dead" cannot pin it, and its next alive still counts.
+  EXPECT_TRUE(m.Apply({4, "a:5", 7, MemberState::kAlive}, 0, &changes));
+  EXPECT_FALSE(m.Apply({4, "a:5", UINT64_MAX, MemberState::kDead}, 1, &changes));
+  EXPECT_TRUE(m.IsLive(4));
+  EXPECT_EQ(m.members().at(4).incarnation, 7u);
+  EXPECT_TRUE(changes.left.empty());
 }
 
 TEST(Membership, ADeadNodeComesBackOnlyWithAHigherIncarnation) {
