@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -17,6 +18,20 @@ namespace {
 // How often a client whose task's update was refused asks again, while the server still hands it
 // that task.
 constexpr int64_t kRefusedTaskPollMs = 1000;
+// The longest a client waits after refusals of its updates for the same reason.
+constexpr int64_t kMaxRefusalBackoffMs = 300000;
+
+// A refusal's reason without what changes from one update to the next (task ids, numbers): two
+// refusals by the same bound for different norms are the same reason.
+std::string RefusalReason(const Status& s, const std::string& task_id) {
+  std::string m = s.message();
+  for (size_t at; !task_id.empty() && (at = m.find(task_id)) != std::string::npos;) m.erase(at, task_id.size());
+  std::string reason = std::to_string(static_cast<int>(s.code())) + ":";
+  for (char c : m) {
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '+') reason += c;
+  }
+  return reason;
+}
 
 bool Transient(const Status& s) {
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
@@ -213,6 +228,20 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   if (keep) {
     bool complete = false;
     bytes = options_.state->ModelBytes(task.model_version, &complete);
+    // A kill between the last byte and the rename leaves the whole model as a partial file.
+    if (!bytes.empty()) {
+      Result<ModelState> whole = DecodeSafetensors(bytes);
+      if (whole.ok() && whole->ContentSha256() == task.model_sha256) {
+        if (Status s = options_.state->CompleteModel(task.model_version); !s.ok()) {
+          spdlog::warn("model version {}: not kept on disk: {}", task.model_version, s.ToString());
+        }
+        spdlog::info("model version {} from {} (its download had ended)", task.model_version, options_.state->path());
+        whole->set_version(task.model_version);
+        cached_model_ = *whole;
+        cached_sha256_ = task.model_sha256;
+        return whole;
+      }
+    }
     if (!bytes.empty()) {
       spdlog::info("model version {}: resuming the download at byte {} (kept in {})", task.model_version, bytes.size(),
                    options_.state->path());
@@ -454,6 +483,8 @@ Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::sh
       forget();
       ++summary_.tasks_completed;
       ResetBackoff();
+      refusals_in_a_row_ = 0;
+      last_refusal_reason_.clear();
       const auto loss = h.metrics.find("train_loss");
       spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; {} bytes{}; server at version {})", h.task_id,
                    h.local_steps, loss == h.metrics.end() ? 0.0 : loss->second, payload->size(),
@@ -468,7 +499,20 @@ Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::sh
       ++summary_.tasks_refused;
       if (refused_tasks_.size() >= 1024) refused_tasks_.clear();  // old rounds' ids: bounded memory
       refused_tasks_.insert(h.task_id);
-      spdlog::warn("task {}: update refused: {}; waiting for other work", h.task_id, s.ToString());
+      const std::string reason = RefusalReason(s, h.task_id);
+      refusals_in_a_row_ = reason == last_refusal_reason_ ? refusals_in_a_row_ + 1 : 1;
+      last_refusal_reason_ = reason;
+      if (refusals_in_a_row_ < 2) {
+        spdlog::warn("task {}: update refused: {}; waiting for other work", h.task_id, s.ToString());
+        return std::optional<PollAnswer>();
+      }
+      // Training again at once would most likely meet the same refusal: say so once, back off.
+      const int64_t delay =
+          std::min<int64_t>(kMaxRefusalBackoffMs, kRefusedTaskPollMs << std::min(refusals_in_a_row_ - 1, 20));
+      spdlog::error("the server refused this client's last {} updates for the same reason: {}; next task in {} s",
+                    refusals_in_a_row_, s.ToString(), delay / 1000);
+      Sleep(delay);
+      if (Stopping()) return Stopped();
       return std::optional<PollAnswer>();
     }
     PLEXUS_RETURN_IF_ERROR(BackOff(s));

@@ -133,6 +133,10 @@ class ClientRuntime {
   // same refusal (a sync round hands the client its open task until the round's deadline), so the
   // client waits for other work instead.
   std::set<std::string> refused_tasks_;
+  // Refusals of consecutive updates for the same reason (RefusalReason): from the second on, the
+  // client says why in one line and waits longer before its next task, doubling each time.
+  std::string last_refusal_reason_;
+  int refusals_in_a_row_ = 0;
   int failures_ = 0;
   int64_t failing_since_ms_ = -1;  // when the first of the current failures was seen; -1: none
   RealClock real_clock_;

@@ -1,10 +1,15 @@
 #include "client/client_state_dir.h"
 
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/atomic_file.h"
@@ -20,15 +25,6 @@ constexpr char kUploadHeaderFile[] = "upload.header";
 constexpr char kModelPrefix[] = "model-";
 constexpr char kResidualFile[] = "residual.safetensors";
 
-std::optional<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return std::nullopt;
-  return std::move(out).str();
-}
-
 void RemoveQuietly(const std::string& path) {
   std::error_code ignored;
   std::filesystem::remove(path, ignored);
@@ -36,13 +32,27 @@ void RemoveQuietly(const std::string& path) {
 
 bool OneLine(const std::string& s) { return s.find('\n') == std::string::npos; }
 
+constexpr uint64_t kSmallFileBytes = 64 << 10;  // the client id, an upload's header
+
+// Why the open file `fd` may not be used, or "" when it may.
+std::string Untrusted(int fd, uint64_t max_bytes, uint64_t* size) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "not a regular file";
+  if (st.st_uid != geteuid()) return "owned by user " + std::to_string(st.st_uid) + ", not this client's";
+  *size = static_cast<uint64_t>(st.st_size);
+  if (*size > max_bytes)
+    return std::to_string(*size) + " bytes, more than the " + std::to_string(max_bytes) + " it may hold";
+  return "";
+}
+
 }  // namespace
 
-Result<std::unique_ptr<ClientStateDir>> ClientStateDir::Open(const std::string& dir) {
+Result<std::unique_ptr<ClientStateDir>> ClientStateDir::Open(const std::string& dir, uint64_t max_model_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return InvalidArgumentError("cannot create the state directory '" + dir + "': " + ec.message());
-  std::unique_ptr<ClientStateDir> state(new ClientStateDir(dir));
+  std::unique_ptr<ClientStateDir> state(new ClientStateDir(dir, max_model_bytes));
   // Fails early (at start, with a clear message) rather than at the first download.
   const std::string probe = state->File(".probe");
   if (Status s = WriteFileAtomically(probe, {"ok"}); !s.ok()) {
@@ -52,8 +62,39 @@ Result<std::unique_ptr<ClientStateDir>> ClientStateDir::Open(const std::string& 
   return state;
 }
 
+std::optional<std::string> ClientStateDir::ReadKept(const std::string& path, uint64_t max_bytes) const {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    spdlog::warn("state directory: dropping '{}': {}", path, errno == ELOOP ? "a symbolic link" : std::strerror(errno));
+    RemoveQuietly(path);
+    return std::nullopt;
+  }
+  uint64_t size = 0;
+  std::string why = Untrusted(fd, max_bytes, &size);
+  std::string bytes;
+  if (why.empty()) {
+    bytes.resize(size);
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t n = ::read(fd, bytes.data() + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    if (done != size) why = "it could not be read whole";
+  }
+  ::close(fd);
+  if (!why.empty()) {
+    spdlog::warn("state directory: dropping '{}': {}", path, why);
+    RemoveQuietly(path);
+    return std::nullopt;
+  }
+  return bytes;
+}
+
 std::string ClientStateDir::ClientId() const {
-  std::optional<std::string> id = ReadWholeFile(File(kIdFile));
+  std::optional<std::string> id = ReadKept(File(kIdFile), kSmallFileBytes);
   if (!id) return "";
   while (!id->empty() && id->back() == '\n') id->pop_back();
   return OneLine(*id) ? *id : "";
@@ -70,12 +111,12 @@ std::string ClientStateDir::ModelFile(uint64_t version, bool complete) const {
 }
 
 std::string ClientStateDir::ModelBytes(uint64_t version, bool* complete) const {
-  if (std::optional<std::string> whole = ReadWholeFile(ModelFile(version, true))) {
+  if (std::optional<std::string> whole = ReadKept(ModelFile(version, true), max_model_bytes_)) {
     *complete = true;
     return std::move(*whole);
   }
   *complete = false;
-  return ReadWholeFile(ModelFile(version, false)).value_or("");
+  return ReadKept(ModelFile(version, false), max_model_bytes_).value_or("");
 }
 
 void ClientStateDir::DropModelsExcept(uint64_t version) {
@@ -96,17 +137,38 @@ Status ClientStateDir::AppendModelBytes(uint64_t version, uint64_t at_offset, st
   }
   // Appended to (not rewritten): a download writes each byte once. A torn tail after a crash
   // shows as a size that does not match, or in the end as a SHA-256 that does not.
-  std::FILE* f = std::fopen(path.c_str(), at_offset == 0 ? "wb" : "ab");
-  if (!f) return UnavailableError("cannot write '" + path + "': " + std::strerror(errno));
-  const long size = std::fseek(f, 0, SEEK_END) == 0 ? std::ftell(f) : -1;
-  if (size < 0 || static_cast<uint64_t>(size) != at_offset) {
-    std::fclose(f);
+  // Never through a symbolic link (one planted here once had the client append a model to
+  // /etc/passwd), and only to a regular file of this user's.
+  const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | (at_offset == 0 ? O_TRUNC : O_APPEND);
+  const int fd = ::open(path.c_str(), flags, 0600);
+  if (fd < 0) {
+    return UnavailableError("cannot write '" + path +
+                            "': " + (errno == ELOOP ? "a symbolic link" : std::strerror(errno)));
+  }
+  uint64_t size = 0;
+  std::string why = Untrusted(fd, max_model_bytes_, &size);
+  if (why.empty() && at_offset + bytes.size() > max_model_bytes_) why = "the model would exceed the limit";
+  if (!why.empty()) {
+    ::close(fd);
+    return FailedPreconditionError("'" + path + "': " + why);
+  }
+  if (size != at_offset) {
+    ::close(fd);
     return FailedPreconditionError("'" + path + "' holds " + std::to_string(size) + " bytes, not " +
                                    std::to_string(at_offset));
   }
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const bool closed = std::fclose(f) == 0;
-  if (!written || !closed) return UnavailableError("cannot write '" + path + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const int write_errno = errno;
+  const bool closed = ::close(fd) == 0;
+  if (done != bytes.size() || !closed) {
+    return UnavailableError("cannot write '" + path + "': " + std::strerror(write_errno));
+  }
   return Status::Ok();
 }
 
@@ -124,6 +186,8 @@ void ClientStateDir::DropModel(uint64_t version) {
   RemoveQuietly(ModelFile(version, true));
   RemoveQuietly(ModelFile(version, false));
 }
+
+void ClientStateDir::DropPartialModel(uint64_t version) { RemoveQuietly(ModelFile(version, false)); }
 
 Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view payload) {
   if (!OneLine(h.client_id) || !OneLine(h.task_id) || !OneLine(h.codec)) {
@@ -145,8 +209,8 @@ Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view
 }
 
 std::optional<PendingUpload> ClientStateDir::LoadPendingUpload() {
-  std::optional<std::string> header = ReadWholeFile(File(kUploadHeaderFile));
-  std::optional<std::string> payload = ReadWholeFile(File(kUploadPayloadFile));
+  std::optional<std::string> header = ReadKept(File(kUploadHeaderFile), kSmallFileBytes);
+  std::optional<std::string> payload = ReadKept(File(kUploadPayloadFile), max_model_bytes_);
   if (!header || !payload) {
     DropPendingUpload();
     return std::nullopt;
@@ -190,8 +254,24 @@ Status ClientStateDir::SaveResidual(const ModelState& residual) {
 }
 
 std::optional<ModelState> ClientStateDir::LoadResidual() const {
-  Result<ModelState> r = ReadSafetensorsFile(File(kResidualFile));
-  if (!r.ok()) return std::nullopt;
+  const std::string path = File(kResidualFile);
+  std::optional<std::string> bytes = ReadKept(path, max_model_bytes_);
+  if (!bytes) return std::nullopt;
+  Result<ModelState> r = DecodeSafetensors(*bytes);
+  std::string why = r.ok() ? "" : r.status().message();
+  if (r.ok()) {
+    for (float v : r->data()) {
+      if (!(std::fabs(v) <= kMaxResidualValue)) {  // NaN too
+        why = "a value of " + std::to_string(v) + " (not finite, or beyond the range a residual holds)";
+        break;
+      }
+    }
+  }
+  if (!why.empty()) {
+    spdlog::warn("state directory: dropping the top-k residual '{}': {}", path, why);
+    RemoveQuietly(path);
+    return std::nullopt;
+  }
   return std::move(r).value();
 }
 

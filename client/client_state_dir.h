@@ -26,8 +26,19 @@ struct PendingUpload {
 
 class ClientStateDir {
  public:
+  // The directory's files are untrusted input: a file is read only when it is a regular file
+  // (symbolic links are never followed, for reading or writing), owned by this process's user,
+  // and no larger than what it can hold (`max_model_bytes` for models and updates, a few KB for
+  // the rest). A file that fails is dropped with a warning and the client goes on without it:
+  // a 10 GiB model file once made a device read it whole and die of memory at every start.
+  static constexpr uint64_t kDefaultMaxModelBytes = (1ull << 30) + (1 << 20);
+  // Larger than this, or not finite, a kept top-k residual is dropped (it is added to every
+  // update: one NaN in it had every upload of the client refused forever).
+  static constexpr double kMaxResidualValue = 1e9;
+
   // Creates `dir` if needed. InvalidArgument when it cannot be created or written.
-  static Result<std::unique_ptr<ClientStateDir>> Open(const std::string& dir);
+  static Result<std::unique_ptr<ClientStateDir>> Open(const std::string& dir,
+                                                      uint64_t max_model_bytes = kDefaultMaxModelBytes);
 
   const std::string& path() const { return dir_; }
 
@@ -46,6 +57,8 @@ class ClientStateDir {
   Status CompleteModel(uint64_t version);
   // Forgets what is kept of `version` (it did not verify).
   void DropModel(uint64_t version);
+  // Forgets the partial file of `version` (it cannot be resumed).
+  void DropPartialModel(uint64_t version);
 
   // Keeps an update (its header and safetensors bytes) until DropPendingUpload, replacing an
   // earlier one.
@@ -60,12 +73,16 @@ class ClientStateDir {
   std::optional<ModelState> LoadResidual() const;  // nullopt: none kept, or unreadable
 
  private:
-  explicit ClientStateDir(std::string dir) : dir_(std::move(dir)) {}
+  ClientStateDir(std::string dir, uint64_t max_model_bytes) : dir_(std::move(dir)), max_model_bytes_(max_model_bytes) {}
+  // The file's bytes when it passes the checks above with at most `max_bytes`; nullopt when it
+  // is missing, or fails them (then it is removed, with a warning).
+  std::optional<std::string> ReadKept(const std::string& path, uint64_t max_bytes) const;
   std::string File(std::string_view name) const { return dir_ + "/" + std::string(name); }
   std::string ModelFile(uint64_t version, bool complete) const;
   void DropModelsExcept(uint64_t version);
 
   const std::string dir_;
+  const uint64_t max_model_bytes_;
 };
 
 }  // namespace plexus

@@ -171,7 +171,17 @@ class GrpcFederationTransport final : public FederationTransport {
       buffer->append(chunk.data());
       if (on_bytes) on_bytes(chunk.data());
     }
-    PLEXUS_RETURN_IF_ERROR(FromGrpc(reader->Finish(), "download model " + std::to_string(version)));
+    const size_t resumed_at = req.offset();
+    Status finished = FromGrpc(reader->Finish(), "download model " + std::to_string(version));
+    // A resume from kept bytes that cannot be right (more than the model, or all of it, so the
+    // server sends nothing): start over (DataLoss), rather than retry the same offset forever.
+    if (resumed_at > 0 && finished.code() == StatusCode::kOutOfRange) {
+      return DataLossError("download: the " + std::to_string(resumed_at) + " bytes kept are more than the model");
+    }
+    PLEXUS_RETURN_IF_ERROR(finished);
+    if (resumed_at > 0 && buffer->size() == resumed_at) {
+      return DataLossError("download: nothing after the " + std::to_string(resumed_at) + " bytes kept");
+    }
     if (buffer->size() != *total_bytes) return UnavailableError("download: stream ended early");
     return Status::Ok();
   }

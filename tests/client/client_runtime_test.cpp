@@ -187,6 +187,27 @@ class ClientRuntimeTest : public ::testing::Test {
     };
   }
 
+  // A one-round, one-client sync federation of a 3-value model in `store`.
+  std::unique_ptr<SyncEngine> OneRound(MemoryStore* store, int64_t round_deadline_ms) {
+    SyncOptions so;
+    so.rounds = 1;
+    so.clients_per_round = 1;
+    so.min_clients = 1;
+    so.round_deadline_ms = round_deadline_ms;
+    return *SyncEngine::Open(so, *ModelState::Create({{"w", {3}}}), store, &clock_, nullptr, nullptr);
+  }
+  // Options whose waits move the server's time too (and tick `engine`), each noted in `sleeps`.
+  ClientOptions ServerTimeFollows(SyncEngine* engine, std::vector<int64_t>* sleeps = nullptr) {
+    ClientOptions o = Options();
+    o.sleep = [this, engine, sleeps](int64_t ms) {
+      if (sleeps) sleeps->push_back(ms);
+      client_clock_.AdvanceMs(ms);
+      clock_.AdvanceMs(ms);
+      ASSERT_OK(engine->Tick());
+    };
+    return o;
+  }
+
   ManualClock clock_;
   ManualClock client_clock_;  // the client's: its sleeps and failing calls move it
   MemoryStore store_;
@@ -253,27 +274,34 @@ TEST_F(ClientRuntimeTest, WithoutHeldOutDataOrWhenRefusedAnEvaluationChangesNoth
   EXPECT_TRUE(engine_->finished());
 }
 
+// Refused again and again for the same reason, a client once polled and trained at full pace;
+// from the second refusal in a row it says why in one line and waits longer each time.
+TEST_F(ClientRuntimeTest, RefusalsForTheSameReasonInARowMakeTheClientBackOff) {
+  MemoryStore store;
+  std::unique_ptr<SyncEngine> engine = OneRound(&store, 5000);
+  InProcessTransport transport(engine.get(), &store);
+  transport.refuse_uploads = 3;
+  std::vector<int64_t> sleeps;
+  ClientRuntime client(ServerTimeFollows(engine.get(), &sleeps), &transport, Factory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  EXPECT_EQ(s->tasks_refused, 3);
+  EXPECT_EQ(s->tasks_completed, 1);
+  // The second refusal waits 2 s, the third 4 s; the first only polls (1 s at a time).
+  EXPECT_EQ(std::count(sleeps.begin(), sleeps.end(), 2000), 1) << ::testing::PrintToString(sleeps);
+  EXPECT_EQ(std::count(sleeps.begin(), sleeps.end(), 4000), 1) << ::testing::PrintToString(sleeps);
+  EXPECT_TRUE(engine->finished());
+}
+
 TEST_F(ClientRuntimeTest, ATaskWhoseUpdateWasRefusedIsNotTrainedAgain) {
   // The sync round keeps handing the client its open task until the round's deadline; training
   // it again would only repeat the refused bytes. The client waits; the round is retried with a
   // new task after its deadline, which the client trains.
-  SyncOptions so;
-  so.rounds = 1;
-  so.clients_per_round = 1;
-  so.min_clients = 1;
-  so.round_deadline_ms = 20000;
   MemoryStore store;
-  std::unique_ptr<SyncEngine> engine =
-      *SyncEngine::Open(so, *ModelState::Create({{"w", {3}}}), &store, &clock_, nullptr, nullptr);
+  std::unique_ptr<SyncEngine> engine = OneRound(&store, 20000);
   InProcessTransport transport(engine.get(), &store);
   transport.refuse_uploads = 1;
-  ClientOptions o = Options();
-  o.sleep = [&](int64_t ms) {  // the server's time passes with the client's waits
-    client_clock_.AdvanceMs(ms);
-    clock_.AdvanceMs(ms);
-    ASSERT_OK(engine->Tick());
-  };
-  ClientRuntime client(o, &transport, Factory(), DatasetView::All(data_));
+  ClientRuntime client(ServerTimeFollows(engine.get()), &transport, Factory(), DatasetView::All(data_));
   Result<ClientSummary> s = client.Run();
   ASSERT_OK(s);
   EXPECT_EQ(s->tasks_refused, 1);
@@ -462,6 +490,22 @@ TEST_F(ClientRestartTest, ARestartedClientResumesItsDownloadFromTheBytesOnDisk) 
   EXPECT_EQ(s->tasks_completed, 2);
   EXPECT_TRUE(engine_->finished());
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 2.0f);
+}
+
+// A kill between a download's last byte and its rename left the whole model as a partial file;
+// every restart then resumed at its end, heard "stream ended early" and retried until it gave
+// up. The partial that is the task's model is taken as it is.
+TEST_F(ClientRestartTest, APartialFileHoldingTheWholeModelIsUsedNotResumed) {
+  const std::string whole = EncodeSafetensors(*store_.Checkpoint(0));
+  ASSERT_OK(state_->AppendModelBytes(0, 0, whole));
+  InProcessTransport transport(engine_.get(), &store_);
+  ClientRuntime client(StateOptions(), &transport, CountingFactory(), DatasetView::All(data_));
+  Result<ClientSummary> s = client.Run();
+  ASSERT_OK(s);
+  ASSERT_FALSE(transport.resumed_from_.empty());                    // version 1's download
+  for (size_t from : transport.resumed_from_) EXPECT_EQ(from, 0u);  // never a resume at the end
+  EXPECT_EQ(s->tasks_completed, 2);
+  EXPECT_TRUE(engine_->finished());
 }
 
 TEST_F(ClientRestartTest, ARestartedClientSendsTheUpdateItTrainedInsteadOfTrainingAgain) {

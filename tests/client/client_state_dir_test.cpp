@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -119,6 +120,57 @@ TEST_F(ClientStateDirTest, ADirectoryThatCannotBeCreatedIsAClearError) {
   std::ofstream(dir_ + "/a-file") << "x";
   EXPECT_THAT(ClientStateDir::Open(dir_ + "/a-file/state").status(),
               testing::StatusIs(StatusCode::kInvalidArgument, "cannot create the state directory"));
+}
+
+// The directory's files are untrusted input (issue: a 10 GiB sparse model file read whole at
+// every start; a planted symbolic link had the client append a model to another file).
+TEST_F(ClientStateDirTest, AFileLargerThanItMayHoldIsDroppedUnread) {
+  auto small = *ClientStateDir::Open(dir_, /*max_model_bytes=*/100);
+  {
+    std::ofstream f(dir_ + "/model-3.safetensors", std::ios::binary);
+    f.seekp(10 << 20);  // sparse: 10 MB of size, nothing written
+    f.put('x');
+  }
+  bool complete = true;
+  EXPECT_EQ(small->ModelBytes(3, &complete), "");
+  EXPECT_FALSE(complete);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/model-3.safetensors"));
+  // Downloads are held to the same limit.
+  EXPECT_THAT(small->AppendModelBytes(4, 0, std::string(101, 'a')),
+              testing::StatusIs(StatusCode::kFailedPrecondition, "exceed"));
+}
+
+TEST_F(ClientStateDirTest, SymbolicLinksAreNeitherReadNorWrittenThrough) {
+  const std::string victim = dir_ + "-victim";
+  { std::ofstream(victim) << "precious"; }
+  std::filesystem::create_symlink(victim, dir_ + "/model-5.partial");
+  // Reading: not followed, and the link is dropped.
+  bool complete = true;
+  EXPECT_EQ(state_->ModelBytes(5, &complete), "");
+  EXPECT_FALSE(std::filesystem::is_symlink(dir_ + "/model-5.partial"));
+  // Writing: a link planted at an append is refused, the file behind it unchanged.
+  std::filesystem::create_symlink(victim, dir_ + "/model-5.partial");
+  EXPECT_THAT(state_->AppendModelBytes(5, 8, "appended"), testing::StatusIs(StatusCode::kUnavailable, "symbolic link"));
+  std::ifstream in(victim);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious");
+  std::filesystem::remove(victim);
+  // The id and an upload's files too.
+  std::filesystem::create_symlink("/etc/hostname", dir_ + "/client-id");
+  EXPECT_EQ(state_->ClientId(), "");
+}
+
+TEST_F(ClientStateDirTest, AResidualThatIsNotFiniteOrOutOfRangeIsDropped) {
+  ModelState residual = *ModelState::Create({{"w", {3}}});
+  residual.data()[1] = 0.25f;
+  ASSERT_OK(state_->SaveResidual(residual));
+  ASSERT_TRUE(Reopen()->LoadResidual().has_value());
+  for (float bad : {std::nanf(""), 1e30f, -INFINITY}) {
+    residual.data()[2] = bad;
+    ASSERT_OK(state_->SaveResidual(residual));
+    EXPECT_FALSE(Reopen()->LoadResidual().has_value()) << bad;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/residual.safetensors")) << bad;
+  }
 }
 
 }  // namespace
