@@ -29,6 +29,9 @@ struct RoundRecord {
   int64_t num_selected = 0;
   int64_t num_updates = 0;  // updates aggregated
   int64_t num_dropped = 0;  // selected clients that missed the deadline
+  // Selected clients whose update the server refused (a norm bound, bad values): the round
+  // stopped waiting for them, sampled others in their place or closed with what it had.
+  int64_t num_refused = 0;
   int64_t num_examples = 0;
   int64_t attempts = 1;  // 1 + rounds abandoned for lack of quorum
   double mean_train_loss = 0.0;

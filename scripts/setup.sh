@@ -11,7 +11,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev libsqlite3-dev zlib1g-dev libuv1-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
-  libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
+  libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   dataset-fashion-mnist gnuplot-nox
   clang-14 libclang-rt-14-dev clang-format
   libopenmpi-dev openmpi-bin

@@ -147,6 +147,7 @@ void RunServer(const ServerFlags& f) {
     Take(CodedDownloads::Create(download_codec), f.codec.empty() ? "--download-codec" : "--codec");
   FederatedEvaluationOptions federated_eval = f.federated_eval;
   federated_eval.deadline_ms = static_cast<int64_t>(f.federated_eval_deadline_s * 1000);
+  federated_eval.seed = f.seed;
   Check(federated_eval.Validate(), "--federated-eval-*");
   const ModelChoice model(f.model, f.loss);  // a model file is read (and checked) before anything starts
   const std::string& model_name = model.federation_name();
@@ -200,9 +201,9 @@ void RunServer(const ServerFlags& f) {
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
-  std::unique_ptr<FederationServer> server = Take(
-      FederationServer::Start(f.listen, engine.get(), store.get(),
-                              {model_name, sync.rounds, upload_codec, federated_eval, download_codec}, tls, limits));
+  std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
+      f.listen, engine.get(), store.get(),
+      {model_name, sync.rounds, upload_codec, federated_eval, download_codec, model.buffers()}, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";
@@ -210,12 +211,15 @@ void RunServer(const ServerFlags& f) {
   std::unique_ptr<HttpEndpoint> metrics_endpoint;
   if (!f.metrics_listen.empty()) {
     FederationServer* watched = server.get();
-    metrics_endpoint =
-        Take(HttpEndpoint::Start(f.metrics_listen,
-                                 {{"/metrics",
-                                   {"text/plain; version=0.0.4",
-                                    [watched] { return PrometheusText(watched->metrics(), ResidentBytes()); }}}}),
-             "--metrics-listen");
+    metrics_endpoint = Take(
+        HttpEndpoint::Start(
+            f.metrics_listen,
+            {{"/metrics",
+              {"text/plain; version=0.0.4", [watched] { return PrometheusText(watched->metrics(), ResidentBytes()); }}},
+             // Liveness (deploy/kubernetes): answers while the process serves,
+             // without taking the server's lock.
+             {"/healthz", {"text/plain", [] { return std::string("ok\n"); }}}}),
+        "--metrics-listen");
     spdlog::info("metrics on http://{}/metrics (port {})", f.metrics_listen, metrics_endpoint->port());
   }
   std::unique_ptr<HttpEndpoint> dashboard_endpoint;
@@ -402,8 +406,9 @@ void AddServerCommand(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--adaptive-norm-factor", f->limits.adaptive_norm_factor,
-                  "Refuse updates whose L2 norm exceeds this many times the median of recent accepted updates "
-                  "(before five are accepted: of the model's norm); 0: off")
+                  "Refuse updates whose L2 norm (trainable tensors) exceeds this many times the median of the "
+                  "recent clients' latest update norms (before five clients have sent one: of the model's norm); "
+                  "0: off. docs/security.md states what it guarantees")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--rate-limit", f->limits.requests_per_s, "Requests per second allowed per client (0: no limit)")
@@ -426,6 +431,16 @@ void AddServerCommand(CLI::App& app) {
                   "Cancel an upload that delivers nothing for this long while holding an upload place; what "
                   "arrived is kept for a resume (0: no bound)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-min-rate", f->limits.upload_min_bytes_per_s,
+                  "Cancel an upload holding a place that delivers fewer bytes per second than this over any "
+                  "--upload-rate-window-ms; its client then shares 3/4 of the places with other slow senders "
+                  "(0: no minimum)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--upload-rate-window-ms", f->limits.upload_rate_window_ms,
+                  "The window over which --upload-min-rate is measured")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--flow-control", [f](const std::string& v) { f->limits.adaptive_flow_control = v == "adaptive"; },

@@ -1,6 +1,10 @@
-// HttpEndpoint: a small HTTP server (Debian's cpp-httplib) on HOST:PORT, on a thread of its own,
-// answering GET on a fixed set of paths with what a callback produces at each request (the
-// server's /metrics for Prometheus). Everything else is 404. Stops when destroyed. Thread-safe.
+// HttpEndpoint: a small HTTP server on HOST:PORT, on a thread of its own, answering GET (and
+// HEAD) on a fixed set of paths with what a callback produces at each request (the server's
+// /metrics for Prometheus, its dashboard). Everything else is 404. One request per connection.
+// It stays responsive whatever its callers do: a connection has 2 s to send its request and
+// 10 s to take the response; at most 128 are open, and a new one closes the oldest still
+// sending its request. Callbacks run on its thread, one at a time. Stops when destroyed.
+// Thread-safe.
 #pragma once
 
 #include <functional>

@@ -30,6 +30,7 @@ ModelChoice::ModelChoice(const std::string& flag, const std::string& loss) : fla
   script_path_ = flag;
   federation_name_ = info.name + (mse_ ? "+mse" : "");
   script_initial_ = std::move(info.initial);
+  script_buffers_ = std::move(info.buffers);
 #else
   throw CommandError("--model " + flag + ": TorchScript models need LibTorch, which this build leaves out");
 #endif

@@ -31,6 +31,8 @@ class ModelChoice {
   const std::string& federation_name() const { return federation_name_; }
   // The model to start from: the file's weights, or the built-in model initialized from `seed`.
   ModelState Initial(uint64_t seed) const;
+  // The names of the model's tensors that are buffers (BatchNorm statistics), not trainable.
+  const std::vector<std::string>& buffers() const { return script_buffers_; }
   // A LibTorch trainer (the portable one for built-in models when `portable`).
   Result<std::unique_ptr<Trainer>> MakeTrainer(int threads, bool portable, bool local_buffers = false) const;
 
@@ -39,6 +41,7 @@ class ModelChoice {
   std::string script_path_;
   std::string federation_name_;
   ModelState script_initial_;
+  std::vector<std::string> script_buffers_;
   bool mse_ = false;
 };
 

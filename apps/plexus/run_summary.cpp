@@ -69,6 +69,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     nlohmann::json row = {{"round", r.round},           {"model_version", r.model_version},
                           {"updates", r.num_updates},   {"dropped", r.num_dropped},
                           {"examples", r.num_examples}, {"train_loss", r.mean_train_loss}};
+    row["refused"] = r.num_refused;
     row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
     if (r.federated_accuracy) {

@@ -70,6 +70,15 @@ class Engine {
   // uploads for their own tasks take its memory. NotFound for an unknown client or task,
   // PermissionDenied for another client's task, FailedPrecondition once finished. Changes nothing.
   virtual Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const = 0;
+  // The server refused `client_id`'s update of its open task `task_id` for what it holds (a norm
+  // bound, values out of range): the client will not train that task again, so the engine stops
+  // waiting for it (a valid update of it is still taken). Sync rounds sample another free client in its place, or close
+  // with what they have once every other task is in and min_clients is met. Unknown tasks change nothing.
+  virtual Status Refused(const std::string& client_id, const std::string& task_id) {
+    (void)client_id;
+    (void)task_id;
+    return Status::Ok();
+  }
   // Whether Submit takes updates that carry coded values (Update::coded): true when the merge
   // strategy folds them (the averaging family). Otherwise the caller decodes them first.
   virtual bool folds_coded() const { return false; }

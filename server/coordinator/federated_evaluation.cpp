@@ -1,6 +1,10 @@
 #include "server/coordinator/federated_evaluation.h"
 
+#include <algorithm>
 #include <cmath>
+#include <span>
+
+#include "core/rng.h"
 
 namespace plexus {
 namespace {
@@ -20,20 +24,29 @@ Status FederatedEvaluationOptions::Validate() const {
   return Status::Ok();
 }
 
-void FederatedEvaluation::OnPublished(uint64_t version, const std::string& sha256, bool is_final, int64_t known_clients,
-                                      int64_t now_ms) {
+bool FederatedEvaluation::Due(uint64_t version, bool is_final) const {
+  return enabled() && version > 0 && (is_final || version % static_cast<uint64_t>(options_.every) == 0);
+}
+
+void FederatedEvaluation::OnPublished(uint64_t version, const std::string& sha256, bool is_final,
+                                      std::vector<std::string> known_clients, int64_t now_ms) {
   if (!enabled() || (seen_any_ && version <= last_seen_)) {
     if (enabled() && is_final && open_.count(version)) open_[version].is_final = true;
     return;
   }
   seen_any_ = true;
   last_seen_ = version;
-  if (version == 0 || (version % static_cast<uint64_t>(options_.every) != 0 && !is_final)) return;
+  if (!Due(version, is_final)) return;
   Campaign c;
   c.sha256 = sha256;
   c.is_final = is_final;
-  c.wanted =
-      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options_.fraction * static_cast<double>(known_clients))));
+  const auto known = static_cast<int64_t>(known_clients.size());
+  c.wanted = std::min(
+      known, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options_.fraction * static_cast<double>(known)))));
+  std::sort(known_clients.begin(), known_clients.end());  // the sample depends on the seed, not the order given
+  Rng rng = Rng::Derive(options_.seed, version);
+  rng.Shuffle(std::span<std::string>(known_clients));
+  c.chosen.insert(known_clients.begin(), known_clients.begin() + c.wanted);
   c.deadline_ms = now_ms + options_.deadline_ms;
   open_[version] = std::move(c);
 }
@@ -41,9 +54,7 @@ void FederatedEvaluation::OnPublished(uint64_t version, const std::string& sha25
 std::optional<Task> FederatedEvaluation::TaskFor(const std::string& client_id, int64_t now_ms) {
   for (auto it = open_.rbegin(); it != open_.rend(); ++it) {
     Campaign& c = it->second;
-    if (now_ms >= c.deadline_ms || static_cast<int64_t>(c.asked.size()) >= c.wanted || c.asked.count(client_id)) {
-      continue;
-    }
+    if (now_ms >= c.deadline_ms || !c.chosen.count(client_id) || c.asked.count(client_id)) continue;
     c.asked.insert(client_id);
     Task t;
     t.task_id = TaskId(it->first, client_id);
@@ -111,8 +122,7 @@ bool FederatedEvaluation::final_pending() const {
 bool FederatedEvaluation::Owes(const std::string& client_id) const {
   for (const auto& [version, c] : open_) {
     if (!c.is_final) continue;
-    if (c.asked.count(client_id)) return !c.answered.count(client_id);
-    return static_cast<int64_t>(c.asked.size()) < c.wanted;
+    return c.chosen.count(client_id) && !c.answered.count(client_id);
   }
   return false;
 }

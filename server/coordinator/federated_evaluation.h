@@ -1,14 +1,14 @@
 // FederatedEvaluation: evaluates published versions on the clients' own held-out data, for a
 // server that has no data of its own (or as a second opinion beside its test set).
 //
-// Every `every`-th published version, and the final one, opens a campaign: the first
-// ceil(fraction x known clients) distinct clients that poll get an evaluation task for that
-// version instead of (before) training work; each reports loss, accuracy and its example count;
-// the campaign closes when every task handed out was answered or at its deadline, and its result
-// is the example-weighted mean of the reports (reports of zero examples, from clients that hold
-// no evaluation split, count as answered and weigh nothing). A client is asked at most once per
-// version. While the final version's campaign is open the federation is not finished for clients
-// that still owe or may take its evaluation.
+// Every `every`-th published version, and the final one, opens a campaign: ceil(fraction x known
+// clients) of the known clients, sampled at random (seeded by `seed` and the version), get an
+// evaluation task for that version when they next poll, instead of (before) training work. Not
+// the first to poll: that over-represented fast devices in every version's result; each reports loss, accuracy and its
+// example count; the campaign closes when every task handed out was answered or at its deadline, and its result is the
+// example-weighted mean of the reports (reports of zero examples, from clients that hold no evaluation split, count as
+// answered and weigh nothing). A client is asked at most once per version. While the final version's campaign is open
+// the federation is not finished for clients that still owe or may take its evaluation.
 //
 // A pure state machine on the caller's clock, like the engines: the server's door drives it under
 // its lock, and the same object runs in tests. Thread-compatible.
@@ -32,6 +32,7 @@ struct FederatedEvaluationOptions {
   int64_t every = 0;      // evaluate every V-th version (and the final one); 0: off
   double fraction = 0.5;  // of the known clients, at least one
   int64_t deadline_ms = 60000;
+  uint64_t seed = 0;  // the clients' sample, with the version
 
   // InvalidArgument for a negative period, a fraction outside (0, 1] or a non-positive deadline.
   Status Validate() const;
@@ -44,8 +45,11 @@ class FederatedEvaluation {
   bool enabled() const { return options_.every > 0; }
 
   // A version was published (`is_final`: the federation's last). Opens its campaign when due,
-  // sized for `known_clients`. Versions at or below one already seen are ignored.
-  void OnPublished(uint64_t version, const std::string& sha256, bool is_final, int64_t known_clients, int64_t now_ms);
+  // sampling its clients from `known_clients`. Versions at or below one already seen are ignored.
+  void OnPublished(uint64_t version, const std::string& sha256, bool is_final, std::vector<std::string> known_clients,
+                   int64_t now_ms);
+  // Whether `version` (published as the last one when `is_final`) is evaluated by the clients.
+  bool Due(uint64_t version, bool is_final) const;
 
   // The evaluation task `client_id` should run now, if a campaign wants one from it (the newest
   // open campaign first). Task ids are "eval-v<version>-<client>".
@@ -73,6 +77,7 @@ class FederatedEvaluation {
     bool is_final = false;
     int64_t wanted = 0;
     int64_t deadline_ms = 0;
+    std::set<std::string> chosen;    // the sample: who may be handed a task
     std::set<std::string> asked;     // handed a task
     std::set<std::string> answered;  // reported
     double loss_sum = 0, correct_sum = 0;

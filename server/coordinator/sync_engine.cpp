@@ -239,8 +239,49 @@ Status SyncEngine::Submit(Update update) {
                                            : simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
   }
   open_->tally.Add(update);
-  if (open_->submitted.size() >= open_->wait_for) return CloseRound();
+  if (RoundComplete()) return CloseRound();
   return Status::Ok();
+}
+
+Status SyncEngine::Refused(const std::string& client_id, const std::string& task_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!open_ || open_->submitted.count(client_id)) return Status::Ok();
+  auto owner = open_->client_of_task.find(task_id);
+  if (owner == open_->client_of_task.end() || owner->second != client_id) return Status::Ok();
+  if (!open_->refused.insert(client_id).second) return Status::Ok();
+  // A free client in its place: connected, not in this attempt's sample, not refused in it.
+  std::vector<std::string> free;
+  for (const std::string& id : clients_.Connected()) {
+    if (!open_->task_of_client.count(id) && !open_->refused.count(id)) free.push_back(id);
+  }
+  if (!free.empty()) {
+    Rng rng = Rng::Derive(
+        options_.seed ^ 0x5eed5eedULL,
+        open_->round * 1000003ULL + static_cast<uint64_t>(open_->attempt) * 1009ULL + open_->refused.size());
+    const std::string& id = free[rng.Below(free.size())];
+    const std::string new_task = "r" + std::to_string(open_->round) + "a" + std::to_string(open_->attempt) + "-" + id;
+    open_->task_of_client[id] = new_task;
+    open_->client_of_task[new_task] = id;
+  }
+  OpenRoundRecord saved{open_->round, open_->attempt, {open_->task_of_client.begin(), open_->task_of_client.end()}};
+  if (Status s = store_->PutOpenRound(saved); !s.ok()) {
+    sticky_error_ = s.WithContext("record the open round " + std::to_string(open_->round) + " after a refusal");
+    return sticky_error_;
+  }
+  ++poll_epoch_;
+  if (RoundComplete()) return CloseRound();
+  return Status::Ok();
+}
+
+bool SyncEngine::RoundComplete() const {
+  if (open_->submitted.size() >= open_->wait_for) return true;
+  if (open_->refused.empty()) return false;
+  // After refusals, what is in closes the round once every task not refused is in and it makes a
+  // quorum (Tick would only wait for the deadline to do the same).
+  for (const auto& [client, task] : open_->task_of_client) {
+    if (!open_->submitted.count(client) && !open_->refused.count(client)) return false;
+  }
+  return static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients;
 }
 
 Status SyncEngine::Tick() {
@@ -286,7 +327,8 @@ Status SyncEngine::CloseRound() {
   rec.model_sha256 = next->ContentSha256();
   rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
   rec.num_updates = static_cast<int64_t>(open_->submitted.size());
-  rec.num_dropped = rec.num_selected - rec.num_updates;
+  for (const std::string& client : open_->refused) rec.num_refused += open_->submitted.count(client) ? 0 : 1;
+  rec.num_dropped = rec.num_selected - rec.num_updates - rec.num_refused;
   rec.attempts = attempts_ + 1;
   open_->tally.FillRecord(&rec);
   rec.merged = open_->merged;

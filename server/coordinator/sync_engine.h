@@ -83,6 +83,10 @@ class SyncEngine final : public Engine {
   // rounds' records): a client whose acknowledgement a crash lost must hear that it is in.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
+  // The round stops waiting for the refused task (its client may still send a valid update for
+  // it); a free client, sampled with the round's seed, gets a task in its place, else the round
+  // closes once every task not refused is in and min_clients is met (at its deadline otherwise).
+  Status Refused(const std::string& client_id, const std::string& task_id) override;
 
   // Applies the round deadline. Call periodically (the server does, the simulator does at each
   // event). Returns the sticky error, if any.
@@ -105,6 +109,7 @@ class SyncEngine final : public Engine {
     std::map<std::string, std::string> task_of_client;  // client id -> task id
     std::map<std::string, std::string> client_of_task;  // task id -> client id
     std::set<std::string> submitted;                    // client ids
+    std::set<std::string> refused;                      // client ids whose update the door refused (Refused)
     std::vector<MergedUpdate> merged;                   // the submitted updates, in arrival order
     std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
     size_t wait_for = 0;                                // updates that close the round
@@ -117,6 +122,8 @@ class SyncEngine final : public Engine {
   Status RestoreOpenRound();
   void MaybeStartRound();
   Status CloseRound();
+  // Whether the open round has every update it waits for (see Refused).
+  bool RoundComplete() const;
   // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.
   void LearnFromRound(const ModelState& next);
   void AbandonRound();

@@ -37,6 +37,10 @@ struct ServerInfo {
   // change from the model the client last downloaded when the server still holds that one, else
   // the whole model. One that keeps every value (f32, fp16, bf16, int8); empty: float32.
   std::string download_codec;
+  // The model's tensors that are buffers (a TorchScript model's BatchNorm statistics), not
+  // trainable: left out of the norm bounds, their changes checked for range instead
+  // (server/rpc/update_norm.h).
+  std::vector<std::string> buffer_tensors;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite
@@ -44,9 +48,12 @@ struct ServerInfo {
 // admin status.
 struct DoorLimits {
   double max_update_norm = 0;  // refuse updates whose L2 norm exceeds this (0: no bound)
-  // Refuse updates whose L2 norm exceeds this many times the median of recent accepted ones (or,
-  // before five are, of the model's norm): AdaptiveNormBound. 0: off.
+  // Refuse updates whose L2 norm (trainable tensors) exceeds this many times the median of the
+  // latest norms of the last `adaptive_norm_clients` distinct clients (or, before
+  // `adaptive_norm_min_clients` have sent one, of the model's norm): AdaptiveNormBound. 0: off.
   double adaptive_norm_factor = 10;
+  size_t adaptive_norm_clients = 100;
+  size_t adaptive_norm_min_clients = 5;
   double requests_per_s = 100;  // per client, on average (0: no limit)
   double burst = 200;           // per client, at once
   // Uploads received and decoded at once; the others wait before reading their payload (its
@@ -59,6 +66,11 @@ struct DoorLimits {
   // An upload holding a place that delivers no chunk for this long is cancelled; what arrived is
   // kept for a resume. 0: no bound. A client has at most one upload in flight either way.
   int64_t upload_stall_ms = 30000;
+  // An upload holding a place that delivers fewer bytes per second than this over any window of
+  // `upload_rate_window_ms` is cancelled too (a drip is cut like a silent upload), and its client
+  // then shares three quarters of the places with other such clients. 0: no minimum.
+  int64_t upload_min_bytes_per_s = 1024;
+  int64_t upload_rate_window_ms = 5000;
   // Polls in progress at once (each long poll holds a server thread while it waits); more are
   // refused with RESOURCE_EXHAUSTED and the client retries. 0: no bound. The threads of all
   // calls together are capped by a gRPC resource quota sized from this and the upload places.

@@ -29,6 +29,7 @@
 #include "server/rpc/partial_uploads.h"
 #include "server/rpc/proto_conversion.h"
 #include "server/rpc/rate_limiter.h"
+#include "server/rpc/update_norm.h"
 #include "server/rpc/upload_places.h"
 #include "server/rpc/upload_receiver.h"
 
@@ -39,6 +40,8 @@ constexpr size_t kChunkBytes = 1 << 20;
 // Versions aggregated but not yet committed, each a model held in memory, before uploads wait.
 constexpr size_t kMaxPendingCommits = 2;
 constexpr int64_t kMaxPollWaitMs = 30000;
+// --eval-split is at most 0.9: a client's held-out share is at most 9 times what it trains on.
+constexpr int64_t kMaxEvalPerTrainExample = 9;
 // Where Federation.DownloadModel and UploadUpdate sit among the service's methods (the order of
 // the rpc lines in federation.proto); the transfers' integration tests fail should they move.
 constexpr int kDownloadModelMethod = 2;
@@ -47,12 +50,10 @@ constexpr uint32_t kModelChunkDataField = 4;  // ModelChunk.data
 
 // `how`: "" or e.g. " at its deadline".
 void LogRoundClosed(const RoundRecord& r, std::string_view how) {
-  spdlog::info("round {} closed{}: {} updates, {} dropped, version {}{}", r.round, how, r.num_updates, r.num_dropped,
-               r.model_version,
+  spdlog::info("round {} closed{}: {} updates, {} dropped{}, version {}{}", r.round, how, r.num_updates, r.num_dropped,
+               r.num_refused > 0 ? fmt::format(", {} refused", r.num_refused) : std::string(), r.model_version,
                r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
 }
-
-double L2Norm(const ModelState& m) { return std::sqrt(simd::SquaredNorm(m.data().data(), m.num_params())); }
 
 }  // namespace
 
@@ -67,11 +68,19 @@ class FederationServiceImpl final : public v1::Federation::Service {
         clock_(clock),
         identity_(mtls, limits.tokens, limits.revoked),
         partial_(clock),
-        places_({limits.max_concurrent_uploads, limits.upload_slot_wait_ms, limits.upload_stall_ms}, clock),
+        places_({limits.max_concurrent_uploads, limits.upload_slot_wait_ms, limits.upload_stall_ms,
+                 limits.upload_min_bytes_per_s, limits.upload_rate_window_ms},
+                clock),
         rate_(limits.requests_per_s, limits.burst, clock),
-        adaptive_bound_(limits.adaptive_norm_factor),
+        adaptive_bound_(limits.adaptive_norm_factor, limits.adaptive_norm_clients, limits.adaptive_norm_min_clients),
+        norms_(engine->model(), info_.buffer_tensors),
         federated_(info_.federated_eval),
         federated_seen_(engine_->history().size()) {
+    // Clients that joined before a restart keep what they declared.
+    if (Result<std::vector<ClientRecord>> known = store_->ListClients(); known.ok()) {
+      for (const ClientRecord& c : *known) declared_examples_[c.id] = std::max<int64_t>(0, c.num_examples);
+    }
+    ResumeFederatedEvaluation();
     if (!info_.upload_codec.empty()) {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
       codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
@@ -108,6 +117,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
     active_clients_.insert(*id);
+    declared_examples_[*id] = std::max<int64_t>(0, req->num_examples());
     client_codecs_[*id] = std::set<std::string>(req->codecs().begin(), req->codecs().end());
     spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
     cv_.notify_all();
@@ -248,11 +258,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
     bool keep_coded = false;
     if (coded) {
       std::lock_guard<std::mutex> lock(mu_);
-      keep_coded = upload_codec_->has_coded_form() && engine_->folds_coded();
-      if (!TakesCodecLocked(header.client_id(), info_.upload_codec) || header.codec() != info_.upload_codec) {
+      // A server without an upload codec names none in its tasks: the check comes before any use of it.
+      if (!upload_codec_ || !TakesCodecLocked(header.client_id(), info_.upload_codec) ||
+          header.codec() != info_.upload_codec) {
         return RefuseLocked("upload", InvalidArgumentError("update of task " + header.task_id() + " in codec '" +
                                                            header.codec() + "', which its task did not name"));
       }
+      keep_coded = upload_codec_->has_coded_form() && engine_->folds_coded();
       if (header.offset() > 0) {  // only float32 uploads are kept for a resume
         return RefuseLocked("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
       }
@@ -266,6 +278,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
         coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, keep_coded, &place)
               : ReceiveUpload(chunks, header, &partial_, &place);
     if (!received.ok()) return Refuse("upload", received.status());
+    place.Received();
     Update u = UpdateFromHeader(header, std::move(received->values));
     u.coded = std::move(received->coded);
     if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
@@ -278,28 +291,32 @@ class FederationServiceImpl final : public v1::Federation::Service {
                                                         ", which this server cannot read: " + base.status().message()));
       }
       Status layout = u.delta.CheckSameLayout(*base);
-      if (!layout.ok()) return Refuse("upload", layout.WithContext("update for task " + header.task_id()));
+      if (!layout.ok()) return RefuseContent(header, layout.WithContext("update for task " + header.task_id()));
       u.delta.Subtract(*base);
     }
     // A NaN norm is left to the engine, which names the tensor and index.
     const bool bounded = limits_.max_update_norm > 0 || adaptive_bound_.enabled();
-    const double norm = !bounded  ? std::numeric_limits<double>::quiet_NaN()
-                        : u.coded ? std::sqrt(u.coded->SquaredNorm())
-                                  : L2Norm(u.delta);
+    const double norm = bounded ? norms_.TrainableNorm(u) : std::numeric_limits<double>::quiet_NaN();
+    if (Status buffers = norms_.CheckBuffers(u, header.task_id()); !buffers.ok()) return RefuseContent(header, buffers);
 
     std::unique_lock<std::mutex> lock(mu_);
     if (received->resumed) {
       ++uploads_resumed_;
       upload_bytes_resumed_ += static_cast<int64_t>(received->resumed_from);
     }
-    if (Status within = WithinNormBoundsLocked(header.task_id(), norm); !within.ok())
-      return RefuseLocked("upload", within);
+    const Status within = WithinNormBoundsLocked(header.task_id(), norm);
+    // Refused or not, the norm is what this client sends: the bound learns from it (one slot per
+    // client, a re-sent task counted once), so it cannot ratchet below honest clients.
+    adaptive_bound_.Observe(header.client_id(), header.task_id(), norm);
+    if (!within.ok()) return RefuseContentLocked(header, within);
     // Commits the engine left to the committer hold a model each: wait while there are too many.
     cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
     const uint64_t version_before = engine_->model().version();
     Status s = engine_->Submit(std::move(u));
+    if (!s.ok() && s.code() == StatusCode::kInvalidArgument) {
+      return RefuseContentLocked(header, s.WithContext("update from " + header.client_id()));
+    }
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
-    adaptive_bound_.Accepted(norm);
     CountUploadLocked(header.total_bytes(), static_cast<double>(clock_->NowMs() - started_ms) / 1000.0);
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
@@ -311,6 +328,23 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
     cv_.notify_all();
     return grpc::Status::OK;
+  }
+
+  // Refuses an upload for what it holds (a bound, values, layout): its client does not train a
+  // refused task again, so the engine stops waiting for it (a sync round samples another client
+  // or closes with what it has) instead of holding the round until its deadline.
+  grpc::Status RefuseContent(const v1::UpdateHeader& header, const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return RefuseContentLocked(header, why);
+  }
+  grpc::Status RefuseContentLocked(const v1::UpdateHeader& header, const Status& why) {
+    const uint64_t before = engine_->model().version();
+    if (Status s = engine_->Refused(header.client_id(), header.task_id()); !s.ok()) {
+      spdlog::error("after refusing task {}: {}", header.task_id(), s.ToString());
+    }
+    if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " after a refusal");
+    cv_.notify_all();
+    return RefuseLocked("upload", why);
   }
 
   grpc::Status UploadStatus(grpc::ServerContext* ctx, const v1::UploadStatusRequest* req,
@@ -335,6 +369,19 @@ class FederationServiceImpl final : public v1::Federation::Service {
     e.loss = req->loss();
     e.accuracy = req->accuracy();
     e.examples = req->examples();
+    // One client must not swamp a version's result (one that joined with 10 examples reported
+    // 2^40): a client holds out at most --eval-split 0.9 of its partition, so at most nine times
+    // the training examples it declared at join (plus rounding).
+    const auto declared = declared_examples_.find(*who);
+    const int64_t most = declared == declared_examples_.end() ? 0 : kMaxEvalPerTrainExample * declared->second + 9;
+    if (e.examples > most) {
+      return RefuseLocked(
+          "evaluation report",
+          InvalidArgumentError(fmt::format(
+              "evaluation report of task {} counts {} examples; client {} declared {} training "
+              "examples at join, so it can hold out at most {}",
+              req->task_id(), e.examples, *who, declared == declared_examples_.end() ? 0 : declared->second, most)));
+    }
     if (Status s = federated_.Report(*who, req->task_id(), e); !s.ok()) return RefuseLocked("evaluation report", s);
     CollectFederatedLocked();
     cv_.notify_all();
@@ -485,7 +532,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const std::vector<RoundRecord>& history = engine_->history();
     const bool finished = engine_->finished();
     if (federated_seen_ == history.size() && (!finished || final_told_)) return;
-    const int64_t known = engine_->status().known_clients;
+    std::vector<std::string> known;
+    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
     const int64_t now_ms = clock_->NowMs();
     for (; federated_seen_ < history.size(); ++federated_seen_) {
       const RoundRecord& r = history[federated_seen_];
@@ -497,6 +545,22 @@ class FederationServiceImpl final : public v1::Federation::Service {
       federated_.OnPublished(history.back().model_version, history.back().model_sha256, true, known, now_ms);
       final_told_ = true;
     }
+  }
+
+  // A server stopped while the clients evaluated its last version: that version has no stored
+  // result, and its campaign opens again (the versions before it are not evaluated again).
+  // Called by the constructor.
+  void ResumeFederatedEvaluation() {
+    const std::vector<RoundRecord>& history = engine_->history();
+    if (!federated_.enabled() || history.empty()) return;
+    const RoundRecord& last = history.back();
+    const bool is_final = engine_->finished();
+    if (!federated_.Due(last.model_version, is_final) || last.federated_accuracy) return;
+    std::vector<std::string> known;
+    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
+    spdlog::info("version {}: resuming its federated evaluation", last.model_version);
+    federated_.OnPublished(last.model_version, last.model_sha256, is_final, std::move(known), clock_->NowMs());
+    final_told_ = is_final;
   }
 
   // Records the evaluations that closed (store and results). Requires mu_.
@@ -565,13 +629,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (!adaptive_bound_.enabled()) return Status::Ok();
     const ModelState& m = engine_->model();
     if (!model_norm_ || model_norm_->first != m.version())
-      model_norm_.emplace(m.version(), L2Norm(m));  // once a version
+      model_norm_.emplace(m.version(), norms_.TrainableNorm(m));  // once a version
     const double adaptive = adaptive_bound_.Bound(model_norm_->second);
     if (norm <= adaptive) return Status::Ok();
     return InvalidArgumentError(fmt::format(
-        "update for task {} has L2 norm {:g}, above {:g} ({:g} times the median of recent updates or, before "
-        "there are any, of the model's norm; --adaptive-norm-factor)",
-        task_id, norm, adaptive, limits_.adaptive_norm_factor));
+        "update for task {} has L2 norm {:g}, above {:g} ({:g} times the median of recent clients' latest norms "
+        "or, before {} clients have sent any, of the model's norm; --adaptive-norm-factor)",
+        task_id, norm, adaptive, limits_.adaptive_norm_factor, limits_.adaptive_norm_min_clients));
   }
 
   // Counts an accepted upload of `bytes` that took `seconds`. Requires mu_.
@@ -656,8 +720,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  RateLimiter rate_;                                       // guarded by mu_
-  AdaptiveNormBound adaptive_bound_;                       // guarded by mu_
+  RateLimiter rate_;                  // guarded by mu_
+  AdaptiveNormBound adaptive_bound_;  // guarded by mu_
+  const UpdateNorms norms_;
   std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
   std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
   int open_polls_ = 0;                                     // guarded by mu_; PollTask calls in progress
@@ -669,6 +734,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::set<std::string> active_clients_;                        // guarded by mu_; clients seen by this process
   std::set<std::string> told_finished_;                         // guarded by mu_
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
+  std::map<std::string, int64_t> declared_examples_;            // guarded by mu_; at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
   std::optional<ModelState> codec_layout_;             // the model's layout (values unset), for decoding coded updates
   FederatedEvaluation federated_;                      // guarded by mu_

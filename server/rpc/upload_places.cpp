@@ -15,8 +15,12 @@ UploadPlaces::Place::Place(UploadPlaces* places, grpc::ServerContext* ctx, const
     status_ = ResourceExhaustedError("client '" + client_ + "' already has an upload in flight: one at a time");
     return;
   }
+  slow_ = places_->slow_senders_.count(client_) > 0;
   if (limits.max_concurrent > 0) {
-    auto free = [this] { return places_->receiving_ < places_->limits_.max_concurrent; };
+    auto free = [this] {
+      return places_->receiving_ < places_->limits_.max_concurrent &&
+             (!slow_ || places_->receiving_slow_ < places_->SlowSendersPlaces());
+    };
     if (limits.wait_ms > 0) {
       if (!places_->freed_.wait_for(lock, std::chrono::milliseconds(limits.wait_ms), free)) {
         status_ = ResourceExhaustedError(
@@ -28,9 +32,11 @@ UploadPlaces::Place::Place(UploadPlaces* places, grpc::ServerContext* ctx, const
       places_->freed_.wait(lock, free);
     }
     ++places_->receiving_;
+    if (slow_) ++places_->receiving_slow_;
   }
   places_->clients_.insert(client_);
-  places_->last_chunk_ms_[ctx_] = places_->clock_->NowMs();
+  const int64_t now = places_->clock_->NowMs();
+  places_->holders_[ctx_] = Holder{client_, now, now, 0};
   held_ = true;
 }
 
@@ -38,27 +44,55 @@ UploadPlaces::Place::~Place() {
   if (!held_) return;
   std::lock_guard<std::mutex> lock(places_->mu_);
   places_->clients_.erase(client_);
-  places_->last_chunk_ms_.erase(ctx_);
+  places_->holders_.erase(ctx_);
   places_->cancelled_.erase(ctx_);
-  if (places_->limits_.max_concurrent > 0) --places_->receiving_;
-  places_->freed_.notify_one();
+  if (places_->limits_.max_concurrent > 0) {
+    --places_->receiving_;
+    if (slow_) --places_->receiving_slow_;
+  }
+  places_->freed_.notify_all();  // waiters differ: a slow sender may not take what a fast one may
 }
 
 void UploadPlaces::Place::Progress(size_t bytes) {
   std::lock_guard<std::mutex> lock(places_->mu_);
-  places_->last_chunk_ms_[ctx_] = places_->clock_->NowMs();
+  auto it = places_->holders_.find(ctx_);
   places_->received_bytes_ += static_cast<int64_t>(bytes);
+  if (it == places_->holders_.end()) return;
+  Holder& h = it->second;
+  h.last_chunk_ms = places_->clock_->NowMs();
+  h.window_bytes += static_cast<int64_t>(bytes);
+}
+
+void UploadPlaces::Place::Received() {
+  if (!held_) return;
+  std::lock_guard<std::mutex> lock(places_->mu_);
+  places_->holders_.erase(ctx_);
 }
 
 void UploadPlaces::CancelStalled() {
-  if (limits_.stall_ms <= 0) return;
+  const bool rate = limits_.min_bytes_per_s > 0 && limits_.rate_window_ms > 0;
+  if (limits_.stall_ms <= 0 && !rate) return;
   const int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [ctx, last] : last_chunk_ms_) {
-    if (now - last < limits_.stall_ms || cancelled_.count(ctx)) continue;
-    spdlog::warn("upload from {} stalled for {} ms: cancelled (what arrived is kept for a resume)", ctx->peer(),
-                 now - last);
+  for (auto& [ctx, h] : holders_) {
+    if (cancelled_.count(ctx)) continue;
+    std::string why;
+    if (limits_.stall_ms > 0 && now - h.last_chunk_ms >= limits_.stall_ms) {
+      why = fmt::format("delivered nothing for {} ms", now - h.last_chunk_ms);
+    } else if (rate && now - h.window_start_ms >= limits_.rate_window_ms) {
+      const int64_t window = now - h.window_start_ms;
+      if (h.window_bytes * 1000 < limits_.min_bytes_per_s * window) {
+        why = fmt::format("delivered {} bytes in {} ms, below {} bytes/s", h.window_bytes, window,
+                          limits_.min_bytes_per_s);
+      } else {
+        h.window_start_ms = now;
+        h.window_bytes = 0;
+      }
+    }
+    if (why.empty()) continue;
+    spdlog::warn("upload from {} ({}) {}: cancelled (what arrived is kept for a resume)", h.client, ctx->peer(), why);
     cancelled_.insert(ctx);
+    slow_senders_.insert(h.client);
     ctx->TryCancel();
   }
 }

@@ -158,8 +158,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
     return opened.status();
   }
   sqlite3* db = *opened;
-  for (auto [table, column] :
-       {std::pair{"checkpoints", "file"}, {"accepted_updates", "file"}, {"accepted_updates", "codec"}}) {
+  for (auto [table, column] : {std::pair{"checkpoints", "file"},
+                               {"accepted_updates", "file"},
+                               {"accepted_updates", "codec"},
+                               {"rounds", "num_refused"}}) {
     if (Status s = AddColumn(db, table, column); !s.ok()) {
       sqlite3_close(db);
       return s.WithContext("open database '" + path + "'");
@@ -307,10 +309,12 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   if (s.ok()) {
     Stmt st(db_,
             "INSERT INTO rounds(round, model_version, model_sha256, num_selected, num_updates, num_dropped, "
-            "num_examples, attempts, mean_train_loss, test_accuracy, test_loss) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+            "num_examples, attempts, mean_train_loss, test_accuracy, test_loss, num_refused) "
+            "VALUES(?,?,?,?,?,?,?,?,?,?,?,?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(r.model_version)).Bind(3, r.model_sha256);
     st.Bind(4, r.num_selected).Bind(5, r.num_updates).Bind(6, r.num_dropped).Bind(7, r.num_examples);
     st.Bind(8, r.attempts).Bind(9, r.mean_train_loss).BindOptional(10, r.test_accuracy).BindOptional(11, r.test_loss);
+    st.Bind(12, r.num_refused);
     s = Run(db_, st, "commit round " + std::to_string(r.round));
   }
   for (size_t i = 0; s.ok() && i < r.merged.size(); ++i) {
@@ -605,7 +609,7 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_,
           "SELECT round, model_version, model_sha256, num_selected, num_updates, num_dropped, num_examples, "
-          "attempts, mean_train_loss, test_accuracy, test_loss FROM rounds ORDER BY round");
+          "attempts, mean_train_loss, test_accuracy, test_loss, num_refused FROM rounds ORDER BY round");
   PLEXUS_RETURN_IF_ERROR(st.prepared("list rounds"));
   std::vector<RoundRecord> out;
   int rc;
@@ -622,6 +626,7 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
     r.mean_train_loss = st.Double(8);
     if (!st.IsNull(9)) r.test_accuracy = st.Double(9);
     if (!st.IsNull(10)) r.test_loss = st.Double(10);
+    r.num_refused = st.IsNull(11) ? 0 : st.Int(11);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list rounds");

@@ -1,6 +1,9 @@
 #include "server/coordinator/sync_engine.h"
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
@@ -86,6 +89,72 @@ SyncOptions Options(int64_t rounds, int64_t k, int64_t m) {
   o.round_deadline_ms = 10000;
   o.selection_wait_ms = 1000;
   return o;
+}
+
+// Refused updates once held a round until its deadline, which then re-offered the task to the
+// same clients, refused again: the federation stalled. The round no longer waits for a refused
+// task; with nobody free to take its place, it closes with what it has once that makes a quorum,
+// without waiting for the deadline, and its record says so.
+TEST_F(SyncEngineTest, AFederationWhereHalfTheSampledClientsAreRefusedPublishesEveryVersion) {
+  Open(Options(3, 4, 2));
+  for (const char* c : {"a", "b", "c", "d"}) Join(c);
+  for (uint64_t round = 1; round <= 3; ++round) {
+    std::map<std::string, Task> tasks;
+    for (const char* c : {"a", "b", "c", "d"}) tasks[c] = TaskOf(c);
+    ASSERT_OK(engine_->Refused("c", tasks["c"].task_id));
+    ASSERT_OK(engine_->Submit(UpdateFor("a", tasks["a"], 1.0f)));
+    ASSERT_OK(engine_->Refused("d", tasks["d"].task_id));
+    EXPECT_EQ(engine_->model().version(), round - 1);
+    ASSERT_OK(engine_->Submit(UpdateFor("b", tasks["b"], 1.0f)));
+    EXPECT_EQ(engine_->model().version(), round) << "closed by its last update, not its deadline";
+  }
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(clock_.NowMs(), 0);
+  const std::vector<RoundRecord> rounds = *store_.ListRounds();
+  ASSERT_EQ(rounds.size(), 3u);
+  for (const RoundRecord& r : rounds) {
+    EXPECT_EQ(r.num_selected, 4);
+    EXPECT_EQ(r.num_updates, 2);
+    EXPECT_EQ(r.num_refused, 2);
+    EXPECT_EQ(r.num_dropped, 0);
+    EXPECT_EQ(r.attempts, 1);
+  }
+}
+
+TEST_F(SyncEngineTest, ARefusedTaskGoesToAFreeClientInItsPlace) {
+  Open(Options(1, 2, 2));
+  for (const char* c : {"a", "b", "c", "d"}) Join(c);
+  std::vector<std::string> sampled, free;
+  for (const char* c : {"a", "b", "c", "d"}) {
+    Result<PollAnswer> a = engine_->Poll(c);
+    ASSERT_OK(a);
+    (a->kind == Kind::kTask ? sampled : free).push_back(c);
+  }
+  ASSERT_EQ(sampled.size(), 2u);
+  const Task refused = TaskOf(sampled[0]);
+  ASSERT_OK(engine_->Refused(sampled[0], refused.task_id));
+  ASSERT_OK(engine_->Refused(sampled[0], refused.task_id));  // twice: changes nothing more
+  int replacements = 0;
+  std::string replacement;
+  for (const std::string& c : free) {
+    if (engine_->Poll(c)->kind == Kind::kTask) {
+      ++replacements;
+      replacement = c;
+    }
+  }
+  ASSERT_EQ(replacements, 1);
+  // The replacement's task is in the store's open round: a restarted server would know it.
+  const std::optional<OpenRoundRecord> open = *store_.GetOpenRound();
+  ASSERT_TRUE(open.has_value());
+  EXPECT_EQ(open->tasks.size(), 3u);
+  ASSERT_OK(engine_->Submit(UpdateFor(sampled[1], TaskOf(sampled[1]), 1.0f)));
+  ASSERT_OK(engine_->Submit(UpdateFor(replacement, TaskOf(replacement), 3.0f)));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 3.0f);
+  const RoundRecord r = store_.ListRounds()->at(0);
+  EXPECT_EQ(r.num_refused, 1);
+  EXPECT_EQ(r.num_selected, 3);
+  EXPECT_EQ(r.num_dropped, 0);
 }
 
 TEST_F(SyncEngineTest, FullRoundAggregatesCheckpointsAndEvaluates) {

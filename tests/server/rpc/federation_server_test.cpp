@@ -326,6 +326,35 @@ TEST_F(StalledUploadTest, UploadsOfStrangersOrForOthersTasksAreRefusedBeforeAnyB
   EXPECT_EQ(server_->metrics().received_upload_bytes, 10);
 }
 
+// A drip of one byte per 100 ms never stalls for --upload-stall-ms, and once held its place for
+// as long as it liked (eight of them stopped every upload and every version). Below the minimum
+// rate over a window it is cut like a silent upload, and the waiting upload gets through.
+TEST_F(StalledUploadTest, ADripBelowTheMinimumRateLosesItsPlace) {
+  limits_.upload_stall_ms = 60000;
+  limits_.upload_slot_wait_ms = 20000;
+  limits_.upload_min_bytes_per_s = 100;
+  limits_.upload_rate_window_ms = 1500;  // long enough for StallAnUploadOfA to see the place taken
+  Restart();
+  StallAnUploadOfA();  // the header and ten bytes
+  const std::string payload = Delta(1.0f);
+  std::atomic<bool> stop{false};
+  std::thread drip([&] {
+    for (size_t i = 10; i + 1 < payload.size() && !stop; ++i) {
+      v1::UpdateChunk d;
+      d.set_data(payload.substr(i, 1));
+      if (!stalled_->Write(d)) return;  // cancelled
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  const Status b = transport_->Upload(Header("b", task_b_), Delta(2.0f)).status();
+  stop = true;
+  drip.join();
+  ASSERT_OK(b);
+  EXPECT_EQ(stalled_->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  stalled_.reset();
+  EXPECT_EQ(server_->status().updates_accepted, 1);
+}
+
 TEST_F(StalledUploadTest, AnUploadThatCannotGetAPlaceInTimeIsRefused) {
   limits_.upload_stall_ms = 0;
   limits_.upload_slot_wait_ms = 200;
@@ -998,6 +1027,87 @@ TEST_F(FederationServerTest, ListeningTwiceOnOnePortFails) {
   auto second = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1});
   EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "is already in use"));
   EXPECT_THAT(second, StatusIs(StatusCode::kUnavailable, "--listen"));
+}
+
+// A sync federation of `rounds` one-client rounds whose every version the clients evaluate
+// (all of them: fraction 1), on a store that outlives its servers.
+struct EvaluatedFederation {
+  explicit EvaluatedFederation(int64_t rounds) : info{"tiny", rounds} {
+    options.rounds = rounds;
+    options.clients_per_round = 1;
+    options.min_clients = 1;
+    info.federated_eval.every = 1;
+    info.federated_eval.fraction = 1.0;
+  }
+  ~EvaluatedFederation() { Stop(); }
+
+  // Starts the engine and the server from the store, as a (re)started process would.
+  void Start() {
+    engine = *SyncEngine::Open(options, model, &store, &clock, nullptr, nullptr);
+    server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, info);
+    transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  }
+  void Stop() {
+    if (server) server->Shutdown();
+    server.reset();
+  }
+  // Client "a" (10 examples) joins, trains version 1, and polls again: the evaluation task.
+  Result<PollAnswer> TrainVersionOneAndPoll() {
+    PLEXUS_RETURN_IF_ERROR(transport->Join("a", 10, "test").status());
+    PLEXUS_ASSIGN_OR_RETURN(PollAnswer train, transport->Poll("a", 1000));
+    PLEXUS_RETURN_IF_ERROR(
+        transport->Upload(HeaderFor("a", train.task), EncodeSafetensors(FilledLike(model, 0.5f))).status());
+    return transport->Poll("a", 1000);
+  }
+
+  RealClock clock;
+  MemoryStore store;
+  const ModelState model = *ModelState::Create({{"w", {4}}});
+  SyncOptions options;
+  ServerInfo info;
+  std::unique_ptr<SyncEngine> engine;
+  std::unique_ptr<FederationServer> server;
+  std::unique_ptr<FederationTransport> transport;
+};
+
+// A client that joined with 10 examples reported 2^40 evaluation examples, and the version's
+// federated accuracy became its own. Reports are bounded by what the client declared at join.
+TEST(FederatedEvaluationDoorTest, AReportCountingMoreExamplesThanTheClientCanHoldIsRefused) {
+  EvaluatedFederation fed(1);
+  fed.Start();
+  Result<PollAnswer> eval = fed.TrainVersionOneAndPoll();
+  ASSERT_OK(eval.status());
+  ASSERT_EQ(eval->kind, PollAnswer::Kind::kTask);
+  ASSERT_TRUE(eval->task.evaluate_only);
+  EXPECT_THAT(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{1e-9, 0.1, int64_t{1} << 40}),
+              StatusIs(StatusCode::kInvalidArgument, "declared 10 training examples"));
+  // --eval-split 0.9 of 100 examples: 10 trained on, 90 held out.
+  ASSERT_OK(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{0.75, 0.5, 90}));
+  const std::map<uint64_t, RoundRecord> results = fed.server->FederatedEvaluations();
+  ASSERT_EQ(results.count(1), 1u);
+  ASSERT_TRUE(results.at(1).federated_accuracy.has_value());
+  EXPECT_DOUBLE_EQ(*results.at(1).federated_accuracy, 0.75);
+}
+
+// A version's federated evaluation open when the server stopped was lost: the restarted server
+// only evaluated versions published after it started. Now the last version, due and without a
+// stored result, is evaluated again.
+TEST(FederatedEvaluationDoorTest, AnEvaluationOpenWhenTheServerStoppedIsResumed) {
+  EvaluatedFederation fed(2);
+  fed.Start();
+  Result<PollAnswer> lost = fed.TrainVersionOneAndPoll();  // handed out, never answered: the server stops
+  ASSERT_OK(lost.status());
+  ASSERT_TRUE(lost->task.evaluate_only);
+  fed.Stop();
+  fed.Start();
+  Result<PollAnswer> eval = fed.transport->Poll("a", 1000);
+  ASSERT_OK(eval.status());
+  ASSERT_EQ(eval->kind, PollAnswer::Kind::kTask);
+  EXPECT_TRUE(eval->task.evaluate_only);
+  EXPECT_EQ(eval->task.model_version, 1u);
+  ASSERT_OK(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{0.5, 1.0, 20}));
+  ASSERT_EQ(fed.server->FederatedEvaluations().count(1), 1u);
+  EXPECT_TRUE(fed.store.ListRounds()->at(0).federated_accuracy.has_value());
 }
 
 }  // namespace

@@ -99,5 +99,31 @@ TEST_F(UploadCodecTest, CodedUpdatesTheTaskDidNotNameOrThatDoNotDecodeAreRefused
   EXPECT_EQ(engine_->status().round_received, 1);
 }
 
+// A server started without an upload codec (or with a download codec only) names none in its
+// tasks; a coded upload sent to it anyway is refused, and the server keeps serving (it crashed
+// with SIGSEGV, calling through the null codec before checking the task's codec).
+class NoUploadCodecTest : public testing::CodecServerFixture {};
+
+TEST_F(NoUploadCodecTest, ACodedUploadToAServerWithoutAnUploadCodecIsRefusedNotACrash) {
+  ServerInfo info{"tiny", 1, ""};
+  info.download_codec = "fp16";
+  StartWith(info);
+  EXPECT_EQ(task_new_.upload_codec, "");
+  ModelState delta = ModelState::ZerosLike(model_);
+  delta.data()[0] = 1;
+  UploadHeader h;
+  h.client_id = "new";
+  h.task_id = task_new_.task_id;
+  h.base_version = task_new_.model_version;
+  h.num_examples = 10;
+  h.codec = kCodec;
+  EXPECT_THAT(transport_->Upload(h, (*MakeCodec(kCodec))->Encode(delta, nullptr, 0)).status(),
+              StatusIs(StatusCode::kInvalidArgument, "did not name"));
+  // Still serving: the same task's float32 update is taken.
+  h.codec = "";
+  ASSERT_OK(transport_->Upload(h, EncodeSafetensors(delta)));
+  EXPECT_EQ(engine_->status().round_received, 1);
+}
+
 }  // namespace
 }  // namespace plexus

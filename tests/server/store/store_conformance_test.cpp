@@ -80,6 +80,7 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   r.num_selected = 4;
   r.num_updates = 3;
   r.num_dropped = 1;
+  r.num_refused = 1;
   ASSERT_OK(store_->CommitRound(r, Model(1, 2.0f), ""));
   EXPECT_THAT(store_->CommitRound(r, Model(1, 2.0f), ""), StatusIs(StatusCode::kAlreadyExists, "round 1"));
   r.round = 2;
@@ -102,6 +103,7 @@ TEST_P(StoreConformanceTest, CheckpointsAndRounds) {
   auto rounds = *store_->ListRounds();
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0].num_dropped, 1);
+  EXPECT_EQ(rounds[0].num_refused, 1);
   EXPECT_DOUBLE_EQ(*rounds[0].test_accuracy, 0.8);
   EXPECT_DOUBLE_EQ(*rounds[0].federated_accuracy, 0.7);
   EXPECT_DOUBLE_EQ(*rounds[0].federated_loss, 0.9);
