@@ -322,6 +322,17 @@ Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
   return sticky_error_;
 }
 
+Status AsyncEngine::Refused(const std::string& client_id, const std::string& task_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end() || it->second.client_id != client_id) return Status::Ok();
+  tasks_.erase(it);
+  task_of_client_.erase(client_id);
+  policy_->Abandon(client_id);
+  ++poll_epoch_;
+  return Status::Ok();
+}
+
 Status AsyncEngine::Tick() {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   const int64_t now = clock_->NowMs();

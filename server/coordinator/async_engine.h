@@ -83,6 +83,10 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // to a restart) returns OK and is ignored.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
+  // The refused task ends (its place under max_concurrency is free; the client gets a new one
+  // when it polls); in semi-async mode its group stops waiting for it, and a group left with
+  // nobody to wait for is published at the next Tick, not at its latest time.
+  Status Refused(const std::string& client_id, const std::string& task_id) override;
   // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
   // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;

@@ -112,7 +112,7 @@ void CompassScheduler::Abandon(const std::string& client) {
 std::vector<uint64_t> CompassScheduler::Overdue(int64_t now_ms) const {
   std::vector<uint64_t> out;
   for (const auto& [id, g] : groups_) {
-    if (g.latest_ms <= static_cast<double>(now_ms)) out.push_back(id);
+    if (g.latest_ms <= static_cast<double>(now_ms) || g.members.empty()) out.push_back(id);
   }
   return out;
 }

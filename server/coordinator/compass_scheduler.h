@@ -57,7 +57,8 @@ class CompassScheduler {
   // The client's task ended without an update (timed out or refused): it leaves its group.
   void Abandon(const std::string& client);
 
-  // Open groups whose latest arrival time is at or before now_ms, oldest first.
+  // Open groups whose latest arrival time is at or before now_ms, or whose members all arrived
+  // or left (Abandon: refused or timed out) so that nothing more can come on time; oldest first.
   std::vector<uint64_t> Overdue(int64_t now_ms) const;
   // The group was aggregated; members that have not arrived will count as late.
   void Close(uint64_t group);

@@ -130,6 +130,15 @@ class FederationTest : public ::testing::Test {
     return false;
   }
 
+  // The server's norm bounds and checks refused no honest client's update for what it held
+  // (INVALID_ARGUMENT); late or stale uploads may be refused for other reasons. The adaptive norm
+  // bound once locked honest clients out for good (issue 34).
+  static void ExpectNoHonestUpdateRefused(ChildProcess& server,
+                                          const std::vector<std::unique_ptr<ChildProcess>>& clients) {
+    EXPECT_EQ(server.Log().find("refused upload: INVALID_ARGUMENT"), std::string::npos) << server.Log();
+    for (const auto& c : clients) EXPECT_EQ(c->Log().find("INVALID_ARGUMENT"), std::string::npos) << c->Log();
+  }
+
   std::filesystem::path dir_;
   std::string address_, db_, summary_;
   int clients_per_round_ = 4;
@@ -140,6 +149,7 @@ TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
   auto clients = StartClients(4);
   ASSERT_EQ(server->Wait(240000), 0) << server->Log();
   for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+  ExpectNoHonestUpdateRefused(*server, clients);
 
   nlohmann::json s = Summary();
   EXPECT_EQ(s["rounds_completed"], 3);
@@ -167,6 +177,7 @@ TEST_F(FederationTest, ClientsUploadAndDownloadInInt8AtAQuarterOfTheBytes) {
   auto clients = StartClients(4);
   ASSERT_EQ(server->Wait(240000), 0) << server->Log();
   for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+  ExpectNoHonestUpdateRefused(*server, clients);
 
   nlohmann::json s = Summary();
   EXPECT_EQ(s["rounds_completed"], 3);
@@ -324,6 +335,7 @@ std::vector<RoundRecord> FederationTest::RunSixClientsTwoSlow(ChildProcess& serv
   auto clients = StartClients(6, /*slow=*/2);
   EXPECT_EQ(server.Wait(240000), 0) << server.Log();
   for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+  ExpectNoHonestUpdateRefused(server, clients);
   int most = 0;
   for (int i = 4; i < 6; ++i) {
     for (int published : VersionsPublishedDuringTasks(clients[i]->Log())) most = std::max(most, published);

@@ -44,6 +44,20 @@ class AsyncEngineTest : public ::testing::Test {
     return engine_->Submit(u);
   }
   float W() const { return engine_->model().data()[0]; }
+  // Semi-async: "a" (1 ms a step) and "slow" (4 ms) are measured by a first task each, then
+  // grouped to end together at 500; "a" arrives at 500. Returns slow's open task.
+  Task GroupWhereOnlyAArrived() {
+    Task a = TaskOf("a"), slow = TaskOf("slow");
+    clock_.SetMs(100);
+    EXPECT_OK(Report("a", a, 2.0f));
+    clock_.SetMs(400);
+    EXPECT_OK(Report("slow", slow, 2.0f));
+    a = TaskOf("a");
+    slow = TaskOf("slow");
+    clock_.SetMs(500);
+    EXPECT_OK(Report("a", a, 1.0f));
+    return slow;
+  }
 
   ManualClock clock_;
   MemoryStore store_;
@@ -335,15 +349,7 @@ TEST_F(AsyncEngineTest, SemiAsyncFirstUpdatesPublishAloneThenGroupsArriveTogethe
 
 TEST_F(AsyncEngineTest, SemiAsyncGroupPublishesAtItsLatestTimeWithoutTheStraggler) {
   Open(SemiAsync());
-  Task a = TaskOf("a"), slow = TaskOf("slow");
-  clock_.SetMs(100);
-  ASSERT_OK(Report("a", a, 2.0f));
-  clock_.SetMs(400);
-  ASSERT_OK(Report("slow", slow, 2.0f));
-  a = TaskOf("a");
-  slow = TaskOf("slow");
-  clock_.SetMs(500);
-  ASSERT_OK(Report("a", a, 1.0f));
+  const Task slow = GroupWhereOnlyAArrived();
   clock_.SetMs(549);
   ASSERT_OK(engine_->Tick());
   EXPECT_EQ(engine_->model().version(), 2u);
@@ -357,11 +363,25 @@ TEST_F(AsyncEngineTest, SemiAsyncGroupPublishesAtItsLatestTimeWithoutTheStraggle
   EXPECT_EQ(engine_->model().version(), 3u);
   EXPECT_EQ(engine_->status().round_received, 1);
   // The next group (a alone) takes it along.
-  a = TaskOf("a");
+  const Task a = TaskOf("a");
   clock_.SetMs(600 + a.hyperparams.local_steps);
   ASSERT_OK(Report("a", a, 1.0f));
   EXPECT_EQ(engine_->model().version(), 4u);
   EXPECT_EQ(engine_->history().back().num_updates, 2);
+}
+
+// A group member whose update the door refused once held its group until the latest time; the
+// group now publishes at the next tick with what arrived.
+TEST_F(AsyncEngineTest, SemiAsyncGroupStopsWaitingForARefusedMember) {
+  Open(SemiAsync());
+  const Task slow = GroupWhereOnlyAArrived();
+  EXPECT_EQ(engine_->model().version(), 2u);  // held for the group
+  ASSERT_OK(engine_->Refused("slow", slow.task_id));
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 3u) << "published before the group's latest time (550)";
+  EXPECT_FLOAT_EQ(W(), 6.0f);
+  EXPECT_THAT(engine_->CheckOpenTask("slow", slow.task_id), StatusIs(StatusCode::kNotFound, "unknown task"));
+  EXPECT_EQ(TaskOf("slow").model_version, 3u);  // a new task on the new version
 }
 
 TEST_F(AsyncEngineTest, SemiAsyncRefusesBadUpdatesAtTheDoor) {
