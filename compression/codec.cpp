@@ -258,9 +258,9 @@ class F32Codec final : public Codec {
     ModelState out = ModelState::UninitializedLike(layout);
     const char* from = b.data() + kHeaderBytes;
     float* v = out.data().data();
-    const bool finite = AllFiniteOverRanges(pool_, layout.num_params(), kMinParallelValues, [&](size_t begin, size_t end) {
-      return CopyFloats(from + 4 * begin, end - begin, v + begin);
-    });
+    const bool finite = AllFiniteOverRanges(
+        pool_, layout.num_params(), kMinParallelValues,
+        [&](size_t begin, size_t end) { return CopyFloats(from + 4 * begin, end - begin, v + begin); });
     return Finished(std::move(out), finite);
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + l.num_bytes(); }
@@ -297,7 +297,8 @@ PLEXUS_VALUE_LOOP void AddWidened(double* s, const float* v, size_t n, double w,
 template <bool (*From)(const char*, size_t, float*)>
 class CodedHalves final : public CodedDelta {
  public:
-  CodedHalves(std::string codec, std::string bytes, size_t n) : codec_(std::move(codec)), bytes_(std::move(bytes)), n_(n) {}
+  CodedHalves(std::string codec, std::string bytes, size_t n)
+      : codec_(std::move(codec)), bytes_(std::move(bytes)), n_(n) {}
   const std::string& codec() const override { return codec_; }
   const std::string& bytes() const override { return bytes_; }
   size_t num_values() const override { return n_; }
@@ -484,7 +485,8 @@ Status CheckTopK(std::string_view b, size_t n) {
 // v[i] = value for every (i, value) pair of checked top-k bytes.
 void ScatterTopK(std::string_view b, float* v) {
   const uint64_t k = Get<uint64_t>(b, kHeaderBytes);
-  for (size_t at = kHeaderBytes + 8, end = at + 8 * k; at < end; at += 8) v[Get<uint32_t>(b, at)] = Get<float>(b, at + 4);
+  for (size_t at = kHeaderBytes + 8, end = at + 8 * k; at < end; at += 8)
+    v[Get<uint32_t>(b, at)] = Get<float>(b, at + 4);
 }
 
 // A top-k delta read from checked bytes: (index, value) pairs in index order, zero elsewhere.
@@ -501,7 +503,10 @@ class CodedTopK final : public CodedDelta {
     size_t lo = 0, hi = k_;
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;
-      if (Index(mid) < begin) lo = mid + 1; else hi = mid;
+      if (Index(mid) < begin)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     for (size_t j = lo; j < k_ && Index(j) < end; ++j) sum[Index(j)] += w * static_cast<double>(Value(j));
   }
@@ -594,9 +599,10 @@ class TopKCodec final : public Codec {
     std::vector<uint32_t> idx(n);
     std::iota(idx.begin(), idx.end(), 0u);
     // The k largest magnitudes (ties: the lower index), then in index order.
-    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k - 1), idx.end(), [&](uint32_t a, uint32_t b) {
-      return std::abs(v[a]) != std::abs(v[b]) ? std::abs(v[a]) > std::abs(v[b]) : a < b;
-    });
+    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k - 1), idx.end(),
+                     [&](uint32_t a, uint32_t b) {
+                       return std::abs(v[a]) != std::abs(v[b]) ? std::abs(v[a]) > std::abs(v[b]) : a < b;
+                     });
     idx.resize(k);
     std::sort(idx.begin(), idx.end());
     std::string& out = Header(result, 4, n);
@@ -629,7 +635,8 @@ class TopKCodec final : public Codec {
 
  private:
   size_t K(size_t n) const {
-    return std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio_ * static_cast<double>(n))), 1, std::max<size_t>(n, 1));
+    return std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio_ * static_cast<double>(n))), 1,
+                              std::max<size_t>(n, 1));
   }
   const double ratio_;
 };
@@ -720,7 +727,8 @@ class QsgdCodec final : public Codec {
       for (float& x : out.tensor(t)) {
         const auto byte = static_cast<uint8_t>(b[at++]);
         const uint8_t level = byte & 0x7fu;
-        if (level > levels) return CodecError("qsgd level " + std::to_string(level) + " above " + std::to_string(levels));
+        if (level > levels)
+          return CodecError("qsgd level " + std::to_string(level) + " above " + std::to_string(levels));
         x = (byte & 0x80u ? -1.0f : 1.0f) * norm * static_cast<float>(level) / static_cast<float>(levels);
       }
     }
@@ -769,7 +777,8 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text, ThreadPool* pool
   } else if (name == "int8") {
     auto chunk = spec.GetCount("chunk", 4096);
     if (!chunk.ok()) return fail(chunk.status());
-    if (*chunk < 1 || *chunk > (int64_t{1} << 30)) return InvalidArgumentError("--codec: int8:chunk must be in [1, 2^30]");
+    if (*chunk < 1 || *chunk > (int64_t{1} << 30))
+      return InvalidArgumentError("--codec: int8:chunk must be in [1, 2^30]");
     codec = std::make_unique<Int8Codec>(static_cast<uint32_t>(*chunk), pool);
   } else if (name == "topk") {
     auto ratio = spec.GetDouble("ratio", 0.01);
@@ -784,8 +793,9 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view text, ThreadPool* pool
     if (*levels < 1 || *levels > 127) return InvalidArgumentError("--codec: qsgd:levels must be in [1, 127]");
     codec = std::make_unique<QsgdCodec>(static_cast<uint8_t>(*levels));
   } else {
-    return InvalidArgumentError("--codec: unknown codec '" + name +
-                                "' (known: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R], terngrad, qsgd[:levels=L])");
+    return InvalidArgumentError(
+        "--codec: unknown codec '" + name +
+        "' (known: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R], terngrad, qsgd[:levels=L])");
   }
   if (Status s = spec.CheckAllUsed(); !s.ok()) return fail(s);
   codec->spec_ = std::string(text);

@@ -27,9 +27,9 @@ namespace plexus {
 class CodedDownloads {
  public:
   struct Download {
-    std::shared_ptr<const std::string> bytes;  // the codec's bytes
-    std::string base_sha256;                   // the change from this model; empty: the whole model
-    std::string model_sha256;                  // ContentSha256 of what the client rebuilds
+    std::shared_ptr<const std::string> bytes;   // the codec's bytes
+    std::string base_sha256;                    // the change from this model; empty: the whole model
+    std::string model_sha256;                   // ContentSha256 of what the client rebuilds
     std::shared_ptr<const ModelState> rebuilt;  // that model (with the version's number)
   };
 

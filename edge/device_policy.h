@@ -30,7 +30,7 @@ struct DeviceState {
   bool has_battery = false;
   double battery_pct = 100;
   bool charging = true;
-  std::optional<double> max_temp_c;          // none: no thermal zone readable
+  std::optional<double> max_temp_c;           // none: no thermal zone readable
   std::vector<std::string> route_interfaces;  // of the default route
   bool metered = false;
 };

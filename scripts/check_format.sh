@@ -7,7 +7,7 @@ source "$(dirname "$0")/script_args.sh"
 script_help "$@"
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "check_format: clang-format is missing (scripts/setup.sh installs it)" >&2; exit 1; }
-mapfile -t files < <(find core aggregators crdt sqlite server compute client simulations apps proto tests bench fuzz \
+mapfile -t files < <(find core aggregators compression crdt edge gossip sqlite server compute client simulations apps proto tests bench fuzz \
   \( -name '*.h' -o -name '*.cpp' \) -not -path 'fuzz/corpus/*' -not -path 'fuzz/regressions/*' | sort)
 case "${1:-}" in
   --fix) clang-format -i "${files[@]}"; echo "check_format: formatted ${#files[@]} files"; exit 0 ;;

@@ -37,8 +37,8 @@ std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::st
 Status FrameReader::Check(uint32_t length) const {
   if (length < kFrameFixedBytes || length - kFrameFixedBytes > max_payload_) {
     return InvalidArgumentError("frame length " + std::to_string(length) + " outside [" +
-                                std::to_string(kFrameFixedBytes) + ", " + std::to_string(kFrameFixedBytes + max_payload_) +
-                                "]");
+                                std::to_string(kFrameFixedBytes) + ", " +
+                                std::to_string(kFrameFixedBytes + max_payload_) + "]");
   }
   return Status::Ok();
 }

@@ -4,7 +4,8 @@
 // a kChunk frame carries bytes `index` of model stream `stream`, announced before by an envelope
 // holding the stream's total size and the SHA-256 of the whole model. Sizes are checked before
 // anything is allocated: a length beyond the limit ends the connection, a stream larger than the
-// model limit is refused. Model bytes are safetensors (core/safetensors.h). Plain C++; FrameReader and ModelAssembler are thread-compatible.
+// model limit is refused. Model bytes are safetensors (core/safetensors.h). Plain C++; FrameReader and ModelAssembler
+// are thread-compatible.
 #pragma once
 
 #include <cstdint>

@@ -38,8 +38,7 @@ bool Overrides(MemberState incoming, uint64_t inc, MemberState known, uint64_t k
 
 }  // namespace
 
-Membership::Membership(NodeId self, std::string address, uint64_t incarnation, MembershipOptions options,
-                       uint64_t seed)
+Membership::Membership(NodeId self, std::string address, uint64_t incarnation, MembershipOptions options, uint64_t seed)
     : self_(self),
       address_(std::move(address)),
       incarnation_(incarnation),
@@ -183,7 +182,8 @@ MemberUpdate Membership::Leave() { return {self_, address_, incarnation_, Member
 std::vector<MemberUpdate> Membership::Piggyback() {
   std::vector<MemberUpdate> out;
   // Least-sent first, so new updates spread before old ones repeat.
-  std::stable_sort(pending_.begin(), pending_.end(), [](const Pending& a, const Pending& b) { return a.sent < b.sent; });
+  std::stable_sort(pending_.begin(), pending_.end(),
+                   [](const Pending& a, const Pending& b) { return a.sent < b.sent; });
   for (Pending& p : pending_) {
     if (out.size() >= options_.max_piggyback) break;
     out.push_back(p.update);

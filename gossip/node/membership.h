@@ -35,12 +35,12 @@ struct MemberUpdate {
 };
 
 struct MembershipOptions {
-  double period_ms = 1000;        // one probe per period
-  double ack_timeout_ms = 400;    // then indirect pings
-  size_t indirect = 2;            // k: members asked to ping a silent target
-  double suspicion_ms = 5000;     // a suspect not heard from in this long is dead
-  uint32_t retransmissions = 6;   // times each update is piggybacked (grows with log n)
-  size_t max_piggyback = 8;       // updates per message
+  double period_ms = 1000;       // one probe per period
+  double ack_timeout_ms = 400;   // then indirect pings
+  size_t indirect = 2;           // k: members asked to ping a silent target
+  double suspicion_ms = 5000;    // a suspect not heard from in this long is dead
+  uint32_t retransmissions = 6;  // times each update is piggybacked (grows with log n)
+  size_t max_piggyback = 8;      // updates per message
 };
 
 class Membership {
@@ -91,7 +91,7 @@ class Membership {
   // Every member with its state, for a joining node's hello reply and for the store.
   std::vector<MemberUpdate> Snapshot() const;
 
-  bool IsLive(NodeId node) const;  // alive or suspect (a suspect is still a member)
+  bool IsLive(NodeId node) const;           // alive or suspect (a suspect is still a member)
   std::vector<NodeId> LiveMembers() const;  // excluding self
   const std::map<NodeId, Member>& members() const { return members_; }
   NodeId self() const { return self_; }

@@ -4,8 +4,8 @@
 #include <uv.h>
 
 #include <algorithm>
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <deque>
 #include <future>
 #include <map>
@@ -27,7 +27,7 @@ namespace {
 
 constexpr NodeId kNoPeer = ~NodeId{0};
 constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
-constexpr size_t kMaxInboundStreams = 64;  // models announced and not yet complete, per link
+constexpr size_t kMaxInboundStreams = 64;     // models announced and not yet complete, per link
 constexpr double kTickMs = 100;
 // How long a pull waits for a peer's answer to one CRDT question before it gives up on that pull.
 constexpr std::chrono::seconds kCrdtAnswerTimeout{20};
@@ -103,8 +103,8 @@ struct PeerNode::Impl {
   struct Inbound {
     v1::GossipModel header;
     ModelAssembler assembler;
-    uint64_t received = 0;          // payload bytes so far, counted in inbound_bytes
-    double last_progress_ms = 0;    // the last chunk, the announcement, or this node's resume
+    uint64_t received = 0;        // payload bytes so far, counted in inbound_bytes
+    double last_progress_ms = 0;  // the last chunk, the announcement, or this node's resume
   };
   struct Connection {
     uv_tcp_t tcp;
@@ -112,8 +112,8 @@ struct PeerNode::Impl {
     bool initiator = false;
     bool connected = false;  // TCP up
     bool closing = false;
-    bool paused = false;     // reading stopped: the inbound budget is full
-    bool hello_in = false;   // the peer's hello arrived and was accepted
+    bool paused = false;              // reading stopped: the inbound budget is full
+    bool hello_in = false;            // the peer's hello arrived and was accepted
     bool close_when_drained = false;  // a status query: close once the answer is out
     NodeId peer = kNoPeer;
     std::unique_ptr<TlsChannel> tls;
@@ -169,7 +169,7 @@ struct PeerNode::Impl {
   std::set<Connection*> connections;
   std::map<NodeId, Connection*> links;  // the link each peer's messages go out on
   std::map<uint64_t, uv_timer_t*> timers;
-  std::vector<Encoded> encoded;                                   // recent encodings, reused per target
+  std::vector<Encoded> encoded;                                    // recent encodings, reused per target
   std::map<const ModelState*, std::vector<PendingSend>> encoding;  // encodings in flight
   uint64_t inbound_bytes = 0;
   std::vector<NodeId> paused_peers;
@@ -329,13 +329,13 @@ struct PeerNode::Impl {
     Connection* c = NewConnection(true);
     auto* req = new uv_connect_t;
     req->data = c;
-    const int rc = uv_tcp_connect(req, &c->tcp, reinterpret_cast<const sockaddr*>(&ss.value()), [](uv_connect_t* req,
-                                                                                                 int status) {
-      auto* c = static_cast<Connection*>(req->data);
-      delete req;
-      if (status < 0) return c->node->Close(c, std::string("connect: ") + uv_strerror(status));
-      c->node->Connected(c);
-    });
+    const int rc =
+        uv_tcp_connect(req, &c->tcp, reinterpret_cast<const sockaddr*>(&ss.value()), [](uv_connect_t* req, int status) {
+          auto* c = static_cast<Connection*>(req->data);
+          delete req;
+          if (status < 0) return c->node->Close(c, std::string("connect: ") + uv_strerror(status));
+          c->node->Connected(c);
+        });
     if (rc < 0) {
       delete req;
       Close(c, "connect failed");
@@ -398,8 +398,8 @@ struct PeerNode::Impl {
 
   void Refuse(Connection* c, const std::string& why) {
     ++stats.frames_refused;
-    spdlog::warn("refused {} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame", c->peer == kNoPeer ? -1
-                 : static_cast<int64_t>(c->peer), why);
+    spdlog::warn("refused {} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame",
+                 c->peer == kNoPeer ? -1 : static_cast<int64_t>(c->peer), why);
     Close(c, why);
   }
 
@@ -598,26 +598,27 @@ struct PeerNode::Impl {
     auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
     // A codec's bytes decode into the node's own layout (checked against the codec's length).
     std::shared_ptr<const ModelState> layout = job->assembler.bytes_stream() ? protocol->model() : nullptr;
-    OffLoop([job, model, layout, codec = o.codec] {
-              if (!layout) {
-                *model = std::move(job->assembler).Finish();
-                return;
-              }
-              Result<std::string> bytes = std::move(job->assembler).FinishBytes();
-              if (!bytes.ok()) {
-                *model = bytes.status();
-                return;
-              }
-              Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
-              *model = decoder.ok() ? (*decoder)->Decode(*bytes, *layout) : decoder.status();
-            },
-            [this, from, job, model] {
-              inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->received);
-              ResumeReading();
-              Decoded(from, job->header, std::move(*model));
-              --decoding[from];
-              ApplyDeferredLeave(from);
-            });
+    OffLoop(
+        [job, model, layout, codec = o.codec] {
+          if (!layout) {
+            *model = std::move(job->assembler).Finish();
+            return;
+          }
+          Result<std::string> bytes = std::move(job->assembler).FinishBytes();
+          if (!bytes.ok()) {
+            *model = bytes.status();
+            return;
+          }
+          Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
+          *model = decoder.ok() ? (*decoder)->Decode(*bytes, *layout) : decoder.status();
+        },
+        [this, from, job, model] {
+          inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->received);
+          ResumeReading();
+          Decoded(from, job->header, std::move(*model));
+          --decoding[from];
+          ApplyDeferredLeave(from);
+        });
   }
 
   void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
@@ -782,7 +783,8 @@ struct PeerNode::Impl {
 
   // A model message to `to`: its header, and the model as a stream of safetensors (the model's
   // values behind `prefix`) or, for compressed gossip, of the codec's bytes (small: hashed here).
-  void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> prefix, const std::string& sha) {
+  void SendModelMessage(NodeId to, const Message& m, std::shared_ptr<const std::string> prefix,
+                        const std::string& sha) {
     Connection* c = LinkTo(to);
     if (!c) return;
     v1::GossipEnvelope e = Envelope();
@@ -822,7 +824,8 @@ struct PeerNode::Impl {
           std::erase_if(encoded, [](const Encoded& e) { return e.model.expired(); });
           if (encoded.size() >= 4) encoded.erase(encoded.begin());
           encoded.push_back(*encoded_model);
-          for (const PendingSend& s : sends) SendModelMessage(s.to, s.message, encoded_model->prefix, encoded_model->sha);
+          for (const PendingSend& s : sends)
+            SendModelMessage(s.to, s.message, encoded_model->prefix, encoded_model->sha);
           SendLeaveWhenReady();
           MaybeExit();
         });
@@ -844,7 +847,8 @@ struct PeerNode::Impl {
             if (it->second != t) continue;
             const uint64_t id = it->first;
             n->timers.erase(it);
-            uv_close(reinterpret_cast<uv_handle_t*>(t), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
+            uv_close(reinterpret_cast<uv_handle_t*>(t),
+                     [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
             if (n->started && !n->finished) n->Handle(n->protocol->OnTimer(id));
             return;
           }
@@ -937,9 +941,9 @@ struct PeerNode::Impl {
               }
               ++stats.server_exchanges;
               spdlog::info("round {}: took the server's average (version {})", round, (*result)->version());
-              Deliver(static_cast<NodeId>(o.nodes), Message{Message::Kind::kModelReply, round,
-                                                           std::make_shared<const ModelState>(std::move(*result).value()),
-                                                           0.0, 0});
+              Deliver(static_cast<NodeId>(o.nodes),
+                      Message{Message::Kind::kModelReply, round,
+                              std::make_shared<const ModelState>(std::move(*result).value()), 0.0, 0});
               MaybeExit();
             });
   }
@@ -980,7 +984,8 @@ struct PeerNode::Impl {
     const Actions::Sync s = sync_queue.front();
     sync_queue.pop_front();
     const CrdtReplica* mine = protocol->replica(s.round);
-    auto copy = std::make_shared<CrdtReplica>(mine ? *mine : CrdtReplica("peer-" + std::to_string(o.self), &author_keys));
+    auto copy =
+        std::make_shared<CrdtReplica>(mine ? *mine : CrdtReplica("peer-" + std::to_string(o.self), &author_keys));
     auto result = std::make_shared<Result<size_t>>(InvalidArgumentError("not synced"));
     sync_in_flight = true;
     OffLoop(
@@ -1004,7 +1009,8 @@ struct PeerNode::Impl {
         },
         [this, s, copy, result] {
           sync_in_flight = false;
-          if (!result->ok()) spdlog::debug("pull from peer {} (round {}): {}", s.from, s.round, result->status().message());
+          if (!result->ok())
+            spdlog::debug("pull from peer {} (round {}): {}", s.from, s.round, result->status().message());
           if (started && !finished) Handle(protocol->OnSynced(s.from, s.round, result->ok() ? copy.get() : nullptr));
           PumpSyncs();
           MaybeExit();
@@ -1099,7 +1105,8 @@ struct PeerNode::Impl {
     if (!check.ok() || h.part() >= p.answer.deltas.size()) {
       ++stats.frames_refused;
       spdlog::warn("refused a contribution from peer {}: {}", from, check.ok() ? "out of place" : check.message());
-      return AnswerCrdtRequestWith(it, InvalidArgumentError("peer " + std::to_string(from) + " sent a bad contribution"));
+      return AnswerCrdtRequestWith(it,
+                                   InvalidArgumentError("peer " + std::to_string(from) + " sent a bad contribution"));
     }
     p.answer.deltas[h.part()] = std::move(model).value();
     if (--p.deltas_left == 0) AnswerCrdtRequestWith(it, std::move(p.answer));
@@ -1261,8 +1268,8 @@ struct PeerNode::Impl {
     tick.data = this;
     uv_timer_init(&loop, &linger);
     linger.data = this;
-    uv_timer_start(&tick, [](uv_timer_t* t) { static_cast<Impl*>(t->data)->Tick(); }, 0,
-                   static_cast<uint64_t>(kTickMs));
+    uv_timer_start(
+        &tick, [](uv_timer_t* t) { static_cast<Impl*>(t->data)->Tick(); }, 0, static_cast<uint64_t>(kTickMs));
     if (start_round >= o.rounds) {
       spdlog::info("the database says all {} rounds are done", o.rounds);
       Finish(0);
@@ -1290,7 +1297,8 @@ PeerNode::PeerNode(PeerNodeOptions options, const ProtocolFactory* factory, Mode
 
 PeerNode::~PeerNode() = default;
 
-Result<PeerNodeStats> PeerNode::Run(const std::atomic<bool>* stop, std::function<void(const PeerNodeStats&)> on_progress) {
+Result<PeerNodeStats> PeerNode::Run(const std::atomic<bool>* stop,
+                                    std::function<void(const PeerNodeStats&)> on_progress) {
   impl_->stop = stop;
   impl_->on_progress = std::move(on_progress);
   return impl_->Run();

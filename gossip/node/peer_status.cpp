@@ -85,8 +85,9 @@ Result<PeerStatusReport> QueryPeerStatus(const std::string& address, const std::
     }
     const ssize_t n = ::recv(s.fd(), buf, sizeof buf, 0);
     if (n <= 0) {
-      return UnavailableError("the peer at " + address + " closed the link without an answer" +
-                              (channel ? " (is the CA the federation's, and TLS on at both ends?)" : " (does it use TLS?)"));
+      return UnavailableError(
+          "the peer at " + address + " closed the link without an answer" +
+          (channel ? " (is the CA the federation's, and TLS on at both ends?)" : " (does it use TLS?)"));
     }
     std::string plain;
     std::string_view data(buf, static_cast<size_t>(n));

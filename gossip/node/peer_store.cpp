@@ -51,14 +51,15 @@ Result<std::optional<SavedPeer>> PeerStore::Load(NodeId node) {
   while ((step = m.Step()) == SQLITE_ROW) {
     const int64_t state = m.Int(3);
     if (state < 0 || state > 3) return DataLossError("member state " + std::to_string(state) + " in the database");
-    saved.members.push_back({static_cast<NodeId>(m.Int(0)), m.Text(1), static_cast<uint64_t>(m.Int(2)),
-                             static_cast<MemberState>(state)});
+    saved.members.push_back(
+        {static_cast<NodeId>(m.Int(0)), m.Text(1), static_cast<uint64_t>(m.Int(2)), static_cast<MemberState>(state)});
   }
   if (step != SQLITE_DONE) return SqliteError(db_, step, "load members");
   return std::optional<SavedPeer>(std::move(saved));
 }
 
-Status PeerStore::Save(NodeId node, uint64_t rounds, const ModelState& model, const std::vector<MemberUpdate>& members) {
+Status PeerStore::Save(NodeId node, uint64_t rounds, const ModelState& model,
+                       const std::vector<MemberUpdate>& members) {
   const std::string bytes = EncodeSafetensors(model);
   std::lock_guard<std::mutex> lock(mu_);
   SqliteTransaction tx(db_);

@@ -30,8 +30,8 @@ Status LoadInto(SSL_CTX* ctx, const std::string& ca_pem, const std::string& cert
   }
   ERR_clear_error();  // the end of the PEM list reads as an error
   if (added == 0) return InvalidArgumentError("--tls-ca holds no certificate");
-  std::unique_ptr<BIO, decltype(&BIO_free)> cert(
-      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())), &BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
+                                                 &BIO_free);
   std::unique_ptr<X509, decltype(&X509_free)> x(PEM_read_bio_X509(cert.get(), nullptr, nullptr, nullptr), &X509_free);
   if (!x || SSL_CTX_use_certificate(ctx, x.get()) != 1) {
     return InvalidArgumentError("--tls-cert is not a PEM certificate: " + OpenSslErrors());
@@ -146,7 +146,8 @@ Status TlsChannel::Write(std::string_view plaintext, std::string* to_socket) {
   }
   size_t done = 0;
   while (done < plaintext.size()) {
-    const int n = SSL_write(ssl_, plaintext.data() + done, static_cast<int>(std::min<size_t>(plaintext.size() - done, 1 << 20)));
+    const int n =
+        SSL_write(ssl_, plaintext.data() + done, static_cast<int>(std::min<size_t>(plaintext.size() - done, 1 << 20)));
     if (n <= 0) return Error(n, "write");
     done += static_cast<size_t>(n);
   }

@@ -155,10 +155,10 @@ class ChocoNode final : public Protocol {
   const double wait_ms_;
   std::shared_ptr<const ModelState> x_;
   const ModelState zeros_;
-  ModelState half_step_;                          // x after training, before the consensus step
-  ModelState own_copy_;                           // x^_i
-  std::map<NodeId, ModelState> copies_;           // x^_j of every in-neighbour heard from
-  std::map<NodeId, uint64_t> heard_through_;      // per sender: 1 + the latest round heard of
+  ModelState half_step_;                      // x after training, before the consensus step
+  ModelState own_copy_;                       // x^_i
+  std::map<NodeId, ModelState> copies_;       // x^_j of every in-neighbour heard from
+  std::map<NodeId, uint64_t> heard_through_;  // per sender: 1 + the latest round heard of
   uint64_t round_;
   bool training_ = false, waiting_ = false;
   std::vector<NodeId> in_, out_;
@@ -180,7 +180,7 @@ Result<std::unique_ptr<ProtocolFactory>> MakeChoco(StrategySpec& spec) {
           ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) + ")",
       "ring",
       [codec, codec_name, gamma, wait_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
-                              NeighbourMerge*) -> std::unique_ptr<Protocol> {
+                                          NeighbourMerge*) -> std::unique_ptr<Protocol> {
         return std::make_unique<ChocoNode>(ctx, std::move(initial), codec, codec_name, gamma, wait_ms);
       },
       /*mixes_by_weight_only=*/true);

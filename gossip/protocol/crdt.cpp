@@ -235,8 +235,8 @@ class CrdtNode final : public Protocol {
   uint64_t round_ = 0;
   bool waiting_ = false;  // trained this round, its contribution added, the merge not done
   bool left_ = false;
-  bool catching_up_ = false;  // asked a peer for its model and round (rejoining), no answer yet
-  uint64_t first_round_ = 0;  // the round the node started (or restarted) in
+  bool catching_up_ = false;   // asked a peer for its model and round (rejoining), no answer yet
+  uint64_t first_round_ = 0;   // the round the node started (or restarted) in
   std::set<NodeId> pulled_;    // peers pulled from this round since the node's own contribution
   std::set<NodeId> departed_;  // peers that left this round, their last pull not over yet
   std::set<NodeId> gone_;      // peers that left or died (until they rejoin)

@@ -33,13 +33,12 @@ Result<std::unique_ptr<ProtocolFactory>> MakeEpidemic(StrategySpec& spec) {
   PLEXUS_ASSIGN_OR_RETURN(double wait_ms, spec.GetDouble("wait_ms", 1000.0));
   if (s < 1) return InvalidArgumentError("el:s must be at least 1");
   if (!(wait_ms > 0)) return InvalidArgumentError("el:wait_ms must be positive");
-  return MakeFactory("el(s=" + std::to_string(s) + ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) + ")",
-                     "complete",
-                     [s, wait_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
-                                  NeighbourMerge* merge) -> std::unique_ptr<Protocol> {
-                       return std::make_unique<EpidemicLearning>(ctx, std::move(initial), merge, wait_ms,
-                                                                 static_cast<size_t>(s));
-                     });
+  return MakeFactory(
+      "el(s=" + std::to_string(s) + ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) + ")", "complete",
+      [s, wait_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
+                   NeighbourMerge* merge) -> std::unique_ptr<Protocol> {
+        return std::make_unique<EpidemicLearning>(ctx, std::move(initial), merge, wait_ms, static_cast<size_t>(s));
+      });
 }
 
 }  // namespace plexus::gossip

@@ -173,7 +173,8 @@ Result<std::unique_ptr<NeighbourMerge>> MakeNeighbourMerge(std::string_view text
   } else {
     auto agg = MakeAggregator(text, nullptr);
     if (!agg.ok()) {
-      return MergeError(agg.status().message() + "; gossip's own rules: mean, clipped[:tau=T], balance[:gamma=G,kappa=K]");
+      return MergeError(agg.status().message() +
+                        "; gossip's own rules: mean, clipped[:tau=T], balance[:gamma=G,kappa=K]");
     }
     return std::unique_ptr<NeighbourMerge>(std::make_unique<AggregatorMerge>(std::move(agg).value()));
   }

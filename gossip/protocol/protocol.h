@@ -76,7 +76,7 @@ struct Actions {
   std::vector<Send> sends;
   std::vector<Timer> timers;
   std::vector<Sync> syncs;
-  bool train = false;            // start local training on model(); answer with OnTrained
+  bool train = false;             // start local training on model(); answer with OnTrained
   uint32_t rounds_completed = 0;  // rounds this input completed
 
   void Append(Actions&& other);

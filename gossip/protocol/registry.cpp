@@ -5,12 +5,12 @@
 namespace plexus::gossip {
 
 // One line per algorithm: its name and the Make function defined in the algorithm's own file.
-#define PLEXUS_GOSSIP_ALGORITHMS(X) \
-  X("dpsgd", MakeDpsgd)             \
-  X("el", MakeEpidemic)             \
-  X("pushsum", MakePushSum)         \
+#define PLEXUS_GOSSIP_ALGORITHMS(X)             \
+  X("dpsgd", MakeDpsgd)                         \
+  X("el", MakeEpidemic)                         \
+  X("pushsum", MakePushSum)                     \
   X("semidecentralized", MakeSemiDecentralized) \
-  X("choco", MakeChoco)             \
+  X("choco", MakeChoco)                         \
   X("crdt", MakeCrdtGossip)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);

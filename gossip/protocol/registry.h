@@ -32,8 +32,8 @@
 
 namespace plexus::gossip {
 
-using NodeMaker = std::function<std::unique_ptr<Protocol>(const NodeContext&, std::shared_ptr<const ModelState>,
-                                                          NeighbourMerge*)>;
+using NodeMaker =
+    std::function<std::unique_ptr<Protocol>(const NodeContext&, std::shared_ptr<const ModelState>, NeighbourMerge*)>;
 
 class ProtocolFactory {
  public:

@@ -150,8 +150,8 @@ Actions RoundGossip::Merge() {
     neighbours.push_back({r.model.get(), w});
     self_weight -= w;
   }
-  Result<ModelState> merged = merge_->Merge(*trained_, std::max(0.0, self_weight), neighbours, round_,
-                                            ctx_.total_rounds);
+  Result<ModelState> merged =
+      merge_->Merge(*trained_, std::max(0.0, self_weight), neighbours, round_, ctx_.total_rounds);
   // A rule that cannot merge (it never should on checked inputs) leaves the node its own model.
   model_ = merged.ok() ? std::make_shared<const ModelState>(std::move(merged).value()) : trained_;
   trained_.reset();

@@ -22,8 +22,7 @@ namespace plexus::gossip {
 class RoundGossip : public Protocol {
  public:
   // `merge` is borrowed and may be shared by every node of one driver thread.
-  RoundGossip(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, NeighbourMerge* merge,
-              double wait_ms);
+  RoundGossip(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, NeighbourMerge* merge, double wait_ms);
 
   Actions Start(bool rejoining) override;
   Actions OnTrained(ModelState trained) override;

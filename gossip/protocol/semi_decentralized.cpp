@@ -70,7 +70,8 @@ class SamplingServer final : public Protocol {
   uint64_t rounds_completed() const override { return 0; }  // the server takes no gossip rounds
 
   Actions OnMessage(NodeId from, const Message& m) override {
-    if (m.kind != Message::Kind::kModel || !m.model || !schedule_.ServerRound(m.round) || done_.count(m.round)) return {};
+    if (m.kind != Message::Kind::kModel || !m.model || !schedule_.ServerRound(m.round) || done_.count(m.round))
+      return {};
     const std::vector<NodeId> sampled = schedule_.Sampled(m.round, ctx_.nodes);
     if (!std::binary_search(sampled.begin(), sampled.end(), from)) return {};
     Round& r = rounds_[m.round];
@@ -152,8 +153,8 @@ Result<std::unique_ptr<ProtocolFactory>> MakeSemiDecentralized(StrategySpec& spe
   schedule.every = static_cast<uint64_t>(every);
   schedule.sample = static_cast<size_t>(sample);
   schedule.to_all = mode == "s2a";
-  const std::string description = "semidecentralized(every=" + std::to_string(every) + ",sample=" +
-                                  std::to_string(sample) + ",mode=" + mode + ")";
+  const std::string description =
+      "semidecentralized(every=" + std::to_string(every) + ",sample=" + std::to_string(sample) + ",mode=" + mode + ")";
   PLEXUS_ASSIGN_OR_RETURN(
       std::unique_ptr<ProtocolFactory> factory,
       MakeFactory(description, "regular:d=4",
