@@ -296,8 +296,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
     // A NaN norm is left to the engine, which names the tensor and index.
     const bool bounded = limits_.max_update_norm > 0 || adaptive_bound_.enabled();
-    const double norm = bounded ? norms_.TrainableNorm(u) : std::numeric_limits<double>::quiet_NaN();
-    if (Status buffers = norms_.CheckBuffers(u, header.task_id()); !buffers.ok()) return RefuseContent(header, buffers);
+    double norm = std::numeric_limits<double>::quiet_NaN();
+    if (bounded || norms_.has_buffers()) {
+      Result<double> measured = norms_.Measure(u, header.task_id());
+      if (!measured.ok()) return RefuseContent(header, measured.status());
+      norm = *measured;
+    }
 
     std::unique_lock<std::mutex> lock(mu_);
     if (received->resumed) {
@@ -532,8 +536,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const std::vector<RoundRecord>& history = engine_->history();
     const bool finished = engine_->finished();
     if (federated_seen_ == history.size() && (!finished || final_told_)) return;
-    std::vector<std::string> known;
-    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
+    const std::vector<std::string> known = KnownClientsLocked();
     const int64_t now_ms = clock_->NowMs();
     for (; federated_seen_ < history.size(); ++federated_seen_) {
       const RoundRecord& r = history[federated_seen_];
@@ -547,6 +550,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
     }
   }
 
+  // Every client that ever joined (restored from the store at start). Requires mu_.
+  std::vector<std::string> KnownClientsLocked() const {
+    std::vector<std::string> known;
+    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
+    return known;
+  }
+
   // A server stopped while the clients evaluated its last version: that version has no stored
   // result, and its campaign opens again (the versions before it are not evaluated again).
   // Called by the constructor.
@@ -556,10 +566,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     const RoundRecord& last = history.back();
     const bool is_final = engine_->finished();
     if (!federated_.Due(last.model_version, is_final) || last.federated_accuracy) return;
-    std::vector<std::string> known;
-    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
     spdlog::info("version {}: resuming its federated evaluation", last.model_version);
-    federated_.OnPublished(last.model_version, last.model_sha256, is_final, std::move(known), clock_->NowMs());
+    federated_.OnPublished(last.model_version, last.model_sha256, is_final, KnownClientsLocked(), clock_->NowMs());
     final_told_ = is_final;
   }
 

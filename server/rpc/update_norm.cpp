@@ -2,33 +2,17 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "aggregators/simd_kernels.h"
 
 namespace plexus {
-namespace {
-
-// The values of `u` in `slot`, decoded from its codes when it has them.
-std::vector<double> ValuesIn(const Update& u, const TensorSlot& slot) {
-  std::vector<double> v(slot.numel);
-  if (u.coded) {
-    // AddScaledTo writes sum[i] for the model's indices i: `v` stands for sum[offset, offset + numel).
-    u.coded->AddScaledTo(v.data() - slot.offset, slot.offset, slot.offset + slot.numel, 1.0, /*first=*/true);
-  } else {
-    const std::span<const float> d = u.delta.data().subspan(slot.offset, slot.numel);
-    std::copy(d.begin(), d.end(), v.begin());
-  }
-  return v;
-}
-
-}  // namespace
 
 UpdateNorms::UpdateNorms(const ModelState& layout, const std::vector<std::string>& buffer_names) {
   const std::set<std::string> names(buffer_names.begin(), buffer_names.end());
   for (const TensorSlot& t : layout.tensors()) (names.count(t.name) ? buffers_ : trainable_).push_back(t);
+  if (!buffers_.empty()) coded_layout_ = ModelState::UninitializedLike(layout);
 }
 
 double UpdateNorms::TrainableNorm(const ModelState& m) const {
@@ -38,20 +22,14 @@ double UpdateNorms::TrainableNorm(const ModelState& m) const {
   return std::sqrt(sq);
 }
 
-double UpdateNorms::TrainableNorm(const Update& u) const {
-  if (!u.coded) return TrainableNorm(u.delta);
-  if (buffers_.empty()) return std::sqrt(u.coded->SquaredNorm());
-  // Codes are folded per range, not read per tensor: the whole norm less the buffers' (small).
-  double buffer_sq = 0;
+Result<double> UpdateNorms::Measure(const Update& u, const std::string& task_id) const {
+  if (buffers_.empty()) return u.coded ? std::sqrt(u.coded->SquaredNorm()) : TrainableNorm(u.delta);
+  // Codes are read as ranges of values, not as tensors: a coded update of a model with buffers
+  // (a TorchScript model sending compressed updates) is decoded once to read them.
+  const ModelState decoded = u.coded ? u.coded->Materialize(*coded_layout_) : ModelState();
+  const ModelState& delta = u.coded ? decoded : u.delta;
   for (const TensorSlot& t : buffers_) {
-    for (double v : ValuesIn(u, t)) buffer_sq += v * v;
-  }
-  return std::sqrt(std::max(0.0, u.coded->SquaredNorm() - buffer_sq));
-}
-
-Status UpdateNorms::CheckBuffers(const Update& u, const std::string& task_id) const {
-  for (const TensorSlot& t : buffers_) {
-    const std::vector<double> values = ValuesIn(u, t);
+    const std::span<const float> values = delta.data().subspan(t.offset, t.numel);
     for (size_t i = 0; i < values.size(); ++i) {
       if (std::fabs(values[i]) > kMaxBufferChange) {
         return InvalidArgumentError(fmt::format("update for task {} changes buffer {} at index {} by {:g}, beyond {:g}",
@@ -59,7 +37,7 @@ Status UpdateNorms::CheckBuffers(const Update& u, const std::string& task_id) co
       }
     }
   }
-  return Status::Ok();
+  return TrainableNorm(delta);
 }
 
 }  // namespace plexus

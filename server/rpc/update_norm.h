@@ -7,6 +7,7 @@
 // Immutable after construction; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,19 +26,21 @@ class UpdateNorms {
   // `buffer_names`: the tensors of `layout` that are buffers; names the layout lacks are ignored.
   UpdateNorms(const ModelState& layout, const std::vector<std::string>& buffer_names);
 
-  // The L2 norm of `u`'s trainable values (its float32 delta or its codes).
-  double TrainableNorm(const Update& u) const;
+  // The L2 norm of `u`'s trainable values (its float32 delta or its codes), after checking its
+  // buffers: InvalidArgument naming the tensor and index of a finite buffer value that changes by
+  // more than kMaxBufferChange. One pass over the buffers; without buffers, none.
+  Result<double> Measure(const Update& u, const std::string& task_id) const;
   // The L2 norm of a model's trainable values.
   double TrainableNorm(const ModelState& m) const;
-  // OK when every finite buffer value of `u` changes by at most kMaxBufferChange; otherwise
-  // InvalidArgument naming the tensor and index.
-  Status CheckBuffers(const Update& u, const std::string& task_id) const;
 
   bool has_buffers() const { return !buffers_.empty(); }
 
  private:
   std::vector<TensorSlot> trainable_;
   std::vector<TensorSlot> buffers_;
+  // With buffers: the layout (values unset) a coded update is decoded into to read them; only
+  // its layout is read, so it costs no pass over memory.
+  std::optional<ModelState> coded_layout_;
 };
 
 }  // namespace plexus

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "client/grpc_transport.h"
+#include "compression/codec.h"
 #include "core/safetensors.h"
 #include "plexus/v1/federation.grpc.pb.h"
 #include "server/store/memory_store.h"
@@ -990,6 +991,44 @@ TEST(AdaptiveNormTest, HugeUpdatesAreRefusedByDefaultAndHonestOnesPass) {
   ASSERT_OK(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(honest)));
   EXPECT_EQ(engine->model().version(), 1u);
   EXPECT_TRUE(AllFinite(engine->model().data()));
+  server->Shutdown();
+}
+
+// A BatchNorm model on unnormalized data: its running statistics change by far more than the
+// weights, and the adaptive bound counting them refused every honest update. Buffers are left
+// out of the norm and checked for range on their own, in float32 and in int8 uploads.
+TEST(AdaptiveNormTest, BuffersAreLeftOutOfTheNormAndCheckedForRange) {
+  MemoryStore store;
+  RealClock clock;
+  ModelState model = *ModelState::Create({{"w", {4}}, {"running_var", {2}}});
+  for (float& x : model.data()) x = 1.0f;
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 2;
+  o.min_clients = 2;
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  ServerInfo info{"tiny", 1, "int8:chunk=4"};
+  info.buffer_tensors = {"running_var"};
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, info);
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  ASSERT_OK(transport->Join("b", 10, "test"));
+  const Task ta = transport->Poll("a", 1000)->task;
+  const Task tb = transport->Poll("b", 1000)->task;
+  ASSERT_EQ(ta.upload_codec, "int8:chunk=4");  // the client's transport advertises every codec
+  ModelState delta = FilledLike(model, 0.1f);  // the weights move a little (norm 0.2)
+  delta.data()[4] = delta.data()[5] = 5e4f;    // the variance of unnormalized features, a lot
+  ModelState absurd = delta;
+  absurd.data()[5] = 1e20f;
+  const std::string int8_absurd = (*MakeCodec("int8:chunk=4"))->Encode(absurd, nullptr, 0);
+  UploadHeader ha = HeaderFor("a", ta);
+  ha.codec = "int8:chunk=4";
+  EXPECT_THAT(transport->Upload(ha, int8_absurd), StatusIs(StatusCode::kInvalidArgument, "buffer running_var"));
+  ASSERT_OK(transport->Upload(ha, (*MakeCodec("int8:chunk=4"))->Encode(delta, nullptr, 0)));
+  EXPECT_THAT(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(absurd)),
+              StatusIs(StatusCode::kInvalidArgument, "buffer running_var at index 1"));
+  ASSERT_OK(transport->Upload(HeaderFor("b", tb), EncodeSafetensors(delta)));
+  EXPECT_EQ(engine->model().version(), 1u);
   server->Shutdown();
 }
 
