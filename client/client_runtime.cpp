@@ -175,11 +175,18 @@ std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::
   if (!options_.state) return std::nullopt;
   bool complete = false;
   std::string bytes = options_.state->ModelBytes(version, &complete);
-  if (!complete) return std::nullopt;
+  if (!complete && bytes.empty()) return std::nullopt;
   Result<ModelState> model = DecodeSafetensors(bytes);
   if (!model.ok() || model->ContentSha256() != sha256) {
-    options_.state->DropModel(version);
+    if (complete) options_.state->DropModel(version);  // a partial one is resumed instead
     return std::nullopt;
+  }
+  // A kill between a download's last byte and its rename leaves the whole model as a partial
+  // file: resuming at its end would get nothing, so it is taken as it is.
+  if (!complete) {
+    if (Status s = options_.state->CompleteModel(version); !s.ok()) {
+      spdlog::warn("model version {}: not kept on disk: {}", version, s.ToString());
+    }
   }
   spdlog::info("model version {} from {}", version, options_.state->path());
   model->set_version(version);
@@ -228,20 +235,6 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
   if (keep) {
     bool complete = false;
     bytes = options_.state->ModelBytes(task.model_version, &complete);
-    // A kill between the last byte and the rename leaves the whole model as a partial file.
-    if (!bytes.empty()) {
-      Result<ModelState> whole = DecodeSafetensors(bytes);
-      if (whole.ok() && whole->ContentSha256() == task.model_sha256) {
-        if (Status s = options_.state->CompleteModel(task.model_version); !s.ok()) {
-          spdlog::warn("model version {}: not kept on disk: {}", task.model_version, s.ToString());
-        }
-        spdlog::info("model version {} from {} (its download had ended)", task.model_version, options_.state->path());
-        whole->set_version(task.model_version);
-        cached_model_ = *whole;
-        cached_sha256_ = task.model_sha256;
-        return whole;
-      }
-    }
     if (!bytes.empty()) {
       spdlog::info("model version {}: resuming the download at byte {} (kept in {})", task.model_version, bytes.size(),
                    options_.state->path());

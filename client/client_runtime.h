@@ -96,7 +96,8 @@ class ClientRuntime {
   Status DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt);
   // Evaluates the task's model on the held-out data and reports it (nullopt: poll next).
   Result<std::optional<PollAnswer>> RunEvaluation(const Task& task);
-  // The model of `version` kept complete in the state directory, if it matches `sha256`.
+  // The model of `version` kept in the state directory (complete, or a partial file that holds
+  // all of it), if it matches `sha256`.
   std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);
   // Uploads an update until the server acknowledges it (its answer for the next task, nullopt:
   // poll) or refuses it (nullopt); drops the kept copy either way. Retries what is transient.

@@ -187,8 +187,6 @@ void ClientStateDir::DropModel(uint64_t version) {
   RemoveQuietly(ModelFile(version, false));
 }
 
-void ClientStateDir::DropPartialModel(uint64_t version) { RemoveQuietly(ModelFile(version, false)); }
-
 Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view payload) {
   if (!OneLine(h.client_id) || !OneLine(h.task_id) || !OneLine(h.codec)) {
     return InvalidArgumentError("an id or codec with a line break");

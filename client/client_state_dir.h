@@ -57,8 +57,6 @@ class ClientStateDir {
   Status CompleteModel(uint64_t version);
   // Forgets what is kept of `version` (it did not verify).
   void DropModel(uint64_t version);
-  // Forgets the partial file of `version` (it cannot be resumed).
-  void DropPartialModel(uint64_t version);
 
   // Keeps an update (its header and safetensors bytes) until DropPendingUpload, replacing an
   // earlier one.

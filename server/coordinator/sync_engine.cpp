@@ -120,16 +120,11 @@ void SyncEngine::MaybeStartRound() {
       static_cast<int64_t>(std::ceil(static_cast<double>(options_.clients_per_round) * options_.overselect - 1e-9));
   available.resize(static_cast<size_t>(std::min(n, wanted)));
   std::sort(available.begin(), available.end());
-  for (const std::string& id : available) {
-    const std::string task_id = "r" + std::to_string(r.round) + "a" + std::to_string(r.attempt) + "-" + id;
-    r.task_of_client[id] = task_id;
-    r.client_of_task[task_id] = id;
-  }
+  for (const std::string& id : available) r.AddTask(id);
   r.wait_for = WaitFor(r.task_of_client);
   // Begin cannot fail for a valid model; a failure here would be a programming error.
   Status begun = aggregator_->Begin(published_->model());
-  OpenRoundRecord saved{r.round, r.attempt, {r.task_of_client.begin(), r.task_of_client.end()}};
-  if (begun.ok()) begun = store_->PutOpenRound(saved);
+  if (begun.ok()) begun = store_->PutOpenRound(r.Record());
   if (!begun.ok()) {
     sticky_error_ = begun.WithContext("start round " + std::to_string(r.round));
     return;
@@ -258,17 +253,14 @@ Status SyncEngine::Refused(const std::string& client_id, const std::string& task
     Rng rng = Rng::Derive(
         options_.seed ^ 0x5eed5eedULL,
         open_->round * 1000003ULL + static_cast<uint64_t>(open_->attempt) * 1009ULL + open_->refused.size());
-    const std::string& id = free[rng.Below(free.size())];
-    const std::string new_task = "r" + std::to_string(open_->round) + "a" + std::to_string(open_->attempt) + "-" + id;
-    open_->task_of_client[id] = new_task;
-    open_->client_of_task[new_task] = id;
+    open_->AddTask(free[rng.Below(free.size())]);
+    // Stored like the round's first sample: a restarted server hands the replacement its task.
+    if (Status s = store_->PutOpenRound(open_->Record()); !s.ok()) {
+      sticky_error_ = s.WithContext("record the open round " + std::to_string(open_->round) + " after a refusal");
+      return sticky_error_;
+    }
+    ++poll_epoch_;
   }
-  OpenRoundRecord saved{open_->round, open_->attempt, {open_->task_of_client.begin(), open_->task_of_client.end()}};
-  if (Status s = store_->PutOpenRound(saved); !s.ok()) {
-    sticky_error_ = s.WithContext("record the open round " + std::to_string(open_->round) + " after a refusal");
-    return sticky_error_;
-  }
-  ++poll_epoch_;
   if (RoundComplete()) return CloseRound();
   return Status::Ok();
 }

@@ -115,6 +115,15 @@ class SyncEngine final : public Engine {
     size_t wait_for = 0;                                // updates that close the round
     double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
     UpdateTally tally;                                  // of the submitted updates
+
+    // Samples `client` into this attempt: task id "r<round>a<attempt>-<client>".
+    void AddTask(const std::string& client) {
+      const std::string task_id = "r" + std::to_string(round) + "a" + std::to_string(attempt) + "-" + client;
+      task_of_client[client] = task_id;
+      client_of_task[task_id] = client;
+    }
+    // What the store keeps of it (Store::PutOpenRound).
+    OpenRoundRecord Record() const { return {round, attempt, {task_of_client.begin(), task_of_client.end()}}; }
   };
 
   SyncEngine(const SyncOptions& options, Store* store, const Clock* clock, ModelEvaluator* evaluator);
