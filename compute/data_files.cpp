@@ -11,6 +11,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/csv_reader.h"
 #include "core/rng.h"
 
 namespace plexus {
@@ -27,24 +28,6 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   s << in.rdbuf();
   if (in.bad()) return UnavailableError("cannot read '" + path + "'");
   return s.str();
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
-  return s;
-}
-
-std::vector<std::string_view> SplitCsvLine(std::string_view line) {
-  std::vector<std::string_view> cells;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = line.find(',', begin);
-    cells.push_back(Trim(line.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin)));
-    if (comma == std::string_view::npos) return cells;
-    begin = comma + 1;
-  }
 }
 
 // A number as strtod reads it (std::from_chars for doubles is missing from some standard
@@ -70,18 +53,15 @@ Status CheckLabel(double value, const std::string& where) {
 Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
   PLEXUS_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   Dataset d;
-  std::string_view rest = text;
-  int64_t line_no = 0;
+  CsvReader reader(text);
+  std::vector<std::string> cells;
   size_t columns = 0;
   size_t label_at = 0;
-  while (!rest.empty()) {
-    const size_t eol = rest.find('\n');
-    std::string_view line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
-    ++line_no;
-    if (Trim(line).empty()) continue;
-    const std::vector<std::string_view> cells = SplitCsvLine(line);
-    const std::string where = path + ":" + std::to_string(line_no);
+  while (true) {
+    Result<bool> more = reader.Next(&cells);
+    if (!more.ok()) return InvalidArgumentError(path + ": " + more.status().message());
+    if (!*more) break;
+    const std::string where = path + ":" + std::to_string(reader.record_line());
     if (columns == 0) {  // the header
       columns = cells.size();
       const auto label = std::find(cells.begin(), cells.end(), o.label_column);
@@ -299,6 +279,12 @@ Result<Dataset> Select(Dataset all, const ExampleSelector& select) {
   return out;
 }
 
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -310,7 +296,7 @@ Result<std::vector<int64_t>> ParseInputShape(const std::string& text) {
   std::string_view rest = text;
   while (true) {
     const size_t comma = rest.find(',');
-    const std::string_view cell = Trim(rest.substr(0, comma));
+    const std::string_view cell = TrimSpaces(rest.substr(0, comma));
     int64_t dim = 0;
     auto [end, ec] = std::from_chars(cell.data(), cell.data() + cell.size(), dim);
     if (cell.empty() || ec != std::errc() || end != cell.data() + cell.size() || dim <= 0) {

@@ -61,6 +61,21 @@ TEST_F(DataFilesTest, ReadsACsvWithTheLabelInAnyColumn) {
   EXPECT_EQ(d->num_classes, 3);
 }
 
+TEST_F(DataFilesTest, ReadsQuotedCsvFieldsAndCrlfLinesAsRfc4180Says) {
+  // A spreadsheet's export: quoted header names holding commas and quotes, CRLF line ends.
+  const std::string path =
+      Write("sheet.csv", "\"weight, kg\",\"label\",\"a \"\"b\"\"\"\r\n\"1.5\",2,-3\r\n0,\"0\",4e1\r\n");
+  Result<Dataset> d = LoadDataFile(path, {});
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_THAT(d->features, ElementsAre(1.5f, -3.0f, 0.0f, 40.0f));
+  EXPECT_THAT(d->labels, ElementsAre(2, 0));
+  // A decimal comma in quotes is one cell, refused as not a number (not a ragged row).
+  EXPECT_THAT(LoadDataFile(Write("comma.csv", "a,b,label\n1,\"1,5\",0\n"), {}).status(),
+              StatusIs(StatusCode::kInvalidArgument, "comma.csv:2, column 2: '1,5' is not a number"));
+  EXPECT_THAT(LoadDataFile(Write("open.csv", "a,b,label\n1,\"2,0\n"), {}).status(),
+              StatusIs(StatusCode::kInvalidArgument, "open.csv: line 2, field 2: the quote that opens this field"));
+}
+
 TEST_F(DataFilesTest, CsvErrorsNameTheFileLineAndColumn) {
   EXPECT_THAT(LoadDataFile(Write("ragged.csv", "a,b,label\n1,2,0\n1,2\n"), {}).status(),
               StatusIs(StatusCode::kInvalidArgument, "ragged.csv:3: 2 cells, the header has 3"));
