@@ -81,7 +81,7 @@ class ClientRuntime {
  private:
   Result<ClientSummary> RunUntilStopped();
   bool Stopping() const { return stop_ && stop_->load(); }
-  static Status Stopped() { return Status(StatusCode::kCancelled, "stopped"); }
+  static Status Stopped() { return CancelledError("stopped"); }
   Status Join();
   // Trains, uploads and returns what the server answered for the next task along with the
   // upload (nullopt: poll for it).

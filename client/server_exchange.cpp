@@ -23,8 +23,8 @@ double ServerExchange::NowMs() const {
 }
 
 Status ServerExchange::Stopped(std::string why) const {
-  if (cancelled_) return Status(StatusCode::kCancelled, "the peer is leaving");
-  return Status(StatusCode::kDeadlineExceeded, std::move(why));
+  if (cancelled_) return CancelledError("the peer is leaving");
+  return DeadlineExceededError(std::move(why));
 }
 
 bool ServerExchange::Pause(double ms, double deadline_ms) const {
@@ -35,7 +35,7 @@ bool ServerExchange::Pause(double ms, double deadline_ms) const {
 
 Result<Task> ServerExchange::TakeTask(double deadline_ms) {
   while (true) {
-    if (cancelled_) return Status(StatusCode::kCancelled, "the peer is leaving");
+    if (cancelled_) return CancelledError("the peer is leaving");
     if (!joined_) {
       Result<JoinReply> joined = transport_->Join(client_id_, 1, "peer");
       if (joined.ok()) {
@@ -64,7 +64,7 @@ Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, double dead
   std::string bytes;
   uint64_t total = 0;
   while (true) {
-    if (cancelled_) return Status(StatusCode::kCancelled, "the peer is leaving");
+    if (cancelled_) return CancelledError("the peer is leaving");
     Status s = transport_->Download(version, &bytes, &total, {});
     if (s.ok()) break;
     // A version not published yet is not found; anything else is tried again too, from scratch.
@@ -101,7 +101,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   h.local_steps = 1;
   auto payload = std::make_shared<const std::string>(EncodeSafetensors(delta));
   while (true) {
-    if (cancelled_) return Status(StatusCode::kCancelled, "the peer is leaving");
+    if (cancelled_) return CancelledError("the peer is leaving");
     Result<UploadAck> ack = transport_->Upload(h, payload);
     if (ack.ok()) break;
     if (ack.status().code() != StatusCode::kUnavailable && ack.status().code() != StatusCode::kDeadlineExceeded) {

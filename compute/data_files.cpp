@@ -7,11 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <sstream>
 
 #include "core/csv_reader.h"
+#include "core/file_contents.h"
 #include "core/rng.h"
 
 namespace plexus {
@@ -20,15 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxLabel = 255;  // labels are kept as uint8
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) return UnavailableError("cannot read '" + path + "'");
-  return s.str();
-}
 
 // A number as strtod reads it (std::from_chars for doubles is missing from some standard
 // libraries we build with), refusing trailing characters.
@@ -51,7 +42,7 @@ Status CheckLabel(double value, const std::string& where) {
 }
 
 Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
-  PLEXUS_ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  PLEXUS_ASSIGN_OR_RETURN(std::string text, ReadFileContents(path));
   Dataset d;
   CsvReader reader(text);
   std::vector<std::string> cells;
@@ -186,7 +177,7 @@ Result<StoredTensor> ReadStoredTensor(const std::string& path, const nlohmann::j
 }
 
 Result<Dataset> LoadSafetensors(const std::string& path, const DataFileOptions& o) {
-  PLEXUS_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  PLEXUS_ASSIGN_OR_RETURN(std::string bytes, ReadFileContents(path));
   if (bytes.size() < 8) return InvalidArgumentError(path + ": too short for safetensors");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);

@@ -219,8 +219,8 @@ class PortableTrainer final : public Trainer {
         loss += 0.5 * o.prox_mu * prox;
       }
       if (!std::isfinite(loss)) {
-        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(loss) + " at step " +
-                                                std::to_string(step) + "); lower the learning rate");
+        return AbortedError("training diverged (loss " + std::to_string(loss) + " at step " + std::to_string(step) +
+                            "); lower the learning rate");
       }
       loss_sum += loss;
       std::span<float> v = velocity.data(), g = grad.data(), p = w.data();

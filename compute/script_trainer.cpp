@@ -1,6 +1,5 @@
 // The second translation unit with LibTorch (TorchScript modules); the built-in models are in
 // torch_trainer.cpp. Both are left out of builds without LibTorch.
-#include <openssl/sha.h>
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
@@ -26,15 +25,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 std::string LayoutName(const ModelState& m) {
   std::string text;
   for (const TensorSlot& t : m.tensors()) text += t.name + ShapeText(t.shape) + ";";
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-  static const char* hex = "0123456789abcdef";
-  std::string out = kScriptModelPrefix;
-  for (int i = 0; i < 8; ++i) {
-    out += hex[digest[i] >> 4];
-    out += hex[digest[i] & 15];
-  }
-  return out;
+  return kScriptModelPrefix + Sha256Hex(text).substr(0, 16);  // the digest's first 8 bytes
 }
 
 // The module's federated tensors, in ModelState order: parameters, then floating-point buffers.

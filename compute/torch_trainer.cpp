@@ -169,8 +169,8 @@ Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& f
       opt.step();
       const double l = loss.item<double>();
       if (!std::isfinite(l)) {
-        return Status(StatusCode::kAborted, "training diverged (loss " + std::to_string(l) + " at step " +
-                                                std::to_string(step) + "); lower the learning rate");
+        return AbortedError("training diverged (loss " + std::to_string(l) + " at step " + std::to_string(step) +
+                            "); lower the learning rate");
       }
       loss_sum += l;
     }

@@ -27,16 +27,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string ToHex(const unsigned char* p, size_t n) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[p[i] >> 4];
-    out[2 * i + 1] = kDigits[p[i] & 15];
-  }
-  return out;
-}
-
 struct MdCtxDeleter {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
 };
@@ -50,7 +40,7 @@ class Sha256 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     EVP_DigestFinal_ex(ctx_.get(), md, &len);
-    return ToHex(md, len);
+    return LowerHex({md, len});
   }
 
  private:
@@ -225,6 +215,18 @@ std::string Sha256Hex(std::initializer_list<std::string_view> pieces) {
 
 std::string Sha256Hex(const std::string& bytes) {
   return Sha256Hex(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()));
+}
+
+std::string LowerHex(std::span<const unsigned char> bytes) {
+  const unsigned char* p = bytes.data();
+  const size_t n = bytes.size();
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(2 * n, '0');
+  for (size_t i = 0; i < n; ++i) {
+    out[2 * i] = kDigits[p[i] >> 4];
+    out[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return out;
 }
 
 }  // namespace plexus

@@ -135,6 +135,9 @@ class ModelState {
 // True when no value is NaN or infinite (one vectorizable pass).
 bool AllFinite(std::span<const float> values);
 
+// Bytes as lower-case hex, two digits each.
+std::string LowerHex(std::span<const unsigned char> bytes);
+
 // Lower-case hex SHA-256 of arbitrary bytes, or of pieces of bytes one after the other.
 std::string Sha256Hex(std::span<const unsigned char> bytes);
 std::string Sha256Hex(const std::string& bytes);

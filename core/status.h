@@ -67,6 +67,12 @@ inline Status InternalError(std::string m) { return {StatusCode::kInternal, std:
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+inline Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
+inline Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+inline Status UnauthenticatedError(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 // Either a value or a non-OK Status.
 template <typename T>

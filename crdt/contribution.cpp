@@ -67,8 +67,7 @@ Status AuthorKeys::Verify(const std::string& id, const Contribution& c) const {
     if (it != keys_.end()) key = it->second;
   }
   if (key.empty()) {
-    return Status(StatusCode::kPermissionDenied,
-                  "contribution " + id.substr(0, 12) + "... from unknown author '" + c.author + "'");
+    return PermissionDeniedError("contribution " + id.substr(0, 12) + "... from unknown author '" + c.author + "'");
   }
   return VerifySignature(key, id, c.signature)
       .WithContext("contribution " + id.substr(0, 12) + "... by '" + c.author + "'");

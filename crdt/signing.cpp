@@ -69,7 +69,7 @@ Status VerifySignature(std::string_view public_key, std::string_view message, st
   if (!key || !md) return InvalidArgumentError("Ed25519: malformed public key");
   if (EVP_DigestVerifyInit(md.get(), nullptr, nullptr, nullptr, key.get()) != 1 ||
       EVP_DigestVerify(md.get(), Bytes(signature), signature.size(), Bytes(message), message.size()) != 1) {
-    return Status(StatusCode::kPermissionDenied, "signature does not verify");
+    return PermissionDeniedError("signature does not verify");
   }
   return Status::Ok();
 }

@@ -7,7 +7,7 @@ Status SqliteError(sqlite3* db, int rc, const std::string& what) {
   switch (rc) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
-      return Status(StatusCode::kAborted, msg);
+      return AbortedError(msg);
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
       return DataLossError(msg);

@@ -18,6 +18,7 @@
 #include "compute/portable_trainer.h"
 #include "compute/trainer.h"
 #include "core/atomic_file.h"
+#include "core/host_port.h"
 #include "gossip/node/peer_node.h"
 
 namespace plexus::cli {
@@ -235,10 +236,8 @@ void RunPeer(const PeerFlags& f) {
   std::unique_ptr<ExchangeLink> server_link;
   if (factory->needs_server()) {
     // HOST:PORT, HOST a name or an address (with TLS, the name the server's certificate carries).
-    const size_t colon = f.server.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == f.server.size() ||
-        f.server.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
-      throw CommandError("--server: '" + f.server + "' is not HOST:PORT");
+    if (Result<HostPort> parsed = ParseHostPort(f.server); !parsed.ok() || parsed->host.empty()) {
+      throw CommandError("--server: " + (parsed.ok() ? "'" + f.server + "' names no host" : parsed.status().message()));
     }
     ClientTls tls;
     if (o.tls) {

@@ -1,10 +1,13 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 
 #include "apps/plexus/commands.h"
+#include "core/file_contents.h"
+#include "core/model_state.h"
 #include "server/rpc/token_registry.h"
 
 namespace plexus::cli {
@@ -14,13 +17,7 @@ namespace {
 std::string NewToken() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof bytes) != 1) throw CommandError("cannot draw random bytes for a token");
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (unsigned char b : bytes) {
-    token.push_back(kHex[b >> 4]);
-    token.push_back(kHex[b & 15]);
-  }
-  return token;
+  return LowerHex(bytes);
 }
 
 void IssueToken(const std::string& client, const std::string& tokens_file, std::string token_out) {
@@ -29,7 +26,11 @@ void IssueToken(const std::string& client, const std::string& tokens_file, std::
   }
   if (token_out.empty()) token_out = client + ".token";
   std::string existing;
-  if (std::ifstream in(tokens_file); in) existing.assign(std::istreambuf_iterator<char>(in), {});
+  if (Result<std::string> read = ReadFileContents(tokens_file); read.ok()) {
+    existing = std::move(read).value();
+  } else if (::access(tokens_file.c_str(), F_OK) == 0) {  // there, but unreadable: never overwrite it
+    throw CommandError("--tokens: " + read.status().message());
+  }
   const std::string token = NewToken();
   const std::string updated = existing + (existing.empty() || existing.back() == '\n' ? "" : "\n") +
                               TokenRegistry::EntryFor(client, token) + "\n";

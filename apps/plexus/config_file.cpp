@@ -5,11 +5,12 @@
 #include <toml++/toml.h>
 
 #include <cctype>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "apps/plexus/commands.h"
+#include "core/file_contents.h"
+#include "core/host_port.h"
 
 namespace plexus::cli {
 namespace {
@@ -86,17 +87,14 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
 }
 
 std::string ReadFileForFlag(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CommandError(flag + ": cannot read '" + path + "'");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
+  Result<std::string> bytes = ReadFileContents(path);
+  if (!bytes.ok()) throw CommandError(flag + ": " + bytes.status().message());
+  return std::move(bytes).value();
 }
 
 bool IsLoopback(const std::string& host_port) {
-  std::string host = host_port.substr(0, host_port.rfind(':'));
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  Result<HostPort> parsed = ParseHostPort(host_port);
+  return parsed.ok() && IsLoopbackHost(parsed->host);
 }
 
 std::string ReadTokenFile(const std::string& path) {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/host_port.h"
+
 namespace plexus::cli {
 namespace {
 
@@ -223,19 +225,9 @@ class PollingEndpoint final : public HttpEndpoint {
 
 Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const std::string& host_port,
                                                           std::map<std::string, HttpPage> pages) {
-  const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return InvalidArgumentError("'" + host_port + "' is not HOST:PORT");
-  std::string host = host_port.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(host_port.substr(colon + 1));
-  } catch (const std::exception&) {
-    return InvalidArgumentError("'" + host_port + "' has no port number");
-  }
-  if (port < 0 || port > 65535) return InvalidArgumentError("'" + host_port + "': the port is out of range");
+  PLEXUS_ASSIGN_OR_RETURN(HostPort parsed, ParseHostPort(host_port));
   auto endpoint = std::make_unique<PollingEndpoint>(std::move(pages));
-  PLEXUS_RETURN_IF_ERROR(endpoint->Listen(host, port));
+  PLEXUS_RETURN_IF_ERROR(endpoint->Listen(parsed.host, parsed.port));
   return std::unique_ptr<HttpEndpoint>(std::move(endpoint));
 }
 

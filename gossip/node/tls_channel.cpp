@@ -92,7 +92,7 @@ Status TlsChannel::Error(int rc, const char* what) {
   const long verify = SSL_get_verify_result(ssl_);
   std::string detail = OpenSslErrors();
   if (verify != X509_V_OK) detail = X509_verify_cert_error_string(verify);
-  return Status(StatusCode::kUnauthenticated, std::string("TLS ") + what + ": " + detail);
+  return UnauthenticatedError(std::string("TLS ") + what + ": " + detail);
 }
 
 Status TlsChannel::Start(std::string* to_socket) {
@@ -115,7 +115,7 @@ Status TlsChannel::Feed(std::string_view ciphertext, std::string* plaintext, std
     }
     established_ = true;
     X509* cert = SSL_get1_peer_certificate(ssl_);
-    if (cert == nullptr) return Status(StatusCode::kUnauthenticated, "TLS peer presented no certificate");
+    if (cert == nullptr) return UnauthenticatedError("TLS peer presented no certificate");
     char cn[256] = {0};
     X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
     X509_free(cert);

@@ -168,8 +168,7 @@ Status AsyncEngine::CheckOpenTask(const std::string& client_id, const std::strin
     return NotFoundError("unknown task id '" + task_id + "' (it may have expired or been reported already)");
   }
   if (it->second.client_id != client_id) {
-    return Status(StatusCode::kPermissionDenied,
-                  "task '" + task_id + "' belongs to another client, not '" + client_id + "'");
+    return PermissionDeniedError("task '" + task_id + "' belongs to another client, not '" + client_id + "'");
   }
   return Status::Ok();
 }

@@ -184,8 +184,7 @@ Status SyncEngine::CheckOpenTask(const std::string& client_id, const std::string
                          "': not a task of the open round (it may belong to a closed or abandoned round)");
   }
   if (owner->second != client_id) {
-    return Status(StatusCode::kPermissionDenied,
-                  "task '" + task_id + "' belongs to another client, not '" + client_id + "'");
+    return PermissionDeniedError("task '" + task_id + "' belongs to another client, not '" + client_id + "'");
   }
   return Status::Ok();
 }

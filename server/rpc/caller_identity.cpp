@@ -6,27 +6,27 @@ Result<std::string> CallerIdentity::Of(const grpc::ServerContext* ctx, const std
   std::string who;
   if (mtls_) {
     auto names = ctx->auth_context()->FindPropertyValues("x509_common_name");
-    if (names.empty()) return Status(StatusCode::kUnauthenticated, "no client certificate common name");
+    if (names.empty()) return UnauthenticatedError("no client certificate common name");
     who.assign(names[0].data(), names[0].size());
   } else if (tokens_) {
     const auto& metadata = ctx->client_metadata();
     auto it = metadata.find("authorization");
     const std::string value = it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
     if (value.rfind("Bearer ", 0) != 0) {
-      return Status(StatusCode::kUnauthenticated, "this server needs a client token (plexus client --token-file)");
+      return UnauthenticatedError("this server needs a client token (plexus client --token-file)");
     }
     std::optional<std::string> client = tokens_->ClientFor(value.substr(7));
-    if (!client) return Status(StatusCode::kUnauthenticated, "unknown client token");
+    if (!client) return UnauthenticatedError("unknown client token");
     who = *client;
   } else {
     who = claimed;  // nothing proves the name: revocation by name is all there is
   }
   if (!claimed.empty() && claimed != who) {
-    return Status(StatusCode::kPermissionDenied, std::string(mtls_ ? "the client certificate is" : "the token is") +
-                                                     " for '" + who + "'; it cannot act as '" + claimed + "'");
+    return PermissionDeniedError(std::string(mtls_ ? "the client certificate is" : "the token is") + " for '" + who +
+                                 "'; it cannot act as '" + claimed + "'");
   }
   if (revoked_ && !who.empty() && revoked_->Revoked(who)) {
-    return Status(StatusCode::kPermissionDenied, "client '" + who + "' is revoked on this server");
+    return PermissionDeniedError("client '" + who + "' is revoked on this server");
   }
   return who;
 }

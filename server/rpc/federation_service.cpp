@@ -198,8 +198,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (!bytes.ok()) return ToGrpc(bytes.status());
     const std::string& b = **bytes;
     if (req.offset() > b.size()) {
-      return ToGrpc(Status(StatusCode::kOutOfRange, "offset " + std::to_string(req.offset()) + " is past the " +
-                                                        std::to_string(b.size()) + "-byte model"));
+      return ToGrpc(OutOfRangeError("offset " + std::to_string(req.offset()) + " is past the " +
+                                    std::to_string(b.size()) + "-byte model"));
     }
     for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
@@ -399,8 +399,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
       Result<std::string> who = identity_.Of(ctx, "");
       if (!who.ok()) return Refuse("status", who.status());
       if (!limits_.admins.empty() && !limits_.admins.count(*who)) {
-        return Refuse("status", Status(StatusCode::kPermissionDenied,
-                                       "the status is for this server's admins; '" + *who + "' is not one"));
+        return Refuse("status",
+                      PermissionDeniedError("the status is for this server's admins; '" + *who + "' is not one"));
       }
     }
     std::lock_guard<std::mutex> lock(mu_);

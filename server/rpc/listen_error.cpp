@@ -7,19 +7,21 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/host_port.h"
+
 namespace plexus {
 
 std::string WhyCannotListen(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
-  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
-  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  Result<HostPort> parsed = ParseHostPort(listen);
+  if (!parsed.ok()) return parsed.status().message() + " (e.g. --listen 127.0.0.1:50051)";
+  const std::string& host = parsed->host;
+  const std::string port = std::to_string(parsed->port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* found = nullptr;
-  if (port.empty() || getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0) {
     return "not a HOST:PORT address (e.g. --listen 127.0.0.1:50051)";
   }
   std::string why = "the address is invalid";

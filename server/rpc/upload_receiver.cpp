@@ -75,8 +75,8 @@ Result<ReceivedUpload> ReceiveUpload(UploadChunks& chunks, const v1::UpdateHeade
                                 " bytes (kept: resume from byte " + received + ")");
   }
   if (offset > 0 && stream->ReceivedSha256() != header.payload_sha256()) {
-    return Status(StatusCode::kAborted,
-                  "the resumed update of task " + header.task_id() + " does not match its SHA-256: upload from byte 0");
+    return AbortedError("the resumed update of task " + header.task_id() +
+                        " does not match its SHA-256: upload from byte 0");
   }
   Result<ModelState> decoded = std::move(*stream).Finish();
   if (!decoded.ok()) return decoded.status().WithContext("update for task " + header.task_id());

@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "core/atomic_file.h"
+#include "core/file_contents.h"
 #include "core/safetensors.h"
 #include "sqlite/sqlite_statement.h"
 
@@ -70,15 +70,6 @@ Status AddColumn(sqlite3* db, const std::string& table, const std::string& colum
   // Another process may have added it first.
   PLEXUS_ASSIGN_OR_RETURN(present, has_column());
   return present ? Status::Ok() : added;
-}
-
-// The whole file: a coded update's bytes.
-Result<std::string> ReadFileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open '" + path + "'");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return UnavailableError("cannot read '" + path + "'");
-  return bytes;
 }
 
 // A file name as the store writes them: nothing that reaches outside its folder, whatever a
@@ -513,7 +504,7 @@ Result<std::shared_ptr<const CodedDelta>> SqliteStore::ReadCodedRowLocked(const 
   }
   if (!file.empty()) {
     if (!IsPlainFileName(file)) return InvalidArgumentError("it names '" + file + "', not a file of its folder");
-    PLEXUS_ASSIGN_OR_RETURN(bytes, ReadFileBytes(updates_dir_ + "/" + file));
+    PLEXUS_ASSIGN_OR_RETURN(bytes, ReadFileContents(updates_dir_ + "/" + file));
   }
   return coded_reader_(codec, std::move(bytes));
 }
