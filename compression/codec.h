@@ -13,7 +13,8 @@
 //   qsgd[:levels=L]     per tensor the L2 norm and per value a stochastic level of |v| / norm on L
 //                       levels (default 16) with its sign, unbiased (1 byte per value)
 // Layout: "PXC1", the codec's id byte, the number of values (u64), then the codec's payload; all
-// little-endian. A new codec is one class in codec.cpp and one line in MakeCodec.
+// little-endian (compression/codec_wire.h). A new codec is one file (compression/<name>_codec.cpp, with its
+// factory) and one line in codec.cpp's list.
 // int8, top-k, fp16 and bf16 also read their bytes into a CodedDelta (core/coded_delta.h) that the averaging
 // family folds without a float32 copy, and that the server's store keeps as it came.
 // Codecs are immutable; thread-safe. The residual belongs to one sender.

@@ -1,0 +1,82 @@
+// qsgd[:levels=L]: per tensor the L2 norm and per value a stochastic level with its sign, unbiased
+// (1 byte per value).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "core/rng.h"
+
+#include "aggregators/strategy_spec.h"
+#include "compression/codec.h"
+#include "compression/codec_wire.h"
+
+namespace plexus {
+namespace {
+
+using namespace codec_wire;  // NOLINT: this file is one codec in that format
+
+class QsgdCodec final : public Codec {
+ public:
+  explicit QsgdCodec(uint8_t levels) : levels_(levels) {}
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t seed, std::string* result) const override {
+    Rng rng(seed);
+    std::string& out = Header(result, 6, d.num_params());
+    out.reserve(EncodedSize(d));
+    out.push_back(static_cast<char>(levels_));
+    std::string values;
+    for (size_t t = 0; t < d.tensors().size(); ++t) {
+      std::span<const float> v = d.tensor(t);
+      double sq = 0.0;
+      for (float x : v) sq += static_cast<double>(x) * x;
+      const auto norm = static_cast<float>(std::sqrt(sq));
+      Put<float>(out, norm);
+      for (float x : v) {
+        const double r = norm > 0 ? std::abs(x) / norm * levels_ : 0.0;
+        auto level = static_cast<uint32_t>(std::floor(r));
+        if (rng.Uniform() < r - std::floor(r)) ++level;
+        level = std::min<uint32_t>(level, levels_);
+        values.push_back(static_cast<char>((x < 0 ? 0x80u : 0u) | level));
+      }
+    }
+    out += values;
+  }
+  Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 6, layout.num_params()));
+    const size_t tensors = layout.tensors().size(), n = layout.num_params();
+    PLEXUS_RETURN_IF_ERROR(CheckLength(b, 1 + 4 * tensors + n));
+    const auto levels = static_cast<uint8_t>(b[kHeaderBytes]);
+    if (levels == 0 || levels > 127) return CodecError("qsgd levels " + std::to_string(levels));
+    ModelState out = ModelState::UninitializedLike(layout);
+    size_t at = kHeaderBytes + 1 + 4 * tensors;
+    for (size_t t = 0; t < tensors; ++t) {
+      const float norm = Get<float>(b, kHeaderBytes + 1 + 4 * t);
+      if (!FiniteScale(norm)) return CodecError("qsgd norm of tensor " + layout.tensors()[t].name + " not finite");
+      for (float& x : out.tensor(t)) {
+        const auto byte = static_cast<uint8_t>(b[at++]);
+        const uint8_t level = byte & 0x7fu;
+        if (level > levels)
+          return CodecError("qsgd level " + std::to_string(level) + " above " + std::to_string(levels));
+        x = (byte & 0x80u ? -1.0f : 1.0f) * norm * static_cast<float>(level) / static_cast<float>(levels);
+      }
+    }
+    return Finished(std::move(out));
+  }
+  size_t EncodedSize(const ModelState& l) const override {
+    return kHeaderBytes + 1 + 4 * l.tensors().size() + l.num_params();
+  }
+  std::string Describe() const override { return "qsgd(levels=" + std::to_string(levels_) + ")"; }
+
+ private:
+  const uint8_t levels_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Codec>> MakeQsgdCodec(StrategySpec& spec, ThreadPool*) {
+  PLEXUS_ASSIGN_OR_RETURN(const int64_t levels, spec.GetCount("levels", 16));
+  if (levels < 1 || levels > 127) return InvalidArgumentError("qsgd:levels must be in [1, 127]");
+  return std::unique_ptr<Codec>(std::make_unique<QsgdCodec>(static_cast<uint8_t>(levels)));
+}
+
+}  // namespace plexus
