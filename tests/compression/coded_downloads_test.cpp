@@ -74,8 +74,8 @@ TEST(CodedDownloadsTest, EncodingsAreKeptAndUnknownOrForgottenBasesGetTheWholeMo
   const ModelState v1 = Model(1, 2, 1.0f);
   EXPECT_EQ(downloads->For(v1, v0.ContentSha256())->base_sha256, "");
   // Two newer rebuilt models push the first out: asking from it gives the whole model.
-  downloads->For(Model(2, 3, 1.0f), "");
-  downloads->For(Model(3, 4, 1.0f), "");
+  ASSERT_TRUE(downloads->For(Model(2, 3, 1.0f), "").ok());
+  ASSERT_TRUE(downloads->For(Model(3, 4, 1.0f), "").ok());
   EXPECT_EQ(downloads->For(Model(4, 5, 1.0f), first.model_sha256)->base_sha256, "");
   // A base of another layout is not used.
   auto other = *CodedDownloads::Create("fp16");

@@ -206,11 +206,11 @@ class StalledUploadTest : public FederationServerTest {
     FederationServerTest::SetUp();
     stub_ = v1::Federation::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
   }
-  // The server again on the same port with limits_.
-  void Restart() {
+  // The server again on the same port with limits_ (and `clock` for its time: null, real time).
+  void Restart(const Clock* clock = nullptr) {
     server_->Shutdown();
     server_.reset();
-    auto started = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1}, {}, limits_);
+    auto started = FederationServer::Start(target_, engine_.get(), &store_, {"tiny", 1}, {}, limits_, clock);
     ASSERT_OK(started);
     server_ = std::move(started).value();
   }
@@ -255,6 +255,7 @@ class StalledUploadTest : public FederationServerTest {
     FAIL() << "the stalled upload never took the upload place";
   }
 
+  ManualClock server_clock_{1000000};  // for tests that Restart with it; outlives the server's threads
   std::unique_ptr<v1::Federation::Stub> stub_;
   grpc::ClientContext stalled_ctx_;
   v1::UploadReply stalled_reply_;
@@ -264,13 +265,16 @@ class StalledUploadTest : public FederationServerTest {
 // Eight such uploads once made every other upload wait until they ended: a stalled one now
 // loses its place after --upload-stall-ms and keeps what arrived for a resume.
 TEST_F(StalledUploadTest, AStalledUploadLosesItsPlaceAndOthersGoOn) {
-  // Long enough for StallAnUploadOfA to see the place taken on a loaded machine: with 300 ms the
-  // stall was once cancelled before the first probe came back (under the full suite on 2 cores),
-  // and every later probe got the free place instead.
-  limits_.upload_stall_ms = 1500;
+  // The server's time is a manual clock, so the stall begins when the test says, after
+  // StallAnUploadOfA has seen the place taken (a real-time window of 300 ms once ran out before
+  // its first probe came back, on a loaded machine). Its request buckets would not refill on a
+  // clock that stands still: no request limit here.
+  limits_.upload_stall_ms = 1000;
   limits_.upload_slot_wait_ms = 60000;
-  Restart();
+  limits_.requests_per_s = 0;
+  Restart(&server_clock_);
   StallAnUploadOfA();
+  server_clock_.AdvanceMs(1000);  // a's upload has now delivered nothing for the stall bound
   // b waits for the place until the stalled upload is cancelled, then gets through.
   ASSERT_OK(transport_->Upload(Header("b", task_b_), Delta(2.0f)));
   EXPECT_EQ(stalled_->Finish().error_code(), grpc::StatusCode::CANCELLED);
