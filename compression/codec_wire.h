@@ -73,7 +73,6 @@ inline uint32_t NotFinite(float f) { return (std::bit_cast<uint32_t>(f) & 0x7f80
 void ForRanges(ThreadPool* pool, size_t n, size_t min_range, const std::function<void(size_t, size_t)>& fn);
 inline constexpr size_t kMinParallelValues = size_t{1} << 16;
 
-
 // The decoded delta, checked finite: `all_finite` says the decoding loops saw only finite
 // values (CheckFinite then runs only to name the first bad one).
 Result<ModelState> Finished(ModelState out, bool all_finite);

@@ -7,8 +7,10 @@ source "$(dirname "$0")/script_args.sh"
 script_help "$@"
 cd "$(dirname "$0")/.."
 command -v clang-format >/dev/null || { echo "check_format: clang-format is missing (scripts/setup.sh installs it)" >&2; exit 1; }
-# Every tracked C++ file (a list of folders would miss the next new one); fuzz inputs are data.
-mapfile -t files < <(git ls-files -- '*.h' '*.cpp' '*.cc' ':!:fuzz/corpus/*' ':!:fuzz/regressions/*' | sort)
+# Every C++ file git tracks or would (new files not yet added, build folders ignored): a list of
+# folders would miss the next new one. Fuzz inputs are data.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.h' '*.cpp' '*.cc' ':!:fuzz/corpus/*' \
+  ':!:fuzz/regressions/*' | sort)
 if [ ${#files[@]} -eq 0 ]; then echo "check_format: git lists no C++ file here (not a clone of the repository?)" >&2; exit 1; fi
 case "${1:-}" in
   --fix) clang-format -i "${files[@]}"; echo "check_format: formatted ${#files[@]} files"; exit 0 ;;

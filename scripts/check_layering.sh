@@ -52,11 +52,11 @@ part_of() {
 # fuzz targets, and the protobuf helpers beside the generated code.
 unruled="apps tests bench fuzz proto"
 
-# Every C++ file: those git tracks in a clone (untracked build folders left out), else every file
+# Every C++ file: those git tracks or would in a clone (ignored build folders left out), else every file
 # under ROOT (a tree made by a test).
 source_files() {
   if [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ]; then
-    git ls-files -- '*.h' '*.cpp' '*.cc' | sort
+    git ls-files --cached --others --exclude-standard -- '*.h' '*.cpp' '*.cc' | sort
   else
     find . \( -name '*.h' -o -name '*.cpp' -o -name '*.cc' \) -not -path './build*' | sed 's|^\./||' | sort
   fi
