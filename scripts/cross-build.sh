@@ -99,8 +99,11 @@ fi
 dir=build-$arch
 # Configured every time (quick when nothing changed), so that a build folder from an older
 # script gets this one's settings.
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLEXUS_PROFILE=edge -DPLEXUS_EDGE_TORCH=OFF \
-  -DCMAKE_TOOLCHAIN_FILE="$PWD/edge/toolchains/$triple.cmake" "${extra[@]}" >/dev/null
+# Without debug information (-O2 as RelWithDebInfo, no -g): these binaries only run under qemu here,
+# and -g took half the compile time of a gRPC file (aarch64: 18.5 s against 8.5 s). -g never changes
+# the code generated, so the bits the tests check are the same.
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" \
+  -DPLEXUS_PROFILE=edge -DPLEXUS_EDGE_TORCH=OFF -DCMAKE_TOOLCHAIN_FILE="$PWD/edge/toolchains/$triple.cmake" "${extra[@]}" >/dev/null
 cmake --build "$dir" -j "${PLEXUS_JOBS:-2}"
 file "$dir/apps/plexus/plexus" 2>/dev/null || true
 echo "cross-build: unit tests of $dir under $emulator"
