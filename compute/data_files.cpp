@@ -22,13 +22,13 @@ namespace fs = std::filesystem;
 constexpr int64_t kMaxLabel = 255;  // labels are kept as uint8
 
 // A number as strtod reads it (std::from_chars for doubles is missing from some standard
-// libraries we build with), refusing trailing characters.
-bool ParseNumber(std::string_view cell, double* out) {
+// libraries we build with), refusing trailing characters. The cell is the reader's string, which
+// strtod reads in place (no copy per cell).
+bool ParseNumber(const std::string& cell, double* out) {
   if (cell.empty()) return false;
-  const std::string text(cell);
   char* end = nullptr;
-  *out = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size();
+  *out = std::strtod(cell.c_str(), &end);
+  return end == cell.c_str() + cell.size();
 }
 
 Status CheckLabel(double value, const std::string& where) {
@@ -71,14 +71,14 @@ Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
     for (size_t c = 0; c < columns; ++c) {
       double value = 0;
       if (!ParseNumber(cells[c], &value)) {
-        return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": '" + std::string(cells[c]) +
+        return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": '" + cells[c] +
                                     "' is not a number");
       }
       if (c == label_at) {
         if (o.regression) {
           if (!std::isfinite(value) || std::abs(value) > 3.4e38) {
-            return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": target " +
-                                        std::string(cells[c]) + " is not a finite float32");
+            return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": target " + cells[c] +
+                                        " is not a finite float32");
           }
           d.targets.push_back(static_cast<float>(value));
           d.labels.push_back(0);
@@ -89,7 +89,7 @@ Result<Dataset> LoadCsv(const std::string& path, const DataFileOptions& o) {
         continue;
       }
       if (!std::isfinite(value) || std::abs(value) > 3.4e38) {
-        return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": feature " + std::string(cells[c]) +
+        return InvalidArgumentError(where + ", column " + std::to_string(c + 1) + ": feature " + cells[c] +
                                     " is not a finite float32");
       }
       d.features.push_back(static_cast<float>(value));
