@@ -284,6 +284,7 @@ void RunPeer(const PeerFlags& f) {
     j["frames_refused"] = stats.frames_refused;
     j["models_received"] = stats.models_received;
     j["server_exchanges"] = stats.server_exchanges;
+    j["messages_before_start"] = stats.messages_before_start;
     // Equal on every peer of a CRDT run whose replicas hold the same contributions.
     j["final_model_sha256"] = node.model()->ContentSha256();
     j["peak_rss_bytes"] = PeakRssBytes();

@@ -161,6 +161,11 @@ struct PeerNode::Impl {
   std::vector<std::string> dial_until_met;  // seeds and remembered members
   double next_dial_ms = 0, start_ms = 0, first_met_ms = -1;
   uint64_t max_round_seen = 0;
+  // Messages that arrived before the protocol started, handed to it right after Start. A
+  // neighbour that met every node first starts round 0 and sends its model before this node has
+  // met the last one; dropped, that model cost this node a whole round's wait (wait_ms), and the
+  // semi-decentralized server exchange that wait overlapped. At most kMaxEarlyMessages are kept.
+  std::vector<std::pair<NodeId, Message>> early;
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const PeerNodeStats&)> on_progress;
   PeerNodeStats stats;
@@ -639,9 +644,23 @@ struct PeerNode::Impl {
   }
 
   void Deliver(NodeId from, const Message& m) {
-    if (!started) return;
+    if (!started) {
+      if (finished) return;
+      if (early.size() >= MaxEarlyMessages()) {
+        spdlog::warn("dropped a message from peer {} (round {}): {} already wait for this peer to start", from, m.round,
+                     early.size());
+        return;
+      }
+      spdlog::info("keeping a message from peer {} (round {}) until this peer starts", from, m.round);
+      early.emplace_back(from, m);
+      return;
+    }
     Handle(protocol->OnMessage(from, m));
   }
+
+  // Two messages per other node: enough for every neighbour's first round and a request, and a
+  // bound on the models one node holds before it starts.
+  size_t MaxEarlyMessages() const { return 2 * static_cast<size_t>(o.nodes); }
 
   // ---- membership ----------------------------------------------------------------------------
 
@@ -747,6 +766,13 @@ struct PeerNode::Impl {
     const bool late = max_round_seen > protocol->rounds_completed();
     spdlog::info("peer {} starts{}", o.self, rejoining || late ? ", fetching a neighbour's model first" : "");
     Handle(protocol->Start(rejoining || late));
+    std::vector<std::pair<NodeId, Message>> kept;
+    kept.swap(early);
+    for (auto& [from, m] : kept) {
+      if (finished) break;
+      ++stats.messages_before_start;
+      Handle(protocol->OnMessage(from, m));
+    }
   }
 
   // ---- the protocol's actions ----------------------------------------------------------------

@@ -108,9 +108,10 @@ struct PeerNodeStats {
   uint64_t bytes_received = 0;
   uint64_t frames_refused = 0;  // malformed frames, bad hashes, wrong layouts, NaN, failed handshakes
   uint64_t models_received = 0;
-  uint64_t server_exchanges = 0;   // semi-decentralized: averages received from the server
-  bool resumed = false;            // continued from the state in its --db
-  std::optional<double> accuracy;  // the last evaluation (eval_every), after accuracy_round rounds
+  uint64_t server_exchanges = 0;       // semi-decentralized: averages received from the server
+  uint64_t messages_before_start = 0;  // arrived before this node's protocol started; kept for it
+  bool resumed = false;                // continued from the state in its --db
+  std::optional<double> accuracy;      // the last evaluation (eval_every), after accuracy_round rounds
   uint64_t accuracy_round = 0;
   std::set<NodeId> peers_seen;        // every peer that completed a hello with this node
   std::vector<MemberUpdate> members;  // the membership as this node sees it

@@ -505,6 +505,36 @@ TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
   EXPECT_GE(s0["final_test_accuracy"].get<double>(), 0.6);
 }
 
+// A neighbour that met every node first starts round 0 and sends its model before this peer has
+// met the last node. That model was dropped, and this peer waited the whole round's timer for it
+// (in CI, a semi-decentralized peer's server exchange ran out meanwhile). The test poses as peer
+// 2: its hello and a good round-0 model reach peer 0 while peer 1 is not yet running; peer 0 keeps
+// the model and hands it to its protocol when peer 1 arrives and it starts.
+TEST_F(PeerTest, AModelThatArrivesBeforeThePeerStartsIsKeptForIt) {
+  const int n = 3, rounds = 4;  // peers 0 and 1 run; the test poses as peer 2
+  Ports(n);
+  auto p0 = StartPeer(0, n, rounds, {"--local-steps", "10", "--start-wait-s", "120"});
+  ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
+  auto gossip = gossip::MakeGossip("el:s=2", "mean");
+  ASSERT_TRUE(gossip.ok());
+  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  auto mlp = InitModel("mlp", 0);
+  ASSERT_TRUE(mlp.ok());
+  const std::string good = EncodeSafetensors(*mlp);
+  RawLink early(addresses_[0]);
+  ASSERT_TRUE(early.connected());
+  early.Send(Hello(2, n, run) + ModelFrames(1, good, Sha256Hex(good)));
+  ASSERT_TRUE(WaitForLog(*p0, "keeping a message from peer 2 (round 0)", 60000)) << p0->Log();
+  EXPECT_EQ(p0->Log().find("peer 0 starts"), std::string::npos) << p0->Log();
+  auto p1 = StartPeer(1, n, rounds, {"--local-steps", "10"});
+  ASSERT_EQ(p0->Wait(300000), 0) << p0->Log();
+  ASSERT_EQ(p1->Wait(300000), 0) << p1->Log();
+  const nlohmann::json s0 = Summary(0);
+  EXPECT_EQ(s0["rounds_completed"], rounds);
+  EXPECT_EQ(s0["frames_refused"], 0) << s0.dump(2);
+  EXPECT_GE(s0["messages_before_start"].get<int>(), 1) << s0.dump(2);
+}
+
 // One frame once isolated a peer for the rest of its run: a model announced at 1 GiB and never
 // sent was counted against the inbound budget at once, paused every link that read after it, and
 // the pause outlived the sender. Now bytes count as they arrive, a stream that delivers nothing
