@@ -49,6 +49,7 @@ struct PeerFlags {
   double linger_s = 2;
   double give_up_s = 300;
   double model_stall_s = 30;
+  uint64_t inbound_budget_mb = 256;
   double start_wait_s = 10;
   uint64_t eval_every = 5;
   std::string attack;
@@ -170,6 +171,7 @@ void RunPeer(const PeerFlags& f) {
   o.linger_ms = f.linger_s * 1000;
   o.give_up_ms = f.give_up_s * 1000;
   o.inbound_stall_ms = f.model_stall_s * 1000;
+  o.inbound_budget = f.inbound_budget_mb << 20;
   o.start_wait_ms = f.start_wait_s * 1000;
   o.eval_every = f.eval_every;
   if (factory->description().rfind("choco", 0) == 0) {
@@ -365,6 +367,11 @@ void AddPeerCommand(CLI::App& app) {
                   "Close a link whose announced model delivers nothing for this many seconds (its bytes are "
                   "given back to the inbound budget)")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--inbound-budget-mb", f->inbound_budget_mb,
+                  "Stop reading links while more than this many MiB of models are being received or decoded; one "
+                  "link's unfinished models may hold a quarter of it (or one model)")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--give-up-s", f->give_up_s, "Give up when no peer has answered for this many seconds at the start")
       ->check(CLI::Range(1.0, 86400.0))

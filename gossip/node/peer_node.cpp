@@ -177,6 +177,12 @@ struct PeerNode::Impl {
   std::vector<Encoded> encoded;                                    // recent encodings, reused per target
   std::map<const ModelState*, std::vector<PendingSend>> encoding;  // encodings in flight
   uint64_t inbound_bytes = 0;
+  // Every model a peer of this run sends has this run's layout: a stream may announce at most
+  // twice this node's own encoded model (and 1 MiB for the header), not max_model_bytes. Bytes
+  // of a link's unfinished streams are capped at link_cap: an honest link fills one stream at a
+  // time (its chunks go out stream after stream), so only a link that drips into many streams
+  // at once reaches it, and it cannot hold the budget (and every other link's reading) alone.
+  uint64_t stream_limit = 0, link_cap = 0;
   std::vector<NodeId> paused_peers;
   std::map<NodeId, int> decoding;                  // models of each peer being decoded
   std::map<NodeId, MemberUpdate> deferred_leaves;  // goodbyes waiting for those models
@@ -577,8 +583,8 @@ struct PeerNode::Impl {
     if (!m.codec().empty() && m.codec() != o.codec) {
       return Refuse(c, "a model in codec '" + m.codec() + "', where this run's is '" + o.codec + "'");
     }
-    auto assembler = m.codec().empty() ? ModelAssembler::Begin(m.total_bytes(), m.sha256(), o.max_model_bytes)
-                                       : ModelAssembler::BeginBytes(m.total_bytes(), m.sha256(), o.max_model_bytes);
+    auto assembler = m.codec().empty() ? ModelAssembler::Begin(m.total_bytes(), m.sha256(), stream_limit)
+                                       : ModelAssembler::BeginBytes(m.total_bytes(), m.sha256(), stream_limit);
     if (!assembler.ok()) return Refuse(c, assembler.status().message());
     c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value(), 0, NowMs(&loop)});
   }
@@ -590,6 +596,12 @@ struct PeerNode::Impl {
     it->second.received += f.payload.size();
     it->second.last_progress_ms = NowMs(&loop);
     inbound_bytes += f.payload.size();
+    uint64_t unfinished = 0;
+    for (const auto& [id, in] : c->inbound) unfinished += in.assembler.complete() ? 0 : in.received;
+    if (unfinished > link_cap) {
+      return Refuse(c, std::to_string(unfinished) + " bytes of unfinished models on one link, over its share of " +
+                           std::to_string(link_cap));
+    }
     if (!it->second.assembler.complete()) return;
     Inbound in = std::move(it->second);
     c->inbound.erase(it);
@@ -1105,7 +1117,7 @@ struct PeerNode::Impl {
       if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(w.stream())) {
         return Refuse(c, "too many model streams at once, or a stream id reused");
       }
-      auto assembler = ModelAssembler::Begin(w.total_bytes(), w.sha256(), o.max_model_bytes);
+      auto assembler = ModelAssembler::Begin(w.total_bytes(), w.sha256(), stream_limit);
       if (!assembler.ok()) return Refuse(c, assembler.status().message());
       v1::GossipModel header;
       header.set_kind(v1::GossipModel::CRDT_DELTA);
@@ -1224,6 +1236,15 @@ struct PeerNode::Impl {
         spdlog::info("continuing from round {} saved in the database", start_round);
       }
     }
+    // An honest link's unfinished bytes stay below one model plus a chunk (its header may name a
+    // longer version number than this node's initial one: 4 KiB of slack).
+    const uint64_t own_bytes = SafetensorsPrefix(initial).size() + initial.num_bytes();
+    const uint64_t one_model = own_bytes + o.chunk_bytes + 4096;
+    if (o.inbound_budget < 2 * one_model) {
+      return InvalidArgumentError("the inbound budget (" + std::to_string(o.inbound_budget >> 10) +
+                                  " KiB) must hold at least two of this run's models (" +
+                                  std::to_string((2 * one_model + 1023) >> 10) + " KiB)");
+    }
     PLEXUS_ASSIGN_OR_RETURN(sockaddr_storage listen_addr, ResolvePeerAddress(o.listen));
     // A peer that closes its end while this node writes must cost that link only: without this, the
     // write raises SIGPIPE, which ends the process.
@@ -1286,6 +1307,8 @@ struct PeerNode::Impl {
     ctx.signing_key = &crdt_key;
     ctx.author_keys = &author_keys;
     protocol = factory->MakeNode(ctx, std::make_shared<const ModelState>(initial));
+    stream_limit = std::min<uint64_t>(o.max_model_bytes, 2 * own_bytes + (1 << 20));
+    link_cap = std::max<uint64_t>(one_model, o.inbound_budget / 4);
     stats.rounds_completed = start_round;
     spdlog::info("peer {} of {} listening on {} ({}{})", o.self, o.nodes, address, factory->description(),
                  o.tls ? ", mutual TLS" : ", plaintext");

@@ -62,9 +62,14 @@ struct PeerNodeOptions {
   std::string run;       // names the run (algorithm, model, ...): peers of another run are refused
   MembershipOptions membership;
   uint32_t max_frame_bytes = (1u << 20) + 4096;
+  // A model stream may announce at most min(max_model_bytes, 2 x this node's own encoded model
+  // + 1 MiB): every peer of a run sends that run's layout.
   uint64_t max_model_bytes = 1ull << 30;
   size_t chunk_bytes = 256 << 10;
   size_t write_high_water = 4 << 20;
+  // One link's unfinished models may hold max(inbound_budget / 4, one model and a chunk) bytes; a
+  // link past that is refused, so one sender cannot fill the budget and pause everyone's reading.
+  // Run() refuses a budget that cannot hold two models.
   uint64_t inbound_budget = 256ull << 20;
   // A model stream announced on a link that delivers no chunk for this long (reading not paused
   // by this node) is refused and its link closed: what it received is given back to the budget.

@@ -98,6 +98,14 @@ class PeerTest : public ::testing::Test {
     return false;
   }
 
+  // What the peers of the default run (el:s=2, mean, the MLP, IID partitions) name in their
+  // hellos; empty if the gossip registry does not know it.
+  static std::string DefaultRun() {
+    auto gossip = gossip::MakeGossip("el:s=2", "mean");
+    if (!gossip.ok()) return "";
+    return (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  }
+
   std::filesystem::path dir_;
   std::vector<std::string> addresses_;
   std::string first_peer_linger_s_ = "1";  // how long peer 0 stays after its last round
@@ -156,16 +164,22 @@ std::string Hello(uint32_t node, uint32_t nodes, const std::string& run) {
   return Envelope(e);
 }
 
-// A model message on `stream` announcing `sha` for `bytes`, then the bytes in one chunk.
-std::string ModelFrames(uint32_t stream, const std::string& bytes, const std::string& sha) {
+// A round-0 model message on `stream` announcing `sha` for `total_bytes`.
+std::string ModelAnnouncement(uint32_t stream, uint64_t total_bytes, const std::string& sha) {
   v1::GossipEnvelope e;
   v1::GossipModel* m = e.mutable_model();
   m->set_kind(v1::GossipModel::MODEL);
   m->set_round(0);
   m->set_stream(stream);
-  m->set_total_bytes(bytes.size());
+  m->set_total_bytes(total_bytes);
   m->set_sha256(sha);
-  return Envelope(e) + gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0, bytes);
+  return Envelope(e);
+}
+
+// A model message on `stream` announcing `sha` for `bytes`, then the bytes in one chunk.
+std::string ModelFrames(uint32_t stream, const std::string& bytes, const std::string& sha) {
+  return ModelAnnouncement(stream, bytes.size(), sha) +
+         gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0, bytes);
 }
 
 TEST_F(PeerTest, EightPeersWithMutualTlsReachEightyPercent) {
@@ -441,9 +455,8 @@ TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
   const std::vector<std::string> fast{"--local-steps", "10"};
   auto p0 = StartPeer(0, n, rounds, fast);
   ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
-  auto gossip = gossip::MakeGossip("el:s=2", "mean");
-  ASSERT_TRUE(gossip.ok());
-  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  const std::string run = DefaultRun();
+  ASSERT_FALSE(run.empty());
   int expected_refusals = 0;
   {  // A length prefix of 4 GiB: the link is closed before anything is allocated.
     RawLink l(addresses_[0]);
@@ -515,9 +528,8 @@ TEST_F(PeerTest, AModelThatArrivesBeforeThePeerStartsIsKeptForIt) {
   Ports(n);
   auto p0 = StartPeer(0, n, rounds, {"--local-steps", "10", "--start-wait-s", "120"});
   ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
-  auto gossip = gossip::MakeGossip("el:s=2", "mean");
-  ASSERT_TRUE(gossip.ok());
-  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  const std::string run = DefaultRun();
+  ASSERT_FALSE(run.empty());
   auto mlp = InitModel("mlp", 0);
   ASSERT_TRUE(mlp.ok());
   const std::string good = EncodeSafetensors(*mlp);
@@ -537,8 +549,9 @@ TEST_F(PeerTest, AModelThatArrivesBeforeThePeerStartsIsKeptForIt) {
 
 // One frame once isolated a peer for the rest of its run: a model announced at 1 GiB and never
 // sent was counted against the inbound budget at once, paused every link that read after it, and
-// the pause outlived the sender. Now bytes count as they arrive, a stream that delivers nothing
-// is cut after --model-stall-s, and a closed link resumes the others.
+// the pause outlived the sender. Now an announcement larger than this run's models is refused at
+// once, bytes count as they arrive, a stream that delivers nothing is cut after --model-stall-s,
+// and a closed link resumes the others.
 TEST_F(PeerTest, AModelAnnouncedAndNeverSentNeitherPausesTheOtherLinksNorOutlivesItsDeadline) {
   const int n = 3, rounds = 10;  // peers 0 and 1 run; the test poses as peer 2
   Ports(n);
@@ -547,18 +560,20 @@ TEST_F(PeerTest, AModelAnnouncedAndNeverSentNeitherPausesTheOtherLinksNorOutlive
   p0_args.insert(p0_args.end(), {"--model-stall-s", "5"});
   auto p0 = StartPeer(0, n, rounds, p0_args);
   ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
-  auto gossip = gossip::MakeGossip("el:s=2", "mean");
-  ASSERT_TRUE(gossip.ok());
-  const std::string run = (*gossip)->description() + "/" + (*gossip)->merge_description() + "/mlp/iid";
+  const std::string run = DefaultRun();
+  ASSERT_FALSE(run.empty());
+  auto announce = [](uint64_t bytes) { return ModelAnnouncement(1, bytes, Sha256Hex("never sent")); };
+  {  // 1 GiB for a run whose models are 636 KB: refused as it is announced.
+    RawLink huge(addresses_[0]);
+    ASSERT_TRUE(huge.connected());
+    huge.Send(Hello(2, n, run) + announce(1ull << 30));
+    EXPECT_TRUE(huge.ClosedByPeer(10000));
+  }
+  auto mlp = InitModel("mlp", 0);
+  ASSERT_TRUE(mlp.ok());
   RawLink attacker(addresses_[0]);
   ASSERT_TRUE(attacker.connected());
-  v1::GossipEnvelope e;
-  v1::GossipModel* m = e.mutable_model();
-  m->set_kind(v1::GossipModel::MODEL);
-  m->set_stream(1);
-  m->set_total_bytes(1ull << 30);
-  m->set_sha256(Sha256Hex("never sent"));
-  attacker.Send(Hello(2, n, run) + Envelope(e));
+  attacker.Send(Hello(2, n, run) + announce(EncodeSafetensors(*mlp).size()));
   auto p1 = StartPeer(1, n, rounds, fast);
   // The attacker's link is cut at its deadline; this end keeps it open till then.
   EXPECT_TRUE(attacker.ClosedByPeer(60000));
@@ -569,7 +584,45 @@ TEST_F(PeerTest, AModelAnnouncedAndNeverSentNeitherPausesTheOtherLinksNorOutlive
   EXPECT_EQ(s0["rounds_completed"], rounds);
   // Peer 1's models kept arriving: before, peer 0 read nothing more from any link.
   EXPECT_GE(s0["models_received"].get<int>(), rounds / 2) << s0.dump(2);
+  EXPECT_EQ(s0["frames_refused"], 2) << s0.dump(2);
+}
+
+// A sender that drips into many models at once, each making progress (so no stream stalls), held
+// the inbound budget, and with it every link's reading, for as long as it liked. One link's
+// unfinished models may now hold a quarter of the budget (or one model): the test poses as peer 2
+// and fills unfinished streams past that on a 2 MiB budget; peer 0 refuses the link long before
+// its stall deadline, and peers 0 and 1 finish.
+TEST_F(PeerTest, ALinkDrippingIntoManyModelsAtOnceIsRefusedPastItsShareOfTheBudget) {
+  const int n = 3, rounds = 6;  // peers 0 and 1 run; the test poses as peer 2
+  Ports(n);
+  const std::vector<std::string> fast{"--local-steps", "10"};
+  std::vector<std::string> p0_args = fast;
+  p0_args.insert(p0_args.end(), {"--model-stall-s", "300", "--inbound-budget-mb", "2"});
+  auto p0 = StartPeer(0, n, rounds, p0_args);
+  ASSERT_TRUE(WaitForLog(*p0, "listening on", 60000)) << p0->Log();
+  const std::string run = DefaultRun();
+  ASSERT_FALSE(run.empty());
+  auto mlp = InitModel("mlp", 0);
+  ASSERT_TRUE(mlp.ok());
+  const std::string model = EncodeSafetensors(*mlp);
+  RawLink attacker(addresses_[0]);
+  ASSERT_TRUE(attacker.connected());
+  std::string frames = Hello(2, n, run);
+  for (uint32_t stream = 1; stream <= 4; ++stream) {  // each all but its last 1,000 bytes
+    frames += ModelAnnouncement(stream, model.size(), Sha256Hex(model)) +
+              gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0,
+                                  std::string_view(model).substr(0, model.size() - 1000));
+  }
+  attacker.Send(frames);
+  // Refused at the second stream (its deadline is 300 s away).
+  EXPECT_TRUE(attacker.ClosedByPeer(30000));
+  auto p1 = StartPeer(1, n, rounds, fast);
+  ASSERT_EQ(p0->Wait(300000), 0) << p0->Log();
+  ASSERT_EQ(p1->Wait(300000), 0) << p1->Log();
+  const nlohmann::json s0 = Summary(0);
+  EXPECT_EQ(s0["rounds_completed"], rounds);
   EXPECT_EQ(s0["frames_refused"], 1) << s0.dump(2);
+  EXPECT_GE(s0["models_received"].get<int>(), rounds / 2) << s0.dump(2);
 }
 
 }  // namespace
