@@ -83,6 +83,9 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // to a restart) returns OK and is ignored.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
+  bool Acknowledged(const std::string& client_id, const std::string& task_id) const override {
+    return acknowledged_.Contains(client_id, task_id);
+  }
   // The refused task ends (its place under max_concurrency is free; the client gets a new one
   // when it polls); in semi-async mode its group stops waiting for it, and a group left with
   // nobody to wait for is published at the next Tick, not at its latest time.

@@ -70,6 +70,10 @@ class Engine {
   // uploads for their own tasks take its memory. NotFound for an unknown client or task,
   // PermissionDenied for another client's task, FailedPrecondition once finished. Changes nothing.
   virtual Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const = 0;
+  // True when the engine acknowledged `client_id`'s update of `task_id` already: Submit
+  // acknowledges it again without merging it, so the server checks it against nothing that has
+  // moved since (a norm bound). Changes nothing.
+  virtual bool Acknowledged(const std::string& client_id, const std::string& task_id) const = 0;
   // The server refused `client_id`'s update of its open task `task_id` for what it holds (a norm
   // bound, values out of range): the client will not train that task again, so the engine stops
   // waiting for it (a valid update of it is still taken). Sync rounds sample another free client in its place, or close

@@ -83,6 +83,9 @@ class SyncEngine final : public Engine {
   // rounds' records): a client whose acknowledgement a crash lost must hear that it is in.
   Status Submit(Update update) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
+  bool Acknowledged(const std::string& client_id, const std::string& task_id) const override {
+    return acknowledged_.Contains(client_id, task_id);
+  }
   // The round stops waiting for the refused task (its client may still send a valid update for
   // it); a free client, sampled with the round's seed, gets a task in its place, else the round
   // closes once every task not refused is in and min_clients is met (at its deadline otherwise).

@@ -308,11 +308,15 @@ class FederationServiceImpl final : public v1::Federation::Service {
       ++uploads_resumed_;
       upload_bytes_resumed_ += static_cast<int64_t>(received->resumed_from);
     }
-    const Status within = WithinNormBoundsLocked(header.task_id(), norm);
-    // Refused or not, the norm is what this client sends: the bound learns from it (one slot per
-    // client, a re-sent task counted once), so it cannot ratchet below honest clients.
-    adaptive_bound_.Observe(header.client_id(), header.task_id(), norm);
-    if (!within.ok()) return RefuseContentLocked(header, within);
+    // An update sent again because its acknowledgement was lost was checked when it was taken:
+    // the bound may have moved since, and refusing it now would deny work already merged.
+    if (!engine_->Acknowledged(header.client_id(), header.task_id())) {
+      const Status within = WithinNormBoundsLocked(header.task_id(), norm);
+      // Refused or not, the norm is what this client sends: the bound learns from it (one slot
+      // per client, a re-sent task counted once), so it cannot ratchet below honest clients.
+      adaptive_bound_.Observe(header.client_id(), header.task_id(), norm);
+      if (!within.ok()) return RefuseContentLocked(header, within);
+    }
     // Commits the engine left to the committer hold a model each: wait while there are too many.
     cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
     const uint64_t version_before = engine_->model().version();

@@ -100,5 +100,54 @@ TEST(NormBoundFederationTest, TwoTinyClientsAndOneHugeOneCannotLockHonestClients
   server->Shutdown();
 }
 
+// An update the server acknowledged and that the client sends again (its acknowledgement was
+// lost) is acknowledged again, even when the bound has moved below it since: it was checked when
+// it was taken, and refusing it now would tell the client that merged work was refused.
+TEST(NormBoundFederationTest, AnAcknowledgedUpdateSentAgainIsAcknowledgedAfterTheBoundMovedBelowIt) {
+  SteppedClock clock;
+  MemoryStore store;
+  const ModelState model = Filled(*ModelState::Create({{"w", {4}}}), 1.0f);  // norm 2
+  SyncOptions o;
+  o.rounds = 2;
+  o.clients_per_round = 6;
+  o.min_clients = 6;
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 2}, {}, {}, &clock);
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  const std::vector<std::string> clients{"a", "t1", "t2", "t3", "t4", "t5"};
+  for (const auto& c : clients) ASSERT_OK(transport->Join(c, 10, "test"));
+  auto header = [&](const std::string& client) {
+    UploadHeader h;
+    Result<PollAnswer> p = transport->Poll(client, 1000);
+    EXPECT_TRUE(p.ok() && p->kind == PollAnswer::Kind::kTask) << client;
+    if (!p.ok() || p->kind != PollAnswer::Kind::kTask) return h;
+    h.client_id = client;
+    h.task_id = p->task.task_id;
+    h.base_version = p->task.model_version;
+    h.num_examples = 10;
+    return h;
+  };
+  // Before five clients have sent any, the bound is 10 times the model's norm (20): norm 3 is in.
+  const UploadHeader a = header("a");
+  const std::string a_update = EncodeSafetensors(Filled(model, 1.5f));
+  ASSERT_OK(transport->Upload(a, a_update).status());
+  // Five tiny clients: the median of the clients' latest norms is now 0.004, the bound 0.04.
+  for (size_t i = 1; i < clients.size(); ++i) {
+    ASSERT_OK(transport->Upload(header(clients[i]), EncodeSafetensors(Filled(model, 0.002f))).status());
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server->status().model_version < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(server->status().model_version, 1u);
+  // A new update of norm 3 is above the moved bound...
+  EXPECT_THAT(transport->Upload(header("a"), a_update),
+              StatusIs(StatusCode::kInvalidArgument, "--adaptive-norm-factor"));
+  // ...but the one already taken, sent again, is acknowledged, and merged only once.
+  ASSERT_OK(transport->Upload(a, a_update).status());
+  EXPECT_EQ(server->status().updates_accepted, 6);
+  server->Shutdown();
+}
+
 }  // namespace
 }  // namespace plexus
