@@ -272,7 +272,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
     // Held until the update is submitted or refused: the places bound how many decoded updates
     // the server holds at once.
     const int64_t started_ms = clock_->NowMs();
-    UploadPlaces::Place place(&places_, ctx, *who);
+    const UploadCall call{ctx->peer(), [ctx] { ctx->TryCancel(); }};
+    UploadPlaces::Place place(&places_, &call, *who);
     if (!place.status().ok()) return Refuse("upload", place.status());
     Result<ReceivedUpload> received =
         coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, keep_coded, &place)

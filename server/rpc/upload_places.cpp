@@ -7,8 +7,8 @@
 
 namespace plexus {
 
-UploadPlaces::Place::Place(UploadPlaces* places, grpc::ServerContext* ctx, const std::string& client)
-    : places_(places), ctx_(ctx), client_(client) {
+UploadPlaces::Place::Place(UploadPlaces* places, const UploadCall* call, const std::string& client)
+    : places_(places), call_(call), client_(client) {
   const Limits& limits = places_->limits_;
   std::unique_lock<std::mutex> lock(places_->mu_);
   if (places_->clients_.count(client_)) {
@@ -36,7 +36,7 @@ UploadPlaces::Place::Place(UploadPlaces* places, grpc::ServerContext* ctx, const
   }
   places_->clients_.insert(client_);
   const int64_t now = places_->clock_->NowMs();
-  places_->holders_[ctx_] = Holder{client_, now, now, 0};
+  places_->holders_[call_] = Holder{client_, now, now, 0};
   held_ = true;
 }
 
@@ -44,8 +44,8 @@ UploadPlaces::Place::~Place() {
   if (!held_) return;
   std::lock_guard<std::mutex> lock(places_->mu_);
   places_->clients_.erase(client_);
-  places_->holders_.erase(ctx_);
-  places_->cancelled_.erase(ctx_);
+  places_->holders_.erase(call_);
+  places_->cancelled_.erase(call_);
   if (places_->limits_.max_concurrent > 0) {
     --places_->receiving_;
     if (slow_) --places_->receiving_slow_;
@@ -55,7 +55,7 @@ UploadPlaces::Place::~Place() {
 
 void UploadPlaces::Place::Progress(size_t bytes) {
   std::lock_guard<std::mutex> lock(places_->mu_);
-  auto it = places_->holders_.find(ctx_);
+  auto it = places_->holders_.find(call_);
   places_->received_bytes_ += static_cast<int64_t>(bytes);
   if (it == places_->holders_.end()) return;
   Holder& h = it->second;
@@ -66,7 +66,7 @@ void UploadPlaces::Place::Progress(size_t bytes) {
 void UploadPlaces::Place::Received() {
   if (!held_) return;
   std::lock_guard<std::mutex> lock(places_->mu_);
-  places_->holders_.erase(ctx_);
+  places_->holders_.erase(call_);
 }
 
 void UploadPlaces::CancelStalled() {
@@ -74,8 +74,8 @@ void UploadPlaces::CancelStalled() {
   if (limits_.stall_ms <= 0 && !rate) return;
   const int64_t now = clock_->NowMs();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [ctx, h] : holders_) {
-    if (cancelled_.count(ctx)) continue;
+  for (auto& [call, h] : holders_) {
+    if (cancelled_.count(call)) continue;
     std::string why;
     if (limits_.stall_ms > 0 && now - h.last_chunk_ms >= limits_.stall_ms) {
       why = fmt::format("delivered nothing for {} ms", now - h.last_chunk_ms);
@@ -90,10 +90,10 @@ void UploadPlaces::CancelStalled() {
       }
     }
     if (why.empty()) continue;
-    spdlog::warn("upload from {} ({}) {}: cancelled (what arrived is kept for a resume)", h.client, ctx->peer(), why);
-    cancelled_.insert(ctx);
+    spdlog::warn("upload from {} ({}) {}: cancelled (what arrived is kept for a resume)", h.client, call->peer, why);
+    cancelled_.insert(call);
     slow_senders_.insert(h.client);
-    ctx->TryCancel();
+    if (call->cancel) call->cancel();
   }
 }
 

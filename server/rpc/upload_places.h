@@ -6,14 +6,14 @@
 // (its handler then sees the stream end). A client once cancelled so is a slow sender: slow
 // senders together hold at most max_concurrent - max_concurrent / 4 places, so that the rest stay
 // for clients that never stalled (eight drips once stopped every other upload and every version).
-// Time comes from the injected clock. Thread-safe.
+// Time comes from the injected clock; the call an upload arrives on is seen through UploadCall,
+// so the places run under a test without gRPC. Thread-safe.
 #pragma once
-
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -23,6 +23,13 @@
 #include "core/status.h"
 
 namespace plexus {
+
+// The call an upload arrives on, as its place sees it: who sent it (for the log) and how to end
+// it. `cancel` may run on another thread while the call is in flight (the server's ticker).
+struct UploadCall {
+  std::string peer;
+  std::function<void()> cancel;
+};
 
 class UploadPlaces {
  public:
@@ -42,7 +49,8 @@ class UploadPlaces {
   // place stayed busy for the wait bound.
   class Place {
    public:
-    Place(UploadPlaces* places, grpc::ServerContext* ctx, const std::string& client);
+    // `call` is borrowed and outlives the place.
+    Place(UploadPlaces* places, const UploadCall* call, const std::string& client);
     ~Place();
     Place(const Place&) = delete;
     Place& operator=(const Place&) = delete;
@@ -56,7 +64,7 @@ class UploadPlaces {
 
    private:
     UploadPlaces* const places_;
-    grpc::ServerContext* const ctx_;
+    const UploadCall* const call_;
     const std::string client_;
     Status status_;
     bool held_ = false;
@@ -82,12 +90,12 @@ class UploadPlaces {
   // Places slow senders may hold together.
   int SlowSendersPlaces() const { return limits_.max_concurrent - limits_.max_concurrent / 4; }
 
-  int receiving_ = 0;                               // guarded by mu_; places taken (when bounded)
-  int receiving_slow_ = 0;                          // guarded by mu_; of them, by slow senders
-  std::set<std::string> clients_;                   // guarded by mu_; clients with an upload in flight
-  std::set<std::string> slow_senders_;              // guarded by mu_; clients cancelled for stalling
-  std::map<grpc::ServerContext*, Holder> holders_;  // guarded by mu_; uploads holding a place
-  std::set<grpc::ServerContext*> cancelled_;        // guarded by mu_; cancelled for stalling
+  int receiving_ = 0;                            // guarded by mu_; places taken (when bounded)
+  int receiving_slow_ = 0;                       // guarded by mu_; of them, by slow senders
+  std::set<std::string> clients_;                // guarded by mu_; clients with an upload in flight
+  std::set<std::string> slow_senders_;           // guarded by mu_; clients cancelled for stalling
+  std::map<const UploadCall*, Holder> holders_;  // guarded by mu_; uploads holding a place
+  std::set<const UploadCall*> cancelled_;        // guarded by mu_; cancelled for stalling
   std::atomic<int64_t> received_bytes_{0};
 };
 
