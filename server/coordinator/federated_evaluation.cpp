@@ -28,6 +28,33 @@ bool FederatedEvaluation::Due(uint64_t version, bool is_final) const {
   return enabled() && version > 0 && (is_final || version % static_cast<uint64_t>(options_.every) == 0);
 }
 
+void FederatedEvaluation::Follow(const std::vector<RoundRecord>& history, bool finished,
+                                 const std::function<std::vector<std::string>()>& known_clients, int64_t now_ms) {
+  if (!enabled()) return;
+  if (history_seen_ == history.size() && (!finished || final_told_)) return;
+  const std::vector<std::string> known = known_clients();
+  for (; history_seen_ < history.size(); ++history_seen_) {
+    const RoundRecord& r = history[history_seen_];
+    const bool is_final = finished && history_seen_ + 1 == history.size();
+    OnPublished(r.model_version, r.model_sha256, is_final, known, now_ms);
+    final_told_ |= is_final;
+  }
+  if (finished && !final_told_ && !history.empty()) {
+    OnPublished(history.back().model_version, history.back().model_sha256, true, known, now_ms);
+    final_told_ = true;
+  }
+}
+
+void FederatedEvaluation::Resume(const std::vector<RoundRecord>& history, bool finished,
+                                 std::vector<std::string> known_clients, int64_t now_ms) {
+  history_seen_ = history.size();
+  if (!enabled() || history.empty()) return;
+  const RoundRecord& last = history.back();
+  if (!Due(last.model_version, finished) || last.federated_accuracy) return;
+  OnPublished(last.model_version, last.model_sha256, finished, std::move(known_clients), now_ms);
+  final_told_ = finished;
+}
+
 void FederatedEvaluation::OnPublished(uint64_t version, const std::string& sha256, bool is_final,
                                       std::vector<std::string> known_clients, int64_t now_ms) {
   if (!enabled() || (seen_any_ && version <= last_seen_)) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -50,6 +51,17 @@ class FederatedEvaluation {
                    int64_t now_ms);
   // Whether `version` (published as the last one when `is_final`) is evaluated by the clients.
   bool Due(uint64_t version, bool is_final) const;
+
+  // Follows an engine's history: OnPublished for each record published since the last call (the
+  // last one final once the engine `finished`). `known_clients` is asked only when something was
+  // published. Before the first call, Resume tells where the history stood at start.
+  void Follow(const std::vector<RoundRecord>& history, bool finished,
+              const std::function<std::vector<std::string>()>& known_clients, int64_t now_ms);
+  // At start, with the history restored from the store: the versions in it are not evaluated
+  // again, except the last one when it was due and has no result (the server stopped while the
+  // clients evaluated it), whose campaign opens again.
+  void Resume(const std::vector<RoundRecord>& history, bool finished, std::vector<std::string> known_clients,
+              int64_t now_ms);
 
   // The evaluation task `client_id` should run now, if a campaign wants one from it (the newest
   // open campaign first). Task ids are "eval-v<version>-<client>".
@@ -88,6 +100,8 @@ class FederatedEvaluation {
   FederatedEvaluationOptions options_;
   uint64_t last_seen_ = 0;
   bool seen_any_ = false;
+  size_t history_seen_ = 0;            // Follow: history records told
+  bool final_told_ = false;            // Follow: the final version was told so
   std::map<uint64_t, Campaign> open_;  // by version
 };
 

@@ -24,12 +24,12 @@
 #include "core/safetensors.h"
 #include "proto/length_delimited_field.h"
 #include "proto/shared_bytes_slice.h"
-#include "server/rpc/adaptive_norm_bound.h"
 #include "server/rpc/caller_identity.h"
+#include "server/rpc/model_downloads.h"
 #include "server/rpc/partial_uploads.h"
 #include "server/rpc/proto_conversion.h"
 #include "server/rpc/rate_limiter.h"
-#include "server/rpc/update_norm.h"
+#include "server/rpc/update_norm_gate.h"
 #include "server/rpc/upload_places.h"
 #include "server/rpc/upload_receiver.h"
 
@@ -72,10 +72,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
                  limits.upload_min_bytes_per_s, limits.upload_rate_window_ms},
                 clock),
         rate_(limits.requests_per_s, limits.burst, clock),
-        adaptive_bound_(limits.adaptive_norm_factor, limits.adaptive_norm_clients, limits.adaptive_norm_min_clients),
-        norms_(engine->model(), info_.buffer_tensors),
-        federated_(info_.federated_eval),
-        federated_seen_(engine_->history().size()) {
+        norm_gate_({limits.max_update_norm, limits.adaptive_norm_factor, limits.adaptive_norm_clients,
+                    limits.adaptive_norm_min_clients},
+                   engine->model(), info_.buffer_tensors),
+        federated_(info_.federated_eval) {
     // Clients that joined before a restart keep what they declared.
     if (Result<std::vector<ClientRecord>> known = store_->ListClients(); known.ok()) {
       for (const ClientRecord& c : *known) declared_examples_[c.id] = std::max<int64_t>(0, c.num_examples);
@@ -85,9 +85,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
       codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
     }
-    if (!info_.download_codec.empty()) {
-      coded_downloads_ = std::move(CodedDownloads::Create(info_.download_codec)).value();  // Start checked it
-    }
+    downloads_ = std::move(ModelDownloads::Create(store_, info_.download_codec)).value();  // Start checked it
     // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
     // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
     // method's handler is MarkMethodStreamed, which also relabels the method bidirectional: to a
@@ -173,15 +171,18 @@ class FederationServiceImpl final : public v1::Federation::Service {
     fields.set_version(req.version());
     Result<std::shared_ptr<const std::string>> bytes = InternalError("no model");
     if (req.codec().empty()) {
-      bytes = EncodedModel(req.version());
+      bytes = downloads_->Float32(req.version(), Snapshot());
     } else {
-      if (!coded_downloads_ || req.codec() != info_.download_codec) {
+      if (!downloads_->Serves(req.codec())) {
         return Refuse(
             "download",
             InvalidArgumentError("a coded download of model version " + std::to_string(req.version()) + " in '" +
                                  req.codec() + "': the server's download codec is '" + info_.download_codec + "'"));
       }
-      Result<CodedDownloads::Download> coded = CodedModel(req.version(), req.base_sha256());
+      std::optional<uint64_t> held_version;  // the published version whose hash the client named
+      std::shared_ptr<const ModelState> current = Snapshot(req.base_sha256(), &held_version);
+      Result<CodedDownloads::Download> coded =
+          downloads_->Coded(req.version(), req.base_sha256(), current, held_version);
       if (!coded.ok()) return ToGrpc(coded.status());
       bytes = coded->bytes;
       fields.set_codec(info_.download_codec);
@@ -295,14 +296,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
       if (!layout.ok()) return RefuseContent(header, layout.WithContext("update for task " + header.task_id()));
       u.delta.Subtract(*base);
     }
-    // A NaN norm is left to the engine, which names the tensor and index.
-    const bool bounded = limits_.max_update_norm > 0 || adaptive_bound_.enabled();
-    double norm = std::numeric_limits<double>::quiet_NaN();
-    if (bounded || norms_.has_buffers()) {
-      Result<double> measured = norms_.Measure(u, header.task_id());
-      if (!measured.ok()) return RefuseContent(header, measured.status());
-      norm = *measured;
-    }
+    Result<double> norm = norm_gate_.Measure(u, header.task_id());
+    if (!norm.ok()) return RefuseContent(header, norm.status());
 
     std::unique_lock<std::mutex> lock(mu_);
     if (received->resumed) {
@@ -312,10 +307,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     // An update sent again because its acknowledgement was lost was checked when it was taken:
     // the bound may have moved since, and refusing it now would deny work already merged.
     if (!engine_->Acknowledged(header.client_id(), header.task_id())) {
-      const Status within = WithinNormBoundsLocked(header.task_id(), norm);
-      // Refused or not, the norm is what this client sends: the bound learns from it (one slot
-      // per client, a re-sent task counted once), so it cannot ratchet below honest clients.
-      adaptive_bound_.Observe(header.client_id(), header.task_id(), norm);
+      const Status within = norm_gate_.Admit(header.client_id(), header.task_id(), *norm, engine_->model());
       if (!within.ok()) return RefuseContentLocked(header, within);
     }
     // Commits the engine left to the committer hold a model each: wait while there are too many.
@@ -537,22 +529,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   // Tells the federated evaluation of the versions published since it last looked. Requires mu_.
   void RefreshFederatedLocked() {
-    if (!federated_.enabled()) return;
-    const std::vector<RoundRecord>& history = engine_->history();
-    const bool finished = engine_->finished();
-    if (federated_seen_ == history.size() && (!finished || final_told_)) return;
-    const std::vector<std::string> known = KnownClientsLocked();
-    const int64_t now_ms = clock_->NowMs();
-    for (; federated_seen_ < history.size(); ++federated_seen_) {
-      const RoundRecord& r = history[federated_seen_];
-      const bool is_final = finished && federated_seen_ + 1 == history.size();
-      federated_.OnPublished(r.model_version, r.model_sha256, is_final, known, now_ms);
-      final_told_ |= is_final;
-    }
-    if (finished && !final_told_ && !history.empty()) {
-      federated_.OnPublished(history.back().model_version, history.back().model_sha256, true, known, now_ms);
-      final_told_ = true;
-    }
+    federated_.Follow(
+        engine_->history(), engine_->finished(), [this] { return KnownClientsLocked(); }, clock_->NowMs());
   }
 
   // Every client that ever joined (restored from the store at start). Requires mu_.
@@ -567,13 +545,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // Called by the constructor.
   void ResumeFederatedEvaluation() {
     const std::vector<RoundRecord>& history = engine_->history();
-    if (!federated_.enabled() || history.empty()) return;
-    const RoundRecord& last = history.back();
-    const bool is_final = engine_->finished();
-    if (!federated_.Due(last.model_version, is_final) || last.federated_accuracy) return;
-    spdlog::info("version {}: resuming its federated evaluation", last.model_version);
-    federated_.OnPublished(last.model_version, last.model_sha256, is_final, KnownClientsLocked(), clock_->NowMs());
-    final_told_ = is_final;
+    const bool reopens = federated_.enabled() && !history.empty() && !history.back().federated_accuracy &&
+                         federated_.Due(history.back().model_version, engine_->finished());
+    if (reopens) spdlog::info("version {}: resuming its federated evaluation", history.back().model_version);
+    federated_.Resume(history, engine_->finished(), KnownClientsLocked(), clock_->NowMs());
   }
 
   // Records the evaluations that closed (store and results). Requires mu_.
@@ -631,26 +606,6 @@ class FederationServiceImpl final : public v1::Federation::Service {
     return ToGrpc(s);
   }
 
-  // InvalidArgument when `norm` exceeds the fixed bound or the adaptive one. Requires mu_.
-  Status WithinNormBoundsLocked(const std::string& task_id, double norm) {
-    if (!std::isfinite(norm)) return Status::Ok();
-    if (limits_.max_update_norm > 0 && norm > limits_.max_update_norm) {
-      return InvalidArgumentError(
-          fmt::format("update for task {} has L2 norm {:g}, above the server's bound of {:g} (--max-update-norm)",
-                      task_id, norm, limits_.max_update_norm));
-    }
-    if (!adaptive_bound_.enabled()) return Status::Ok();
-    const ModelState& m = engine_->model();
-    if (!model_norm_ || model_norm_->first != m.version())
-      model_norm_.emplace(m.version(), norms_.TrainableNorm(m));  // once a version
-    const double adaptive = adaptive_bound_.Bound(model_norm_->second);
-    if (norm <= adaptive) return Status::Ok();
-    return InvalidArgumentError(fmt::format(
-        "update for task {} has L2 norm {:g}, above {:g} ({:g} times the median of recent clients' latest norms "
-        "or, before {} clients have sent any, of the model's norm; --adaptive-norm-factor)",
-        task_id, norm, adaptive, limits_.adaptive_norm_factor, limits_.adaptive_norm_min_clients));
-  }
-
   // Counts an accepted upload of `bytes` that took `seconds`. Requires mu_.
   void CountUploadLocked(int64_t bytes, double seconds) {
     ServerMetrics& m = upload_metrics_;
@@ -671,55 +626,18 @@ class FederationServiceImpl final : public v1::Federation::Service {
                     limits_.requests_per_s, rate_.RetryAfterMs(client)));
   }
 
-  // The current version is kept encoded; older versions come from the store. Encoding (model-
-  // sized work) happens without mu_: the engine's snapshot is read-only, and encode_mu_ makes
-  // concurrent downloads of a new version wait for one encoding instead of each doing it.
-  Result<std::shared_ptr<const std::string>> EncodedModel(uint64_t version) {
-    std::shared_ptr<const ModelState> current;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      current = engine_->model_snapshot();
-    }
-    if (version == current->version()) {
-      std::lock_guard<std::mutex> lock(encode_mu_);
-      if (!encoded_ || encoded_version_ != version) {
-        encoded_ = std::make_shared<const std::string>(EncodeSafetensors(*current));
-        encoded_version_ = version;
-      }
-      return encoded_;
-    }
-    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));  // a file read, without the lock
-    return std::make_shared<const std::string>(EncodeSafetensors(m));
-  }
-
-  // The coded download of `version` for a client holding the model `base_sha256` (CodedDownloads).
-  // Model-sized work, under encode_mu_ and not mu_.
-  Result<CodedDownloads::Download> CodedModel(uint64_t version, const std::string& base_sha256) {
-    std::shared_ptr<const ModelState> current;
-    std::optional<uint64_t> held_version;  // the published version whose hash the client named
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      current = engine_->model_snapshot();
-      if (!base_sha256.empty()) {
-        const std::vector<RoundRecord>& history = engine_->history();
-        for (auto r = history.rbegin(); r != history.rend() && !held_version; ++r) {
-          if (r->model_sha256 == base_sha256) held_version = r->model_version;
-        }
+  // The engine's model now (immutable: downloads encode it without mu_) and, for a client that
+  // named the hash of the model it holds, the published version with that hash.
+  std::shared_ptr<const ModelState> Snapshot(const std::string& base_sha256 = "",
+                                             std::optional<uint64_t>* held_version = nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (held_version && !base_sha256.empty()) {
+      const std::vector<RoundRecord>& history = engine_->history();
+      for (auto r = history.rbegin(); r != history.rend() && !*held_version; ++r) {
+        if (r->model_sha256 == base_sha256) *held_version = r->model_version;
       }
     }
-    std::lock_guard<std::mutex> lock(encode_mu_);
-    if (std::optional<CodedDownloads::Download> kept = coded_downloads_->Kept(version, base_sha256)) return *kept;
-    if (held_version && *held_version != version && !coded_downloads_->Holds(base_sha256)) {
-      // The client holds a published version exactly (downloaded in float32 for an evaluation
-      // task, or kept on its disk): the change from it, while the store still has it.
-      Result<ModelState> held =
-          *held_version == current->version() ? Result<ModelState>(*current) : store_->Checkpoint(*held_version);
-      if (held.ok())
-        coded_downloads_->AddHeld(std::make_shared<const ModelState>(std::move(held).value()), base_sha256);
-    }
-    if (version == current->version()) return coded_downloads_->For(*current, base_sha256);
-    PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
-    return coded_downloads_->For(m, base_sha256);
+    return engine_->model_snapshot();
   }
 
   Engine* const engine_;
@@ -733,15 +651,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  RateLimiter rate_;                  // guarded by mu_
-  AdaptiveNormBound adaptive_bound_;  // guarded by mu_
-  const UpdateNorms norms_;
-  std::optional<std::pair<uint64_t, double>> model_norm_;  // guarded by mu_; (version, L2 norm)
-  std::map<std::string, int64_t> refusals_;                // guarded by mu_; by status code name
-  int open_polls_ = 0;                                     // guarded by mu_; PollTask calls in progress
-  int64_t uploads_resumed_ = 0;                            // guarded by mu_
-  int64_t upload_bytes_resumed_ = 0;                       // guarded by mu_
-  ServerMetrics upload_metrics_;                           // guarded by mu_; the upload counters
+  RateLimiter rate_;                         // guarded by mu_
+  UpdateNormGate norm_gate_;                 // Admit guarded by mu_; Measure without it
+  std::map<std::string, int64_t> refusals_;  // guarded by mu_; by status code name
+  int open_polls_ = 0;                       // guarded by mu_; PollTask calls in progress
+  int64_t uploads_resumed_ = 0;              // guarded by mu_
+  int64_t upload_bytes_resumed_ = 0;         // guarded by mu_
+  ServerMetrics upload_metrics_;             // guarded by mu_; the upload counters
   std::atomic<int64_t> download_bytes_{0};
   bool shutting_down_ = false;                                  // guarded by mu_
   std::set<std::string> active_clients_;                        // guarded by mu_; clients seen by this process
@@ -751,13 +667,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
   std::optional<ModelState> codec_layout_;             // the model's layout (values unset), for decoding coded updates
   FederatedEvaluation federated_;                      // guarded by mu_
-  size_t federated_seen_ = 0;                          // guarded by mu_; history records told to federated_
-  bool final_told_ = false;                            // guarded by mu_; the final version was told so
   std::map<uint64_t, RoundRecord> federated_results_;  // guarded by mu_; closed evaluations by version
-  std::mutex encode_mu_;                               // taken without mu_, never with it
-  std::shared_ptr<const std::string> encoded_;         // guarded by encode_mu_
-  uint64_t encoded_version_ = 0;                       // guarded by encode_mu_
-  std::unique_ptr<CodedDownloads> coded_downloads_;    // guarded by encode_mu_; null: float32 downloads only
+  std::unique_ptr<ModelDownloads> downloads_;          // taken without mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
