@@ -17,7 +17,10 @@
 #include "crdt/signing.h"
 #include "gossip/node/crdt_sync.h"
 #include "gossip/node/frame.h"
+#include "gossip/node/loop_work.h"
 #include "gossip/node/member_wire.h"
+#include "gossip/node/membership_view.h"
+#include "gossip/node/model_streams.h"
 #include "gossip/node/peer_address.h"
 #include "gossip/protocol/topology.h"
 #include "plexus/v1/gossip.pb.h"
@@ -32,80 +35,12 @@ constexpr double kTickMs = 100;
 // How long a pull waits for a peer's answer to one CRDT question before it gives up on that pull.
 constexpr std::chrono::seconds kCrdtAnswerTimeout{20};
 
-// The protocol's view of its peers: the topology, filtered by the membership.
-class MembershipView final : public PeerView {
- public:
-  MembershipView(Topology topology, const Membership* membership)
-      : topology_(std::move(topology)), membership_(membership) {}
-  void OutNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
-    Neighbours(self, round, out, true);
-  }
-  void InNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
-    Neighbours(self, round, out, false);
-  }
-  bool undirected() const override { return !topology_.directed(); }
-  bool IsLive(NodeId node) const override { return membership_->IsLive(node); }
-
- private:
-  void Neighbours(NodeId self, uint64_t round, std::vector<NodeId>* out, bool outgoing) const {
-    if (topology_.kind() == Topology::Kind::kComplete) {
-      *out = membership_->LiveMembers();
-      std::erase_if(*out, [&](NodeId j) { return j == self || j >= topology_.size(); });
-      return;
-    }
-    outgoing ? topology_.Out(self, round, out) : topology_.In(self, round, out);
-    std::erase_if(*out, [&](NodeId j) { return !membership_->IsLive(j); });
-  }
-  Topology topology_;
-  const Membership* membership_;
-};
-
 double NowMs(uv_loop_t* loop) { return static_cast<double>(uv_now(loop)); }
 
 }  // namespace
 
 struct PeerNode::Impl {
   struct Connection;
-  // A model's safetensors bytes, the prefix (header) followed by the model's own values: sent
-  // straight from the model, never copied whole.
-  struct Encoded {
-    std::weak_ptr<const ModelState> model;
-    std::shared_ptr<const std::string> prefix;
-    std::string sha;
-  };
-  struct Stream {
-    std::shared_ptr<const ModelState> model;
-    std::shared_ptr<const std::string> prefix;
-    uint32_t id = 0;
-    size_t offset = 0;
-    uint32_t index = 0;
-    std::shared_ptr<const std::string> coded;  // compressed gossip: a codec's bytes, sent instead
-    size_t size() const { return coded ? coded->size() : prefix->size() + model->num_bytes(); }
-    // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), appended to `out`.
-    void CopyTo(size_t n, std::string* out) const {
-      if (coded) {
-        out->append(*coded, offset, n);
-        return;
-      }
-      const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
-      size_t at = offset;
-      if (at < prefix->size()) {
-        const size_t k = std::min(n, prefix->size() - at);
-        out->append(*prefix, at, k);
-        at += k;
-        n -= k;
-      }
-      out->append(values.substr(at - prefix->size(), n));
-    }
-  };
-  // A model being received. Its bytes count against the inbound budget as they arrive, never
-  // as announced: announcing 1 GiB and sending nothing once paused every link for good.
-  struct Inbound {
-    v1::GossipModel header;
-    ModelAssembler assembler;
-    uint64_t received = 0;        // payload bytes so far, counted in inbound_bytes
-    double last_progress_ms = 0;  // the last chunk, the announcement, or this node's resume
-  };
   struct Connection {
     uv_tcp_t tcp;
     Impl* node = nullptr;
@@ -118,11 +53,11 @@ struct PeerNode::Impl {
     NodeId peer = kNoPeer;
     std::unique_ptr<TlsChannel> tls;
     FrameReader reader;
-    std::deque<std::string> control;  // small frames, sent before chunks
-    std::deque<Stream> streams;       // models, chunk by chunk
-    size_t writing = 0;               // bytes handed to uv_write, not yet written
+    std::deque<std::string> control;     // small frames, sent before chunks
+    std::deque<OutboundStream> streams;  // models, chunk by chunk
+    size_t writing = 0;                  // bytes handed to uv_write, not yet written
     uint32_t next_stream = 1;
-    std::map<uint32_t, Inbound> inbound;
+    std::map<uint32_t, InboundStream> inbound;
     explicit Connection(uint32_t max_frame) : reader(max_frame) {}
     bool ready() const { return connected && (!tls || tls->established()); }
   };
@@ -174,7 +109,7 @@ struct PeerNode::Impl {
   std::set<Connection*> connections;
   std::map<NodeId, Connection*> links;  // the link each peer's messages go out on
   std::map<uint64_t, uv_timer_t*> timers;
-  std::vector<Encoded> encoded;                                    // recent encodings, reused per target
+  std::vector<EncodedModel> encoded;                               // recent encodings, reused per target
   std::map<const ModelState*, std::vector<PendingSend>> encoding;  // encodings in flight
   uint64_t inbound_bytes = 0;
   // Every model a peer of this run sends has this run's layout: a stream may announce at most
@@ -191,7 +126,7 @@ struct PeerNode::Impl {
 
   // CRDT gossip: this node's signing key, the keys of the peers it met (their hellos), and the
   // pulls from peers' replicas, run one at a time on a worker thread whose questions come to the
-  // loop through `mailbox`.
+  // loop through LoopWork::Post.
   SigningKey crdt_key;
   AuthorKeys author_keys;
   struct CrdtPending {
@@ -206,29 +141,10 @@ struct PeerNode::Impl {
   std::deque<Actions::Sync> sync_queue;
   bool sync_in_flight = false;
   bool exchange_in_flight = false;  // semi-decentralized: an exchange with the server
-  uv_async_t wake;
-  std::mutex mailbox_mu;
-  std::deque<std::function<void()>> mailbox;  // guarded by mailbox_mu
+  std::unique_ptr<LoopWork> work;   // training, decoding, saves and pulls off the loop
 
   Impl(PeerNodeOptions options, const ProtocolFactory* f, ModelState init, PeerTrainer* t, PeerStore* s)
       : o(std::move(options)), factory(f), initial(std::move(init)), trainer(t), store(s) {}
-
-  // Runs `work` on one of libuv's worker threads, then `done` back on the loop. What the two
-  // share they capture (shared_ptrs); `work` must not touch the loop's state.
-  void OffLoop(std::function<void()> work, std::function<void()> done) {
-    struct Job {
-      uv_work_t req;
-      std::function<void()> work, done;
-    };
-    auto* job = new Job{{}, std::move(work), std::move(done)};
-    job->req.data = job;
-    uv_queue_work(
-        &loop, &job->req, [](uv_work_t* req) { static_cast<Job*>(req->data)->work(); },
-        [](uv_work_t* req, int) {
-          std::unique_ptr<Job> job(static_cast<Job*>(req->data));
-          job->done();
-        });
-  }
 
   // ---- writing -------------------------------------------------------------------------------
 
@@ -274,7 +190,7 @@ struct PeerNode::Impl {
         continue;
       }
       if (c->streams.empty()) break;
-      Stream& s = c->streams.front();
+      OutboundStream& s = c->streams.front();
       const size_t n = std::min(o.chunk_bytes, s.size() - s.offset);
       std::string frame = EncodeFrameHeader(FrameType::kChunk, s.id, s.index++, n);
       frame.reserve(frame.size() + n);
@@ -586,7 +502,7 @@ struct PeerNode::Impl {
     auto assembler = m.codec().empty() ? ModelAssembler::Begin(m.total_bytes(), m.sha256(), stream_limit)
                                        : ModelAssembler::BeginBytes(m.total_bytes(), m.sha256(), stream_limit);
     if (!assembler.ok()) return Refuse(c, assembler.status().message());
-    c->inbound.emplace(m.stream(), Inbound{m, std::move(assembler).value(), 0, NowMs(&loop)});
+    c->inbound.emplace(m.stream(), InboundStream{m, std::move(assembler).value(), 0, NowMs(&loop)});
   }
 
   void HandleChunk(Connection* c, const FrameView& f) {
@@ -603,19 +519,19 @@ struct PeerNode::Impl {
                            std::to_string(link_cap));
     }
     if (!it->second.assembler.complete()) return;
-    Inbound in = std::move(it->second);
+    InboundStream in = std::move(it->second);
     c->inbound.erase(it);
     Decode(c->peer, std::move(in));
   }
 
   // Hash check and safetensors decoding on a worker thread; the result comes back to the loop.
-  void Decode(NodeId from, Inbound in) {
+  void Decode(NodeId from, InboundStream in) {
     ++decoding[from];
-    auto job = std::make_shared<Inbound>(std::move(in));
+    auto job = std::make_shared<InboundStream>(std::move(in));
     auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
     // A codec's bytes decode into the node's own layout (checked against the codec's length).
     std::shared_ptr<const ModelState> layout = job->assembler.bytes_stream() ? protocol->model() : nullptr;
-    OffLoop(
+    work->OffLoop(
         [job, model, layout, codec = o.codec] {
           if (!layout) {
             *model = std::move(job->assembler).Finish();
@@ -811,7 +727,7 @@ struct PeerNode::Impl {
     if (!m.model) return SendModelMessage(to, m, nullptr, "");  // a request
     if (m.encoded && !o.codec.empty() && m.codec == o.codec) return SendModelMessage(to, m, nullptr, "");
     m.encoded = nullptr;  // the model itself travels
-    for (const Encoded& e : encoded) {
+    for (const EncodedModel& e : encoded) {
       if (e.model.lock() == m.model) return SendModelMessage(to, m, e.prefix, e.sha);
     }
     auto [it, first] = encoding.try_emplace(m.model.get());
@@ -832,7 +748,7 @@ struct PeerNode::Impl {
     h->set_weight(m.weight);
     h->set_degree(m.degree);
     if (m.model) {
-      Stream stream{m.model, std::move(prefix), c->next_stream++};
+      OutboundStream stream{m.model, std::move(prefix), c->next_stream++};
       if (m.encoded) {
         stream.coded = m.encoded;
         h->set_codec(m.codec);
@@ -846,8 +762,8 @@ struct PeerNode::Impl {
   }
 
   void Encode(std::shared_ptr<const ModelState> model) {
-    auto encoded_model = std::make_shared<Encoded>();
-    OffLoop(
+    auto encoded_model = std::make_shared<EncodedModel>();
+    work->OffLoop(
         [model, encoded_model] {
           encoded_model->prefix = std::make_shared<std::string>(SafetensorsPrefix(*model));
           const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
@@ -859,7 +775,7 @@ struct PeerNode::Impl {
           if (it == encoding.end()) return;
           std::vector<PendingSend> sends = std::move(it->second);
           encoding.erase(it);
-          std::erase_if(encoded, [](const Encoded& e) { return e.model.expired(); });
+          std::erase_if(encoded, [](const EncodedModel& e) { return e.model.expired(); });
           if (encoded.size() >= 4) encoded.erase(encoded.begin());
           encoded.push_back(*encoded_model);
           for (const PendingSend& s : sends)
@@ -900,16 +816,17 @@ struct PeerNode::Impl {
     std::shared_ptr<const ModelState> start = protocol->model();
     const uint64_t round = protocol->rounds_completed();
     auto result = std::make_shared<Result<ModelState>>(InvalidArgumentError("not trained"));
-    OffLoop([this, start, round, result] { *result = trainer->Train(*start, round); },
-            [this, start, round, result] {
-              training = false;
-              if (finished) return MaybeExit();
-              if (!result->ok()) {
-                spdlog::warn("training round {} failed ({}); keeping the model", round, result->status().message());
-                *result = ModelState(*start);
-              }
-              Handle(protocol->OnTrained(std::move(*result).value()));
-            });
+    work->OffLoop([this, start, round, result] { *result = trainer->Train(*start, round); },
+                  [this, start, round, result] {
+                    training = false;
+                    if (finished) return MaybeExit();
+                    if (!result->ok()) {
+                      spdlog::warn("training round {} failed ({}); keeping the model", round,
+                                   result->status().message());
+                      *result = ModelState(*start);
+                    }
+                    Handle(protocol->OnTrained(std::move(*result).value()));
+                  });
   }
 
   // The node's own model on the trainer's held-out data, on a worker thread.
@@ -919,16 +836,16 @@ struct PeerNode::Impl {
     std::shared_ptr<const ModelState> model = protocol->model();
     const uint64_t round = protocol->rounds_completed();
     auto accuracy = std::make_shared<Result<double>>(InvalidArgumentError("not evaluated"));
-    OffLoop([this, model, accuracy] { *accuracy = trainer->Evaluate(*model); },
-            [this, round, accuracy] {
-              eval_in_flight = false;
-              if (accuracy->ok()) {
-                stats.accuracy = **accuracy;
-                stats.accuracy_round = round;
-                spdlog::info("peer {}: own model accuracy {:.4f} after {} rounds", o.self, **accuracy, round);
-              }
-              MaybeExit();
-            });
+    work->OffLoop([this, model, accuracy] { *accuracy = trainer->Evaluate(*model); },
+                  [this, round, accuracy] {
+                    eval_in_flight = false;
+                    if (accuracy->ok()) {
+                      stats.accuracy = **accuracy;
+                      stats.accuracy_round = round;
+                      spdlog::info("peer {}: own model accuracy {:.4f} after {} rounds", o.self, **accuracy, round);
+                    }
+                    MaybeExit();
+                  });
   }
 
   void Save() {
@@ -942,16 +859,16 @@ struct PeerNode::Impl {
     std::shared_ptr<const ModelState> model = protocol->model();
     auto members = std::make_shared<std::vector<MemberUpdate>>(membership->Snapshot());
     auto status = std::make_shared<Status>(Status::Ok());
-    OffLoop([this, rounds, model, members, status] { *status = store->Save(o.self, rounds, *model, *members); },
-            [this, status] {
-              save_in_flight = false;
-              if (!status->ok()) spdlog::error("cannot save the peer's state: {}", status->message());
-              if (save_again) {
-                save_again = false;
-                if (!finished) Save();
-              }
-              MaybeExit();
-            });
+    work->OffLoop([this, rounds, model, members, status] { *status = store->Save(o.self, rounds, *model, *members); },
+                  [this, status] {
+                    save_in_flight = false;
+                    if (!status->ok()) spdlog::error("cannot save the peer's state: {}", status->message());
+                    if (save_again) {
+                      save_again = false;
+                      if (!finished) Save();
+                    }
+                    MaybeExit();
+                  });
   }
 
   void Progress() {
@@ -968,43 +885,25 @@ struct PeerNode::Impl {
     if (exchange_in_flight || finished) return;
     exchange_in_flight = true;
     auto result = std::make_shared<Result<ModelState>>(InvalidArgumentError("not exchanged"));
-    OffLoop([this, m, result] { *result = o.server->Exchange(*m.model, m.round); },
-            [this, round = m.round, result] {
-              exchange_in_flight = false;
-              Status check = result->ok() ? (*result)->CheckSameLayout(*protocol->model()) : result->status();
-              if (check.ok()) check = (*result)->CheckFinite();
-              if (!check.ok()) {
-                if (!finished) spdlog::warn("round {}: no average from the server: {}", round, check.message());
-                return MaybeExit();
-              }
-              ++stats.server_exchanges;
-              spdlog::info("round {}: took the server's average (version {})", round, (*result)->version());
-              Deliver(static_cast<NodeId>(o.nodes),
-                      Message{Message::Kind::kModelReply, round,
-                              std::make_shared<const ModelState>(std::move(*result).value()), 0.0, 0});
-              MaybeExit();
-            });
+    work->OffLoop([this, m, result] { *result = o.server->Exchange(*m.model, m.round); },
+                  [this, round = m.round, result] {
+                    exchange_in_flight = false;
+                    Status check = result->ok() ? (*result)->CheckSameLayout(*protocol->model()) : result->status();
+                    if (check.ok()) check = (*result)->CheckFinite();
+                    if (!check.ok()) {
+                      if (!finished) spdlog::warn("round {}: no average from the server: {}", round, check.message());
+                      return MaybeExit();
+                    }
+                    ++stats.server_exchanges;
+                    spdlog::info("round {}: took the server's average (version {})", round, (*result)->version());
+                    Deliver(static_cast<NodeId>(o.nodes),
+                            Message{Message::Kind::kModelReply, round,
+                                    std::make_shared<const ModelState>(std::move(*result).value()), 0.0, 0});
+                    MaybeExit();
+                  });
   }
 
   // ---- CRDT gossip: pulls from peers' replicas -----------------------------------------------
-
-  // Runs what worker threads posted, on the loop.
-  void RunMailbox() {
-    std::deque<std::function<void()>> work;
-    {
-      std::lock_guard<std::mutex> lock(mailbox_mu);
-      work.swap(mailbox);
-    }
-    for (auto& f : work) f();
-  }
-  // From any thread, while the loop runs (a worker's pull keeps `wake` open: MaybeExit waits).
-  void Post(std::function<void()> f) {
-    {
-      std::lock_guard<std::mutex> lock(mailbox_mu);
-      mailbox.push_back(std::move(f));
-    }
-    uv_async_send(&wake);
-  }
 
   void QueueSync(const Actions::Sync& s) {
     if (finished || s.from >= o.nodes || s.from == o.self) return;
@@ -1026,14 +925,14 @@ struct PeerNode::Impl {
         std::make_shared<CrdtReplica>(mine ? *mine : CrdtReplica("peer-" + std::to_string(o.self), &author_keys));
     auto result = std::make_shared<Result<size_t>>(InvalidArgumentError("not synced"));
     sync_in_flight = true;
-    OffLoop(
+    work->OffLoop(
         [this, s, copy, result] {
           NetworkSyncPeer peer(
               s.round,
               [this, to = s.from](v1::CrdtRequest request) -> Result<CrdtAnswer> {
                 auto promise = std::make_shared<std::promise<Result<CrdtAnswer>>>();
                 std::future<Result<CrdtAnswer>> answer = promise->get_future();
-                Post([this, to, request = std::move(request), promise]() mutable {
+                work->Post([this, to, request = std::move(request), promise]() mutable {
                   SendCrdtRequest(to, std::move(request), promise);
                 });
                 if (answer.wait_for(kCrdtAnswerTimeout) != std::future_status::ready) {
@@ -1098,7 +997,7 @@ struct PeerNode::Impl {
     for (size_t i = 0; i < deltas.size(); ++i) {
       auto prefix = std::make_shared<const std::string>(SafetensorsPrefix(*deltas[i]));
       const std::string_view values(reinterpret_cast<const char*>(deltas[i]->data().data()), deltas[i]->num_bytes());
-      Stream stream{deltas[i], prefix, c->next_stream++};
+      OutboundStream stream{deltas[i], prefix, c->next_stream++};
       v1::CrdtContribution* w = reply->mutable_contributions(static_cast<int>(i));
       w->set_stream(stream.id);
       w->set_total_bytes(stream.size());
@@ -1126,7 +1025,7 @@ struct PeerNode::Impl {
       header.set_sha256(w.sha256());
       header.set_request(reply.id());
       header.set_part(static_cast<uint32_t>(i));
-      c->inbound.emplace(w.stream(), Inbound{header, std::move(assembler).value(), 0, NowMs(&loop)});
+      c->inbound.emplace(w.stream(), InboundStream{header, std::move(assembler).value(), 0, NowMs(&loop)});
     }
     p.answer.reply = reply;
     p.answer.deltas.resize(static_cast<size_t>(reply.contributions_size()));
@@ -1213,7 +1112,7 @@ struct PeerNode::Impl {
     timers.clear();
     uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+    work->Close();
     uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
   }
 
@@ -1255,8 +1154,7 @@ struct PeerNode::Impl {
     PLEXUS_ASSIGN_OR_RETURN(crdt_key, SigningKey::Generate());
     author_keys.Add("peer-" + std::to_string(o.self), crdt_key.public_key());
     uv_loop_init(&loop);
-    uv_async_init(&loop, &wake, [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunMailbox(); });
-    wake.data = this;
+    work = std::make_unique<LoopWork>(&loop);
     uv_tcp_init(&loop, &server);
     server.data = this;
     int rc = uv_tcp_bind(&server, reinterpret_cast<const sockaddr*>(&listen_addr), 0);
@@ -1271,7 +1169,7 @@ struct PeerNode::Impl {
     }
     if (rc != 0) {
       uv_close(reinterpret_cast<uv_handle_t*>(&server), nullptr);
-      uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+      work->Close();
       uv_run(&loop, UV_RUN_DEFAULT);
       uv_loop_close(&loop);
       return UnavailableError("cannot listen on " + o.listen + ": " + uv_strerror(rc));

@@ -1,0 +1,62 @@
+// The model streams of a peer's links. OutboundStream: a model going out chunk by chunk, as its
+// safetensors bytes (a prefix, the header, then the model's own values: sent straight from the
+// model, never copied whole) or a codec's bytes. InboundStream: a model being received, its bytes
+// counted against the node's inbound budget as they arrive, never as announced (announcing 1 GiB
+// and sending nothing once paused every link for good). Values; thread-compatible.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/model_state.h"
+#include "gossip/node/frame.h"
+#include "plexus/v1/gossip.pb.h"
+
+namespace plexus::gossip {
+
+// A model's safetensors prefix and hash, kept while the model lives: reused for every target.
+struct EncodedModel {
+  std::weak_ptr<const ModelState> model;
+  std::shared_ptr<const std::string> prefix;
+  std::string sha;
+};
+
+struct OutboundStream {
+  std::shared_ptr<const ModelState> model;
+  std::shared_ptr<const std::string> prefix;
+  uint32_t id = 0;
+  size_t offset = 0;
+  uint32_t index = 0;
+  std::shared_ptr<const std::string> coded;  // compressed gossip: a codec's bytes, sent instead
+
+  size_t size() const { return coded ? coded->size() : prefix->size() + model->num_bytes(); }
+  // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), appended to `out`.
+  void CopyTo(size_t n, std::string* out) const {
+    if (coded) {
+      out->append(*coded, offset, n);
+      return;
+    }
+    const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
+    size_t at = offset;
+    if (at < prefix->size()) {
+      const size_t k = std::min(n, prefix->size() - at);
+      out->append(*prefix, at, k);
+      at += k;
+      n -= k;
+    }
+    out->append(values.substr(at - prefix->size(), n));
+  }
+};
+
+struct InboundStream {
+  v1::GossipModel header;
+  ModelAssembler assembler;
+  uint64_t received = 0;        // payload bytes so far, counted in the node's inbound budget
+  double last_progress_ms = 0;  // the last chunk, the announcement, or the node's resume of the link
+};
+
+}  // namespace plexus::gossip
