@@ -15,14 +15,15 @@
 #include "core/atomic_file.h"
 #include "core/file_contents.h"
 #include "core/safetensors.h"
+#include "server/store/sqlite_store_files.h"
 #include "sqlite/sqlite_statement.h"
 
 namespace plexus {
 namespace {
 
 using Stmt = SqliteStatement;
-
-Status Run(sqlite3* db, Stmt& st, const std::string& what) { return RunStatement(db, st, what); }
+using sqlite_store::IsPlainFileName;
+using sqlite_store::kLogRound;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -72,33 +73,7 @@ Status AddColumn(sqlite3* db, const std::string& table, const std::string& colum
   return present ? Status::Ok() : added;
 }
 
-// A file name as the store writes them: nothing that reaches outside its folder, whatever a
-// damaged or edited database says.
-bool IsPlainFileName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\0') == std::string::npos;
-}
-
-// Asynchronous modes log their acknowledged updates (Store::LogUpdate) in the accepted-updates
-// table as round 0, which no sync round has, with the sequence number as the attempt.
-constexpr int64_t kLogRound = 0;
-
-// A failed insert of a log entry whose sequence number is taken is AlreadyExists.
-Status UniqueRow(Status s, int64_t round, int64_t attempt) {
-  if (s.ok() || round != kLogRound || s.message().find("UNIQUE") == std::string::npos) return s;
-  return AlreadyExistsError("update log entry " + std::to_string(attempt) + " is taken");
-}
-
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
-
-// A name no other accepted update has had (`tag` random): a replaced update's file must not be
-// overwritten before the row naming its successor commits. A coded update's file holds its
-// codec's bytes (".codes").
-std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag, bool coded) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
-  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + (coded ? ".codes" : ".safetensors");
-}
 
 // Files of a folder that no row names and that are older than this are left over from a crash
 // between a commit and the removal of the files it made obsolete. The age keeps a second process
@@ -181,7 +156,7 @@ Status SqliteStore::PutMeta(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_, "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value");
   st.Bind(1, key).Bind(2, value);
-  return Run(db_, st, "put meta");
+  return RunStatement(db_, st, "put meta");
 }
 
 Result<std::string> SqliteStore::GetMeta(const std::string& key) {
@@ -201,7 +176,7 @@ Status SqliteStore::PutClient(const ClientRecord& c) {
           "INSERT INTO clients(id, num_examples, device) VALUES(?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
           "num_examples=excluded.num_examples, device=excluded.device");
   st.Bind(1, c.id).Bind(2, c.num_examples).Bind(3, c.device);
-  return Run(db_, st, "put client");
+  return RunStatement(db_, st, "put client");
 }
 
 Result<std::vector<ClientRecord>> SqliteStore::ListClients() {
@@ -231,7 +206,7 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
     Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
     const std::string bytes = EncodeSafetensors(model);
     st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).BindBlobNoCopy(3, bytes);
-    return Run(db_, st, "put checkpoint");
+    return RunStatement(db_, st, "put checkpoint");
   }
   // The file is durable before the row that names it commits. A crash in between leaves a file
   // no row names; it is replaced when this version is committed again.
@@ -240,7 +215,7 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(checkpoint_dir_ + "/" + name, model));
   Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
   st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
-  return Run(db_, st, "put checkpoint");
+  return RunStatement(db_, st, "put checkpoint");
 }
 
 Status SqliteStore::EnsureDirLocked(const std::string& dir, bool* ready) {
@@ -256,30 +231,6 @@ Status SqliteStore::EnsureDirLocked(const std::string& dir, bool* ready) {
   }
   *ready = true;
   return Status::Ok();
-}
-
-Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const char* where, int64_t round,
-                                                                        int64_t attempt) {
-  const std::string sql = std::string("SELECT file FROM accepted_updates WHERE file IS NOT NULL") + where;
-  Stmt st(db_, sql.c_str());
-  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted update files"));
-  const int params = static_cast<int>(std::count(where, where + std::strlen(where), '?'));
-  if (params >= 1) st.Bind(1, round);
-  if (params >= 2) st.Bind(2, attempt);
-  std::vector<std::string> out;
-  int rc;
-  while ((rc = st.Step()) == SQLITE_ROW) out.push_back(st.Text(0));
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted update files");
-  return out;
-}
-
-void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
-  // After the commit that dropped their rows; a crash before this leaves orphans for Open.
-  for (const std::string& name : names) {
-    if (!IsPlainFileName(name)) continue;
-    std::error_code ec;
-    std::filesystem::remove(updates_dir_ + "/" + name, ec);
-  }
 }
 
 Status SqliteStore::PutCheckpoint(const ModelState& model) {
@@ -306,7 +257,7 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     st.Bind(4, r.num_selected).Bind(5, r.num_updates).Bind(6, r.num_dropped).Bind(7, r.num_examples);
     st.Bind(8, r.attempts).Bind(9, r.mean_train_loss).BindOptional(10, r.test_accuracy).BindOptional(11, r.test_loss);
     st.Bind(12, r.num_refused);
-    s = Run(db_, st, "commit round " + std::to_string(r.round));
+    s = RunStatement(db_, st, "commit round " + std::to_string(r.round));
   }
   for (size_t i = 0; s.ok() && i < r.merged.size(); ++i) {
     const MergedUpdate& m = r.merged[i];
@@ -315,12 +266,12 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
             "VALUES(?,?,?,?,?,?,?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(i)).Bind(3, m.client_id).Bind(4, m.task_id);
     st.Bind(5, static_cast<int64_t>(m.staleness)).Bind(6, static_cast<int64_t>(m.group)).BindOptional(7, m.ms_per_step);
-    s = Run(db_, st, "record merged update of round " + std::to_string(r.round));
+    s = RunStatement(db_, st, "record merged update of round " + std::to_string(r.round));
   }
   if (s.ok()) {
     Stmt st(db_, "INSERT OR REPLACE INTO aggregator_state(id, version, state) VALUES(0,?,?)");
     st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
-    s = Run(db_, st, "store the strategy state of round " + std::to_string(r.round));
+    s = RunStatement(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
   // The open round's accepted updates (sync mode) go, and the log entries the record names.
   Result<std::vector<std::string>> obsolete = std::vector<std::string>();
@@ -336,7 +287,7 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     if (s.ok()) {
       Stmt st(db_, "DELETE FROM accepted_updates WHERE round = ? AND attempt = ?");
       st.Bind(1, kLogRound).Bind(2, static_cast<int64_t>(r.logged_done[i]));
-      s = Run(db_, st, "forget logged update " + std::to_string(r.logged_done[i]));
+      s = RunStatement(db_, st, "forget logged update " + std::to_string(r.logged_done[i]));
     }
   }
   if (s.ok()) {
@@ -374,7 +325,7 @@ void SqliteStore::PruneCheckpointsLocked(uint64_t newest) {
     // The row stays (the rounds name their version and its SHA-256); the model goes.
     Stmt st(db_, "UPDATE checkpoints SET file = NULL, bytes = x'' WHERE version = ?");
     st.Bind(1, version);
-    if (!Run(db_, st, "drop an old checkpoint").ok()) return;
+    if (!RunStatement(db_, st, "drop an old checkpoint").ok()) return;
   }
   if (!transaction.Commit().ok()) return;
   for (const auto& [version, file] : old) {
@@ -392,12 +343,12 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
   if (s.ok()) {
     Stmt st(db_, "INSERT INTO open_round(id, round, attempt) VALUES(1, ?, ?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
-    s = Run(db_, st, "put open round");
+    s = RunStatement(db_, st, "put open round");
   }
   for (size_t i = 0; s.ok() && i < r.tasks.size(); ++i) {
     Stmt st(db_, "INSERT INTO open_round_tasks(client_id, task_id) VALUES(?, ?)");
     st.Bind(1, r.tasks[i].first).Bind(2, r.tasks[i].second);
-    s = Run(db_, st, "put open round task");
+    s = RunStatement(db_, st, "put open round task");
   }
   Result<std::vector<std::string>> obsolete = std::vector<std::string>();
   if (s.ok()) {
@@ -408,7 +359,7 @@ Status SqliteStore::PutOpenRound(const OpenRoundRecord& r) {
   if (s.ok()) {
     Stmt st(db_, "DELETE FROM accepted_updates WHERE round != 0 AND (round != ? OR attempt != ?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, r.attempt);
-    s = Run(db_, st, "drop updates of other rounds");
+    s = RunStatement(db_, st, "drop updates of other rounds");
   }
   PLEXUS_RETURN_IF_ERROR(s);  // the transaction rolls back
   PLEXUS_RETURN_IF_ERROR(transaction.Commit());
@@ -433,147 +384,11 @@ Result<std::optional<OpenRoundRecord>> SqliteStore::GetOpenRound() {
   return std::optional<OpenRoundRecord>(std::move(r));
 }
 
-Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& u) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt open(db_, "SELECT 1 FROM open_round WHERE id = 1 AND round = ? AND attempt = ?");
-  PLEXUS_RETURN_IF_ERROR(open.prepared("check open round"));
-  open.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
-  if (open.Step() != SQLITE_ROW) {
-    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
-                                   " is not the open round");
-  }
-  return PutUpdateRowLocked(static_cast<int64_t>(round), attempt, u, /*replace=*/true);
-}
-
-Status SqliteStore::LogUpdate(uint64_t seq, const Update& u) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return PutUpdateRowLocked(kLogRound, static_cast<int64_t>(seq), u, /*replace=*/false);
-}
-
-Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& u, bool replace) {
-  Stmt st(db_, replace ? "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)"
-                       : "INSERT INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
-  st.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
-  st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
-  auto loss = u.metrics.find("train_loss");
-  st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
-  const std::string what =
-      round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
-  // A coded update is kept as it came (its codec's bytes, a quarter of float32's for int8).
-  if (u.coded) st.Bind(11, u.coded->codec());
-  if (updates_dir_.empty()) {
-    const std::string delta = u.coded ? std::string() : EncodeSafetensors(u.delta);
-    st.BindBlobNoCopy(9, u.coded ? std::string_view(u.coded->bytes()) : std::string_view(delta));
-    return UniqueRow(Run(db_, st, what), round, attempt);
-  }
-  // As with checkpoints: the file is durable before the row naming it commits. The update this
-  // one replaces (a client's second upload in the attempt) keeps its own file until then.
-  std::vector<std::string> replaced;
-  if (replace) {
-    Stmt previous(db_, "SELECT file FROM accepted_updates WHERE round = ? AND attempt = ? AND client_id = ?");
-    PLEXUS_RETURN_IF_ERROR(previous.prepared("find accepted update"));
-    previous.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id);
-    if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
-  }
-  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  const std::string name =
-      AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
-  PLEXUS_RETURN_IF_ERROR(u.coded ? WriteFileAtomically(updates_dir_ + "/" + name, {u.coded->bytes()})
-                                 : WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
-  st.BindBlob(9, std::string()).Bind(10, name);
-  if (Status s = Run(db_, st, what); !s.ok()) {
-    RemoveUpdateFilesLocked({name});
-    return UniqueRow(s, round, attempt);
-  }
-  RemoveUpdateFilesLocked(replaced);
-  return Status::Ok();
-}
-
-void SqliteStore::SetCodedDeltaReader(CodedDeltaReader reader) {
-  std::lock_guard<std::mutex> lock(mu_);
-  coded_reader_ = std::move(reader);
-}
-
-Result<std::shared_ptr<const CodedDelta>> SqliteStore::ReadCodedRowLocked(const std::string& codec, std::string bytes,
-                                                                          const std::string& file) {
-  if (!coded_reader_) {
-    return FailedPreconditionError("it is kept in codec '" + codec +
-                                   "', and this store was opened without a reader of coded updates");
-  }
-  if (!file.empty()) {
-    if (!IsPlainFileName(file)) return InvalidArgumentError("it names '" + file + "', not a file of its folder");
-    PLEXUS_ASSIGN_OR_RETURN(bytes, ReadFileContents(updates_dir_ + "/" + file));
-  }
-  return coded_reader_(codec, std::move(bytes));
-}
-
-Result<std::vector<Update>> SqliteStore::ListAcceptedUpdates(uint64_t round, int64_t attempt) {
-  std::lock_guard<std::mutex> lock(mu_);
-  PLEXUS_ASSIGN_OR_RETURN(std::vector<LoggedUpdate> rows,
-                          UpdateRowsLocked(static_cast<int64_t>(round), attempt, "ORDER BY client_id"));
-  std::vector<Update> out;
-  out.reserve(rows.size());
-  for (LoggedUpdate& row : rows) out.push_back(std::move(row.update));
-  return out;
-}
-
-Result<std::vector<LoggedUpdate>> SqliteStore::ListLoggedUpdates() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return UpdateRowsLocked(kLogRound, -1, "ORDER BY attempt");
-}
-
-Result<std::vector<LoggedUpdate>> SqliteStore::UpdateRowsLocked(int64_t round, int64_t attempt, const char* order) {
-  const std::string sql =
-      std::string(
-          "SELECT client_id, task_id, base_version, num_examples, local_steps, train_loss, delta, file, attempt, codec "
-          "FROM accepted_updates WHERE round = ?") +
-      (attempt >= 0 ? " AND attempt = ? " : " ") + order;
-  Stmt st(db_, sql.c_str());
-  PLEXUS_RETURN_IF_ERROR(st.prepared("list accepted updates"));
-  st.Bind(1, round);
-  if (attempt >= 0) st.Bind(2, attempt);
-  std::vector<LoggedUpdate> out;
-  int rc;
-  while ((rc = st.Step()) == SQLITE_ROW) {
-    LoggedUpdate row;
-    Update& u = row.update;
-    u.client_id = st.Text(0);
-    u.task_id = st.Text(1);
-    u.base_version = static_cast<uint64_t>(st.Int(2));
-    u.num_examples = st.Int(3);
-    u.local_steps = st.Int(4);
-    if (!st.IsNull(5)) u.metrics["train_loss"] = st.Double(5);
-    row.seq = static_cast<uint64_t>(st.Int(8));
-    if (!st.IsNull(9)) {
-      Result<std::shared_ptr<const CodedDelta>> coded =
-          ReadCodedRowLocked(st.Text(9), st.Text(6), st.IsNull(7) ? std::string() : st.Text(7));
-      if (!coded.ok())
-        return DataLossError("accepted update of " + u.client_id + " is lost: " + coded.status().message());
-      u.coded = std::move(coded).value();
-      out.push_back(std::move(row));
-      continue;
-    }
-    Result<ModelState> delta =
-        st.IsNull(7) ? DecodeSafetensors(st.Text(6))
-        : IsPlainFileName(st.Text(7))
-            ? ReadSafetensorsFile(updates_dir_ + "/" + st.Text(7))
-            : Result<ModelState>(InvalidArgumentError("it names '" + st.Text(7) + "', not a file of its folder"));
-    if (!delta.ok())
-      return DataLossError("accepted update of " + u.client_id + " is lost: " + delta.status().message());
-    u.delta = std::move(delta).value();
-    out.push_back(std::move(row));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list accepted updates");
-  return out;
-}
-
 Status SqliteStore::SetRoundEvaluation(uint64_t round, double test_accuracy, double test_loss) {
   std::lock_guard<std::mutex> lock(mu_);
   Stmt st(db_, "UPDATE rounds SET test_accuracy = ?, test_loss = ? WHERE round = ?");
   st.Bind(1, test_accuracy).Bind(2, test_loss).Bind(3, static_cast<int64_t>(round));
-  PLEXUS_RETURN_IF_ERROR(Run(db_, st, "set round evaluation"));
+  PLEXUS_RETURN_IF_ERROR(RunStatement(db_, st, "set round evaluation"));
   if (sqlite3_changes(db_) == 0) return NotFoundError("no round " + std::to_string(round));
   return Status::Ok();
 }
@@ -593,7 +408,7 @@ Status SqliteStore::SetFederatedEvaluation(const RoundRecord& e) {
       .Bind(3, *e.federated_loss)
       .Bind(4, e.federated_examples)
       .Bind(5, e.federated_clients);
-  return Run(db_, st, "set federated evaluation");
+  return RunStatement(db_, st, "set federated evaluation");
 }
 
 Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {

@@ -1,0 +1,22 @@
+// What both halves of SqliteStore (sqlite_store.cpp: checkpoints, rounds, retention;
+// sqlite_store_updates.cpp: accepted updates and the update log) agree on about the rows and
+// files next to its database. Internal to server/store.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace plexus::sqlite_store {
+
+// Asynchronous modes log their acknowledged updates (Store::LogUpdate) in the accepted-updates
+// table as round 0, which no sync round has, with the sequence number as the attempt.
+inline constexpr int64_t kLogRound = 0;
+
+// A file name as the store writes them: nothing that reaches outside its folder, whatever a
+// damaged or edited database says.
+inline bool IsPlainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\0') == std::string::npos;
+}
+
+}  // namespace plexus::sqlite_store
