@@ -530,20 +530,23 @@ struct PeerNode::Impl {
     auto job = std::make_shared<InboundStream>(std::move(in));
     auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
     // A codec's bytes decode into the node's own layout (checked against the codec's length).
-    std::shared_ptr<const ModelState> layout = job->assembler.bytes_stream() ? protocol->model() : nullptr;
+    // The model is checked there too (the node's layout, every value finite): model-sized passes
+    // that would otherwise hold the loop, and with it every link and ping.
+    std::shared_ptr<const ModelState> own = protocol->model();
     work->OffLoop(
-        [job, model, layout, codec = o.codec] {
-          if (!layout) {
+        [job, model, own, codec = o.codec] {
+          if (!job->assembler.bytes_stream()) {
             *model = std::move(job->assembler).Finish();
-            return;
-          }
-          Result<std::string> bytes = std::move(job->assembler).FinishBytes();
-          if (!bytes.ok()) {
+          } else if (Result<std::string> bytes = std::move(job->assembler).FinishBytes(); !bytes.ok()) {
             *model = bytes.status();
-            return;
+          } else {
+            Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
+            *model = decoder.ok() ? (*decoder)->Decode(*bytes, *own) : decoder.status();
           }
-          Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
-          *model = decoder.ok() ? (*decoder)->Decode(*bytes, *layout) : decoder.status();
+          if (!model->ok()) return;
+          Status check = (*model)->CheckSameLayout(*own);
+          if (check.ok()) check = (*model)->CheckFinite();
+          if (!check.ok()) *model = check;
         },
         [this, from, job, model] {
           inbound_bytes -= std::min<uint64_t>(inbound_bytes, job->received);
@@ -557,12 +560,9 @@ struct PeerNode::Impl {
   void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
     if (h.kind() == v1::GossipModel::CRDT_DELTA) return CrdtDeltaDecoded(from, h, std::move(model));
     if (finished && h.kind() != v1::GossipModel::MODEL_REQUEST) return;
-    const ModelState& own = *protocol->model();
-    Status check = model.ok() ? model->CheckSameLayout(own) : model.status();
-    if (check.ok()) check = model->CheckFinite();
-    if (!check.ok()) {
+    if (!model.ok()) {  // decoded and checked on the worker
       ++stats.frames_refused;
-      spdlog::warn("refused a model from peer {}: {}", from, check.message());
+      spdlog::warn("refused a model from peer {}: {}", from, model.status().message());
       return;
     }
     ++stats.models_received;
@@ -1037,8 +1037,7 @@ struct PeerNode::Impl {
     auto it = crdt_pending.find(h.request());
     if (it == crdt_pending.end()) return;  // its link closed meanwhile: the pull has failed already
     CrdtPending& p = it->second;
-    Status check = model.ok() ? model->CheckSameLayout(*protocol->model()) : model.status();
-    if (check.ok()) check = model->CheckFinite();
+    const Status check = model.status();  // decoded and checked on the worker
     if (!check.ok() || h.part() >= p.answer.deltas.size()) {
       ++stats.frames_refused;
       spdlog::warn("refused a contribution from peer {}: {}", from, check.ok() ? "out of place" : check.message());
