@@ -662,6 +662,13 @@ struct PeerNode::Impl {
       stopping = true;
       return Finish(0);
     }
+    // A signal while the node lingers after its last round ends the linger: what is queued still
+    // goes out (MaybeExit waits for the links to drain), nothing more is waited for.
+    if (finished && !stopping && stop && stop->load()) {
+      spdlog::info("stopping on signal: the linger ends");
+      stopping = true;
+      return MaybeExit();
+    }
     const double now = NowMs(&loop);
     if (!started && !finished && now >= next_dial_ms) {
       if (now - start_ms >= o.give_up_ms) {
