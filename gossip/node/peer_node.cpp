@@ -58,6 +58,7 @@ struct PeerNode::Impl {
     size_t writing = 0;                  // bytes handed to uv_write, not yet written
     uint32_t next_stream = 1;
     std::map<uint32_t, InboundStream> inbound;
+    uint64_t unfinished_bytes = 0;  // received of the streams in `inbound` (capped by link_cap)
     explicit Connection(uint32_t max_frame) : reader(max_frame) {}
     bool ready() const { return connected && (!tls || tls->established()); }
   };
@@ -99,7 +100,7 @@ struct PeerNode::Impl {
   // Messages that arrived before the protocol started, handed to it right after Start. A
   // neighbour that met every node first starts round 0 and sends its model before this node has
   // met the last one; dropped, that model cost this node a whole round's wait (wait_ms), and the
-  // semi-decentralized server exchange that wait overlapped. At most kMaxEarlyMessages are kept.
+  // semi-decentralized server exchange that wait overlapped. At most MaxEarlyMessages() are kept.
   std::vector<std::pair<NodeId, Message>> early;
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const PeerNodeStats&)> on_progress;
@@ -314,6 +315,7 @@ struct PeerNode::Impl {
     if (auto it = links.find(c->peer); it != links.end() && it->second == c) links.erase(it);
     for (auto& [id, in] : c->inbound) inbound_bytes -= std::min<uint64_t>(inbound_bytes, in.received);
     c->inbound.clear();
+    c->unfinished_bytes = 0;
     FailCrdtRequests(c, "the link closed: " + why);
     connections.erase(c);
     if (c->peer != kNoPeer && !exiting) ApplyDeferredLeave(c->peer);
@@ -512,16 +514,17 @@ struct PeerNode::Impl {
     it->second.received += f.payload.size();
     it->second.last_progress_ms = NowMs(&loop);
     inbound_bytes += f.payload.size();
-    uint64_t unfinished = 0;
-    for (const auto& [id, in] : c->inbound) unfinished += in.assembler.complete() ? 0 : in.received;
-    if (unfinished > link_cap) {
-      return Refuse(c, std::to_string(unfinished) + " bytes of unfinished models on one link, over its share of " +
-                           std::to_string(link_cap));
+    c->unfinished_bytes += f.payload.size();
+    if (it->second.assembler.complete()) {
+      InboundStream in = std::move(it->second);
+      c->inbound.erase(it);
+      c->unfinished_bytes -= in.received;
+      return Decode(c->peer, std::move(in));
     }
-    if (!it->second.assembler.complete()) return;
-    InboundStream in = std::move(it->second);
-    c->inbound.erase(it);
-    Decode(c->peer, std::move(in));
+    if (c->unfinished_bytes > link_cap) {
+      Refuse(c, std::to_string(c->unfinished_bytes) + " bytes of unfinished models on one link, over its share of " +
+                    std::to_string(link_cap));
+    }
   }
 
   // Hash check and safetensors decoding on a worker thread; the result comes back to the loop.
