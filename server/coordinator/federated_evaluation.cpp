@@ -45,14 +45,15 @@ void FederatedEvaluation::Follow(const std::vector<RoundRecord>& history, bool f
   }
 }
 
-void FederatedEvaluation::Resume(const std::vector<RoundRecord>& history, bool finished,
+bool FederatedEvaluation::Resume(const std::vector<RoundRecord>& history, bool finished,
                                  std::vector<std::string> known_clients, int64_t now_ms) {
   history_seen_ = history.size();
-  if (!enabled() || history.empty()) return;
+  if (!enabled() || history.empty()) return false;
   const RoundRecord& last = history.back();
-  if (!Due(last.model_version, finished) || last.federated_accuracy) return;
+  if (!Due(last.model_version, finished) || last.federated_accuracy) return false;
   OnPublished(last.model_version, last.model_sha256, finished, std::move(known_clients), now_ms);
   final_told_ = finished;
+  return true;
 }
 
 void FederatedEvaluation::OnPublished(uint64_t version, const std::string& sha256, bool is_final,

@@ -59,8 +59,8 @@ class FederatedEvaluation {
               const std::function<std::vector<std::string>()>& known_clients, int64_t now_ms);
   // At start, with the history restored from the store: the versions in it are not evaluated
   // again, except the last one when it was due and has no result (the server stopped while the
-  // clients evaluated it), whose campaign opens again.
-  void Resume(const std::vector<RoundRecord>& history, bool finished, std::vector<std::string> known_clients,
+  // clients evaluated it), whose campaign opens again: then true.
+  bool Resume(const std::vector<RoundRecord>& history, bool finished, std::vector<std::string> known_clients,
               int64_t now_ms);
 
   // The evaluation task `client_id` should run now, if a campaign wants one from it (the newest

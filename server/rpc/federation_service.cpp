@@ -545,10 +545,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // Called by the constructor.
   void ResumeFederatedEvaluation() {
     const std::vector<RoundRecord>& history = engine_->history();
-    const bool reopens = federated_.enabled() && !history.empty() && !history.back().federated_accuracy &&
-                         federated_.Due(history.back().model_version, engine_->finished());
-    if (reopens) spdlog::info("version {}: resuming its federated evaluation", history.back().model_version);
-    federated_.Resume(history, engine_->finished(), KnownClientsLocked(), clock_->NowMs());
+    if (federated_.Resume(history, engine_->finished(), KnownClientsLocked(), clock_->NowMs())) {
+      spdlog::info("version {}: resuming its federated evaluation", history.back().model_version);
+    }
   }
 
   // Records the evaluations that closed (store and results). Requires mu_.
