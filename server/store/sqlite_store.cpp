@@ -4,16 +4,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
 #include "core/atomic_file.h"
-#include "core/file_contents.h"
 #include "core/safetensors.h"
 #include "server/store/sqlite_store_files.h"
 #include "sqlite/sqlite_statement.h"
