@@ -533,8 +533,8 @@ struct PeerNode::Impl {
     auto job = std::make_shared<InboundStream>(std::move(in));
     auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
     // A codec's bytes decode into the node's own layout (checked against the codec's length).
-    // The model is checked there too (the node's layout, every value finite): model-sized passes
-    // that would otherwise hold the loop, and with it every link and ping.
+    // The model is checked there too, next to its decoding (the node's layout, every value
+    // finite); the finiteness pass is free when the decoder saw every value as it arrived.
     std::shared_ptr<const ModelState> own = protocol->model();
     work->OffLoop(
         [job, model, own, codec = o.codec] {
