@@ -3,42 +3,15 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
-#include <cmath>
 #include <thread>
 #include <utility>
 
 #include "compression/codec.h"
+#include "core/rng.h"
 #include "core/safetensors.h"
 
 namespace plexus {
-namespace {
-
-// How often a client whose task's update was refused asks again, while the server still hands it
-// that task.
-constexpr int64_t kRefusedTaskPollMs = 1000;
-// The longest a client waits after refusals of its updates for the same reason.
-constexpr int64_t kMaxRefusalBackoffMs = 300000;
-
-// A refusal's reason without what changes from one update to the next (task ids, numbers): two
-// refusals by the same bound for different norms are the same reason.
-std::string RefusalReason(const Status& s, const std::string& task_id) {
-  std::string m = s.message();
-  for (size_t at; !task_id.empty() && (at = m.find(task_id)) != std::string::npos;) m.erase(at, task_id.size());
-  std::string reason = std::to_string(static_cast<int>(s.code())) + ":";
-  for (char c : m) {
-    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '+') reason += c;
-  }
-  return reason;
-}
-
-bool Transient(const Status& s) {
-  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
-         s.code() == StatusCode::kAborted || s.code() == StatusCode::kResourceExhausted;
-}
-
-}  // namespace
 
 ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transport, TrainerFactory make_trainer,
                              DatasetView data)
@@ -46,9 +19,8 @@ ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transpo
       transport_(transport),
       make_trainer_(std::move(make_trainer)),
       data_(std::move(data)),
-      rng_(options_.seed) {
-  client_id_ = options_.client_id;
-  if (client_id_.empty() && options_.state) client_id_ = options_.state->ClientId();
+      session_({options_.backoff_initial_ms, options_.backoff_max_ms, options_.give_up_after_ms, options_.seed},
+               !options_.client_id.empty() || !options_.state ? options_.client_id : options_.state->ClientId()) {
   if (options_.state) residual_ = options_.state->LoadResidual();
 }
 
@@ -68,45 +40,26 @@ void ClientRuntime::Sleep(int64_t ms) {
 }
 
 Status ClientRuntime::BackOff(const Status& cause) {
-  const double base = std::min<double>(static_cast<double>(options_.backoff_max_ms),
-                                       static_cast<double>(options_.backoff_initial_ms) * std::pow(2.0, failures_));
-  const auto delay = static_cast<int64_t>(base * (0.5 + 0.5 * rng_.Uniform()));  // jitter
-  const int64_t now = (options_.clock ? options_.clock : &real_clock_)->NowMs();
-  if (failing_since_ms_ < 0) failing_since_ms_ = now;
-  const int64_t failing_for_ms = now - failing_since_ms_;
   if (Stopping()) return Stopped();
-  if (failing_for_ms + delay > options_.give_up_after_ms) {
-    return UnavailableError("giving up after " + std::to_string(failing_for_ms / 1000) +
-                            " s of failures: " + cause.ToString());
-  }
-  ++failures_;
+  PLEXUS_ASSIGN_OR_RETURN(const int64_t delay, session_.RetryDelay(cause, NowMs()));
   spdlog::warn("{}; retrying in {} ms", cause.ToString(), delay);
   Sleep(delay);
   return Stopping() ? Stopped() : Status::Ok();
 }
 
-Status ClientRuntime::Join() {
-  while (!Stopping()) {
-    Result<JoinReply> r = transport_->Join(client_id_, static_cast<int64_t>(data_.size()), options_.device);
-    if (r.ok()) {
-      if (!trainer_ || r->model_name != model_name_) {
-        PLEXUS_ASSIGN_OR_RETURN(trainer_, make_trainer_(r->model_name));
-        model_name_ = r->model_name;
-      }
-      client_id_ = r->client_id;
-      if (options_.state) {
-        if (Status saved = options_.state->SaveClientId(client_id_); !saved.ok()) {
-          spdlog::warn("cannot keep the client id in {}: {}", options_.state->path(), saved.ToString());
-        }
-      }
-      ResetBackoff();
-      spdlog::info("joined as {} (model {}, {} local examples)", client_id_, r->model_name, data_.size());
-      return Status::Ok();
-    }
-    if (!Transient(r.status())) return r.status();
-    PLEXUS_RETURN_IF_ERROR(BackOff(r.status()));
+void ClientRuntime::Say(const ClientStep& step) {
+  switch (step.say) {
+    case ClientStep::Say::kNothing:
+      return;
+    case ClientStep::Say::kDebug:
+      return spdlog::debug("{}", step.message);
+    case ClientStep::Say::kInfo:
+      return spdlog::info("{}", step.message);
+    case ClientStep::Say::kWarning:
+      return spdlog::warn("{}", step.message);
+    case ClientStep::Say::kError:
+      return spdlog::error("{}", step.message);
   }
-  return Stopped();
 }
 
 Result<ClientSummary> ClientRuntime::Run(const std::atomic<bool>* stop) {
@@ -131,44 +84,81 @@ Result<bool> ClientRuntime::WaitForDevice(const char* what) {
 }
 
 Result<ClientSummary> ClientRuntime::RunUntilStopped() {
-  PLEXUS_RETURN_IF_ERROR(Join());
-  summary_.client_id = client_id_;
-  std::optional<PollAnswer> next;  // handed back with the last upload
-  PLEXUS_ASSIGN_OR_RETURN(next, DeliverKeptUpdate());
-  while (!Stopping()) {
-    if (!next) PLEXUS_RETURN_IF_ERROR(WaitForDevice("taking no new task").status());
-    Result<PollAnswer> answer = next ? Result<PollAnswer>(*std::exchange(next, std::nullopt))
-                                     : transport_->Poll(client_id_, options_.poll_wait_ms);
-    if (!answer.ok()) {
-      if (answer.status().code() == StatusCode::kNotFound) {
-        spdlog::warn("the server does not know this client any more; joining again");
-        PLEXUS_RETURN_IF_ERROR(Join());
-        continue;
-      }
-      if (!Transient(answer.status())) return answer.status();
-      PLEXUS_RETURN_IF_ERROR(BackOff(answer.status()));
-      continue;
-    }
-    ResetBackoff();
-    switch (answer->kind) {
-      case PollAnswer::Kind::kFinished:
-        spdlog::info("federation finished; {} tasks done", summary_.tasks_completed);
-        return summary_;
-      case PollAnswer::Kind::kWait:
-        Sleep(std::clamp<int64_t>(answer->retry_after_ms, 0, 5000));
+  ClientStep step = session_.Start();
+  while (true) {
+    Say(step);
+    if (step.kind == ClientStep::Kind::kDone) return session_.summary();
+    if (step.kind == ClientStep::Kind::kFail) return step.error;
+    if (step.after_ms > 0) Sleep(step.after_ms);
+    if (Stopping()) return Stopped();
+    switch (step.kind) {
+      case ClientStep::Kind::kJoin:
+        step = Join();
         break;
-      case PollAnswer::Kind::kTask: {
-        if (refused_tasks_.count(answer->task.task_id)) {
-          spdlog::debug("task {}: its update was refused; waiting for other work", answer->task.task_id);
-          Sleep(kRefusedTaskPollMs);
-          break;
-        }
-        PLEXUS_ASSIGN_OR_RETURN(next, RunTask(answer->task));
+      case ClientStep::Kind::kPoll:
+        step = Poll();
         break;
-      }
+      case ClientStep::Kind::kTrain:
+        step = Train(step.task);
+        break;
+      case ClientStep::Kind::kUpload:
+        step = Upload(step.resume);
+        break;
+      case ClientStep::Kind::kEvaluate:
+        step = Evaluate(step.task);
+        break;
+      case ClientStep::Kind::kReport:
+        step = Report();
+        break;
+      case ClientStep::Kind::kDone:
+      case ClientStep::Kind::kFail:
+        break;
     }
   }
-  return Stopped();
+}
+
+ClientStep ClientRuntime::Join() {
+  Result<JoinReply> r = transport_->Join(session_.client_id(), static_cast<int64_t>(data_.size()), options_.device);
+  if (r.ok() && (!trainer_ || r->model_name != model_name_)) {
+    Result<std::unique_ptr<Trainer>> trainer = make_trainer_(r->model_name);
+    if (!trainer.ok()) return ClientStep::Failed(trainer.status());
+    trainer_ = std::move(trainer).value();
+    model_name_ = r->model_name;
+  }
+  ClientStep next = session_.JoinAnswered(r, NowMs());
+  if (!r.ok()) return next;
+  if (options_.state) {
+    if (Status saved = options_.state->SaveClientId(r->client_id); !saved.ok()) {
+      spdlog::warn("cannot keep the client id in {}: {}", options_.state->path(), saved.ToString());
+    }
+  }
+  spdlog::info("joined as {} (model {}, {} local examples)", r->client_id, r->model_name, data_.size());
+  if (!std::exchange(joined_once_, true) && TakeKeptUpdate()) return session_.ResumeKeptUpload();
+  return next;
+}
+
+ClientStep ClientRuntime::Poll() {
+  if (Result<bool> waited = WaitForDevice("taking no new task"); !waited.ok()) {
+    return ClientStep::Failed(waited.status());
+  }
+  return session_.PollAnswered(transport_->Poll(session_.client_id(), options_.poll_wait_ms), NowMs());
+}
+
+bool ClientRuntime::TakeKeptUpdate() {
+  if (!options_.state) return false;
+  std::optional<PendingUpload> kept = options_.state->LoadPendingUpload();
+  if (!kept) return false;
+  if (kept->header.client_id != session_.client_id()) {
+    spdlog::warn("dropping the kept update of task {}: it was trained as client {}, this is {}", kept->header.task_id,
+                 kept->header.client_id, session_.client_id());
+    options_.state->DropPendingUpload();
+    return false;
+  }
+  spdlog::info("task {}: sending the update trained before the restart ({} bytes, kept in {})", kept->header.task_id,
+               kept->payload.size(), options_.state->path());
+  pending_upload_ =
+      PendingUpdate{std::move(kept->header), std::make_shared<const std::string>(std::move(kept->payload))};
+  return true;
 }
 
 std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::string& sha256) {
@@ -198,11 +188,11 @@ Status ClientRuntime::DownloadUntilDone(std::string* bytes, const std::function<
     Status s = attempt();
     if (s.ok()) break;
     if (s.code() == StatusCode::kDataLoss) bytes->clear();  // inconsistent stream: start over
-    if (!Transient(s) && s.code() != StatusCode::kDataLoss) return s;
+    if (!ClientSession::Transient(s) && s.code() != StatusCode::kDataLoss) return s;
     PLEXUS_RETURN_IF_ERROR(BackOff(s));
   }
-  ResetBackoff();
-  ++summary_.downloads;
+  session_.Succeeded();
+  session_.CountDownload();
   return Status::Ok();
 }
 
@@ -327,15 +317,9 @@ Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task, std::string*
   return model;
 }
 
-Result<std::optional<PollAnswer>> ClientRuntime::RunEvaluation(const Task& task) {
+ClientStep ClientRuntime::Evaluate(const Task& task) {
   Result<ModelState> model = FetchModel(task);
-  if (!model.ok()) {
-    if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {
-      spdlog::warn("skipping evaluation task {}: {}", task.task_id, model.status().ToString());
-      return std::optional<PollAnswer>();
-    }
-    return model.status();
-  }
+  if (!model.ok()) return session_.TaskFailed(task, model.status());
   Evaluation e;  // zero examples when this client holds no evaluation data
   if (options_.eval_data.size() > 0) {
     Result<Evaluation> measured = trainer_->Evaluate(*model, options_.eval_data);
@@ -345,38 +329,33 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunEvaluation(const Task& task)
       e = *measured;
     }
   }
-  while (true) {
-    Status s = transport_->ReportEvaluation(client_id_, task.task_id, e);
-    if (s.ok()) break;
-    if (!Transient(s)) {  // refused (the evaluation closed meanwhile): nothing to keep
-      spdlog::warn("evaluation task {}: report refused: {}", task.task_id, s.ToString());
-      return std::optional<PollAnswer>();
-    }
-    PLEXUS_RETURN_IF_ERROR(BackOff(s));
-  }
-  ResetBackoff();
-  ++summary_.evaluations;
-  spdlog::info("task {}: version {} scores accuracy {:.4f}, loss {:.4f} on {} held-out examples", task.task_id,
-               task.model_version, e.accuracy, e.loss, e.examples);
-  return std::optional<PollAnswer>();
+  pending_report_ = PendingReport{task, e};
+  return Report();
 }
 
-Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
-  if (task.evaluate_only) return RunEvaluation(task);
-  Result<ModelState> model = FetchModel(task);
-  if (!model.ok()) {
-    if (model.status().code() == StatusCode::kDataLoss || model.status().code() == StatusCode::kNotFound) {
-      spdlog::warn("skipping task {}: {}", task.task_id, model.status().ToString());
-      return std::optional<PollAnswer>();
-    }
-    return model.status();
+ClientStep ClientRuntime::Report() {
+  if (!pending_report_) return ClientStep::Failed(InternalError("no evaluation to report"));
+  const Task& task = pending_report_->task;
+  const Evaluation& e = pending_report_->evaluation;
+  const Status reported = transport_->ReportEvaluation(session_.client_id(), task.task_id, e);
+  if (reported.ok()) {
+    spdlog::info("task {}: version {} scores accuracy {:.4f}, loss {:.4f} on {} held-out examples", task.task_id,
+                 task.model_version, e.accuracy, e.loss, e.examples);
   }
+  ClientStep next = session_.EvaluationReported(task.task_id, reported, NowMs());
+  if (next.kind != ClientStep::Kind::kReport) pending_report_.reset();
+  return next;
+}
+
+ClientStep ClientRuntime::Train(const Task& task) {
+  Result<ModelState> model = FetchModel(task);
+  if (!model.ok()) return session_.TaskFailed(task, model.status());
   TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
   if (options_.device_blocked) {
     o.before_step = [this, &task](int64_t step) -> Status {
       PLEXUS_ASSIGN_OR_RETURN(bool waited, WaitForDevice("pausing the task"));
       if (waited) {
-        ++summary_.pauses;
+        session_.CountPause();
         spdlog::info("task {}: resuming at step {}", task.task_id, step);
       }
       return Status::Ok();
@@ -385,14 +364,7 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
-  if (!out.ok() && out.status().code() == StatusCode::kAborted) {
-    // Local training diverged: nothing worth sending. The task is dropped (the server's deadline
-    // or a later task replaces it) and the client goes on with the next one.
-    ++summary_.tasks_failed;
-    spdlog::warn("task {}: dropped: {}", task.task_id, out.status().ToString());
-    return std::optional<PollAnswer>();
-  }
-  if (!out.ok()) return out.status().WithContext("task " + task.task_id);
+  if (!out.ok()) return session_.TaskFailed(task, out.status());
   if (options_.slowdown > 1.0) {
     const double trained_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -404,7 +376,7 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
   UploadHeader h;
   std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
 
-  h.client_id = client_id_;
+  h.client_id = session_.client_id();
   h.task_id = task.task_id;
   h.base_version = task.model_version;
   h.num_examples = out->num_examples;
@@ -417,7 +389,8 @@ Result<std::optional<PollAnswer>> ClientRuntime::RunTask(const Task& task) {
       spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
     }
   }
-  return Deliver(std::move(h), payload);
+  pending_upload_ = PendingUpdate{std::move(h), std::move(payload)};
+  return session_.Trained();
 }
 
 std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task, const ModelState& delta,
@@ -447,70 +420,28 @@ std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task,
   return std::make_shared<const std::string>(EncodeSafetensors(delta));
 }
 
-Result<std::optional<PollAnswer>> ClientRuntime::DeliverKeptUpdate() {
-  if (!options_.state) return std::optional<PollAnswer>();
-  std::optional<PendingUpload> kept = options_.state->LoadPendingUpload();
-  if (!kept) return std::optional<PollAnswer>();
-  if (kept->header.client_id != client_id_) {
-    spdlog::warn("dropping the kept update of task {}: it was trained as client {}, this is {}", kept->header.task_id,
-                 kept->header.client_id, client_id_);
-    options_.state->DropPendingUpload();
-    return std::optional<PollAnswer>();
-  }
-  spdlog::info("task {}: sending the update trained before the restart ({} bytes, kept in {})", kept->header.task_id,
-               kept->payload.size(), options_.state->path());
-  ++summary_.uploads_resumed_after_restart;
-  UploadHeader h = std::move(kept->header);
-  h.resume = true;  // the server may hold what arrived before the restart
-  return Deliver(std::move(h), std::make_shared<const std::string>(std::move(kept->payload)));
-}
-
-Result<std::optional<PollAnswer>> ClientRuntime::Deliver(UploadHeader h, std::shared_ptr<const std::string> payload) {
+ClientStep ClientRuntime::Upload(bool resume) {
+  if (!pending_upload_) return ClientStep::Failed(InternalError("no update to upload"));
+  UploadHeader& h = pending_upload_->header;
+  h.resume = resume || h.resume;  // the server may hold what arrived before a failure or restart
   h.want_next_task = true;
-  const auto forget = [this] {
-    if (options_.state) options_.state->DropPendingUpload();
-  };
-  while (true) {
-    Result<UploadAck> accepted = transport_->Upload(h, payload);
-    if (accepted.ok()) {
-      forget();
-      ++summary_.tasks_completed;
-      ResetBackoff();
-      refusals_in_a_row_ = 0;
-      last_refusal_reason_.clear();
-      const auto loss = h.metrics.find("train_loss");
-      spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; {} bytes{}; server at version {})", h.task_id,
-                   h.local_steps, loss == h.metrics.end() ? 0.0 : loss->second, payload->size(),
-                   h.codec.empty() ? "" : " in " + h.codec, accepted->accepted_for_version);
-      return std::move(accepted->next);
-    }
-    const Status s = accepted.status();
-    if (Stopping()) return Stopped();  // the call was cancelled, not refused
-    if (!Transient(s)) {
-      // The round closed, the task expired or the server refused the update: drop it, poll again.
-      forget();
-      ++summary_.tasks_refused;
-      if (refused_tasks_.size() >= 1024) refused_tasks_.clear();  // old rounds' ids: bounded memory
-      refused_tasks_.insert(h.task_id);
-      const std::string reason = RefusalReason(s, h.task_id);
-      refusals_in_a_row_ = reason == last_refusal_reason_ ? refusals_in_a_row_ + 1 : 1;
-      last_refusal_reason_ = reason;
-      if (refusals_in_a_row_ < 2) {
-        spdlog::warn("task {}: update refused: {}; waiting for other work", h.task_id, s.ToString());
-        return std::optional<PollAnswer>();
-      }
-      // Training again at once would most likely meet the same refusal: say so once, back off.
-      const int64_t delay =
-          std::min<int64_t>(kMaxRefusalBackoffMs, kRefusedTaskPollMs << std::min(refusals_in_a_row_ - 1, 20));
-      spdlog::error("the server refused this client's last {} updates for the same reason: {}; next task in {} s",
-                    refusals_in_a_row_, s.ToString(), delay / 1000);
-      Sleep(delay);
-      if (Stopping()) return Stopped();
-      return std::optional<PollAnswer>();
-    }
-    PLEXUS_RETURN_IF_ERROR(BackOff(s));
-    h.resume = true;  // the server may hold the part that arrived
+  const Result<UploadAck> ack = transport_->Upload(h, pending_upload_->payload);
+  if (!ack.ok() && Stopping()) return ClientStep::Failed(Stopped());  // cancelled, not refused
+  if (ack.ok()) {
+    const auto loss = h.metrics.find("train_loss");
+    spdlog::info("task {}: uploaded ({} steps, train loss {:.4f}; {} bytes{}; server at version {})", h.task_id,
+                 h.local_steps, loss == h.metrics.end() ? 0.0 : loss->second, pending_upload_->payload->size(),
+                 h.codec.empty() ? "" : " in " + h.codec, ack->accepted_for_version);
   }
+  const std::string task_id = h.task_id;
+  ClientStep next = session_.UploadAnswered(task_id, ack, NowMs());
+  // Acknowledged or refused: nothing to send again. An upload given up on stays kept, for the
+  // next run to send.
+  if (ack.ok() || !ClientSession::Transient(ack.status())) {
+    pending_upload_.reset();
+    if (options_.state) options_.state->DropPendingUpload();
+  }
+  return next;
 }
 
 }  // namespace plexus

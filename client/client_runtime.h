@@ -3,24 +3,25 @@
 // SHA-256), trains it through the Trainer, and uploads the delta. Transient failures
 // (Unavailable, DeadlineExceeded) are retried with exponential backoff and jitter, so the client
 // rides out a server restart; it rejoins when the server no longer knows it, and returns when the
-// federation finishes. Borrows the transport and data, which must outlive it; owns its trainer.
-// Single-threaded.
+// federation finishes. What to do next is the ClientSession's decision (client/client_session.h,
+// shared with the simulator's virtual clients); this runtime carries its steps out over the
+// transport, the trainer and the state directory. Borrows the transport and data, which must
+// outlive it; owns its trainer. Single-threaded.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 
+#include "client/client_session.h"
 #include "client/client_state_dir.h"
 #include "client/federation_transport.h"
 #include "compute/dataset.h"
 #include "compute/trainer.h"
 #include "core/clock.h"
 #include "core/model_state.h"
-#include "core/rng.h"
 #include "core/status.h"
 
 namespace plexus {
@@ -54,17 +55,6 @@ struct ClientOptions {
   DatasetView eval_data;
 };
 
-struct ClientSummary {
-  std::string client_id;
-  int64_t tasks_completed = 0;
-  int64_t tasks_refused = 0;  // uploads the server refused (e.g. the round had closed)
-  int64_t tasks_failed = 0;   // tasks whose local training diverged (nothing uploaded)
-  int64_t downloads = 0;
-  int64_t evaluations = 0;                    // evaluation tasks answered
-  int64_t pauses = 0;                         // times a running task paused for the device policy
-  int64_t uploads_resumed_after_restart = 0;  // updates trained by an earlier run, sent by this one
-};
-
 // Builds the trainer for the model the server announces at join.
 using TrainerFactory = std::function<Result<std::unique_ptr<Trainer>>(const std::string& model_name)>;
 
@@ -82,10 +72,25 @@ class ClientRuntime {
   Result<ClientSummary> RunUntilStopped();
   bool Stopping() const { return stop_ && stop_->load(); }
   static Status Stopped() { return CancelledError("stopped"); }
-  Status Join();
-  // Trains, uploads and returns what the server answered for the next task along with the
-  // upload (nullopt: poll for it).
-  Result<std::optional<PollAnswer>> RunTask(const Task& task);
+  int64_t NowMs() const { return (options_.clock ? options_.clock : &real_clock_)->NowMs(); }
+  // Logs what the session says with a step.
+  static void Say(const ClientStep& step);
+
+  // Each carries out one step of the session and returns the session's next one.
+  ClientStep Join();
+  ClientStep Poll();
+  // Fetches the task's model and trains it; its update becomes pending_upload_.
+  ClientStep Train(const Task& task);
+  // Sends pending_upload_ (`resume`: the server may hold its first part); drops it, and its kept
+  // copy, once the server has answered.
+  ClientStep Upload(bool resume);
+  // Evaluates the task's model on the held-out data; the result becomes pending_report_.
+  ClientStep Evaluate(const Task& task);
+  ClientStep Report();
+  // After the first join: an update an earlier run trained and did not see acknowledged becomes
+  // pending_upload_ (true), unless it was trained as another client (dropped).
+  bool TakeKeptUpdate();
+
   Result<ModelState> FetchModel(const Task& task);
   // The task's model through its download_codec; FailedPrecondition when the transport has no
   // coded downloads (the caller then downloads float32).
@@ -94,25 +99,15 @@ class ClientRuntime {
   // Calls `attempt` (one download call appending to *bytes) until it succeeds, backing off after
   // transient failures; a DataLoss (an inconsistent stream) empties *bytes to start over.
   Status DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt);
-  // Evaluates the task's model on the held-out data and reports it (nullopt: poll next).
-  Result<std::optional<PollAnswer>> RunEvaluation(const Task& task);
   // The model of `version` kept in the state directory (complete, or a partial file that holds
   // all of it), if it matches `sha256`.
   std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);
-  // Uploads an update until the server acknowledges it (its answer for the next task, nullopt:
-  // poll) or refuses it (nullopt); drops the kept copy either way. Retries what is transient.
-  Result<std::optional<PollAnswer>> Deliver(UploadHeader header, std::shared_ptr<const std::string> payload);
   // The update's bytes in the task's upload codec (setting *codec_used to it), or as float32
   // safetensors (clearing it) when the task names none or one this client cannot make.
   std::shared_ptr<const std::string> EncodeUpdate(const Task& task, const ModelState& delta, std::string* codec_used);
-  // Delivers an update an earlier run trained and did not see acknowledged.
-  Result<std::optional<PollAnswer>> DeliverKeptUpdate();
-  // Sleeps for the next backoff step; Unavailable once failures have lasted give_up_after_ms.
+  // Sleeps for the session's next backoff step; Unavailable once failures have lasted
+  // give_up_after_ms.
   Status BackOff(const Status& cause);
-  void ResetBackoff() {
-    failures_ = 0;
-    failing_since_ms_ = -1;
-  }
   void Sleep(int64_t ms);
   // Waits while the device policy says no (logging why once); Cancelled when stopped meanwhile.
   // True when it waited.
@@ -125,23 +120,22 @@ class ClientRuntime {
   std::unique_ptr<Trainer> trainer_;
   std::string model_name_;
   const DatasetView data_;
-  Rng rng_;
-  std::string client_id_;
+  ClientSession session_;
+  bool joined_once_ = false;
+  struct PendingUpdate {
+    UploadHeader header;
+    std::shared_ptr<const std::string> payload;
+  };
+  std::optional<PendingUpdate> pending_upload_;
+  struct PendingReport {
+    Task task;
+    Evaluation evaluation;
+  };
+  std::optional<PendingReport> pending_report_;
   std::optional<ModelState> cached_model_;
   std::string cached_sha256_;           // cached_model_'s SHA-256, checked when it was downloaded
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
-  // Tasks whose update the server refused: training one again would send the same bytes to the
-  // same refusal (a sync round hands the client its open task until the round's deadline), so the
-  // client waits for other work instead.
-  std::set<std::string> refused_tasks_;
-  // Refusals of consecutive updates for the same reason (RefusalReason): from the second on, the
-  // client says why in one line and waits longer before its next task, doubling each time.
-  std::string last_refusal_reason_;
-  int refusals_in_a_row_ = 0;
-  int failures_ = 0;
-  int64_t failing_since_ms_ = -1;  // when the first of the current failures was seen; -1: none
   RealClock real_clock_;
-  ClientSummary summary_;
 };
 
 }  // namespace plexus

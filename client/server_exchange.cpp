@@ -11,7 +11,7 @@
 namespace plexus {
 
 ServerExchange::ServerExchange(std::unique_ptr<FederationTransport> transport, std::string client_id, double wait_ms)
-    : transport_(std::move(transport)), client_id_(std::move(client_id)), wait_ms_(wait_ms) {}
+    : transport_(std::move(transport)), session_(ClientSessionOptions{}, std::move(client_id)), wait_ms_(wait_ms) {}
 
 void ServerExchange::Cancel() {
   cancelled_ = true;
@@ -33,29 +33,49 @@ bool ServerExchange::Pause(double ms, double deadline_ms) const {
   return !cancelled_ && NowMs() < deadline_ms;
 }
 
+// The client's own decisions (ClientSession) take the server's answers: join (again, when a
+// restarted server forgot this peer), wait, back off after failures, stop when the federation is
+// over; an evaluation task is answered with no examples (a peer holds no held-out data here).
 Result<Task> ServerExchange::TakeTask(double deadline_ms) {
+  ClientStep step = joined_ ? ClientStep::Of(ClientStep::Kind::kPoll) : session_.Start();
+  std::string last_error;
   while (true) {
     if (cancelled_) return CancelledError("the peer is leaving");
-    if (!joined_) {
-      Result<JoinReply> joined = transport_->Join(client_id_, 1, "peer");
-      if (joined.ok()) {
-        joined_ = true;
-      } else if (!Pause(500, deadline_ms)) {
-        return Stopped("could not join the server: " + joined.status().message());
+    if (step.after_ms > 0 && !Pause(static_cast<double>(step.after_ms), deadline_ms)) {
+      return Stopped((joined_ ? "no task from the server in time" : "could not join the server") + last_error);
+    }
+    const auto now = static_cast<int64_t>(NowMs());
+    switch (step.kind) {
+      case ClientStep::Kind::kJoin: {
+        Result<JoinReply> joined = transport_->Join(session_.client_id(), 1, "peer");
+        joined_ = joined.ok();
+        last_error = joined.ok() ? "" : ": " + joined.status().message();
+        step = session_.JoinAnswered(joined, now);
+        break;
       }
-      continue;
-    }
-    const auto wait = static_cast<int64_t>(std::clamp(deadline_ms - NowMs(), 0.0, 2000.0));
-    Result<PollAnswer> answer = transport_->Poll(client_id_, wait);
-    if (answer.ok() && answer->kind == PollAnswer::Kind::kTask) return answer->task;
-    if (answer.ok() && answer->kind == PollAnswer::Kind::kFinished) {
-      return FailedPreconditionError("the server's federation has finished");
-    }
-    if (!answer.ok() && answer.status().code() == StatusCode::kNotFound) joined_ = false;  // e.g. a server restart
-    const double retry = answer.ok() ? static_cast<double>(std::max<int64_t>(answer->retry_after_ms, 50)) : 500.0;
-    if (!Pause(retry, deadline_ms)) {
-      return Stopped("no task from the server in time" +
-                     (answer.ok() ? std::string() : ": " + answer.status().message()));
+      case ClientStep::Kind::kPoll: {
+        const auto wait = static_cast<int64_t>(std::clamp(deadline_ms - NowMs(), 0.0, 2000.0));
+        Result<PollAnswer> answer = transport_->Poll(session_.client_id(), wait);
+        last_error = answer.ok() ? "" : ": " + answer.status().message();
+        if (!answer.ok() && answer.status().code() == StatusCode::kNotFound) joined_ = false;
+        step = session_.PollAnswered(answer, now);
+        break;
+      }
+      case ClientStep::Kind::kTrain:
+        return step.task;
+      case ClientStep::Kind::kEvaluate:
+      case ClientStep::Kind::kReport: {
+        if (step.kind == ClientStep::Kind::kEvaluate) evaluation_task_ = step.task.task_id;
+        const Status reported = transport_->ReportEvaluation(session_.client_id(), evaluation_task_, Evaluation{});
+        step = session_.EvaluationReported(evaluation_task_, reported, now);
+        break;
+      }
+      case ClientStep::Kind::kDone:
+        return FailedPreconditionError("the server's federation has finished");
+      case ClientStep::Kind::kFail:
+        return step.error.WithContext("the server");
+      case ClientStep::Kind::kUpload:
+        return InternalError("server exchange: an upload step while taking a task");
     }
   }
 }
@@ -94,7 +114,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   ModelState delta = own;
   delta.Subtract(global);
   UploadHeader h;
-  h.client_id = client_id_;
+  h.client_id = session_.client_id();
   h.task_id = task.task_id;
   h.base_version = task.model_version;
   h.num_examples = 1;
@@ -103,12 +123,13 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   while (true) {
     if (cancelled_) return CancelledError("the peer is leaving");
     Result<UploadAck> ack = transport_->Upload(h, payload);
+    const ClientStep next = session_.UploadAnswered(h.task_id, ack, static_cast<int64_t>(NowMs()));
     if (ack.ok()) break;
-    if (ack.status().code() != StatusCode::kUnavailable && ack.status().code() != StatusCode::kDeadlineExceeded) {
-      return ack.status().WithContext("upload to the server");
+    if (next.kind != ClientStep::Kind::kUpload) {
+      return (next.kind == ClientStep::Kind::kFail ? next.error : ack.status()).WithContext("upload to the server");
     }
-    h.resume = true;
-    if (!Pause(200, deadline)) return Stopped("could not upload to the server in time");
+    h.resume = next.resume;
+    if (!Pause(static_cast<double>(next.after_ms), deadline)) return Stopped("could not upload to the server in time");
   }
   spdlog::debug("server exchange: uploaded for version {}, waiting for the next", task.model_version);
   return DownloadVersion(task.model_version + 1, deadline, true);

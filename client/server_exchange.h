@@ -7,7 +7,8 @@
 // as an update weighing one example, and then waits until the server publishes a later version,
 // which it downloads and returns: the average it is part of.
 //
-// Owns its transport. Exchange blocks (the peer runs it on a worker thread) until the answer
+// The server's answers are taken by the ClientSession `plexus client` runs (join again, wait, back
+// off, stop). Owns its transport. Exchange blocks (the peer runs it on a worker thread) until the answer
 // comes or `wait_ms` passes; Cancel, from any thread, ends it with Cancelled. Otherwise
 // thread-compatible.
 #pragma once
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "client/client_session.h"
 #include "client/federation_transport.h"
 #include "core/model_state.h"
 #include "core/status.h"
@@ -42,9 +44,10 @@ class ServerExchange {
   Status Stopped(std::string why) const;
 
   std::unique_ptr<FederationTransport> transport_;
-  const std::string client_id_;
+  ClientSession session_;  // the client's decisions on the server's answers, as `plexus client`
   const double wait_ms_;
   bool joined_ = false;
+  std::string evaluation_task_;  // the evaluation task being answered
   std::atomic<bool> cancelled_{false};
 };
 
