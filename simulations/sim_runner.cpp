@@ -9,7 +9,9 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
+#include "client/client_session.h"
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
 #include "compute/model_zoo.h"
@@ -90,6 +92,7 @@ class FederationSim {
     parked_epoch_ = engine_->poll_epoch();
     reported_ = engine_->history().size();
     upload_bytes_ = codec_ ? codec_->EncodedSize(engine_->model()) : model_bytes_;
+    session_options_.seed = o.seed;
   }
 
   Result<SimResult> Run() {
@@ -141,6 +144,12 @@ class FederationSim {
     if (!s.ok() || engine_->finished()) net_.Stop();
   }
   void SetClock() { clock_->SetMs(std::llround(net_.now_ms())); }
+  int64_t now_ms() const { return std::llround(net_.now_ms()); }
+  // Client i's session, made when it has none (a session at rest is dropped: a new one decides
+  // the same).
+  ClientSession& SessionOf(size_t i) {
+    return sessions_.try_emplace(static_cast<uint32_t>(i), session_options_, ClientName(i)).first->second;
+  }
 
   void WakeParked() {
     for (uint32_t i : parked_) Schedule(0.0, i);
@@ -193,16 +202,35 @@ class FederationSim {
     }
     SetClock();
     PLEXUS_ASSIGN_OR_RETURN(PollAnswer a, engine_->Poll(ClientName(i)));
-    if (a.kind == PollAnswer::Kind::kWait) {
-      WakeIfEpochMoved();  // e.g. this very poll opened a round
-      parked_.push_back(static_cast<uint32_t>(i));
-      return Status::Ok();
+    ClientSession& session = SessionOf(i);
+    const ClientStep step = session.PollAnswered(a, now_ms());
+    switch (step.kind) {
+      case ClientStep::Kind::kTrain:
+        break;
+      case ClientStep::Kind::kDone:  // finished: the client stops
+        sessions_.erase(i);
+        return Status::Ok();
+      case ClientStep::Kind::kPoll:
+        if (step.pause == ClientStep::Pause::kServerSaidWait) {
+          // A long poll: parked until the engine's state moves.
+          WakeIfEpochMoved();  // e.g. this very poll opened a round
+          parked_.push_back(static_cast<uint32_t>(i));
+        } else {
+          if (step.pause == ClientStep::Pause::kRefusedTask) ++result_.waits_after_refusals;
+          Schedule(static_cast<double>(step.after_ms), i);
+        }
+        if (session.at_rest()) sessions_.erase(i);
+        return Status::Ok();
+      default:
+        return InternalError("simulation: client " + ClientName(i) + " cannot take the engine's answer: " +
+                             (step.kind == ClientStep::Kind::kEvaluate ? "federated evaluation is not simulated"
+                                                                       : step.error.ToString()));
     }
-    if (a.kind != PollAnswer::Kind::kTask) return Status::Ok();  // finished: the client stops
+    const Task& task = step.task;
     WakeIfEpochMoved();
     const ModelState& base = engine_->model();
-    if (base.version() != a.task.model_version) {
-      return InternalError("simulation: task " + a.task.task_id + " names a version other than the current model");
+    if (base.version() != task.model_version) {
+      return InternalError("simulation: task " + task.task_id + " names a version other than the current model");
     }
     if (!current_base_ || current_base_->version() != base.version()) {
       current_base_ = std::make_shared<const ModelState>(base);
@@ -219,7 +247,7 @@ class FederationSim {
       download_bytes = d.bytes->size();
     }
     bytes_down_ += static_cast<int64_t>(download_bytes);
-    const TaskHyperparams& hp = a.task.hyperparams;
+    const TaskHyperparams& hp = task.hyperparams;
     const int64_t steps = hp.StepsFor(data_.examples(i));
     const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
     const double planned_ms = dev_.TaskMs(steps, ms_per_step_[i], model_bytes_, dev_.BandwidthFactor(i, o_.seed));
@@ -237,8 +265,8 @@ class FederationSim {
     const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
     PLEXUS_RETURN_IF_ERROR(
         runner_->Start(i, {start, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
-                           TrainOptionsFor(a.task.hyperparams, batch_seed)}));
-    InFlight f{a.task, start, std::nullopt};
+                           TrainOptionsFor(task.hyperparams, batch_seed)}));
+    InFlight f{task, start, std::nullopt};
     ++handed_out_;
     if (train_at_handout_) {
       PLEXUS_ASSIGN_OR_RETURN(Update trained, FinishTraining(i, f));
@@ -303,6 +331,7 @@ class FederationSim {
         PLEXUS_ASSIGN_OR_RETURN(u.delta, codec_->Decode(bytes, u.delta));
       }
     }
+    const std::string task_id = u.task_id;
     Status s = engine_->Submit(std::move(u));
     in_flight_.erase(it);
     bytes_up_ += static_cast<int64_t>(upload_bytes_);
@@ -315,7 +344,16 @@ class FederationSim {
     }
     ReportNewVersions();
     WakeIfEpochMoved();
-    Schedule(0.0, i);
+    ClientSession& session = SessionOf(i);
+    const ClientStep step = s.ok()
+                                ? session.UploadAnswered(task_id, UploadAck{engine_->model().version(), {}}, now_ms())
+                                : session.UploadAnswered(task_id, s, now_ms());
+    if (step.kind != ClientStep::Kind::kPoll) {
+      return InternalError("simulation: client " + ClientName(i) + " did not poll after its upload's answer");
+    }
+    if (step.pause == ClientStep::Pause::kRefusals) ++result_.waits_after_refusals;
+    if (session.at_rest()) sessions_.erase(i);
+    Schedule(static_cast<double>(step.after_ms), i);
     return Status::Ok();
   }
 
@@ -351,7 +389,9 @@ class FederationSim {
   int64_t wave_ms_ = 0;
   double next_wave_ms_ = 0.0;
   std::map<size_t, InFlight> in_flight_;
-  std::shared_ptr<const ModelState> current_base_;  // shared by the tasks handed out on it
+  ClientSessionOptions session_options_;                  // the seed's backoff jitter, the defaults otherwise
+  std::unordered_map<uint32_t, ClientSession> sessions_;  // clients whose session is not at rest
+  std::shared_ptr<const ModelState> current_base_;        // shared by the tasks handed out on it
   int64_t handed_out_ = 0;
   int64_t bytes_down_ = 0, bytes_up_ = 0;
   size_t reported_ = 0;

@@ -7,8 +7,11 @@
 // task names) and its update is submitted when the upload has arrived; then it polls again. A
 // client told to wait is parked at no cost and polls again when the engine's poll epoch moves
 // (or every half client timeout, to stay connected), so idle clients cost a few hundred bytes
-// each: a million fit in a few hundred MB. Engine deadlines fire from ticks every 100 virtual
-// ms. Borrows runner, evaluator and data. Single-threaded.
+// each: a million fit in a few hundred MB. What a client does with each answer (train, wait, skip
+// a task whose update was refused, back off after refusals) is decided by the ClientSession that
+// `plexus client` runs (client/client_session.h); a client's session is kept only while it
+// remembers something (ClientSession::at_rest), so idle clients still cost nothing more. Engine deadlines fire from
+// ticks every 100 virtual ms. Borrows runner, evaluator and data. Single-threaded.
 #pragma once
 
 #include <functional>
@@ -76,8 +79,11 @@ struct SimResult {
   double wall_time_s = 0.0;
   double virtual_time_s = 0.0;
   int64_t tasks_trained = 0;
-  int64_t tasks_dropped = 0;        // abandoned by their (virtual) device, or lost when it went off
-  int64_t updates_refused = 0;      // e.g. too stale, or past a sync round's close
+  int64_t tasks_dropped = 0;    // abandoned by their (virtual) device, or lost when it went off
+  int64_t updates_refused = 0;  // e.g. too stale, or past a sync round's close
+  // Polls a client put off because of refusals, as `plexus client` does (ClientSession): after a
+  // refused update's task was handed out again, or after refusals for the same reason in a row.
+  int64_t waits_after_refusals = 0;
   int64_t attackers = 0;            // malicious clients
   int64_t examples_per_client = 0;  // > 0 when partitions were sampled with replacement
   std::string strategy;

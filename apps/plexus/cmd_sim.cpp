@@ -325,6 +325,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   s.virtual_time_s = result.virtual_time_s;
   s.updates_refused = result.updates_refused;
   s.tasks_trained = result.tasks_trained;
+  s.waits_after_refusals = result.waits_after_refusals;
   if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
   if (!f.model_out.empty()) Check(WriteSafetensorsFile(f.model_out, result.final_model));

@@ -54,6 +54,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["cpu_time_s"] = CpuTimeSeconds();
   if (s.virtual_time_s) j["virtual_time_s"] = *s.virtual_time_s;
   if (s.tasks_trained) j["tasks_trained"] = *s.tasks_trained;
+  if (s.waits_after_refusals) j["waits_after_refusals"] = *s.waits_after_refusals;
   if (s.transfers) {
     j["transfers"] = {{"upload_bytes_received", s.transfers->upload_bytes_received},
                       {"uploads_resumed", s.transfers->uploads_resumed},

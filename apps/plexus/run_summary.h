@@ -32,6 +32,8 @@ struct RunSummary {
   double wall_time_s = 0.0;
   std::optional<double> virtual_time_s;  // simulator only
   std::optional<int64_t> tasks_trained;  // simulator only
+  // Simulator only: polls clients put off after refusals, as ClientSession decides.
+  std::optional<int64_t> waits_after_refusals;
   // plexus server only: what crossed its door ("transfers" in the JSON).
   struct Transfers {
     int64_t upload_bytes_received = 0;  // every payload byte that arrived, accepted or not

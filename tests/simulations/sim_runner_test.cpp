@@ -103,6 +103,23 @@ TEST_F(SimRunnerTest, AsyncPublishesFastUpdatesWithoutWaiting) {
   EXPECT_EQ(r->rounds[3].record.merged[0].staleness, 3u);  // the slow update, 3 versions behind
 }
 
+// The virtual clients take the engine's answers through the ClientSession `plexus client` runs:
+// the slow client's updates come 4 versions late, past a limit of 2, and from the second refusal
+// for that reason on it waits 2 s before its next task instead of training again at once.
+TEST_F(SimRunnerTest, ClientsBackOffAfterRefusalsAsTheRealClientDoes) {
+  SimOptions o = TwoSpeeds("async", 20);  // the fast client alone publishes a version per 100 ms
+  o.async.max_staleness = 2;
+  Result<SimResult> r = Run(o);
+  ASSERT_OK(r);
+  ASSERT_EQ(r->rounds.size(), 20u);
+  EXPECT_DOUBLE_EQ(r->virtual_time_s, 2.0);
+  // Slow: trained at 0 s (refused at 0.4 s, polls at once) and at 0.4 s (refused at 0.8 s, waits
+  // until 2.8 s): two tasks in the 2 s, not five.
+  EXPECT_EQ(r->updates_refused, 2);
+  EXPECT_EQ(r->waits_after_refusals, 1);
+  EXPECT_EQ(r->tasks_trained, 22);
+}
+
 TEST_F(SimRunnerTest, SemiAsyncRunsAndIsDeterministic) {
   SimOptions o = TwoSpeeds("semiasync", 6);
   o.async.compass.q_min = 2;
