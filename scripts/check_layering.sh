@@ -14,6 +14,7 @@ cd "$root"
 # named plexus/v1/... and count as the part `proto`).
 declare -A allowed=(
   [core]="core"
+  [privacy]="core privacy"
   [aggregators]="core aggregators"
   [crdt]="core aggregators crdt"
   [crdt/store]="core aggregators crdt crdt/store sqlite"
@@ -31,7 +32,7 @@ declare -A allowed=(
   [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol compression client simulations"
 )
 # Parts that stay plain C++: no heavy dependency at all.
-plain="core aggregators crdt server/store server/coordinator gossip/protocol compression edge"
+plain="core privacy aggregators crdt server/store server/coordinator gossip/protocol compression edge"
 heavy='^#include <(torch/|ATen/|grpc|grpcpp/|sqlite3\.h|uv\.h|mpi\.h)'
 
 # Sets `part` to the part of a source file or included path (bash only: this runs per include).

@@ -58,5 +58,6 @@ void AddMergeCommand(CLI::App& app);
 void AddCertsCommand(CLI::App& app);
 void AddTokensCommand(CLI::App& app);
 void AddPeerCommand(CLI::App& app);
+void AddPrivacyCommand(CLI::App& app);
 
 }  // namespace plexus::cli

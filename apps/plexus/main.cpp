@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   AddPeerCommand(app);
 #endif
   AddClientCommand(app);
+  AddPrivacyCommand(app);
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).
   spdlog::set_default_logger(spdlog::stderr_color_mt("plexus"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");

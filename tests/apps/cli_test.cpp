@@ -340,6 +340,34 @@ TEST(CliTest, InvalidSettingsAreClearErrors) {
   EXPECT_NE(out.find("cannot get status"), std::string::npos) << out;
 }
 
+// The calculator prints TensorFlow Privacy's MNIST figure both ways, inverts it, and refuses
+// settings that mean nothing with one line naming the flag.
+TEST(CliTest, PrivacyCalculatorPrintsEpsilonBothWaysAndTheNoiseAnEpsilonNeeds) {
+  std::string out;
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY, {"privacy", "--q", "0.0042666667", "--noise", "1.1", "--releases", "14062"}, &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("epsilon at delta 1e-05: 2.59"), std::string::npos) << out;
+  EXPECT_NE(out.find("3.00"), std::string::npos) << out;
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY,
+                      {"privacy", "--q", "0.0042666667", "--epsilon", "2.6", "--releases", "14062", "--json"}, &out),
+      0)
+      << out;
+  const size_t at = out.find("\"noise_multiplier\": ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NEAR(std::stod(out.substr(at + 20)), 1.1, 0.02 * 1.1) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"privacy", "--q", "1.5", "--noise", "1", "--releases", "10"}, &out), 1);
+  EXPECT_NE(out.find("--q must be in (0, 1]"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"privacy", "--q", "0.1", "--noise", "-1", "--releases", "10"}, &out), 1);
+  EXPECT_NE(out.find("--noise"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"privacy", "--q", "0.1", "--noise", "1", "--releases", "10", "--delta", "1"}, &out),
+            1);
+  EXPECT_NE(out.find("--delta must be in (0, 1)"), std::string::npos) << out;
+}
+
 TEST(CliTest, EveryShippedScenarioIsValid) {
   int seen = 0;
   for (const auto& entry : std::filesystem::directory_iterator(PLEXUS_SCENARIO_DIR)) {
