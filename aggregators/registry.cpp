@@ -10,6 +10,7 @@ namespace plexus {
 #define PLEXUS_STRATEGIES(X)           \
   X("fedavg", MakeFedAvg)              \
   X("fedavgm", MakeFedAvgM)            \
+  X("dp_fedavg", MakeDpFedAvg)         \
   X("fednova", MakeFedNova)            \
   X("fedadam", MakeFedAdam)            \
   X("fedyogi", MakeFedYogi)            \

@@ -15,7 +15,7 @@ cd "$root"
 declare -A allowed=(
   [core]="core"
   [privacy]="core privacy"
-  [aggregators]="core aggregators"
+  [aggregators]="core privacy aggregators"
   [crdt]="core aggregators crdt"
   [crdt/store]="core aggregators crdt crdt/store sqlite"
   [sqlite]="core sqlite"

@@ -11,7 +11,7 @@ using ::plexus::testing::StatusIs;
 TEST(RegistryTest, UnknownNameListsKnownOnes) {
   EXPECT_THAT(MakeAggregator("fedmagic", nullptr),
               StatusIs(StatusCode::kInvalidArgument,
-                       "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, fedadagrad"));
+                       "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, dp_fedavg, fedadagrad"));
 }
 
 TEST(RegistryTest, UnknownParameterIsNamed) {

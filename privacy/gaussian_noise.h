@@ -1,0 +1,38 @@
+// GaussianNoise: where differential privacy's noise comes from. A server draws it from OpenSSL's
+// cryptographically secure generator (RAND_bytes), so that nobody who learns a seed or a few
+// outputs can predict and subtract it; the simulator draws it from a seeded stream so that its
+// runs stay reproducible, which makes a simulation's "private" model private only against those
+// who do not know the seed (it says so in its summary).
+//
+// Normals come from Box–Muller over 53-bit uniforms in double precision. Known limit: a
+// floating-point Gaussian is not exactly Gaussian in its lowest bits (Mironov 2012 showed how
+// such gaps leak for the Laplace mechanism); docs/privacy.md names it among what is not protected.
+// Thread-compatible: one source per aggregation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace plexus {
+
+class GaussianNoise {
+ public:
+  virtual ~GaussianNoise() = default;
+  // values[i] += N(0, stddev²) for every i, independently. Internal when the secure generator
+  // fails (then `values` is unchanged: nothing is released without its noise).
+  // REQUIRES: stddev ≥ 0 and finite.
+  virtual Status Add(std::span<double> values, double stddev) = 0;
+  // "openssl" or "seeded(seed=N)", for summaries and logs.
+  virtual std::string Describe() const = 0;
+};
+
+// Draws from OpenSSL's RAND_bytes.
+std::unique_ptr<GaussianNoise> MakeSecureGaussianNoise();
+// Draws from a seeded stream (core/rng.h): the same numbers for the same seed, on every machine.
+std::unique_ptr<GaussianNoise> MakeSeededGaussianNoise(uint64_t seed);
+
+}  // namespace plexus
