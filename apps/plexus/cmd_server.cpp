@@ -7,6 +7,7 @@
 
 #include "apps/plexus/commands.h"
 #include "apps/plexus/dashboard_page.h"
+#include "apps/plexus/dp_flags.h"
 #include "apps/plexus/http_endpoint.h"
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
@@ -74,6 +75,7 @@ struct ServerFlags {
   std::string dashboard_listen;
   int64_t keep_checkpoints = 100;
   int64_t keep_every = 0;
+  DpFlags dp;
 };
 
 // Removes the database a failed start created (not one that existed before): on destruction while
@@ -97,6 +99,25 @@ class DatabaseCreatedForThisRun {
   const int exceptions_;
 };
 
+// What a database's federation was started with for DP: a restart must keep it, or the
+// accountant's count would describe another mechanism.
+std::string DpMeta(const DpFlags& dp) {
+  return dp.dp + ";population=" + std::to_string(dp.population) + ";delta=" + fmt::format("{}", dp.delta);
+}
+
+void CheckSameDp(SqliteStore* store, const std::string& db, const DpFlags& dp) {
+  Result<std::string> stored = store->GetMeta("dp");
+  if (!stored.ok() || stored->empty()) return;
+  if (dp.dp.empty()) {
+    throw CommandError("database '" + db + "' holds a federation started with --dp (" + *stored +
+                       "): restart it with the same --dp, --dp-population and --dp-delta");
+  }
+  if (*stored != DpMeta(dp)) {
+    throw CommandError("database '" + db + "' holds a federation started with --dp " + *stored + ", not " + DpMeta(dp) +
+                       ": the privacy accounting would not add up (use the same flags or a new --db)");
+  }
+}
+
 void RunServer(const ServerFlags& f) {
   const auto started = std::chrono::steady_clock::now();
   ServeFromOneArena();
@@ -104,7 +125,18 @@ void RunServer(const ServerFlags& f) {
   sync.round_deadline_ms = static_cast<int64_t>(f.round_deadline_s * 1000);
   sync.selection_wait_ms = static_cast<int64_t>(f.selection_wait_s * 1000);
   sync.seed = f.seed;
+  // --dp: the strategy becomes dp_fedavg with noise from OpenSSL's generator; --dp-budget ends
+  // the federation at the last version within it (a version count, so a restart keeps to it).
+  const std::optional<DpPlan> dp =
+      PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round,
+             /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
+  const int64_t rounds_asked = sync.rounds;
+  if (dp) {
+    sync.strategy = dp->strategy;
+    if (dp->max_releases > 0 && sync.rounds > dp->max_releases) sync.rounds = dp->max_releases;
+  }
   AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
+  if (dp) async.strategy = dp->strategy;
   // FedBuff's versions are hashed and written by the server's committer thread, not under the
   // lock every upload takes (docs/benchmarks.md).
   async.commit_outside = !async.semi_async;
@@ -153,7 +185,7 @@ void RunServer(const ServerFlags& f) {
   const std::string& model_name = model.federation_name();
   if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
     std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
-                std::string(ModeName(f.mode)).c_str(), f.sync.strategy.c_str(), f.listen.c_str(),
+                std::string(ModeName(f.mode)).c_str(), sync.strategy.c_str(), f.listen.c_str(),
                 tls_flags > 0 ? " with TLS" : "", f.db.c_str());
     return;
   }
@@ -167,6 +199,7 @@ void RunServer(const ServerFlags& f) {
                        model_name + "' (use another --db, or the --model it was started with)");
   }
   Check(store->PutMeta("model", model_name));
+  CheckSameDp(store.get(), f.db, f.dp);
   if (!f.data.input_shape.empty()) Check(store->PutMeta("input_shape", f.data.input_shape));
 
   std::unique_ptr<Trainer> trainer;
@@ -200,6 +233,19 @@ void RunServer(const ServerFlags& f) {
       Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
+  }
+  if (dp) {
+    if (!store->GetMeta("dp").ok() && engine->model().version() > 0) {
+      throw CommandError("database '" + f.db + "' published " + std::to_string(engine->model().version()) +
+                         " versions without --dp: its model is not private, and no accountant can make it so (start "
+                         "a new --db)");
+    }
+    Check(store->PutMeta("dp", DpMeta(f.dp)));
+    PrintDpPlan(*dp, rounds_asked, f.dp.budget, "plexus server");
+    if (engine->model().version() > 0) {
+      spdlog::info("privacy: the {} versions published before this start cost epsilon {:.4g}; the count goes on",
+                   engine->model().version(), dp->EpsilonAfter(static_cast<int64_t>(engine->model().version())));
+    }
   }
   std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
       f.listen, engine.get(), store.get(),
@@ -252,6 +298,14 @@ void RunServer(const ServerFlags& f) {
   if (final_status.finished) {
     spdlog::info("federation finished at version {}; telling the clients (up to {} s)", final_status.model_version,
                  f.linger_s);
+    if (dp) {
+      const double epsilon = dp->EpsilonAfter(static_cast<int64_t>(final_status.model_version));
+      spdlog::info("privacy: epsilon {:.4g} at delta {} after {} versions{}", epsilon, dp->delta,
+                   final_status.model_version,
+                   dp->max_releases > 0 && dp->max_releases < rounds_asked
+                       ? fmt::format(": stopped at --dp-budget {} ({} versions asked)", f.dp.budget, rounds_asked)
+                       : std::string());
+    }
     // Clients that owe the final version's federated evaluation are told only once it closes.
     const double linger_s =
         federated_eval.every > 0 ? std::max(f.linger_s, f.federated_eval_deadline_s + 5) : f.linger_s;
@@ -295,6 +349,7 @@ void RunServer(const ServerFlags& f) {
     s.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     s.transfers = RunSummary::Transfers{door.received_upload_bytes, door.uploads_resumed, door.upload_bytes_resumed,
                                         door.download_bytes};
+    if (dp) s.privacy = DpReport(*dp, s.rounds, rounds_asked);
     if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
     if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   }
@@ -333,6 +388,7 @@ void AddServerCommand(CLI::App& app) {
                   "be the --model's for evaluation and for real clients (a database that holds a model wins)")
       ->check(CLI::ExistingFile);
   AddFederationFlags(cmd, &f->sync);
+  AddDpFlags(cmd, &f->dp);
   cmd->add_option("--min-clients", f->sync.min_clients, "Fewest clients to start a round and to close it (M)")
       ->capture_default_str();
   cmd->add_option("--overselect", f->sync.overselect,

@@ -5,6 +5,7 @@
 #include "aggregators/registry.h"
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/dp_flags.h"
 #include "apps/plexus/gossip_sim_command.h"
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_estimate.h"
@@ -45,6 +46,7 @@ struct SimFlags {
   bool dry_run = false;
   bool gossip_mode = false;  // --mode gossip
   GossipFlags gossip;
+  DpFlags dp;
 };
 
 // The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
@@ -168,8 +170,9 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
         "nodes send compressed changes of public copies, which still reach consensus; plain averaging of "
         "compressed models does not)");
   }
-  for (const char* server_only : {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s",
-                                  "--buffer-size", "--server-lr", "--server-mbps", "--max-tasks", "--backup-workers"}) {
+  for (const char* server_only :
+       {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s", "--buffer-size", "--server-lr",
+        "--server-mbps", "--max-tasks", "--backup-workers", "--dp", "--dp-population", "--dp-budget", "--dp-delta"}) {
     if (f.cmd->count(server_only)) {
       throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
     }
@@ -212,7 +215,18 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
+  // --dp: the strategy becomes dp_fedavg with noise from a seeded stream (reproducible runs; the
+  // summary names the source), the population is --clients.
+  const std::optional<DpPlan> dp =
+      PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
+             options.clients, options.seed, f.cmd->count("--strategy") > 0);
+  const int64_t rounds_asked = options.sync.rounds;
+  if (dp) {
+    options.sync.strategy = dp->strategy;
+    if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) options.sync.rounds = dp->max_releases;
+  }
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
+  if (dp) options.async.strategy = dp->strategy;
   Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");
   options.devices = DevicesFor(f);
   Check(options.Validate(), "invalid settings");
@@ -239,6 +253,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
          (options.download_codec.empty() ? "" : ", downloads compressed with " + options.download_codec))
             .c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
+    if (dp) PrintDpPlan(*dp, rounds_asked, f.dp.budget, "plexus sim");
     std::fflush(stdout);
   }
   if (f.dry_run) return;  // the settings are valid: nothing more to do
@@ -289,10 +304,11 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     const double eta = done > 0 ? r.wall_time_s / done * (static_cast<double>(options.sync.rounds) - done) : 0.0;
     std::printf(
         "round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
-        "virtual %.1f s  real %.1f s  eta %.0f s\n",
+        "virtual %.1f s  real %.1f s  eta %.0f s%s\n",
         static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
         static_cast<long long>(r.record.num_updates), r.record.mean_train_loss, r.record.test_accuracy.value_or(0.0),
-        r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta);
+        r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta,
+        dp ? DpProgress(*dp, static_cast<int64_t>(r.record.model_version)).c_str() : "");
     std::fflush(stdout);
   }));
   std::printf(
@@ -326,6 +342,13 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   s.updates_refused = result.updates_refused;
   s.tasks_trained = result.tasks_trained;
   s.waits_after_refusals = result.waits_after_refusals;
+  if (dp) {
+    s.privacy = DpReport(*dp, s.rounds, rounds_asked);
+    if (s.privacy->stopped_by_budget) {
+      std::printf("plexus sim: stopped at the privacy budget: epsilon %.4g of --dp-budget %g after %zu versions\n",
+                  s.privacy->epsilon, f.dp.budget, s.rounds.size());
+    }
+  }
   if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));
   if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
   if (!f.model_out.empty()) Check(WriteSafetensorsFile(f.model_out, result.final_model));
@@ -355,6 +378,7 @@ void AddSimCommand(CLI::App& app) {
   AddModeFlags(cmd, &flags->sim.mode, &flags->sim.async, &flags->gossip_mode);
   AddGossipFlags(cmd, &flags->gossip);
   AddFederationFlags(cmd, &flags->sim.sync);
+  AddDpFlags(cmd, &flags->dp);
   cmd->add_option("--min-clients", flags->sim.sync.min_clients,
                   "sync: fewest updates to close a round (default: clients-per-round)");
   cmd->add_option_function<double>(

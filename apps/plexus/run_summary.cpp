@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -61,6 +62,18 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
                       {"upload_bytes_resumed", s.transfers->upload_bytes_resumed},
                       {"download_bytes", s.transfers->download_bytes}};
   }
+  if (s.privacy) {
+    const RunSummary::Privacy& p = *s.privacy;
+    j["dp_epsilon"] = std::isfinite(p.epsilon) ? nlohmann::json(p.epsilon) : nlohmann::json();  // null: not private
+    j["dp_delta"] = p.delta;
+    j["dp_noise_multiplier"] = p.noise_multiplier;
+    j["dp_clip"] = p.clip;
+    j["dp_sampling_rate"] = p.sampling_rate;
+    j["dp_adaptive_clip"] = p.adaptive;
+    j["dp_noise_source"] = p.noise_source;
+    j["dp_budget_releases"] = p.budget_releases;
+    j["dp_stopped_by_budget"] = p.stopped_by_budget;
+  }
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
   bool any_federated = false;
@@ -87,6 +100,9 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     if (i < s.round_virtual_time_s.size()) row["virtual_time_s"] = s.round_virtual_time_s[i];
     if (i < s.round_bytes_down.size()) row["bytes_down"] = s.round_bytes_down[i];
     if (i < s.round_bytes_up.size()) row["bytes_up"] = s.round_bytes_up[i];
+    if (s.privacy && i < s.privacy->round_epsilon.size() && std::isfinite(s.privacy->round_epsilon[i])) {
+      row["dp_epsilon"] = s.privacy->round_epsilon[i];
+    }
     if (!r.merged.empty()) {
       double staleness = 0.0;
       for (const MergedUpdate& m : r.merged) staleness += static_cast<double>(m.staleness);
@@ -106,7 +122,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   std::string csv =
       "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
-      "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples\n";
+      "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples,dp_epsilon\n";
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
@@ -122,7 +138,11 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
       federated = std::to_string(*r.federated_accuracy) + "," + std::to_string(*r.federated_loss) + "," +
                   std::to_string(r.federated_examples);
     }
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s,%s\n",
+    std::string epsilon;  // empty without DP, or when the releases are not private (no noise)
+    if (s.privacy && i < s.privacy->round_epsilon.size() && std::isfinite(s.privacy->round_epsilon[i])) {
+      epsilon = std::to_string(s.privacy->round_epsilon[i]);
+    }
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
@@ -132,7 +152,7 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
                   i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "",
                   i < s.round_bytes_down.size() ? std::to_string(s.round_bytes_down[i]).c_str() : "",
                   i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "", staleness.c_str(),
-                  federated.c_str());
+                  federated.c_str(), epsilon.c_str());
     csv += line;
   }
   return WriteFile(path, csv);

@@ -42,6 +42,20 @@ struct RunSummary {
     int64_t download_bytes = 0;         // model bytes sent
   };
   std::optional<Transfers> transfers;
+  // With --dp: what the releases cost ("dp_*" in the JSON, dp_epsilon per round in both files).
+  struct Privacy {
+    double epsilon = 0;  // after the last version, at delta (improved conversion)
+    double delta = 0;
+    double noise_multiplier = 0;
+    double clip = 0;  // the starting clip with adaptive clipping
+    double sampling_rate = 0;
+    bool adaptive = false;
+    std::string noise_source;           // "openssl", or "seeded(seed=N)" in the simulator
+    int64_t budget_releases = 0;        // versions --dp-budget allows (0: no budget)
+    bool stopped_by_budget = false;     // the federation ended at the budget, before the versions asked
+    std::vector<double> round_epsilon;  // parallel to rounds
+  };
+  std::optional<Privacy> privacy;
 };
 
 // Writes the summary, with the process's peak resident memory so far as "peak_rss_bytes" and the

@@ -524,6 +524,73 @@ TEST(CliTest, SimIsDeterministicAndFlagsWinOverConfig) {
   std::filesystem::remove(cfg);
 }
 
+// plexus sim --dp: the noise is a seeded stream (the same run twice is the same model, and the
+// summary says where the noise came from), ε after each version is in both result files, the
+// budget ends the run early, and settings that cannot be private are refused naming the flag.
+TEST(CliTest, SimWithCentralDpIsReproducibleAccountedAndBudgeted) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::vector<std::string> base{"sim", "--clients",      "20",   "--clients-per-round", "5",    "--rounds",
+                                      "3",   "--train-subset", "4000", "--test-subset",       "1000", "--local-steps",
+                                      "5"};
+  std::vector<std::string> summaries;
+  std::string csv_text;
+  for (int run = 0; run < 2; ++run) {
+    const std::string summary = Temp("dp" + std::to_string(run) + ".json");
+    const std::string csv = Temp("dp" + std::to_string(run) + ".csv");
+    std::vector<std::string> args = base;
+    for (const char* a : {"--dp", "central:clip=1,noise=1"}) args.push_back(a);
+    for (const std::string& a : {std::string("--summary-out"), summary, std::string("--metrics-out"), csv}) {
+      args.push_back(a);
+    }
+    std::string out;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
+    EXPECT_NE(out.find("noise from seeded(seed=0)"), std::string::npos) << out;
+    EXPECT_NE(out.find("epsilon"), std::string::npos) << out;
+    summaries.push_back(ReadFile(summary));
+    csv_text = ReadFile(csv);
+    std::filesystem::remove(summary);
+    std::filesystem::remove(csv);
+  }
+  EXPECT_EQ(JsonField(summaries[0], "final_model_sha256"), JsonField(summaries[1], "final_model_sha256"));
+  EXPECT_EQ(JsonField(summaries[0], "dp_noise_source"), "\"dp_noise_source\": \"seeded(seed=0)\"");
+  EXPECT_EQ(JsonField(summaries[0], "dp_noise_multiplier"), "\"dp_noise_multiplier\": 1.0");
+  EXPECT_NE(JsonField(summaries[0], "dp_epsilon"), "");
+  EXPECT_NE(csv_text.find(",dp_epsilon\n"), std::string::npos) << csv_text;
+
+  // A budget that three versions would exceed: the run stops at the last version within it.
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"privacy", "--q", "0.25", "--noise", "1", "--releases", "2"}, &out), 0);
+  std::vector<std::string> budgeted = base;
+  for (const char* a : {"--dp", "central:clip=1,noise=1", "--dp-budget"}) budgeted.push_back(a);
+  const size_t at = out.find("epsilon at delta 1e-05: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  budgeted.push_back(std::to_string(std::stod(out.substr(at + 24)) * 1.001));
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, budgeted, &out), 0) << out;
+  EXPECT_NE(out.find("allows 2 versions"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped at the privacy budget"), std::string::npos) << out;
+  EXPECT_EQ(out.find("round   3/"), std::string::npos) << out;
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused{
+      {{"--dp", "central:clip=0,noise=1"}, "--dp: clip must be a positive number"},
+      {{"--dp", "central:clip=1,noise=-1"}, "--dp: noise must be given"},
+      {{"--dp", "central:clip=1,noise=1", "--strategy", "median"}, "--dp and --strategy cannot be combined"},
+      {{"--dp", "central:clip=1,noise=0.1", "--dp-budget", "1"}, "--dp-budget 1 is spent by the first version"},
+      {{"--dp", "central:clip=1,noise=0", "--dp-budget", "1"}, "--dp-budget needs noise above 0"},
+      {{"--dp-budget", "3"}, "--dp-budget needs --dp"},
+      {{"--dp", "local:clip=1,noise=1"}, "--dp must be central"}};
+  for (const auto& [flags, message] : refused) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("--dry-run");
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 1) << flags[0] << " " << flags[1];
+    EXPECT_NE(out.find(message), std::string::npos) << out;
+  }
+  EXPECT_EQ(
+      RunToCompletion(PLEXUS_BINARY, {"sim", "--mode", "gossip", "--dp", "central:clip=1,noise=1", "--dry-run"}, &out),
+      1);
+  EXPECT_NE(out.find("--dp belongs to the server modes"), std::string::npos) << out;
+}
+
 // The asynchronous modes' metrics file carries the mean staleness of each version, as the
 // summary JSON does (docs/simulation.md promises both).
 TEST(CliTest, AsyncMetricsHaveTheMeanStaleness) {

@@ -376,5 +376,70 @@ TEST_F(FederationTest, SemiAsyncGroupsFastClientsWithoutWaitingForSlowOnes) {
   EXPECT_EQ(s["model_version"], 30);
 }
 
+// ε after `releases` versions at q = 2/10, noise 1, δ = 1e-5, as `plexus privacy` computes it.
+double PrivacyEpsilon(int releases) {
+  std::string out;
+  EXPECT_EQ(testing::RunToCompletion(
+                PLEXUS_BINARY,
+                {"privacy", "--q", "0.2", "--noise", "1", "--releases", std::to_string(releases), "--json"}, &out),
+            0)
+      << out;
+  const size_t brace = out.find('{');
+  if (brace == std::string::npos) return -1;
+  return nlohmann::json::parse(out.substr(brace))["epsilon"].get<double>();
+}
+
+// Central DP over gRPC: --dp-budget ends the federation at the last version within it and says
+// why; a restart continues the accounting from the store (ε after it is the ε of every version
+// published, not of those since the restart), and a restart that would change the mechanism, or
+// drop DP, is refused.
+TEST_F(FederationTest, CentralDpStopsAtTheBudgetAndARestartContinuesTheAccounting) {
+  clients_per_round_ = 2;
+  const double e2 = PrivacyEpsilon(2), e3 = PrivacyEpsilon(3), e4 = PrivacyEpsilon(4), e5 = PrivacyEpsilon(5);
+  ASSERT_LT(e2, e3);
+  ASSERT_LT(e4, e5);
+  const std::vector<std::string> dp{"--dp", "central:clip=2,noise=1", "--dp-population", "10"};
+  auto with_budget = [&](double budget) {
+    std::vector<std::string> args = dp;
+    args.push_back("--dp-budget");
+    args.push_back(std::to_string(budget));
+    return args;
+  };
+  {
+    auto server = StartServer(6, "server1.log", with_budget((e2 + e3) / 2));
+    auto clients = StartClients(2);
+    ASSERT_EQ(server->Wait(240000), 0) << server->Log();
+    for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+    EXPECT_NE(server->Log().find("stopped at --dp-budget"), std::string::npos) << server->Log();
+    const nlohmann::json s = Summary();
+    EXPECT_EQ(s["model_version"], 2);
+    EXPECT_TRUE(s["dp_stopped_by_budget"].get<bool>());
+    EXPECT_EQ(s["dp_budget_releases"], 2);
+    EXPECT_NEAR(s["dp_epsilon"].get<double>(), e2, 1e-9 * e2);
+    EXPECT_EQ(s["dp_noise_source"], "openssl");
+    EXPECT_NE(s["strategy"].get<std::string>().find("dp_fedavg(clip=2,noise=1,expected=2"), std::string::npos) << s;
+  }
+  std::string out;
+  std::vector<std::string> changed{
+      "server", "--listen", address_, "--db", db_, "--dp", "central:clip=2,noise=0.5", "--dp-population", "10"};
+  EXPECT_EQ(testing::RunToCompletion(PLEXUS_BINARY, changed, &out, 60000), 1) << out;
+  EXPECT_NE(out.find("started with --dp central:clip=2,noise=1"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunToCompletion(PLEXUS_BINARY, {"server", "--listen", address_, "--db", db_}, &out, 60000), 1)
+      << out;
+  EXPECT_NE(out.find("restart it with the same --dp"), std::string::npos) << out;
+
+  auto restarted = StartServer(6, "server2.log", with_budget((e4 + e5) / 2));
+  auto clients = StartClients(2);
+  ASSERT_EQ(restarted->Wait(240000), 0) << restarted->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+  EXPECT_NE(restarted->Log().find("the 2 versions published before this start cost epsilon"), std::string::npos)
+      << restarted->Log();
+  const nlohmann::json s = Summary();
+  EXPECT_EQ(s["model_version"], 4);
+  EXPECT_NEAR(s["dp_epsilon"].get<double>(), e4, 1e-9 * e4);  // not the 2 versions since the restart
+  ASSERT_EQ(s["rounds"].size(), 4u);
+  EXPECT_NEAR(s["rounds"][1]["dp_epsilon"].get<double>(), e2, 1e-9 * e2);
+}
+
 }  // namespace
 }  // namespace plexus

@@ -1,0 +1,164 @@
+#include "apps/plexus/dp_flags.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "aggregators/registry.h"
+#include "aggregators/strategy_spec.h"
+#include "apps/plexus/commands.h"
+#include "privacy/rdp_accountant.h"
+
+namespace plexus::cli {
+namespace {
+
+std::string Number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+}  // namespace
+
+void AddDpFlags(CLI::App* cmd, DpFlags* f) {
+  cmd->add_option("--dp", f->dp,
+                  "Central differential privacy: central:clip=C,noise=Z (clip each update to L2 norm C, add "
+                  "Gaussian noise Z*C to each version's sum) or adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,"
+                  "count_noise=N] (the clip follows the target quantile of update norms); docs/privacy.md");
+  cmd->add_option("--dp-population", f->population,
+                  "DP: every client that could ever be picked, for the sampling rate the accountant assumes");
+  cmd->add_option("--dp-delta", f->delta, "DP: delta of (epsilon, delta)")->capture_default_str();
+  cmd->add_option("--dp-budget", f->budget,
+                  "DP: end the federation before the version that would take epsilon past this (0: no budget)")
+      ->capture_default_str();
+}
+
+double DpPlan::EpsilonAfter(int64_t releases) const {
+  if (releases <= 0) return 0;
+  if (noise == 0) return std::numeric_limits<double>::infinity();
+  std::vector<double> rdp = rdp_per_release;
+  for (double& r : rdp) r *= static_cast<double>(releases);
+  Result<PrivacySpent> spent = EpsilonFromRdp(rdp, DefaultRdpOrders(), delta, EpsilonConversion::kImproved);
+  return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
+}
+
+std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t default_population,
+                             std::optional<uint64_t> seed, bool strategy_given) {
+  if (f.dp.empty()) {
+    for (const char* flag : {"--dp-population", "--dp-budget"}) {
+      if ((std::string(flag) == "--dp-budget" ? f.budget != 0 : f.population != 0)) {
+        throw CommandError(std::string(flag) + " needs --dp");
+      }
+    }
+    return std::nullopt;
+  }
+  StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
+  DpPlan plan;
+  if (spec.name() != "central" && spec.name() != "adaptive") {
+    throw CommandError("--dp must be central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,... (got '" + spec.name() +
+                       "')");
+  }
+  plan.adaptive = spec.name() == "adaptive";
+  plan.clip = Take(spec.GetDouble("clip", 0), "--dp");
+  plan.noise = Take(spec.GetDouble("noise", -1), "--dp");
+  double target = 0.5, lr = 0.2, count_noise = -1;
+  if (plan.adaptive) {
+    target = Take(spec.GetDouble("target", target), "--dp");
+    lr = Take(spec.GetDouble("lr", lr), "--dp");
+    count_noise = Take(spec.GetDouble("count_noise", count_noise), "--dp");
+  }
+  Check(spec.CheckAllUsed(), "--dp");
+  if (!(plan.clip > 0) || !std::isfinite(plan.clip)) throw CommandError("--dp: clip must be a positive number");
+  if (!(plan.noise >= 0) || !std::isfinite(plan.noise)) {
+    throw CommandError("--dp: noise must be given and at least 0 (the noise multiplier z)");
+  }
+  if (strategy_given) {
+    throw CommandError(
+        "--dp and --strategy cannot be combined: DP needs each update's influence bounded by its clip, which --dp's "
+        "own averaging gives and a robust rule's or a weighted mean's does not");
+  }
+  if (!(f.delta > 0 && f.delta < 1)) throw CommandError("--dp-delta must be in (0, 1)");
+  if (f.budget < 0 || !std::isfinite(f.budget)) throw CommandError("--dp-budget must be at least 0");
+  const int64_t population = f.population > 0 ? f.population : default_population;
+  if (population <= 0) {
+    throw CommandError(
+        "--dp needs --dp-population: how many clients could ever be picked (the accountant's sampling rate is "
+        "clients per version over it)");
+  }
+  if (per_release > population) {
+    throw CommandError("--dp-population " + std::to_string(population) + " is smaller than the " +
+                       std::to_string(per_release) + " updates each version takes");
+  }
+  plan.expected = static_cast<double>(per_release);
+  plan.q = static_cast<double>(per_release) / static_cast<double>(population);
+  plan.delta = f.delta;
+  plan.noise_source = seed ? "seeded(seed=" + std::to_string(*seed) + ")" : "openssl";
+  plan.strategy =
+      "dp_fedavg:clip=" + Number(plan.clip) + ",noise=" + Number(plan.noise) + ",expected=" + Number(plan.expected);
+  if (plan.adaptive) {
+    plan.strategy += ",adaptive=true,target=" + Number(target) + ",clip_lr=" + Number(lr);
+    if (count_noise >= 0) plan.strategy += ",count_noise=" + Number(count_noise);
+  }
+  if (seed) plan.strategy += ",seed=" + std::to_string(*seed);
+  Take(MakeAggregator(plan.strategy, nullptr), "--dp");
+  if (plan.noise > 0) plan.rdp_per_release = Take(SampledGaussianRdp(plan.q, plan.noise, DefaultRdpOrders()), "--dp");
+  if (f.budget > 0) {
+    if (plan.noise == 0) throw CommandError("--dp-budget needs noise above 0: without noise no release is private");
+    if (plan.EpsilonAfter(1) > f.budget) {
+      throw CommandError("--dp-budget " + Number(f.budget) + " is spent by the first version (epsilon " +
+                         Number(plan.EpsilonAfter(1)) + "): raise the budget or the noise");
+    }
+    int64_t lo = 1, hi = 1;  // ε(lo) ≤ budget; find hi with ε(hi) > budget, then bisect
+    while (hi < (int64_t{1} << 40) && plan.EpsilonAfter(hi) <= f.budget) {
+      lo = hi;
+      hi *= 2;
+    }
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      (plan.EpsilonAfter(mid) <= f.budget ? lo : hi) = mid;
+    }
+    plan.max_releases = lo;
+  }
+  return plan;
+}
+
+void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, const char* who) {
+  std::printf(
+      "%s: central DP, clip %g%s, noise multiplier %g (noise from %s), %g updates per version, sampling rate "
+      "%.4g; epsilon at delta %g after %lld versions: %.4g\n",
+      who, plan.clip, plan.adaptive ? " to start (adaptive)" : "", plan.noise, plan.noise_source.c_str(), plan.expected,
+      plan.q, plan.delta, static_cast<long long>(versions_asked), plan.EpsilonAfter(versions_asked));
+  if (plan.noise == 0) std::printf("%s: noise 0: updates are clipped but the versions are NOT private\n", who);
+  if (plan.max_releases > 0 && plan.max_releases < versions_asked) {
+    std::printf("%s: --dp-budget %g allows %lld versions: the federation stops there (epsilon %.4g)\n", who, budget,
+                static_cast<long long>(plan.max_releases), plan.EpsilonAfter(plan.max_releases));
+  }
+  std::fflush(stdout);
+}
+
+std::string DpProgress(const DpPlan& plan, int64_t version) {
+  char text[48];
+  std::snprintf(text, sizeof text, "  epsilon %.4g", plan.EpsilonAfter(version));
+  return text;
+}
+
+RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>& rounds, int64_t versions_asked) {
+  RunSummary::Privacy p;
+  p.delta = plan.delta;
+  p.noise_multiplier = plan.noise;
+  p.clip = plan.clip;
+  p.sampling_rate = plan.q;
+  p.adaptive = plan.adaptive;
+  p.noise_source = plan.noise_source;
+  p.budget_releases = plan.max_releases;
+  int64_t last = 0;
+  for (const RoundRecord& r : rounds) {
+    last = static_cast<int64_t>(r.model_version);
+    p.round_epsilon.push_back(plan.EpsilonAfter(last));
+  }
+  p.epsilon = plan.EpsilonAfter(last);
+  p.stopped_by_budget = plan.max_releases > 0 && plan.max_releases < versions_asked && last >= plan.max_releases;
+  return p;
+}
+
+}  // namespace plexus::cli

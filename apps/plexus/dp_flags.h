@@ -1,0 +1,61 @@
+// Central differential privacy for `plexus server` and `plexus sim`: the --dp flags, the
+// dp_fedavg strategy they stand for in each mode, the accountant's view of the releases (ε after
+// each published version) and the budget that ends a federation before it is exceeded.
+// Plain functions and a value type; thread-compatible.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/plexus/run_summary.h"
+
+namespace plexus::cli {
+
+struct DpFlags {
+  std::string dp;  // "" (off), central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,target=..,lr=..,count_noise=..
+  int64_t population = 0;  // --dp-population: every client that could be picked (0: the command's default)
+  double delta = 1e-5;     // --dp-delta
+  double budget = 0;       // --dp-budget: ε not to exceed (0: none)
+};
+
+void AddDpFlags(CLI::App* cmd, DpFlags* flags);
+
+// What a federation with DP releases, and what each release costs.
+struct DpPlan {
+  std::string strategy;  // the dp_fedavg strategy the engine runs
+  double clip = 0;       // C (the starting clip with adaptive clipping)
+  double noise = 0;      // z
+  double q = 0;          // per-release sampling rate the accountant assumes
+  double expected = 0;   // updates per release: the fixed denominator
+  double delta = 1e-5;
+  bool adaptive = false;
+  std::string noise_source;             // "openssl" or "seeded(seed=N)"
+  int64_t max_releases = 0;             // most releases within --dp-budget (0: no budget)
+  std::vector<double> rdp_per_release;  // at DefaultRdpOrders()
+
+  // ε at delta after `releases` published versions (improved conversion); 0 with noise 0 is not
+  // private at all: +infinity then.
+  double EpsilonAfter(int64_t releases) const;
+};
+
+// The plan for `flags`, or nullopt when --dp is not given. `per_release` is the number
+// of updates a version is made of (clients per round; the buffer size in async mode),
+// `default_population` the population when --dp-population is not given (0: the flag is
+// required), `seed` the simulator's seed (seeded noise) or nullopt (a server: OpenSSL's
+// generator), `strategy_given` whether --strategy was on the command line. Throws CommandError
+// naming the flag for settings that cannot be private or mean nothing.
+std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t default_population,
+                             std::optional<uint64_t> seed, bool strategy_given);
+
+// Prints what the plan releases and costs, and where the budget stops the federation.
+void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, const char* who);
+// "  epsilon 1.234" (or "  epsilon inf" without noise) for a progress line after `version`.
+std::string DpProgress(const DpPlan& plan, int64_t version);
+// The summary's privacy part for the rounds a federation published.
+RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>& rounds, int64_t versions_asked);
+
+}  // namespace plexus::cli
