@@ -85,7 +85,7 @@ class DpFedAvg final : public Aggregator {
       seeded = MakeSeededGaussianNoise(*s_.seed + 0x9e3779b97f4a7c15ULL * (base_.version() + 1));
       noise = seeded.get();
     }
-    if (value_noise_ > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(noised, value_noise_ * clip_));
+    if (value_noise_ > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(noised, value_noise_ * clip_, pool_));
     double next_clip = clip_;
     if (s_.adaptive) {
       double count[1] = {static_cast<double>(unclipped_)};

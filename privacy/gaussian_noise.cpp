@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -10,6 +11,10 @@
 
 namespace plexus {
 namespace {
+
+// Values per block: each block draws its own random bits (its own stream when seeded), so blocks
+// run on any thread in any order with the same result.
+constexpr size_t kBlock = 1 << 14;
 
 // A uniform double in (0, 1] from 53 random bits (never 0, so the logarithm is finite).
 double UnitFromBits(uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
@@ -24,22 +29,39 @@ void AddPairs(std::span<double> values, double stddev, std::span<const uint64_t>
   }
 }
 
+// Runs fill(block_values, bits) over every block of `values`, on `pool` when given; returns false
+// when a fill did.
+template <typename Fill>
+bool ForEachBlock(std::span<double> values, ThreadPool* pool, Fill fill) {
+  const size_t blocks = (values.size() + kBlock - 1) / kBlock;
+  std::atomic<bool> ok{true};
+  auto run = [&](size_t begin, size_t end) {
+    std::vector<uint64_t> bits(kBlock);
+    for (size_t b = begin; b < end && ok.load(std::memory_order_relaxed); ++b) {
+      const std::span<double> block = values.subspan(b * kBlock, std::min(kBlock, values.size() - b * kBlock));
+      const std::span<uint64_t> block_bits = std::span<uint64_t>(bits).first((block.size() + 1) / 2 * 2);
+      if (!fill(b, block, block_bits)) ok = false;
+    }
+  };
+  if (pool && blocks > 1) {
+    pool->ParallelFor(blocks, run, 1);
+  } else {
+    run(0, blocks);
+  }
+  return ok.load();
+}
+
 class SecureGaussianNoise final : public GaussianNoise {
  public:
-  Status Add(std::span<double> values, double stddev) override {
-    constexpr size_t kChunk = 1 << 14;  // values per draw from the generator (even)
-    std::vector<uint64_t> bits(kChunk);
-    // Draw all the noise before adding any, so a generator failure leaves `values` unchanged.
-    std::vector<double> all(values.size(), 0.0);
-    for (size_t at = 0; at < values.size(); at += kChunk) {
-      const size_t n = std::min(kChunk, values.size() - at);
-      const size_t pairs = (n + 1) / 2 * 2;
-      if (RAND_bytes(reinterpret_cast<unsigned char*>(bits.data()), static_cast<int>(pairs * sizeof(uint64_t))) != 1) {
-        return InternalError("OpenSSL's RAND_bytes failed: no differentially private noise, nothing released");
+  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
+    const bool ok = ForEachBlock(values, pool, [stddev](size_t, std::span<double> block, std::span<uint64_t> bits) {
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(bits.data()), static_cast<int>(bits.size_bytes())) != 1) {
+        return false;
       }
-      AddPairs(std::span<double>(all).subspan(at, n), stddev, std::span<const uint64_t>(bits).first(pairs));
-    }
-    for (size_t i = 0; i < values.size(); ++i) values[i] += all[i];
+      AddPairs(block, stddev, bits);
+      return true;
+    });
+    if (!ok) return InternalError("OpenSSL's RAND_bytes failed: no differentially private noise, nothing released");
     return Status::Ok();
   }
   std::string Describe() const override { return "openssl"; }
@@ -47,18 +69,22 @@ class SecureGaussianNoise final : public GaussianNoise {
 
 class SeededGaussianNoise final : public GaussianNoise {
  public:
-  explicit SeededGaussianNoise(uint64_t seed) : seed_(seed), rng_(Rng::Derive(seed, 0xd1ff3)) {}
-  Status Add(std::span<double> values, double stddev) override {
-    std::vector<uint64_t> bits((values.size() + 1) / 2 * 2);
-    for (uint64_t& b : bits) b = rng_.NextU64();
-    AddPairs(values, stddev, bits);
+  explicit SeededGaussianNoise(uint64_t seed) : seed_(seed) {}
+  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
+    const uint64_t call = calls_++;
+    ForEachBlock(values, pool, [&](size_t b, std::span<double> block, std::span<uint64_t> bits) {
+      Rng rng = Rng::Derive(seed_ ^ (0xd1ff3ULL + call * 0x9e3779b97f4a7c15ULL), b);
+      for (uint64_t& x : bits) x = rng.NextU64();
+      AddPairs(block, stddev, bits);
+      return true;
+    });
     return Status::Ok();
   }
   std::string Describe() const override { return "seeded(seed=" + std::to_string(seed_) + ")"; }
 
  private:
   const uint64_t seed_;
-  Rng rng_;
+  uint64_t calls_ = 0;
 };
 
 }  // namespace

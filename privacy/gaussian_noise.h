@@ -7,7 +7,7 @@
 // Normals come from Box–Muller over 53-bit uniforms in double precision. Known limit: a
 // floating-point Gaussian is not exactly Gaussian in its lowest bits (Mironov 2012 showed how
 // such gaps leak for the Laplace mechanism); docs/privacy.md names it among what is not protected.
-// Thread-compatible: one source per aggregation.
+// Thread-compatible: one source per aggregation (Add itself may fan out over a pool).
 #pragma once
 
 #include <cstdint>
@@ -16,23 +16,26 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace plexus {
 
 class GaussianNoise {
  public:
   virtual ~GaussianNoise() = default;
-  // values[i] += N(0, stddev²) for every i, independently. Internal when the secure generator
-  // fails (then `values` is unchanged: nothing is released without its noise).
-  // REQUIRES: stddev ≥ 0 and finite.
-  virtual Status Add(std::span<double> values, double stddev) = 0;
+  // values[i] += N(0, stddev²) for every i, independently, on `pool` when given (the values are
+  // drawn in fixed blocks, so a seeded source gives the same numbers however many threads).
+  // Internal when the secure generator fails: `values` may then be partly noised and must be
+  // discarded (nothing is released without its noise). REQUIRES: stddev ≥ 0 and finite.
+  virtual Status Add(std::span<double> values, double stddev, ThreadPool* pool = nullptr) = 0;
   // "openssl" or "seeded(seed=N)", for summaries and logs.
   virtual std::string Describe() const = 0;
 };
 
 // Draws from OpenSSL's RAND_bytes.
 std::unique_ptr<GaussianNoise> MakeSecureGaussianNoise();
-// Draws from a seeded stream (core/rng.h): the same numbers for the same seed, on every machine.
+// Draws from seeded streams (core/rng.h), one per block of values and per call: the same numbers
+// for the same seed and call sequence, on every machine.
 std::unique_ptr<GaussianNoise> MakeSeededGaussianNoise(uint64_t seed);
 
 }  // namespace plexus

@@ -8,6 +8,7 @@
 
 #include "aggregators/registry.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
 
@@ -119,6 +120,18 @@ TEST(DpFedAvgTest, SeededNoiseIsReproducibleAndFreshPerVersion) {
   const std::string first = Release(*a, base, updates).ContentSha256();
   base.set_version(1);
   EXPECT_NE(Release(*a, base, updates).ContentSha256(), first);
+}
+
+// The noise is drawn in fixed blocks, each from its own stream: a seeded release is the same on
+// one thread and on a pool.
+TEST(DpFedAvgTest, SeededNoiseIsTheSameOnAPool) {
+  const std::vector<Update> updates = RandomUpdates(4, 3, 70000, 0.01);
+  const ModelState base = VectorModel(std::vector<float>(70000, 0.0f));
+  ThreadPool pool(2);
+  auto alone = Make("dp_fedavg:clip=1,noise=1,expected=3,seed=8");
+  auto pooled = MakeAggregator("dp_fedavg:clip=1,noise=1,expected=3,seed=8", &pool);
+  ASSERT_OK(pooled);
+  EXPECT_EQ(Release(*alone, base, updates).ContentSha256(), Release(**pooled, base, updates).ContentSha256());
 }
 
 // One client sending a 1e30-norm update moves the release by at most clip / expected: the same
