@@ -257,15 +257,20 @@ void RunServer(const ServerFlags& f) {
   std::unique_ptr<HttpEndpoint> metrics_endpoint;
   if (!f.metrics_listen.empty()) {
     FederationServer* watched = server.get();
-    metrics_endpoint = Take(
-        HttpEndpoint::Start(
-            f.metrics_listen,
-            {{"/metrics",
-              {"text/plain; version=0.0.4", [watched] { return PrometheusText(watched->metrics(), ResidentBytes()); }}},
-             // Liveness (deploy/kubernetes): answers while the process serves,
-             // without taking the server's lock.
-             {"/healthz", {"text/plain", [] { return std::string("ok\n"); }}}}),
-        "--metrics-listen");
+    metrics_endpoint =
+        Take(HttpEndpoint::Start(f.metrics_listen,
+                                 {{"/metrics",
+                                   {"text/plain; version=0.0.4",
+                                    [watched, dp] {
+                                      const ServerMetrics m = watched->metrics();
+                                      return PrometheusText(m, ResidentBytes()) +
+                                             (dp ? DpPrometheusText(*dp, static_cast<int64_t>(m.engine.model_version))
+                                                 : std::string());
+                                    }}},
+                                  // Liveness (deploy/kubernetes): answers while the process serves,
+                                  // without taking the server's lock.
+                                  {"/healthz", {"text/plain", [] { return std::string("ok\n"); }}}}),
+             "--metrics-listen");
     spdlog::info("metrics on http://{}/metrics (port {})", f.metrics_listen, metrics_endpoint->port());
   }
   std::unique_ptr<HttpEndpoint> dashboard_endpoint;
@@ -273,12 +278,19 @@ void RunServer(const ServerFlags& f) {
     FederationServer* watched = server.get();
     const std::string title = std::string(ModeName(f.mode)) + " mode, model " + f.model + ", " +
                               std::to_string(sync.rounds) + " versions, strategy " + engine->strategy_description();
-    dashboard_endpoint = Take(
-        HttpEndpoint::Start(
-            f.dashboard_listen,
-            {{"/",
-              {"text/html; charset=utf-8", [watched, title] { return RenderDashboard(watched->metrics(), title); }}}}),
-        "--dashboard-listen");
+    dashboard_endpoint =
+        Take(HttpEndpoint::Start(
+                 f.dashboard_listen,
+                 {{"/",
+                   {"text/html; charset=utf-8",
+                    [watched, title, dp] {
+                      const ServerMetrics m = watched->metrics();
+                      // With --dp the title carries what the published versions cost so far.
+                      return RenderDashboard(
+                          m, dp ? title + ", " + DpProgress(*dp, static_cast<int64_t>(m.engine.model_version)).substr(2)
+                                : title);
+                    }}}}),
+             "--dashboard-listen");
     spdlog::info("dashboard on http://{}/ (port {})", f.dashboard_listen, dashboard_endpoint->port());
   }
   spdlog::info(

@@ -142,6 +142,22 @@ std::string DpProgress(const DpPlan& plan, int64_t version) {
   return text;
 }
 
+std::string DpPrometheusText(const DpPlan& plan, int64_t version) {
+  std::string out;
+  auto gauge = [&out](const char* name, const char* help, double value) {
+    char line[320];
+    std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, value);
+    out += line;
+  };
+  const double epsilon = plan.EpsilonAfter(version);
+  if (std::isfinite(epsilon))
+    gauge("plexus_dp_epsilon", "Epsilon spent by the published versions at plexus_dp_delta", epsilon);
+  gauge("plexus_dp_delta", "Delta of the reported epsilon", plan.delta);
+  gauge("plexus_dp_noise_multiplier", "Noise multiplier z of central DP", plan.noise);
+  gauge("plexus_dp_clip", "Clip C of central DP (the starting clip when adaptive)", plan.clip);
+  return out;
+}
+
 RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>& rounds, int64_t versions_asked) {
   RunSummary::Privacy p;
   p.delta = plan.delta;

@@ -213,6 +213,29 @@ TEST(CliTest, TheMetricsEndpointIsScrapedDuringAFederation) {
   RemoveDatabase(db);
 }
 
+// With --dp the metrics carry the privacy spent: at version 0, nothing yet.
+TEST(CliTest, TheMetricsEndpointCarriesThePrivacySpent) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string address = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
+  const int metrics_port = ::plexus::testing::FreePort();
+  const std::string db = Temp("dp_metrics.db");
+  ::plexus::testing::ChildProcess server(
+      PLEXUS_BINARY,
+      {"server", "--listen", address, "--db", db, "--rounds", "3", "--clients-per-round", "2", "--no-eval", "--dp",
+       "central:clip=2,noise=1.5", "--dp-population", "40", "--metrics-listen",
+       "127.0.0.1:" + std::to_string(metrics_port)},
+      Temp("server_dp_metrics.log"));
+  ASSERT_TRUE(WaitForLog(server, "metrics on")) << server.Log();
+  const std::string text = HttpGet(metrics_port, "/metrics");
+  EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_epsilon"), 0) << text;
+  EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_noise_multiplier"), 1.5) << text;
+  EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_clip"), 2) << text;
+  EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_delta"), 1e-5) << text;
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(60000), 0) << server.Log();
+  RemoveDatabase(db);
+}
+
 // The dashboard as an operator sees it: headless Chromium loads the page of a running federation,
 // finds the current version and an accuracy point per evaluated version, and takes a screenshot.
 TEST(CliTest, TheDashboardShowsTheFederationInAHeadlessBrowser) {
