@@ -373,6 +373,15 @@ ClientStep ClientRuntime::Train(const Task& task) {
 
   ModelState delta = std::move(out->weights);
   delta.Subtract(*model);
+  if (options_.local_dp_clip > 0) {  // the update leaves this client clipped and noised, or not at all
+    if (!local_dp_noise_) local_dp_noise_ = MakeSecureGaussianNoise();
+    Status noised = ClipAndAddNoise(delta.data(), options_.local_dp_clip, options_.local_dp_noise, *local_dp_noise_);
+    if (!noised.ok()) {  // a non-finite update: training diverged (skip the task); else the generator failed
+      return session_.TaskFailed(task, noised.code() == StatusCode::kInvalidArgument ? AbortedError(noised.message())
+                                                                                     : noised.WithContext("local DP"));
+    }
+    ++local_dp_releases_;
+  }
   UploadHeader h;
   std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
 

@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/model_state.h"
 #include "core/status.h"
+#include "privacy/gaussian_noise.h"
 
 namespace plexus {
 
@@ -53,6 +54,11 @@ struct ClientOptions {
   // Held-out examples for the server's evaluation tasks (federated evaluation); empty: the client
   // answers them with zero examples. Borrowed like the training data.
   DatasetView eval_data;
+  // Local differential privacy: each update is clipped to this L2 norm and gets Gaussian noise of
+  // standard deviation local_dp_noise × local_dp_clip (OpenSSL's generator) before it is encoded,
+  // kept or sent. 0: off.
+  double local_dp_clip = 0;
+  double local_dp_noise = 0;
 };
 
 // Builds the trainer for the model the server announces at join.
@@ -67,6 +73,10 @@ class ClientRuntime {
   // starts; a call in progress ends when the transport cancels it (FederationTransport::Shutdown,
   // which whoever sets `stop` calls) and training in progress finishes first.
   Result<ClientSummary> Run(const std::atomic<bool>* stop = nullptr);
+
+  // With local DP: the noised updates made so far (each a release of this client's data to the
+  // server; sending the same bytes again is not another one).
+  int64_t local_dp_releases() const { return local_dp_releases_; }
 
  private:
   Result<ClientSummary> RunUntilStopped();
@@ -136,6 +146,8 @@ class ClientRuntime {
   std::string cached_sha256_;           // cached_model_'s SHA-256, checked when it was downloaded
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
   RealClock real_clock_;
+  std::unique_ptr<GaussianNoise> local_dp_noise_;  // with local DP: OpenSSL's generator
+  int64_t local_dp_releases_ = 0;
 };
 
 }  // namespace plexus

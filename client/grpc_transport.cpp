@@ -51,8 +51,9 @@ std::chrono::system_clock::time_point In(int64_t ms) {
 
 class GrpcFederationTransport final : public FederationTransport {
  public:
-  GrpcFederationTransport(const std::string& target, const ClientTls& tls, const LinkLimits& limits)
-      : token_(tls.token), limits_(limits) {
+  GrpcFederationTransport(const std::string& target, const ClientTls& tls, const LinkLimits& limits,
+                          std::string local_dp)
+      : token_(tls.token), limits_(limits), local_dp_(std::move(local_dp)) {
     SkipAbseilDeadlockDetection();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -80,6 +81,7 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_num_examples(num_examples);
     req.set_device(device);
     for (const std::string& codec : CodecNames()) req.add_codecs(codec);  // what ClientRuntime can encode
+    req.set_local_dp(local_dp_);
     v1::JoinReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
     joined_id_ = rep.client_id();
@@ -376,6 +378,7 @@ class GrpcFederationTransport final : public FederationTransport {
 
   const std::string token_;
   const LinkLimits limits_;
+  const std::string local_dp_;  // announced at join
   mutable std::mutex calls_mu_;
   std::set<grpc::ClientContext*> calls_;  // calls in progress; guarded by calls_mu_
   bool shut_down_ = false;                // guarded by calls_mu_
@@ -397,8 +400,9 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientTls&
 }
 
 std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls,
-                                                                 const LinkLimits& limits) {
-  return std::make_unique<GrpcFederationTransport>(target, tls, limits);
+                                                                 const LinkLimits& limits,
+                                                                 const std::string& local_dp) {
+  return std::make_unique<GrpcFederationTransport>(target, tls, limits, local_dp);
 }
 
 }  // namespace plexus

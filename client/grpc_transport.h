@@ -32,8 +32,10 @@ struct LinkLimits {
 };
 
 // `target` is HOST:PORT; with TLS, HOST must match the server certificate's name.
+// `local_dp` is announced at join: "clip=C,noise=Z" when ClientRuntime runs local DP, else empty.
 std::unique_ptr<FederationTransport> MakeGrpcFederationTransport(const std::string& target, const ClientTls& tls = {},
-                                                                 const LinkLimits& limits = {});
+                                                                 const LinkLimits& limits = {},
+                                                                 const std::string& local_dp = "");
 
 // The channel credentials for `tls` (insecure when it is not enabled), for other gRPC clients
 // such as `plexus status`.

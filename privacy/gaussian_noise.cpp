@@ -89,6 +89,23 @@ class SeededGaussianNoise final : public GaussianNoise {
 
 }  // namespace
 
+Status ClipAndAddNoise(std::span<float> values, double clip, double noise_multiplier, GaussianNoise& noise) {
+  if (!(clip > 0) || !std::isfinite(clip)) return InvalidArgumentError("local DP: the clip must be positive");
+  if (!(noise_multiplier >= 0) || !std::isfinite(noise_multiplier)) {
+    return InvalidArgumentError("local DP: the noise multiplier must be at least 0");
+  }
+  double squared = 0;
+  for (float v : values) squared += static_cast<double>(v) * v;
+  const double norm = std::sqrt(squared);
+  if (!std::isfinite(norm)) return InvalidArgumentError("local DP: the update holds non-finite values");
+  const double scale = norm > clip ? clip / norm : 1.0;
+  std::vector<double> noised(values.size());
+  for (size_t i = 0; i < values.size(); ++i) noised[i] = values[i] * scale;
+  if (noise_multiplier > 0) PLEXUS_RETURN_IF_ERROR(noise.Add(noised, noise_multiplier * clip));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(noised[i]);
+  return Status::Ok();
+}
+
 std::unique_ptr<GaussianNoise> MakeSecureGaussianNoise() { return std::make_unique<SecureGaussianNoise>(); }
 std::unique_ptr<GaussianNoise> MakeSeededGaussianNoise(uint64_t seed) {
   return std::make_unique<SeededGaussianNoise>(seed);

@@ -32,6 +32,12 @@ class GaussianNoise {
   virtual std::string Describe() const = 0;
 };
 
+// The Gaussian mechanism on one vector (local DP on a client, before its update leaves it):
+// scales `values` to L2 norm at most `clip`, then adds N(0, (noise_multiplier·clip)²) to each.
+// InvalidArgument for a clip that is not positive, a negative noise multiplier or non-finite
+// values (nothing changed then); the noise source's error otherwise (values must be discarded).
+Status ClipAndAddNoise(std::span<float> values, double clip, double noise_multiplier, GaussianNoise& noise);
+
 // Draws from OpenSSL's RAND_bytes.
 std::unique_ptr<GaussianNoise> MakeSecureGaussianNoise();
 // Draws from seeded streams (core/rng.h), one per block of values and per call: the same numbers

@@ -3,9 +3,11 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "apps/plexus/commands.h"
+#include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/model_choice.h"
 #include "client/client_runtime.h"
 #include "client/grpc_transport.h"
@@ -13,6 +15,7 @@
 #include "compute/partition.h"
 #include "compute/portable_trainer.h"
 #include "edge/device_policy.h"
+#include "privacy/rdp_accountant.h"
 
 namespace plexus::cli {
 namespace {
@@ -23,6 +26,7 @@ struct ClientFlags {
   std::string loss = "cross_entropy";
   bool local_buffers = false;
   double eval_split = 0;
+  std::string dp;  // --dp local:clip=C,noise=Z
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
   std::string partition = "iid";
@@ -77,7 +81,10 @@ void RunClient(const ClientFlags& f) {
                local.size(),
                held_out.size() ? ", " + std::to_string(held_out.size()) + " more held out for evaluation" : "");
 
+  const LocalDp local_dp = f.dp.empty() ? LocalDp{} : ParseLocalDp(f.dp);
   ClientOptions o;
+  o.local_dp_clip = local_dp.clip;
+  o.local_dp_noise = local_dp.noise;
   if (held_out.size() > 0) o.eval_data = DatasetView::All(held_out);
   o.client_id = f.client_id;
   o.device = std::to_string(std::thread::hardware_concurrency()) + " cores";
@@ -120,7 +127,8 @@ void RunClient(const ClientFlags& f) {
   }
   LinkLimits limits;
   limits.max_upload_bytes_per_s = static_cast<int64_t>(f.max_upload_kib_s * 1024);
-  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(f.server, tls, limits);
+  std::unique_ptr<FederationTransport> transport =
+      MakeGrpcFederationTransport(f.server, tls, limits, local_dp.announced);
   const int threads = f.threads;
   const bool portable = f.trainer == "portable";
   const bool local_buffers = f.local_buffers;
@@ -166,6 +174,21 @@ void RunClient(const ClientFlags& f) {
       "client {} done: {} tasks completed, {} refused, {} dropped (training diverged), {} model downloads, {} "
       "evaluations",
       s.client_id, s.tasks_completed, s.tasks_refused, s.tasks_failed, s.downloads, s.evaluations);
+  if (local_dp.clip > 0) {
+    // Against the server, each noised update is the Gaussian mechanism on this client's data with
+    // sensitivity 2C (any two clipped updates lie within 2C of each other): noise multiplier Z/2.
+    const int64_t releases = runtime.local_dp_releases();
+    double epsilon = std::numeric_limits<double>::infinity();
+    if (local_dp.noise > 0 && releases > 0) {
+      std::vector<double> rdp = Take(SampledGaussianRdp(1.0, local_dp.noise / 2, DefaultRdpOrders()), "--dp");
+      for (double& r : rdp) r *= static_cast<double>(releases);
+      epsilon = Take(EpsilonFromRdp(rdp, DefaultRdpOrders(), 1e-5, EpsilonConversion::kImproved), "--dp").epsilon;
+    }
+    spdlog::info(
+        "local DP: {} noised updates left this client (clip {}, noise multiplier {}): epsilon {} at delta "
+        "1e-05 against whoever sees them",
+        releases, local_dp.clip, local_dp.noise, releases == 0 ? "0" : fmt::format("{:.4g}", epsilon));
+  }
 }
 
 }  // namespace
@@ -196,6 +219,9 @@ void AddClientCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", f->seed, "Partition seed (same on every client) and batch order")->capture_default_str();
   cmd->add_option("--client-id", f->client_id, "Stable client id (default: assigned by the server)");
+  cmd->add_option("--dp", f->dp,
+                  "Local differential privacy, local:clip=C,noise=Z: clip each update to L2 norm C and add Gaussian "
+                  "noise Z*C before it leaves (the server must run with the same --dp; docs/privacy.md)");
   cmd->add_option("--give-up-s", f->give_up_s, "Give up after this many seconds of continuous failures")
       ->capture_default_str();
   cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that signed the server's certificate");

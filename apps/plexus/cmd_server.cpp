@@ -1,6 +1,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <filesystem>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "apps/plexus/dashboard_page.h"
 #include "apps/plexus/dp_flags.h"
 #include "apps/plexus/http_endpoint.h"
+#include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
@@ -127,9 +129,18 @@ void RunServer(const ServerFlags& f) {
   sync.seed = f.seed;
   // --dp: the strategy becomes dp_fedavg with noise from OpenSSL's generator; --dp-budget ends
   // the federation at the last version within it (a version count, so a restart keeps to it).
+  // --dp local: the clients clip and noise; the server only refuses those that announce otherwise.
+  const std::optional<LocalDp> local_dp =
+      IsLocalDp(f.dp.dp) ? std::optional<LocalDp>(ParseLocalDp(f.dp.dp)) : std::nullopt;
+  if (local_dp && (f.dp.budget != 0 || f.dp.population != 0)) {
+    throw CommandError(
+        "--dp-budget and --dp-population are for central DP: with --dp local each client accounts for its own "
+        "updates");
+  }
   const std::optional<DpPlan> dp =
-      PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round,
-             /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
+      local_dp ? std::nullopt
+               : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round,
+                        /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
   if (dp) {
     sync.strategy = dp->strategy;
@@ -234,6 +245,11 @@ void RunServer(const ServerFlags& f) {
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }
+  if (local_dp) {
+    Check(store->PutMeta("dp", DpMeta(f.dp)));
+    spdlog::info("local DP: only clients that clip to {} and add noise multiplier {} before upload may join",
+                 local_dp->clip, local_dp->noise);
+  }
   if (dp) {
     if (!store->GetMeta("dp").ok() && engine->model().version() > 0) {
       throw CommandError("database '" + f.db + "' published " + std::to_string(engine->model().version()) +
@@ -247,9 +263,22 @@ void RunServer(const ServerFlags& f) {
                    engine->model().version(), dp->EpsilonAfter(static_cast<int64_t>(engine->model().version())));
     }
   }
-  std::unique_ptr<FederationServer> server = Take(FederationServer::Start(
-      f.listen, engine.get(), store.get(),
-      {model_name, sync.rounds, upload_codec, federated_eval, download_codec, model.buffers()}, tls, limits));
+  if (local_dp) {
+    // A noised update's norm is about z·C·sqrt(P) (P parameters): far above the norms the adaptive
+    // bound learns from noiseless updates, and no more than the clip and the noise make it. The
+    // bound becomes that norm with room to spare (eight standard deviations of the noise), unless
+    // the operator set the bounds.
+    const double sigma = local_dp->noise * local_dp->clip;
+    if (f.cmd->count("--adaptive-norm-factor") == 0) limits.adaptive_norm_factor = 0;
+    if (f.cmd->count("--max-update-norm") == 0) {
+      limits.max_update_norm = local_dp->clip + sigma * (std::sqrt(static_cast<double>(initial.num_params())) + 8);
+    }
+  }
+  std::unique_ptr<FederationServer> server =
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(),
+                                   {model_name, sync.rounds, upload_codec, federated_eval, download_codec,
+                                    model.buffers(), local_dp ? local_dp->announced : std::string()},
+                                   tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";

@@ -22,9 +22,10 @@ std::string Number(double v) {
 
 void AddDpFlags(CLI::App* cmd, DpFlags* f) {
   cmd->add_option("--dp", f->dp,
-                  "Central differential privacy: central:clip=C,noise=Z (clip each update to L2 norm C, add "
-                  "Gaussian noise Z*C to each version's sum) or adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,"
-                  "count_noise=N] (the clip follows the target quantile of update norms); docs/privacy.md");
+                  "Differential privacy: central:clip=C,noise=Z (clip each update to L2 norm C, add Gaussian noise "
+                  "Z*C to each version's sum), adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,count_noise=N] (the "
+                  "clip follows the target quantile of update norms), or, on a server, local:clip=C,noise=Z (the "
+                  "clients clip and noise: clients announcing anything else are refused); docs/privacy.md");
   cmd->add_option("--dp-population", f->population,
                   "DP: every client that could ever be picked, for the sampling rate the accountant assumes");
   cmd->add_option("--dp-delta", f->delta, "DP: delta of (epsilon, delta)")->capture_default_str();
@@ -55,8 +56,9 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
   StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
   DpPlan plan;
   if (spec.name() != "central" && spec.name() != "adaptive") {
-    throw CommandError("--dp must be central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,... (got '" + spec.name() +
-                       "')");
+    throw CommandError("--dp must be central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,..." +
+                       std::string(spec.name() == "local" ? " here: local DP is not simulated" : "") + " (got '" +
+                       spec.name() + "')");
   }
   plan.adaptive = spec.name() == "adaptive";
   plan.clip = Take(spec.GetDouble("clip", 0), "--dp");

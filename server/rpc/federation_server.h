@@ -41,6 +41,9 @@ struct ServerInfo {
   // trainable: left out of the norm bounds, their changes checked for range instead
   // (server/rpc/update_norm.h).
   std::vector<std::string> buffer_tensors;
+  // Local differential privacy the clients must run, as they announce it at join ("clip=C,noise=Z";
+  // empty: none). A client announcing anything else is refused.
+  std::string local_dp;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

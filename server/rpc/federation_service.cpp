@@ -108,6 +108,15 @@ class FederationServiceImpl final : public v1::Federation::Service {
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
     Result<std::string> claimed = identity_.Of(ctx, req->client_id());
     if (!claimed.ok()) return Refuse("join", claimed.status());
+    if (req->local_dp() != info_.local_dp) {  // a federation either noises every update locally or none
+      return Refuse("join",
+                    FailedPreconditionError(
+                        info_.local_dp.empty()
+                            ? "this server runs no local DP: clients that add noise (" + req->local_dp() +
+                                  ") would be mixed with clients that do not; join without --dp"
+                            : "this server's clients run --dp local:" + info_.local_dp +
+                                  (req->local_dp().empty() ? ", this one none" : ", not local:" + req->local_dp())));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (Status limited = RateLimited(*claimed); !limited.ok()) return RefuseLocked("join", limited);
     Result<std::string> id = engine_->Join({*claimed, req->num_examples(), req->device()});

@@ -236,6 +236,53 @@ TEST(CliTest, TheMetricsEndpointCarriesThePrivacySpent) {
   RemoveDatabase(db);
 }
 
+// Local DP: a server run with --dp local takes only clients that clip and noise alike (the
+// client is told why and exits), a server without it refuses clients that noise, and a federation
+// of clients that do finishes with each client saying what its updates cost it.
+TEST(CliTest, LocalDpClientsAreNotMixedWithOthers) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string address = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
+  const std::string db = Temp("local_dp.db");
+  auto client = [&](const std::string& id, const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"client", "--server",    address, "--num-partitions", "30", "--partition-index",
+                                  "1",      "--client-id", id,      "--give-up-s",      "60"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<::plexus::testing::ChildProcess>(PLEXUS_BINARY, args, Temp(id + ".log"));
+  };
+  {
+    ::plexus::testing::ChildProcess server(
+        PLEXUS_BINARY,
+        {"server", "--listen", address, "--db", db, "--rounds", "2", "--clients-per-round", "2", "--no-eval",
+         "--local-steps", "5", "--dp", "local:clip=1,noise=0.8"},
+        Temp("server_local_dp.log"));
+    ASSERT_TRUE(WaitForLog(server, "listening on")) << server.Log();
+    auto plain = client("plain", {});
+    EXPECT_EQ(plain->Wait(60000), 1) << plain->Log();
+    EXPECT_NE(plain->Log().find("this server's clients run --dp local:clip=1,noise=0.8"), std::string::npos)
+        << plain->Log();
+    auto other = client("other", {"--dp", "local:clip=2,noise=0.8"});
+    EXPECT_EQ(other->Wait(60000), 1) << other->Log();
+    auto a = client("a", {"--dp", "local:clip=1,noise=0.8"});
+    auto b = client("b", {"--dp", "local:clip=1,noise=0.8"});
+    EXPECT_EQ(a->Wait(120000), 0) << a->Log();
+    EXPECT_EQ(b->Wait(120000), 0) << b->Log();
+    EXPECT_NE(a->Log().find("local DP: 2 noised updates left this client"), std::string::npos) << a->Log();
+    EXPECT_EQ(server.Wait(60000), 0) << server.Log();
+  }
+  RemoveDatabase(db);
+  ::plexus::testing::ChildProcess server(PLEXUS_BINARY,
+                                         {"server", "--listen", address, "--db", db, "--rounds", "1",
+                                          "--clients-per-round", "1", "--min-clients", "1", "--no-eval"},
+                                         Temp("server_no_dp.log"));
+  ASSERT_TRUE(WaitForLog(server, "listening on")) << server.Log();
+  auto noisy = client("noisy", {"--dp", "local:clip=1,noise=0.8"});
+  EXPECT_EQ(noisy->Wait(60000), 1) << noisy->Log();
+  EXPECT_NE(noisy->Log().find("this server runs no local DP"), std::string::npos) << noisy->Log();
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(60000), 0) << server.Log();
+  RemoveDatabase(db);
+}
+
 // The dashboard as an operator sees it: headless Chromium loads the page of a running federation,
 // finds the current version and an accuracy point per evaluated version, and takes a screenshot.
 TEST(CliTest, TheDashboardShowsTheFederationInAHeadlessBrowser) {

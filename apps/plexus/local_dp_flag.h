@@ -1,0 +1,38 @@
+// `--dp local:clip=C,noise=Z`, read alike by `plexus client` (which clips and noises its updates)
+// and `plexus server` (which refuses clients that announce anything else at join).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "aggregators/strategy_spec.h"
+#include "apps/plexus/commands.h"
+
+namespace plexus::cli {
+
+struct LocalDp {
+  double clip = 0;
+  double noise = 0;
+  std::string announced;  // "clip=C,noise=Z" as the client announces it at join
+};
+
+inline bool IsLocalDp(const std::string& flag) { return flag.rfind("local:", 0) == 0; }
+
+// Throws CommandError naming --dp for anything but local:clip=C,noise=Z with C > 0, Z ≥ 0.
+inline LocalDp ParseLocalDp(const std::string& flag) {
+  StrategySpec spec = Take(StrategySpec::Parse(flag), "--dp");
+  if (spec.name() != "local") throw CommandError("--dp here must be local:clip=C,noise=Z (got '" + flag + "')");
+  LocalDp dp;
+  dp.clip = Take(spec.GetDouble("clip", 0), "--dp");
+  dp.noise = Take(spec.GetDouble("noise", -1), "--dp");
+  Check(spec.CheckAllUsed(), "--dp");
+  if (!(dp.clip > 0) || !std::isfinite(dp.clip)) throw CommandError("--dp: clip must be a positive number");
+  if (!(dp.noise >= 0) || !std::isfinite(dp.noise)) throw CommandError("--dp: noise must be given and at least 0");
+  char text[96];
+  std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", dp.clip, dp.noise);
+  dp.announced = text;
+  return dp;
+}
+
+}  // namespace plexus::cli
