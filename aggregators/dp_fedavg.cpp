@@ -19,6 +19,7 @@
 // Noise from OpenSSL's secure generator unless `seed` is given (the simulator's reproducible
 // runs; the stream of each release is derived from the seed and the base version, so a restart
 // never repeats earlier noise). The adaptive clip is the strategy's saved state.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -181,7 +182,10 @@ Result<std::unique_ptr<Aggregator>> MakeDpFedAvg(StrategySpec& spec, ThreadPool*
                                "expected (updates per release, the fixed denominator) must be at least 1"));
   PLEXUS_RETURN_IF_ERROR(Check(s.lr > 0 && std::isfinite(s.lr), "lr must be positive"));
   if (s.adaptive) {
-    if (s.count_noise < 0) s.count_noise = s.expected / 20;  // Andrew et al.'s default
+    // Andrew et al.'s default is a twentieth of the expected updates; with few updates per
+    // release that would take the whole budget from the values (it must exceed noise / 2), so
+    // the default is at least the noise multiplier (the values' noise then rises by at most 15%).
+    if (s.count_noise < 0) s.count_noise = std::max(s.expected / 20, s.noise);
     PLEXUS_RETURN_IF_ERROR(Check(s.target > 0 && s.target < 1, "target must be a quantile in (0, 1)"));
     PLEXUS_RETURN_IF_ERROR(Check(s.clip_lr > 0 && std::isfinite(s.clip_lr), "clip_lr must be positive"));
     PLEXUS_RETURN_IF_ERROR(Check(s.count_noise >= 0 && std::isfinite(s.count_noise), "count_noise must be at least 0"));

@@ -2,10 +2,11 @@
 # What central differential privacy costs, measured (docs/privacy.md): the MLP on Fashion-MNIST
 # with 100 simulated clients (Dirichlet(0.5) label skew), 10 per version, 200 versions, at noise
 # multipliers 0, 0.5, 1 and 2, with a fixed clip (1.0) and adaptive clipping (from 0.1, median
-# target), in sync rounds and in FedBuff (buffers of 10); then 1,000 clients with 100 per version
-# and a fixed clip, where the same noise is spread over ten times as many updates. The table gives
+# target), in sync rounds and in FedBuff (buffers of 10); then 1,000
+# clients with 100 per version and a fixed clip, where the same noise is spread over ten times as
+# many updates. The table gives
 # the final and best test accuracy and ε at δ = 1e-5 after the last version. Takes about
-# 40 minutes on 2 cores after the build.
+# 15 minutes on 2 cores after the build.
 # usage: scripts/compare_privacy.sh [ROUNDS]   (default 200; runs/compare-privacy/ keeps each run's
 #        summary JSON and metrics CSV; PLEXUS_BIN=path runs another plexus binary)
 set -euo pipefail

@@ -197,6 +197,8 @@ TEST(DpFedAvgTest, RefusesSettingsThatMeanNothing) {
                           "dp_fedavg:clip=1,noise=1,expected=10,seed=-3"}) {
     EXPECT_THAT(MakeAggregator(bad, nullptr).status(), StatusIs(StatusCode::kInvalidArgument, "dp_fedavg")) << bad;
   }
+  // The default count noise leaves the values a budget even with few updates per release.
+  EXPECT_OK(MakeAggregator("dp_fedavg:clip=1,noise=2,expected=10,adaptive=true", nullptr));
   auto dp = Make("dp_fedavg:clip=1,noise=1,expected=2");
   ASSERT_OK(dp->Begin(VectorModel({0, 0})));
   EXPECT_THAT(dp->Fold(U("a", {NAN, 0})), StatusIs(StatusCode::kInvalidArgument, ""));
