@@ -274,11 +274,19 @@ void RunServer(const ServerFlags& f) {
       limits.max_update_norm = local_dp->clip + sigma * (std::sqrt(static_cast<double>(initial.num_params())) + 8);
     }
   }
+  ServerInfo info{model_name,
+                  sync.rounds,
+                  upload_codec,
+                  federated_eval,
+                  download_codec,
+                  model.buffers(),
+                  local_dp ? local_dp->announced : std::string()};
+  if (dp) {
+    info.dp_epsilon = [plan = *dp](uint64_t versions) { return plan.EpsilonAfter(static_cast<int64_t>(versions)); };
+    info.dp_delta = dp->delta;
+  }
   std::unique_ptr<FederationServer> server =
-      Take(FederationServer::Start(f.listen, engine.get(), store.get(),
-                                   {model_name, sync.rounds, upload_codec, federated_eval, download_codec,
-                                    model.buffers(), local_dp ? local_dp->announced : std::string()},
-                                   tls, limits));
+      Take(FederationServer::Start(f.listen, engine.get(), store.get(), info, tls, limits));
   const char* security = !tls.enabled()              ? (limits.tokens ? "no TLS, client tokens" : "no TLS")
                          : tls.client_ca_pem.empty() ? "TLS, client tokens"
                                                      : "mutual TLS";

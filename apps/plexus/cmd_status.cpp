@@ -65,6 +65,10 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
                                   {"group", m.group()},
                                   {"ms_per_step", m.has_speed() ? nlohmann::json(m.ms_per_step()) : nlohmann::json()}});
     }
+    if (r.dp_delta() > 0) {  // a server with central DP
+      j["dp_epsilon"] = r.has_dp_epsilon() ? nlohmann::json(r.dp_epsilon()) : nlohmann::json();
+      j["dp_delta"] = r.dp_delta();
+    }
     if (!r.error().empty()) j["error"] = r.error();
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -73,6 +77,13 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
   std::printf("round             %llu of %lld%s\n", static_cast<unsigned long long>(r.round()),
               static_cast<long long>(r.rounds_total()), r.finished() ? " (finished)" : "");
   std::printf("model version     %llu\n", static_cast<unsigned long long>(r.model_version()));
+  if (r.dp_delta() > 0) {
+    if (r.has_dp_epsilon()) {
+      std::printf("privacy           epsilon %.4g at delta %g (central DP)\n", r.dp_epsilon(), r.dp_delta());
+    } else {
+      std::printf("privacy           none: central DP without noise\n");
+    }
+  }
   std::printf("clients           %lld connected, %lld known\n", static_cast<long long>(r.connected_clients()),
               static_cast<long long>(r.known_clients()));
   std::printf("in progress       %lld updates in, %lld tasks out\n", static_cast<long long>(r.round_received()),

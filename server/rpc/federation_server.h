@@ -7,6 +7,7 @@
 // outlive it. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,10 @@ struct ServerInfo {
   // Local differential privacy the clients must run, as they announce it at join ("clip=C,noise=Z";
   // empty: none). A client announcing anything else is refused.
   std::string local_dp;
+  // Central DP: epsilon at dp_delta after a number of published versions (for GetStatus); unset:
+  // no central DP. Called under the server's lock: must be cheap and not call back.
+  std::function<double(uint64_t versions)> dp_epsilon;
+  double dp_delta = 0;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

@@ -414,6 +414,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     rep->set_model_name(info_.model_name);
     rep->set_rounds_total(info_.rounds_total);
     rep->set_strategy(engine_->strategy_description());
+    if (info_.dp_epsilon) {
+      const double epsilon = info_.dp_epsilon(rep->model_version());
+      rep->set_has_dp_epsilon(std::isfinite(epsilon));  // not finite: noise 0, nothing private
+      if (std::isfinite(epsilon)) rep->set_dp_epsilon(epsilon);
+      rep->set_dp_delta(info_.dp_delta);
+    }
     for (const auto& [code, count] : refusals_) (*rep->mutable_refusals())[code] = count;
     rep->set_uploads_resumed(uploads_resumed_);
     rep->set_upload_bytes_resumed(upload_bytes_resumed_);

@@ -213,8 +213,8 @@ TEST(CliTest, TheMetricsEndpointIsScrapedDuringAFederation) {
   RemoveDatabase(db);
 }
 
-// With --dp the metrics carry the privacy spent: at version 0, nothing yet.
-TEST(CliTest, TheMetricsEndpointCarriesThePrivacySpent) {
+// With --dp the metrics and `plexus status` carry the privacy spent: at version 0, nothing yet.
+TEST(CliTest, TheMetricsAndTheStatusCarryThePrivacySpent) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::string address = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
   const int metrics_port = ::plexus::testing::FreePort();
@@ -231,6 +231,11 @@ TEST(CliTest, TheMetricsEndpointCarriesThePrivacySpent) {
   EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_noise_multiplier"), 1.5) << text;
   EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_clip"), 2) << text;
   EXPECT_EQ(::plexus::testing::PrometheusSample(text, "plexus_dp_delta"), 1e-5) << text;
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"status", "--server", address, "--json"}, &out), 0) << out;
+  EXPECT_NE(out.find("\"dp_epsilon\": 0.0"), std::string::npos) << out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"status", "--server", address}, &out), 0) << out;
+  EXPECT_NE(out.find("privacy           epsilon 0 at delta 1e-05"), std::string::npos) << out;
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(60000), 0) << server.Log();
   RemoveDatabase(db);
