@@ -124,7 +124,7 @@ class DpFedAvg final : public Aggregator {
     char text[256];
     std::snprintf(text, sizeof text, "dp_fedavg(clip=%g,noise=%g,expected=%g%s,noise_source=%s)", s_.clip, s_.noise,
                   s_.expected, s_.adaptive ? ",adaptive" : "",
-                  s_.seed ? ("seeded(seed=" + std::to_string(*s_.seed) + ")").c_str() : "openssl");
+                  (s_.seed ? MakeSeededGaussianNoise(*s_.seed)->Describe() : secure_->Describe()).c_str());
     std::string out = text;
     if (s_.lr != 1) out.insert(out.size() - 1, ",lr=" + std::to_string(s_.lr));
     return out;

@@ -196,6 +196,15 @@ Result<PrivacySpent> EpsilonFromRdp(const std::vector<double>& rdp, const std::v
   return best;
 }
 
+Result<PrivacySpent> EpsilonAfterReleases(const std::vector<double>& rdp_per_release, int64_t releases, double delta,
+                                          EpsilonConversion conversion) {
+  if (releases < 0) return InvalidArgumentError("a negative number of releases");
+  if (releases == 0 && delta > 0 && delta < 1) return PrivacySpent{0, DefaultRdpOrders().front()};
+  std::vector<double> rdp = rdp_per_release;
+  for (double& r : rdp) r *= static_cast<double>(releases);
+  return EpsilonFromRdp(rdp, DefaultRdpOrders(), delta, conversion);
+}
+
 Result<double> NoiseForEpsilon(double q, int64_t releases, double delta, double epsilon) {
   if (Status s = CheckSampling(q, 1); !s.ok()) return s;
   if (Status s = CheckTarget(releases, delta, epsilon); !s.ok()) return s;

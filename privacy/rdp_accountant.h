@@ -46,6 +46,11 @@ struct PrivacySpent {
 Result<PrivacySpent> EpsilonFromRdp(const std::vector<double>& rdp, const std::vector<double>& orders, double delta,
                                     EpsilonConversion conversion);
 
+// ε at δ after `releases` releases that each cost `rdp_per_release` (at DefaultRdpOrders()):
+// composition (RDP adds), then EpsilonFromRdp. ε is 0 for no release.
+Result<PrivacySpent> EpsilonAfterReleases(const std::vector<double>& rdp_per_release, int64_t releases, double delta,
+                                          EpsilonConversion conversion = EpsilonConversion::kImproved);
+
 // The smallest noise multiplier (to 0.1%) for which `releases` releases of the sampled Gaussian
 // mechanism at rate q stay within ε at δ (improved conversion). InvalidArgument for bad arguments;
 // OutOfRange when even z = 1000 does not meet ε.

@@ -180,9 +180,8 @@ void RunClient(const ClientFlags& f) {
     const int64_t releases = runtime.local_dp_releases();
     double epsilon = std::numeric_limits<double>::infinity();
     if (local_dp.noise > 0 && releases > 0) {
-      std::vector<double> rdp = Take(SampledGaussianRdp(1.0, local_dp.noise / 2, DefaultRdpOrders()), "--dp");
-      for (double& r : rdp) r *= static_cast<double>(releases);
-      epsilon = Take(EpsilonFromRdp(rdp, DefaultRdpOrders(), 1e-5, EpsilonConversion::kImproved), "--dp").epsilon;
+      const std::vector<double> rdp = Take(SampledGaussianRdp(1.0, local_dp.noise / 2, DefaultRdpOrders()), "--dp");
+      epsilon = Take(EpsilonAfterReleases(rdp, releases, 1e-5), "--dp").epsilon;
     }
     spdlog::info(
         "local DP: {} noised updates left this client (clip {}, noise multiplier {}): epsilon {} at delta "

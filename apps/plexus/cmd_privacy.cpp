@@ -22,14 +22,12 @@ struct PrivacyFlags {
   bool json = false;
 };
 
-// The mechanism's RDP at the default orders.
+// The mechanism's RDP per release at the default orders (a tree's is for all its releases).
 std::vector<double> Rdp(const PrivacyFlags& f) {
   if (f.mechanism == "tree") {
     return Take(TreeAggregationRdp(f.noise, f.releases, f.restart, DefaultRdpOrders()), "--noise");
   }
-  std::vector<double> rdp = Take(SampledGaussianRdp(f.q, f.noise, DefaultRdpOrders()), "--q/--noise");
-  for (double& r : rdp) r *= static_cast<double>(f.releases);
-  return rdp;
+  return Take(SampledGaussianRdp(f.q, f.noise, DefaultRdpOrders()), "--q/--noise");
 }
 
 std::string Describe(const PrivacyFlags& f) {
@@ -81,10 +79,11 @@ void RunPrivacy(const PrivacyFlags& f) {
   }
   if (!(f.noise > 0) || !std::isfinite(f.noise)) throw CommandError("--noise must be positive");
   const std::vector<double> rdp = Rdp(f);
+  const int64_t composed = f.mechanism == "tree" ? 1 : f.releases;  // a tree's RDP already covers every release
   const PrivacySpent improved =
-      Take(EpsilonFromRdp(rdp, DefaultRdpOrders(), f.delta, EpsilonConversion::kImproved), "--delta");
+      Take(EpsilonAfterReleases(rdp, composed, f.delta, EpsilonConversion::kImproved), "--delta");
   const PrivacySpent classic =
-      Take(EpsilonFromRdp(rdp, DefaultRdpOrders(), f.delta, EpsilonConversion::kClassic), "--delta");
+      Take(EpsilonAfterReleases(rdp, composed, f.delta, EpsilonConversion::kClassic), "--delta");
   if (f.json) {
     std::printf(
         "{\"mechanism\": \"%s\", \"q\": %.17g, \"noise_multiplier\": %.17g, \"releases\": %lld, "

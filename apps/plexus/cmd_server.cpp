@@ -315,19 +315,18 @@ void RunServer(const ServerFlags& f) {
     FederationServer* watched = server.get();
     const std::string title = std::string(ModeName(f.mode)) + " mode, model " + f.model + ", " +
                               std::to_string(sync.rounds) + " versions, strategy " + engine->strategy_description();
-    dashboard_endpoint =
-        Take(HttpEndpoint::Start(
-                 f.dashboard_listen,
-                 {{"/",
-                   {"text/html; charset=utf-8",
-                    [watched, title, dp] {
-                      const ServerMetrics m = watched->metrics();
-                      // With --dp the title carries what the published versions cost so far.
-                      return RenderDashboard(
-                          m, dp ? title + ", " + DpProgress(*dp, static_cast<int64_t>(m.engine.model_version)).substr(2)
-                                : title);
-                    }}}}),
-             "--dashboard-listen");
+    dashboard_endpoint = Take(
+        HttpEndpoint::Start(
+            f.dashboard_listen,
+            {{"/",
+              {"text/html; charset=utf-8",
+               [watched, title, dp] {
+                 const ServerMetrics m = watched->metrics();
+                 // With --dp the title carries what the published versions cost so far.
+                 return RenderDashboard(
+                     m, dp ? title + ", " + DpEpsilonText(*dp, static_cast<int64_t>(m.engine.model_version)) : title);
+               }}}}),
+        "--dashboard-listen");
     spdlog::info("dashboard on http://{}/ (port {})", f.dashboard_listen, dashboard_endpoint->port());
   }
   spdlog::info(

@@ -308,7 +308,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
         static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
         static_cast<long long>(r.record.num_updates), r.record.mean_train_loss, r.record.test_accuracy.value_or(0.0),
         r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta,
-        dp ? DpProgress(*dp, static_cast<int64_t>(r.record.model_version)).c_str() : "");
+        dp ? ("  " + DpEpsilonText(*dp, static_cast<int64_t>(r.record.model_version))).c_str() : "");
     std::fflush(stdout);
   }));
   std::printf(

@@ -7,6 +7,7 @@
 #include "aggregators/registry.h"
 #include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/local_dp_flag.h"
 #include "privacy/rdp_accountant.h"
 
 namespace plexus::cli {
@@ -37,20 +38,15 @@ void AddDpFlags(CLI::App* cmd, DpFlags* f) {
 double DpPlan::EpsilonAfter(int64_t releases) const {
   if (releases <= 0) return 0;
   if (noise == 0) return std::numeric_limits<double>::infinity();
-  std::vector<double> rdp = rdp_per_release;
-  for (double& r : rdp) r *= static_cast<double>(releases);
-  Result<PrivacySpent> spent = EpsilonFromRdp(rdp, DefaultRdpOrders(), delta, EpsilonConversion::kImproved);
+  Result<PrivacySpent> spent = EpsilonAfterReleases(rdp_per_release, releases, delta);
   return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
 }
 
 std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given) {
   if (f.dp.empty()) {
-    for (const char* flag : {"--dp-population", "--dp-budget"}) {
-      if ((std::string(flag) == "--dp-budget" ? f.budget != 0 : f.population != 0)) {
-        throw CommandError(std::string(flag) + " needs --dp");
-      }
-    }
+    if (f.population != 0) throw CommandError("--dp-population needs --dp");
+    if (f.budget != 0) throw CommandError("--dp-budget needs --dp");
     return std::nullopt;
   }
   StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
@@ -61,8 +57,7 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
                        spec.name() + "')");
   }
   plan.adaptive = spec.name() == "adaptive";
-  plan.clip = Take(spec.GetDouble("clip", 0), "--dp");
-  plan.noise = Take(spec.GetDouble("noise", -1), "--dp");
+  ReadClipAndNoise(spec, &plan.clip, &plan.noise);
   double target = 0.5, lr = 0.2, count_noise = -1;
   if (plan.adaptive) {
     target = Take(spec.GetDouble("target", target), "--dp");
@@ -70,10 +65,6 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
     count_noise = Take(spec.GetDouble("count_noise", count_noise), "--dp");
   }
   Check(spec.CheckAllUsed(), "--dp");
-  if (!(plan.clip > 0) || !std::isfinite(plan.clip)) throw CommandError("--dp: clip must be a positive number");
-  if (!(plan.noise >= 0) || !std::isfinite(plan.noise)) {
-    throw CommandError("--dp: noise must be given and at least 0 (the noise multiplier z)");
-  }
   if (strategy_given) {
     throw CommandError(
         "--dp and --strategy cannot be combined: DP needs each update's influence bounded by its clip, which --dp's "
@@ -138,9 +129,9 @@ void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, cons
   std::fflush(stdout);
 }
 
-std::string DpProgress(const DpPlan& plan, int64_t version) {
+std::string DpEpsilonText(const DpPlan& plan, int64_t version) {
   char text[48];
-  std::snprintf(text, sizeof text, "  epsilon %.4g", plan.EpsilonAfter(version));
+  std::snprintf(text, sizeof text, "epsilon %.4g", plan.EpsilonAfter(version));
   return text;
 }
 

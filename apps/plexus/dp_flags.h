@@ -53,8 +53,8 @@ std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t 
 
 // Prints what the plan releases and costs, and where the budget stops the federation.
 void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, const char* who);
-// "  epsilon 1.234" (or "  epsilon inf" without noise) for a progress line after `version`.
-std::string DpProgress(const DpPlan& plan, int64_t version);
+// "epsilon 1.234" (or "epsilon inf" without noise) after `version`, for progress lines and titles.
+std::string DpEpsilonText(const DpPlan& plan, int64_t version);
 // The DP gauges for Prometheus after `version`: plexus_dp_epsilon (absent without noise: the
 // versions are not private), plexus_dp_delta, plexus_dp_noise_multiplier, plexus_dp_clip.
 std::string DpPrometheusText(const DpPlan& plan, int64_t version);

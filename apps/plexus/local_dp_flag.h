@@ -1,5 +1,5 @@
-// `--dp local:clip=C,noise=Z`, read alike by `plexus client` (which clips and noises its updates)
-// and `plexus server` (which refuses clients that announce anything else at join).
+// The clip and noise every --dp mechanism names, and `--dp local:clip=C,noise=Z`, read alike by `plexus client` (which
+// clips and noises its updates) and `plexus server` (which refuses clients that announce anything else at join).
 #pragma once
 
 #include <cmath>
@@ -17,6 +17,16 @@ struct LocalDp {
   std::string announced;  // "clip=C,noise=Z" as the client announces it at join
 };
 
+// clip=C (> 0) and noise=Z (>= 0) of any --dp mechanism; throws CommandError naming --dp.
+inline void ReadClipAndNoise(StrategySpec& spec, double* clip, double* noise) {
+  *clip = Take(spec.GetDouble("clip", 0), "--dp");
+  *noise = Take(spec.GetDouble("noise", -1), "--dp");
+  if (!(*clip > 0) || !std::isfinite(*clip)) throw CommandError("--dp: clip must be a positive number");
+  if (!(*noise >= 0) || !std::isfinite(*noise)) {
+    throw CommandError("--dp: noise must be given and at least 0 (the noise multiplier z)");
+  }
+}
+
 inline bool IsLocalDp(const std::string& flag) { return flag.rfind("local:", 0) == 0; }
 
 // Throws CommandError naming --dp for anything but local:clip=C,noise=Z with C > 0, Z ≥ 0.
@@ -24,11 +34,8 @@ inline LocalDp ParseLocalDp(const std::string& flag) {
   StrategySpec spec = Take(StrategySpec::Parse(flag), "--dp");
   if (spec.name() != "local") throw CommandError("--dp here must be local:clip=C,noise=Z (got '" + flag + "')");
   LocalDp dp;
-  dp.clip = Take(spec.GetDouble("clip", 0), "--dp");
-  dp.noise = Take(spec.GetDouble("noise", -1), "--dp");
+  ReadClipAndNoise(spec, &dp.clip, &dp.noise);
   Check(spec.CheckAllUsed(), "--dp");
-  if (!(dp.clip > 0) || !std::isfinite(dp.clip)) throw CommandError("--dp: clip must be a positive number");
-  if (!(dp.noise >= 0) || !std::isfinite(dp.noise)) throw CommandError("--dp: noise must be given and at least 0");
   char text[96];
   std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", dp.clip, dp.noise);
   dp.announced = text;

@@ -103,6 +103,10 @@ TEST(RdpAccountantTest, ReleasesComposeOneByOneAsAtOnce) {
   ASSERT_TRUE(at_once.AddSampledGaussian(0.05, 1.3, 50).ok());
   EXPECT_EQ(one_by_one.releases(), 50);
   EXPECT_NEAR(one_by_one.Spent(1e-5)->epsilon, at_once.Spent(1e-5)->epsilon, 1e-9);
+  Result<std::vector<double>> one = SampledGaussianRdp(0.05, 1.3, DefaultRdpOrders());
+  ASSERT_TRUE(one.ok());
+  EXPECT_NEAR(EpsilonAfterReleases(*one, 50, 1e-5)->epsilon, at_once.Spent(1e-5)->epsilon, 1e-9);
+  EXPECT_EQ(EpsilonAfterReleases(*one, 0, 1e-5)->epsilon, 0);
 }
 
 TEST(RdpAccountantTest, NoiseForEpsilonInvertsTheAccountant) {
