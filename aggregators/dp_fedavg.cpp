@@ -25,6 +25,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "aggregators/aggregator.h"
 #include "aggregators/server_optimizer.h"
@@ -77,9 +79,38 @@ class DpFedAvg final : public Aggregator {
   bool folds_coded() const override { return true; }
   size_t num_folded() const override { return mean_.count(); }
 
+  // One pass over the sum for the whole batch (after each update's norm): the path a round's
+  // updates take. Anything unusual (coded values, a wrong layout, a non-finite value) folds one
+  // by one from there, which reports it.
+  Status FoldAll(std::span<const Update* const> updates) override {
+    if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
+    std::vector<const float*> deltas;
+    std::vector<double> scales;
+    int64_t unclipped = 0;
+    for (size_t i = 0; i < updates.size(); ++i) {
+      const Update& u = *updates[i];
+      double norm = 0;
+      if (!u.coded && u.delta.CheckSameLayout(base_).ok()) {
+        norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
+      }
+      if (u.coded || !std::isfinite(norm) || !u.delta.CheckSameLayout(base_).ok()) {
+        FoldBatch(deltas, scales, unclipped);
+        for (size_t j = i; j < updates.size(); ++j) PLEXUS_RETURN_IF_ERROR(Fold(*updates[j]));
+        return Status::Ok();
+      }
+      if (norm <= clip_) ++unclipped;
+      deltas.push_back(u.delta.data().data());
+      scales.push_back(norm > clip_ ? clip_ / norm : 1.0);
+    }
+    FoldBatch(deltas, scales, unclipped);
+    return Status::Ok();
+  }
+
   Result<ModelState> Finalize() override {
     if (!begun_ || mean_.count() == 0) return FailedPreconditionError("dp_fedavg: no updates to aggregate");
-    std::vector<double> noised(mean_.sum().begin(), mean_.sum().end());
+    // Noised in place: the sum is released once and the next Begin starts over.
+    const std::span<double> noised = mean_.mutable_sum();
+    begun_ = false;  // also when the noise fails: a partly noised sum must never be released
     std::unique_ptr<GaussianNoise> seeded;
     GaussianNoise* noise = secure_.get();
     if (s_.seed) {
@@ -93,7 +124,6 @@ class DpFedAvg final : public Aggregator {
       if (s_.count_noise > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(count, s_.count_noise));
       next_clip = clip_ * std::exp(-s_.clip_lr * (count[0] / s_.expected - s_.target));
     }
-    begun_ = false;
     ModelState next = step_->Step(base_, noised, 1.0 / s_.expected, pool_);
     clip_ = next_clip;
     return next;
@@ -145,6 +175,14 @@ class DpFedAvg final : public Aggregator {
       mean_.Fold(u.delta.data(), 1.0, factor);
     }
     return Status::Ok();
+  }
+
+  // Folds finite deltas of the base's layout with their clip factors.
+  void FoldBatch(std::span<const float* const> deltas, std::span<const double> scales, int64_t unclipped) {
+    if (deltas.empty()) return;
+    const std::vector<double> weights(deltas.size(), 1.0);
+    mean_.FoldBatch(deltas, weights, scales);  // every input is finite: its norm was
+    unclipped_ += unclipped;
   }
 
   const DpSettings s_;

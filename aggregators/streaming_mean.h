@@ -36,6 +36,9 @@ class StreamingMean {
   std::vector<double> Mean() const;
   // The weighted sum itself (divide by total_weight() for the mean).
   std::span<const double> sum() const { return sum_; }
+  // The same, to change in place before it is released (DP noise): no model-sized copy. What is
+  // written stays until the next Reset.
+  std::span<double> mutable_sum() { return sum_; }
 
  private:
   ThreadPool* const pool_;

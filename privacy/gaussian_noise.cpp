@@ -1,46 +1,179 @@
 #include "privacy/gaussian_noise.h"
 
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
-
-#include "core/rng.h"
 
 namespace plexus {
 namespace {
 
-// Values per block: each block draws its own random bits (its own stream when seeded), so blocks
-// run on any thread in any order with the same result.
+// Values per block: each block draws from its own ChaCha20 nonce, so blocks run on any thread in
+// any order with the same result.
 constexpr size_t kBlock = 1 << 14;
 
-// A uniform double in (0, 1] from 53 random bits (never 0, so the logarithm is finite).
-double UnitFromBits(uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
+// The ziggurat's layers for the unnormalised density f(x) = exp(−x²/2): 256 layers of equal area
+// v, the base layer's rectangle of width v/f(r) holding the tail beyond r. r and v are Marsaglia
+// and Tsang's constants for 256 layers.
+class ZigguratTables {
+ public:
+  static constexpr double kR = 3.6541528853610088;
+  static constexpr double kArea = 0.00492867323399;
 
-// Box–Muller: two uniforms give two independent standard normals.
-void AddPairs(std::span<double> values, double stddev, std::span<const uint64_t> bits) {
-  for (size_t i = 0; i < values.size(); i += 2) {
-    const double radius = std::sqrt(-2.0 * std::log(UnitFromBits(bits[i]))) * stddev;
-    const double angle = 2.0 * M_PI * UnitFromBits(bits[i + 1]);
-    values[i] += radius * std::cos(angle);
-    if (i + 1 < values.size()) values[i + 1] += radius * std::sin(angle);
+  ZigguratTables() {
+    double x[257];
+    x[0] = kArea / F(kR);
+    x[1] = kR;
+    for (int i = 1; i < 255; ++i) x[i + 1] = std::sqrt(-2.0 * std::log(kArea / x[i] + F(x[i])));
+    x[256] = 0;
+    for (int i = 0; i < 256; ++i) {
+      width[i] = x[i] * 0x1.0p-53;
+      const double inner = i == 0 ? kR : x[i + 1];  // below it the layer's rectangle is under f
+      accept_below[i] = static_cast<uint64_t>(inner / x[i] * 0x1.0p53);
+      f_outer[i] = F(x[i]);
+      f_inner[i] = i == 255 ? 1.0 : F(x[i + 1]);
+    }
+  }
+  static double F(double x) { return std::exp(-0.5 * x * x); }
+
+  double width[256];           // layer width · 2⁻⁵³: the abscissa of 53 random bits
+  uint64_t accept_below[256];  // 53-bit abscissas below this are accepted at once
+  double f_outer[256];         // f at the layer's outer edge (its rectangle's bottom)
+  double f_inner[256];         // f at the layer's inner edge (its top)
+};
+
+const ZigguratTables& Tables() {
+  static const ZigguratTables tables;
+  return tables;
+}
+
+// 64-bit words of a ChaCha20 keystream (key, nonce = stream ‖ block), drawn in small chunks.
+class KeyStream {
+ public:
+  KeyStream(const NoiseKey& key, uint64_t stream, uint32_t block) : ctx_(EVP_CIPHER_CTX_new()) {
+    unsigned char iv[16] = {};  // OpenSSL's ChaCha20 IV: 32-bit little-endian counter, 96-bit nonce
+    for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(stream >> (8 * i));
+    for (int i = 0; i < 4; ++i) iv[12 + i] = static_cast<unsigned char>(block >> (8 * i));
+    ok_ = ctx_ && EVP_EncryptInit_ex(ctx_, EVP_chacha20(), nullptr, key.data(), iv) == 1;
+  }
+  ~KeyStream() { EVP_CIPHER_CTX_free(ctx_); }
+  KeyStream(const KeyStream&) = delete;
+  KeyStream& operator=(const KeyStream&) = delete;
+
+  bool ok() const { return ok_; }
+  uint64_t Next() {
+    if (pos_ == kWords) [[unlikely]]
+      Refill();
+    return words_[pos_++];
+  }
+  // A uniform double in (0, 1], never 0 (its logarithm is finite).
+  double Unit() { return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53; }
+
+ private:
+  static constexpr int kWords = 512;
+  void Refill() {
+    std::memset(words_, 0, sizeof words_);
+    int len = 0;
+    auto* bytes = reinterpret_cast<unsigned char*>(words_);
+    if (!ok_ || EVP_EncryptUpdate(ctx_, bytes, &len, bytes, sizeof words_) != 1 || len != sizeof words_) ok_ = false;
+    pos_ = 0;
+  }
+
+  EVP_CIPHER_CTX* ctx_;
+  bool ok_ = false;
+  int pos_ = kWords;
+  uint64_t words_[kWords];
+};
+
+// x with the sign bit of `r` (bit 8) set on it: branch-free, as the sign is a coin toss that no
+// branch predictor guesses.
+inline double WithSign(double x, uint64_t r) {
+  return std::bit_cast<double>(std::bit_cast<uint64_t>(x) | ((r & 0x100) << 55));
+}
+
+// One standard normal from the ziggurat.
+inline double Normal(KeyStream& bits, const ZigguratTables& t) {
+  for (;;) {
+    const uint64_t r = bits.Next();
+    const int layer = static_cast<int>(r & 0xff);
+    const uint64_t u = r >> 11;
+    double x = static_cast<double>(u) * t.width[layer];
+    if (u < t.accept_below[layer]) [[likely]]
+      return WithSign(x, r);
+    if (layer == 0) {  // the tail beyond r (Marsaglia 1964)
+      double tail, y;
+      do {
+        tail = -std::log(bits.Unit()) / ZigguratTables::kR;
+        y = -std::log(bits.Unit());
+      } while (2 * y < tail * tail);
+      return WithSign(ZigguratTables::kR + tail, r);
+    }
+    // The wedge between the rectangle and the curve.
+    const double y = t.f_outer[layer] + bits.Unit() * (t.f_inner[layer] - t.f_outer[layer]);
+    if (y < ZigguratTables::F(x)) return WithSign(x, r);
   }
 }
 
-// Runs fill(block_values, bits) over every block of `values`, on `pool` when given; returns false
-// when a fill did.
-template <typename Fill>
-bool ForEachBlock(std::span<double> values, ThreadPool* pool, Fill fill) {
+class SecureGaussianNoise final : public GaussianNoise {
+ public:
+  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
+    Result<NoiseKey> key = NewNoiseKey();
+    if (!key.ok()) return key.status();
+    return AddKeyedNormals(values, stddev, *key, 0, pool);
+  }
+  std::string Describe() const override { return "openssl"; }
+};
+
+class SeededGaussianNoise final : public GaussianNoise {
+ public:
+  explicit SeededGaussianNoise(uint64_t seed) : seed_(seed), key_(NoiseKeyFromSeed(seed, "gaussian-noise")) {}
+  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
+    return AddKeyedNormals(values, stddev, key_, calls_++, pool);
+  }
+  std::string Describe() const override { return "seeded(seed=" + std::to_string(seed_) + ")"; }
+
+ private:
+  const uint64_t seed_;
+  const NoiseKey key_;
+  uint64_t calls_ = 0;
+};
+
+}  // namespace
+
+Result<NoiseKey> NewNoiseKey() {
+  NoiseKey key;
+  if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1) {
+    return InternalError("OpenSSL's RAND_bytes failed: no differentially private noise, nothing released");
+  }
+  return key;
+}
+
+NoiseKey NoiseKeyFromSeed(uint64_t seed, std::string_view purpose) {
+  std::string input(8, '\0');
+  for (int i = 0; i < 8; ++i) input[i] = static_cast<char>(seed >> (8 * i));
+  input.append(purpose);
+  NoiseKey key{};
+  unsigned int len = 0;
+  // SHA-256 of a few bytes cannot fail short of memory exhaustion.
+  (void)EVP_Digest(input.data(), input.size(), key.data(), &len, EVP_sha256(), nullptr);
+  return key;
+}
+
+Status AddKeyedNormals(std::span<double> values, double scale, const NoiseKey& key, uint64_t stream, ThreadPool* pool) {
+  const ZigguratTables& tables = Tables();
   const size_t blocks = (values.size() + kBlock - 1) / kBlock;
   std::atomic<bool> ok{true};
   auto run = [&](size_t begin, size_t end) {
-    std::vector<uint64_t> bits(kBlock);
     for (size_t b = begin; b < end && ok.load(std::memory_order_relaxed); ++b) {
-      const std::span<double> block = values.subspan(b * kBlock, std::min(kBlock, values.size() - b * kBlock));
-      const std::span<uint64_t> block_bits = std::span<uint64_t>(bits).first((block.size() + 1) / 2 * 2);
-      if (!fill(b, block, block_bits)) ok = false;
+      KeyStream bits(key, stream, static_cast<uint32_t>(b));
+      const size_t first = b * kBlock, last = std::min(values.size(), first + kBlock);
+      for (size_t i = first; i < last; ++i) values[i] += scale * Normal(bits, tables);
+      if (!bits.ok()) ok = false;
     }
   };
   if (pool && blocks > 1) {
@@ -48,46 +181,9 @@ bool ForEachBlock(std::span<double> values, ThreadPool* pool, Fill fill) {
   } else {
     run(0, blocks);
   }
-  return ok.load();
+  if (!ok.load()) return InternalError("OpenSSL's ChaCha20 failed: no differentially private noise, nothing released");
+  return Status::Ok();
 }
-
-class SecureGaussianNoise final : public GaussianNoise {
- public:
-  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
-    const bool ok = ForEachBlock(values, pool, [stddev](size_t, std::span<double> block, std::span<uint64_t> bits) {
-      if (RAND_bytes(reinterpret_cast<unsigned char*>(bits.data()), static_cast<int>(bits.size_bytes())) != 1) {
-        return false;
-      }
-      AddPairs(block, stddev, bits);
-      return true;
-    });
-    if (!ok) return InternalError("OpenSSL's RAND_bytes failed: no differentially private noise, nothing released");
-    return Status::Ok();
-  }
-  std::string Describe() const override { return "openssl"; }
-};
-
-class SeededGaussianNoise final : public GaussianNoise {
- public:
-  explicit SeededGaussianNoise(uint64_t seed) : seed_(seed) {}
-  Status Add(std::span<double> values, double stddev, ThreadPool* pool) override {
-    const uint64_t call = calls_++;
-    ForEachBlock(values, pool, [&](size_t b, std::span<double> block, std::span<uint64_t> bits) {
-      Rng rng = Rng::Derive(seed_ ^ (0xd1ff3ULL + call * 0x9e3779b97f4a7c15ULL), b);
-      for (uint64_t& x : bits) x = rng.NextU64();
-      AddPairs(block, stddev, bits);
-      return true;
-    });
-    return Status::Ok();
-  }
-  std::string Describe() const override { return "seeded(seed=" + std::to_string(seed_) + ")"; }
-
- private:
-  const uint64_t seed_;
-  uint64_t calls_ = 0;
-};
-
-}  // namespace
 
 Status ClipAndAddNoise(std::span<float> values, double clip, double noise_multiplier, GaussianNoise& noise) {
   if (!(clip > 0) || !std::isfinite(clip)) return InvalidArgumentError("local DP: the clip must be positive");
