@@ -231,14 +231,21 @@ class StalledUploadTest : public FederationServerTest {
     return c;
   }
   // Starts a's stalled upload and returns once the server holds it in the upload place: a
-  // second upload by a is then refused at once as "already has an upload in flight" (a second
-  // upload that got in first ends at once as truncated, and the check is made again).
+  // second upload by a is then refused at once as "already has an upload in flight". The probe
+  // waits until the server counts the stalled upload's ten bytes (only an upload holding a place
+  // counts them): a probe that got in first would have had the stalled upload refused as the
+  // second one (a loaded machine once delivered them in that order).
   void StallAnUploadOfA() {
+    const int64_t received_before = ReceivedBytes();
     stalled_ = stub_->UploadUpdate(&stalled_ctx_, &stalled_reply_);
     ASSERT_TRUE(stalled_->Write(HeaderChunk("a", task_a_)));
     v1::UpdateChunk d;
     d.set_data(Delta(1.0f).substr(0, 10));
     ASSERT_TRUE(stalled_->Write(d));
+    for (int attempt = 0; ReceivedBytes() < received_before + 10; ++attempt) {
+      ASSERT_LT(attempt, 3000) << "the server never received the stalled upload's bytes";
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     for (int attempt = 0; attempt < 1000; ++attempt) {
       grpc::ClientContext ctx;
       v1::UploadReply rep;
@@ -253,6 +260,13 @@ class StalledUploadTest : public FederationServerTest {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     FAIL() << "the stalled upload never took the upload place";
+  }
+
+  int64_t ReceivedBytes() {
+    grpc::ClientContext ctx;
+    v1::StatusReply r;
+    EXPECT_TRUE(stub_->GetStatus(&ctx, v1::StatusRequest(), &r).ok());
+    return static_cast<int64_t>(r.upload_bytes_received());
   }
 
   ManualClock server_clock_{1000000};  // for tests that Restart with it; outlives the server's threads
