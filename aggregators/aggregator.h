@@ -48,6 +48,15 @@ class Aggregator {
   // averaging family folds them from their codes. Others must be given float32 deltas.
   virtual bool folds_coded() const { return false; }
 
+  // Whether an update from `client_id` trained on version `base_version` would be folded now:
+  // false only where the strategy caps contributions (DP-FTRL: m per client and tree). Engines
+  // hand tasks only to such clients; Fold still refuses the others.
+  virtual bool MayContribute(const std::string& client_id, uint64_t base_version) const {
+    (void)client_id;
+    (void)base_version;
+    return true;
+  }
+
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;
 

@@ -22,33 +22,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <span>
 #include <vector>
 
 #include "aggregators/aggregator.h"
+#include "aggregators/clipped_sum.h"
+#include "aggregators/dp_release.h"
 #include "aggregators/server_optimizer.h"
-#include "aggregators/simd_kernels.h"
 #include "aggregators/strategy_spec.h"
-#include "aggregators/streaming_mean.h"
-#include "aggregators/update_buffer.h"
 #include "privacy/gaussian_noise.h"
 
 namespace plexus {
 namespace {
 
-struct DpSettings {
-  double clip = 0;         // C (the starting clip when adaptive)
-  double noise = 0;        // z: the noise multiplier the accountant is told
-  double expected = 0;     // the fixed denominator: updates expected per release
-  double lr = 1;           // server learning rate
+// clip is the starting clip when adaptive; noise the multiplier the accountant is told.
+struct DpSettings : DpRelease {
   bool adaptive = false;   // clip follows the target quantile
   double target = 0.5;     // quantile of update norms the clip tracks
   double clip_lr = 0.2;    // geometric step of the clip
   double count_noise = 0;  // standard deviation of the noise on the unclipped count
-  std::optional<uint64_t> seed;
 };
 
 constexpr char kStateTag[] = "dpclip1";
@@ -56,7 +50,7 @@ constexpr char kStateTag[] = "dpclip1";
 class DpFedAvg final : public Aggregator {
  public:
   DpFedAvg(DpSettings s, ThreadPool* pool)
-      : s_(s), pool_(pool), mean_(pool), step_(MakePlainStep(s.lr)), clip_(s.clip), value_noise_(ValueNoise(s)) {
+      : s_(s), pool_(pool), sum_(pool), step_(MakePlainStep(s.lr)), clip_(s.clip), value_noise_(ValueNoise(s)) {
     if (!s_.seed) secure_ = MakeSecureGaussianNoise();
   }
 
@@ -68,8 +62,7 @@ class DpFedAvg final : public Aggregator {
 
   Status Begin(const ModelState& base) override {
     base_ = base;
-    mean_.Reset(base.num_params());
-    unclipped_ = 0;
+    sum_.Reset(base);
     begun_ = true;
     return Status::Ok();
   }
@@ -77,39 +70,17 @@ class DpFedAvg final : public Aggregator {
   Status Fold(const Update& u) override { return FoldTimes(u, 1.0); }
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, std::min(value_scale, 1.0)); }
   bool folds_coded() const override { return true; }
-  size_t num_folded() const override { return mean_.count(); }
+  size_t num_folded() const override { return sum_.count(); }
 
-  // One pass over the sum for the whole batch (after each update's norm): the path a round's
-  // updates take. Anything unusual (coded values, a wrong layout, a non-finite value) folds one
-  // by one from there, which reports it.
   Status FoldAll(std::span<const Update* const> updates) override {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    std::vector<const float*> deltas;
-    std::vector<double> scales;
-    int64_t unclipped = 0;
-    for (size_t i = 0; i < updates.size(); ++i) {
-      const Update& u = *updates[i];
-      double norm = 0;
-      if (!u.coded && u.delta.CheckSameLayout(base_).ok()) {
-        norm = std::sqrt(simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
-      }
-      if (u.coded || !std::isfinite(norm) || !u.delta.CheckSameLayout(base_).ok()) {
-        FoldBatch(deltas, scales, unclipped);
-        for (size_t j = i; j < updates.size(); ++j) PLEXUS_RETURN_IF_ERROR(Fold(*updates[j]));
-        return Status::Ok();
-      }
-      if (norm <= clip_) ++unclipped;
-      deltas.push_back(u.delta.data().data());
-      scales.push_back(norm > clip_ ? clip_ / norm : 1.0);
-    }
-    FoldBatch(deltas, scales, unclipped);
-    return Status::Ok();
+    return sum_.FoldAll(updates, clip_, "dp_fedavg");
   }
 
   Result<ModelState> Finalize() override {
-    if (!begun_ || mean_.count() == 0) return FailedPreconditionError("dp_fedavg: no updates to aggregate");
+    if (!begun_ || sum_.count() == 0) return FailedPreconditionError("dp_fedavg: no updates to aggregate");
     // Noised in place: the sum is released once and the next Begin starts over.
-    const std::span<double> noised = mean_.mutable_sum();
+    const std::span<double> noised = sum_.mutable_sum();
     begun_ = false;  // also when the noise fails: a partly noised sum must never be released
     std::unique_ptr<GaussianNoise> seeded;
     GaussianNoise* noise = secure_.get();
@@ -120,7 +91,7 @@ class DpFedAvg final : public Aggregator {
     if (value_noise_ > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(noised, value_noise_ * clip_, pool_));
     double next_clip = clip_;
     if (s_.adaptive) {
-      double count[1] = {static_cast<double>(unclipped_)};
+      double count[1] = {static_cast<double>(sum_.unclipped())};
       if (s_.count_noise > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(count, s_.count_noise));
       next_clip = clip_ * std::exp(-s_.clip_lr * (count[0] / s_.expected - s_.target));
     }
@@ -163,37 +134,17 @@ class DpFedAvg final : public Aggregator {
  private:
   Status FoldTimes(const Update& u, double scale) {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, /*needs_examples=*/false, "dp_fedavg", /*takes_coded=*/true));
-    const double norm =
-        std::sqrt(u.coded ? u.coded->SquaredNorm() : simd::SquaredNorm(u.delta.data().data(), u.delta.num_params()));
-    if (!std::isfinite(norm)) return InvalidArgumentError("dp_fedavg: update from " + u.client_id + " is not finite");
-    if (norm <= clip_) ++unclipped_;
-    const double factor = scale * (norm > clip_ ? clip_ / norm : 1.0);
-    if (u.coded) {
-      mean_.FoldCoded(*u.coded, 1.0, factor);
-    } else {
-      mean_.Fold(u.delta.data(), 1.0, factor);
-    }
-    return Status::Ok();
-  }
-
-  // Folds finite deltas of the base's layout with their clip factors.
-  void FoldBatch(std::span<const float* const> deltas, std::span<const double> scales, int64_t unclipped) {
-    if (deltas.empty()) return;
-    const std::vector<double> weights(deltas.size(), 1.0);
-    mean_.FoldBatch(deltas, weights, scales);  // every input is finite: its norm was
-    unclipped_ += unclipped;
+    return sum_.Fold(u, clip_, scale, "dp_fedavg");
   }
 
   const DpSettings s_;
   ThreadPool* const pool_;
-  StreamingMean mean_;
+  ClippedSum sum_;
   std::unique_ptr<ServerOptimizer> step_;
   std::unique_ptr<GaussianNoise> secure_;
   ModelState base_;
   double clip_;
   const double value_noise_;
-  int64_t unclipped_ = 0;
   bool begun_ = false;
 };
 
@@ -205,20 +156,11 @@ Status Check(bool ok, const std::string& what) {
 
 Result<std::unique_ptr<Aggregator>> MakeDpFedAvg(StrategySpec& spec, ThreadPool* pool) {
   DpSettings s;
-  PLEXUS_ASSIGN_OR_RETURN(s.clip, spec.GetDouble("clip", 0));
-  PLEXUS_ASSIGN_OR_RETURN(s.noise, spec.GetDouble("noise", -1));
-  PLEXUS_ASSIGN_OR_RETURN(s.expected, spec.GetDouble("expected", 0));
-  PLEXUS_ASSIGN_OR_RETURN(s.lr, spec.GetDouble("lr", 1));
+  PLEXUS_ASSIGN_OR_RETURN(static_cast<DpRelease&>(s), ReadDpRelease(spec, "dp_fedavg"));
   PLEXUS_ASSIGN_OR_RETURN(s.adaptive, spec.GetBool("adaptive", false));
   PLEXUS_ASSIGN_OR_RETURN(s.target, spec.GetDouble("target", 0.5));
   PLEXUS_ASSIGN_OR_RETURN(s.clip_lr, spec.GetDouble("clip_lr", 0.2));
   PLEXUS_ASSIGN_OR_RETURN(s.count_noise, spec.GetDouble("count_noise", -1));
-  PLEXUS_ASSIGN_OR_RETURN(std::string seed, spec.GetString("seed", ""));
-  PLEXUS_RETURN_IF_ERROR(Check(s.clip > 0 && std::isfinite(s.clip), "clip must be a positive number"));
-  PLEXUS_RETURN_IF_ERROR(Check(s.noise >= 0 && std::isfinite(s.noise), "noise must be given, at least 0"));
-  PLEXUS_RETURN_IF_ERROR(Check(s.expected >= 1 && std::isfinite(s.expected),
-                               "expected (updates per release, the fixed denominator) must be at least 1"));
-  PLEXUS_RETURN_IF_ERROR(Check(s.lr > 0 && std::isfinite(s.lr), "lr must be positive"));
   if (s.adaptive) {
     // Andrew et al.'s default is a twentieth of the expected updates; with few updates per
     // release that would take the whole budget from the values (it must exceed noise / 2), so
@@ -234,12 +176,6 @@ Result<std::unique_ptr<Aggregator>> MakeDpFedAvg(StrategySpec& spec, ThreadPool*
         Check(s.noise == 0 || s.count_noise > 0, "adaptive clipping with noise needs count_noise > 0"));
   } else if (s.count_noise >= 0) {
     return InvalidArgumentError("strategy 'dp_fedavg': count_noise is for adaptive=true");
-  }
-  if (!seed.empty()) {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(seed.c_str(), &end, 10);
-    PLEXUS_RETURN_IF_ERROR(Check(*end == '\0' && seed[0] != '-', "seed must be a non-negative integer"));
-    s.seed = v;
   }
   return std::unique_ptr<Aggregator>(std::make_unique<DpFedAvg>(s, pool));
 }

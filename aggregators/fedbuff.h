@@ -33,6 +33,12 @@ class FedBuffBuffer {
   size_t size() const { return merge_->num_folded(); }
   // Whether Add takes updates with coded values (the merge strategy folds them).
   bool folds_coded() const { return merge_->folds_coded(); }
+  // The merge strategy's MayContribute, SaveState and RestoreState.
+  bool MayContribute(const std::string& client_id, uint64_t base_version) const {
+    return merge_->MayContribute(client_id, base_version);
+  }
+  std::string SaveState() const { return merge_->SaveState(); }
+  Status RestoreState(std::string_view state) { return merge_->RestoreState(state); }
   // The new model; FailedPrecondition when the buffer is empty. Call Begin() before the next Add.
   Result<ModelState> Flush();
 

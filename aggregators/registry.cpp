@@ -11,6 +11,7 @@ namespace plexus {
   X("fedavg", MakeFedAvg)              \
   X("fedavgm", MakeFedAvgM)            \
   X("dp_fedavg", MakeDpFedAvg)         \
+  X("dp_ftrl", MakeDpFtrl)             \
   X("fednova", MakeFedNova)            \
   X("fedadam", MakeFedAdam)            \
   X("fedyogi", MakeFedYogi)            \

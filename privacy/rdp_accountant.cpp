@@ -160,10 +160,11 @@ Result<std::vector<double>> SampledGaussianRdp(double q, double noise_multiplier
 }
 
 Result<std::vector<double>> TreeAggregationRdp(double noise_multiplier, int64_t releases, int64_t restart_every,
-                                               const std::vector<double>& orders) {
+                                               const std::vector<double>& orders, int64_t participations) {
   if (Status s = CheckSampling(1, noise_multiplier); !s.ok()) return s;
   if (Status s = CheckOrders(orders); !s.ok()) return s;
   if (releases < 0 || restart_every < 0) return InvalidArgumentError("releases and restart_every must not be negative");
+  if (participations < 1) return InvalidArgumentError("participations per tree must be at least 1");
   // Trees of restart_every releases, then one of what is left; a tree of n releases has depth
   // ⌈log₂(n+1)⌉: a contribution enters that many nodes' noised sums.
   double depths = 0;
@@ -172,7 +173,8 @@ Result<std::vector<double>> TreeAggregationRdp(double noise_multiplier, int64_t 
   depths += static_cast<double>(releases / tree) * depth(tree) + depth(releases % tree);
   std::vector<double> rdp;
   rdp.reserve(orders.size());
-  for (double alpha : orders) rdp.push_back(alpha * depths / (2 * noise_multiplier * noise_multiplier));
+  const double m = static_cast<double>(participations);
+  for (double alpha : orders) rdp.push_back(alpha * m * m * depths / (2 * noise_multiplier * noise_multiplier));
   return rdp;
 }
 
@@ -217,10 +219,12 @@ Result<double> NoiseForEpsilon(double q, int64_t releases, double delta, double 
   });
 }
 
-Result<double> TreeNoiseForEpsilon(int64_t releases, int64_t restart_every, double delta, double epsilon) {
+Result<double> TreeNoiseForEpsilon(int64_t releases, int64_t restart_every, double delta, double epsilon,
+                                   int64_t participations) {
   if (Status s = CheckTarget(releases, delta, epsilon); !s.ok()) return s;
   return SmallestNoise(epsilon, [&](double z) -> Result<double> {
-    Result<std::vector<double>> rdp = TreeAggregationRdp(z, releases, restart_every, DefaultRdpOrders());
+    Result<std::vector<double>> rdp =
+        TreeAggregationRdp(z, releases, restart_every, DefaultRdpOrders(), participations);
     if (!rdp.ok()) return rdp.status();
     Result<PrivacySpent> spent = EpsilonFromRdp(*rdp, DefaultRdpOrders(), delta, EpsilonConversion::kImproved);
     if (!spent.ok()) return spent.status();

@@ -30,9 +30,11 @@ Result<std::vector<double>> SampledGaussianRdp(double q, double noise_multiplier
 
 // The RDP at each order of `releases` releases of tree aggregation with noise multiplier z at each
 // node, the tree restarted every `restart_every` releases (0: never), when no client contributes
-// twice to one tree: each tree of n releases costs α·⌈log₂(n+1)⌉/(2z²), trees add.
+// more than m = `participations` times to one tree: each tree of n releases costs
+// α·m²·⌈log₂(n+1)⌉/(2z²) (a contribution enters one node per level; m of them add at most m·C
+// to a node), trees add. InvalidArgument for z ≤ 0, negative counts or m < 1.
 Result<std::vector<double>> TreeAggregationRdp(double noise_multiplier, int64_t releases, int64_t restart_every,
-                                               const std::vector<double>& orders);
+                                               const std::vector<double>& orders, int64_t participations = 1);
 
 enum class EpsilonConversion { kClassic, kImproved };
 
@@ -56,7 +58,8 @@ Result<PrivacySpent> EpsilonAfterReleases(const std::vector<double>& rdp_per_rel
 // OutOfRange when even z = 1000 does not meet ε.
 Result<double> NoiseForEpsilon(double q, int64_t releases, double delta, double epsilon);
 // The same for tree aggregation restarted every `restart_every` releases.
-Result<double> TreeNoiseForEpsilon(int64_t releases, int64_t restart_every, double delta, double epsilon);
+Result<double> TreeNoiseForEpsilon(int64_t releases, int64_t restart_every, double delta, double epsilon,
+                                   int64_t participations = 1);
 
 // The RDP spent so far, release by release: what a server or simulator keeps while it publishes.
 // Value type; thread-compatible.

@@ -4,9 +4,10 @@
 # multipliers 0, 0.5, 1 and 2, with a fixed clip (1.0) and adaptive clipping (from 0.1, median
 # target), in sync rounds and in FedBuff (buffers of 10); then 1,000
 # clients with 100 per version and a fixed clip, where the same noise is spread over ten times as
-# many updates. The table gives
+# many updates; then DP-FTRL's tree aggregation (trees of 10 versions) in the same three settings.
+# The table gives
 # the final and best test accuracy and ε at δ = 1e-5 after the last version. Takes about
-# 15 minutes on 2 cores after the build.
+# 20 minutes on 2 cores after the build.
 # usage: scripts/compare_privacy.sh [ROUNDS]   (default 200; runs/compare-privacy/ keeps each run's
 #        summary JSON and metrics CSV; PLEXUS_BIN=path runs another plexus binary)
 set -euo pipefail
@@ -41,6 +42,13 @@ done
 for z in 0 0.5 1 2; do
   run "sync-1000-fixed-z$z" --clients 1000 --clients-per-round 100 --dp "central:clip=1,noise=$z"
 done
+# DP-FTRL (tree aggregation, no sampling assumed): trees of 10 versions, each client at most once
+# per tree (100 clients fill a tree of 10 x 10 updates; 1,000 fill one of 10 x 100).
+for z in 1 4; do
+  run "sync-100-tree-z$z" "${small[@]}" --dp "tree:clip=1,noise=$z,restart=10"
+  run "fedbuff-100-tree-z$z" "${fedbuff[@]}" --dp "tree:clip=1,noise=$z,restart=10"
+  run "sync-1000-tree-z$z" --clients 1000 --clients-per-round 100 --dp "tree:clip=1,noise=$z,restart=10"
+done
 python3 - "$out" "${names[@]}" <<'PY'
 import json, os, sys
 out, names = sys.argv[1], sys.argv[2:]
@@ -53,6 +61,7 @@ for name in names:
     eps = s.get("dp_epsilon")
     per = s["clients_per_round"] if s["mode"] == "sync" else 10
     clip = ("adaptive from %g" % s["dp_clip"]) if s["dp_adaptive_clip"] else "%g" % s["dp_clip"]
+    if s.get("dp_mechanism") == "tree": clip += ", tree of %d" % s["dp_tree_restart"]
     mode = "sync" if s["mode"] == "sync" else "FedBuff"
     print(f"| {name} | {mode} | {s['clients']} ({per}) | {clip} | {s['dp_noise_multiplier']:g} | {len(rows)} | "
           f"{s['final_test_accuracy']:.4f} | {best:.4f} | {'not private' if eps is None else f'{eps:.2f}'} |")

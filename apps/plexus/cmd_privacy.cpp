@@ -17,6 +17,7 @@ struct PrivacyFlags {
   double noise = 0;
   int64_t releases = 0;
   int64_t restart = 0;
+  int64_t participations = 1;
   double delta = 1e-5;
   double epsilon = 0;
   bool json = false;
@@ -25,7 +26,7 @@ struct PrivacyFlags {
 // The mechanism's RDP per release at the default orders (a tree's is for all its releases).
 std::vector<double> Rdp(const PrivacyFlags& f) {
   if (f.mechanism == "tree") {
-    return Take(TreeAggregationRdp(f.noise, f.releases, f.restart, DefaultRdpOrders()), "--noise");
+    return Take(TreeAggregationRdp(f.noise, f.releases, f.restart, DefaultRdpOrders(), f.participations), "--noise");
   }
   return Take(SampledGaussianRdp(f.q, f.noise, DefaultRdpOrders()), "--q/--noise");
 }
@@ -33,9 +34,12 @@ std::vector<double> Rdp(const PrivacyFlags& f) {
 std::string Describe(const PrivacyFlags& f) {
   char line[256];
   if (f.mechanism == "tree") {
-    std::snprintf(line, sizeof line, "tree aggregation (DP-FTRL), %lld releases, tree restarted %s",
+    std::snprintf(line, sizeof line,
+                  "tree aggregation (DP-FTRL), %lld releases, tree restarted %s, each client at most %lld time(s) "
+                  "per tree",
                   static_cast<long long>(f.releases),
-                  f.restart == 0 ? "never" : ("every " + std::to_string(f.restart) + " releases").c_str());
+                  f.restart == 0 ? "never" : ("every " + std::to_string(f.restart) + " releases").c_str(),
+                  static_cast<long long>(f.participations));
   } else {
     std::snprintf(line, sizeof line, "sampled Gaussian mechanism, sampling rate q = %.6g, %lld releases", f.q,
                   static_cast<long long>(f.releases));
@@ -55,21 +59,26 @@ void RunPrivacy(const PrivacyFlags& f) {
   if (f.mechanism == "tree" && f.q != 0)
     throw CommandError("--q is for --mechanism sampled: a tree assumes no sampling");
   if (f.restart < 0) throw CommandError("--restart must not be negative");
+  if (f.participations < 1) throw CommandError("--participations must be at least 1");
+  if (f.mechanism != "tree" && (f.restart != 0 || f.participations != 1))
+    throw CommandError("--restart and --participations are for --mechanism tree");
   const bool want_noise = f.epsilon != 0;
   if (want_noise == (f.noise != 0)) {
     throw CommandError("give either --noise (to get epsilon) or --epsilon (to get the noise multiplier)");
   }
   if (want_noise) {
     if (!(f.epsilon > 0) || !std::isfinite(f.epsilon)) throw CommandError("--epsilon must be positive");
-    const double z = Take(f.mechanism == "tree" ? TreeNoiseForEpsilon(f.releases, f.restart, f.delta, f.epsilon)
-                                                : NoiseForEpsilon(f.q, f.releases, f.delta, f.epsilon),
-                          "--epsilon");
+    const double z =
+        Take(f.mechanism == "tree" ? TreeNoiseForEpsilon(f.releases, f.restart, f.delta, f.epsilon, f.participations)
+                                   : NoiseForEpsilon(f.q, f.releases, f.delta, f.epsilon),
+             "--epsilon");
     if (f.json) {
       std::printf(
-          "{\"mechanism\": \"%s\", \"q\": %.17g, \"releases\": %lld, \"restart\": %lld, \"delta\": %.17g, "
+          "{\"mechanism\": \"%s\", \"q\": %.17g, \"releases\": %lld, \"restart\": %lld, \"participations\": %lld, "
+          "\"delta\": %.17g, "
           "\"epsilon\": %.17g, \"noise_multiplier\": %.17g}\n",
-          f.mechanism.c_str(), f.q, static_cast<long long>(f.releases), static_cast<long long>(f.restart), f.delta,
-          f.epsilon, z);
+          f.mechanism.c_str(), f.q, static_cast<long long>(f.releases), static_cast<long long>(f.restart),
+          static_cast<long long>(f.participations), f.delta, f.epsilon, z);
       return;
     }
     std::printf("%s\n", Describe(f).c_str());
@@ -87,10 +96,11 @@ void RunPrivacy(const PrivacyFlags& f) {
   if (f.json) {
     std::printf(
         "{\"mechanism\": \"%s\", \"q\": %.17g, \"noise_multiplier\": %.17g, \"releases\": %lld, "
-        "\"restart\": %lld, \"delta\": %.17g, \"epsilon\": %.17g, \"epsilon_order\": %.17g, "
+        "\"restart\": %lld, \"participations\": %lld, \"delta\": %.17g, \"epsilon\": %.17g, \"epsilon_order\": %.17g, "
         "\"epsilon_classic\": %.17g, \"epsilon_classic_order\": %.17g}\n",
         f.mechanism.c_str(), f.q, f.noise, static_cast<long long>(f.releases), static_cast<long long>(f.restart),
-        f.delta, improved.epsilon, improved.order, classic.epsilon, classic.order);
+        static_cast<long long>(f.participations), f.delta, improved.epsilon, improved.order, classic.epsilon,
+        classic.order);
     return;
   }
   std::printf("%s, noise multiplier %.4g\n", Describe(f).c_str(), f.noise);
@@ -114,6 +124,8 @@ void AddPrivacyCommand(CLI::App& app) {
   cmd->add_option("--noise", f->noise, "Noise multiplier z: the noise's standard deviation over the clip");
   cmd->add_option("--releases", f->releases, "Number of releases T (rounds, or buffers in FedBuff)")->required();
   cmd->add_option("--restart", f->restart, "Tree only: restart the tree every K releases (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--participations", f->participations, "Tree only: the most times one client contributes to one tree")
       ->capture_default_str();
   cmd->add_option("--delta", f->delta, "delta of (epsilon, delta)-DP")->capture_default_str();
   cmd->add_option("--epsilon", f->epsilon, "Target epsilon: print the smallest noise multiplier meeting it");

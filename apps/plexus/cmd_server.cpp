@@ -139,7 +139,7 @@ void RunServer(const ServerFlags& f) {
   }
   const std::optional<DpPlan> dp =
       local_dp ? std::nullopt
-               : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round,
+               : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
   if (dp) {

@@ -215,11 +215,11 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
-  // --dp: the strategy becomes dp_fedavg with noise from a seeded stream (reproducible runs; the
+  // --dp: the strategy becomes dp_fedavg (dp_ftrl for a tree) with noise from a seeded stream (reproducible runs; the
   // summary names the source), the population is --clients.
   const std::optional<DpPlan> dp =
       PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
-             options.clients, options.seed, f.cmd->count("--strategy") > 0);
+             options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
   if (dp) {
     options.sync.strategy = dp->strategy;

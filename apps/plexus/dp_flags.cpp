@@ -19,14 +19,62 @@ std::string Number(double v) {
   return text;
 }
 
+// The most releases within `budget` (0: no budget), bisected on the accountant.
+void SetBudget(double budget, DpPlan* plan) {
+  if (budget <= 0) return;
+  if (plan->noise == 0) throw CommandError("--dp-budget needs noise above 0: without noise no release is private");
+  if (plan->EpsilonAfter(1) > budget) {
+    throw CommandError("--dp-budget " + Number(budget) + " is spent by the first version (epsilon " +
+                       Number(plan->EpsilonAfter(1)) + "): raise the budget or the noise");
+  }
+  int64_t lo = 1, hi = 1;  // ε(lo) ≤ budget; find hi with ε(hi) > budget, then bisect
+  while (hi < (int64_t{1} << 40) && plan->EpsilonAfter(hi) <= budget) {
+    lo = hi;
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (plan->EpsilonAfter(mid) <= budget ? lo : hi) = mid;
+  }
+  plan->max_releases = lo;
+}
+
+// --dp tree: DP-FTRL. No sampling rate; the population, when known, must be able to fill a tree
+// with each client contributing at most `participations` times, or rounds would stop for want of
+// clients the strategy may take.
+DpPlan PlanTree(const DpFlags& f, DpPlan plan, int64_t per_release, int64_t versions, int64_t population,
+                std::optional<uint64_t> seed) {
+  if (plan.restart < 0) throw CommandError("--dp tree: restart must be at least 0 (0: one tree)");
+  if (plan.participations < 1) throw CommandError("--dp tree: participations must be at least 1");
+  const int64_t per_tree = plan.restart > 0 ? std::min(plan.restart, versions) : versions;
+  if (population > 0 && per_release * per_tree > population * plan.participations) {
+    throw CommandError("--dp tree: a tree of " + std::to_string(per_tree) + " versions takes " +
+                       std::to_string(per_release * per_tree) + " contributions, more than " +
+                       std::to_string(population) + " clients may make at " + std::to_string(plan.participations) +
+                       " each: lower restart or raise participations");
+  }
+  plan.expected = static_cast<double>(per_release);
+  plan.delta = f.delta;
+  plan.noise_source = seed ? "seeded(seed=" + std::to_string(*seed) + ")" : "openssl";
+  plan.strategy = "dp_ftrl:clip=" + Number(plan.clip) + ",noise=" + Number(plan.noise) +
+                  ",expected=" + Number(plan.expected) + ",restart=" + std::to_string(plan.restart) +
+                  ",participations=" + std::to_string(plan.participations);
+  if (seed) plan.strategy += ",seed=" + std::to_string(*seed);
+  Take(MakeAggregator(plan.strategy, nullptr), "--dp");
+  SetBudget(f.budget, &plan);
+  return plan;
+}
+
 }  // namespace
 
 void AddDpFlags(CLI::App* cmd, DpFlags* f) {
   cmd->add_option("--dp", f->dp,
                   "Differential privacy: central:clip=C,noise=Z (clip each update to L2 norm C, add Gaussian noise "
                   "Z*C to each version's sum), adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,count_noise=N] (the "
-                  "clip follows the target quantile of update norms), or, on a server, local:clip=C,noise=Z (the "
-                  "clients clip and noise: clients announcing anything else are refused); docs/privacy.md");
+                  "clip follows the target quantile of update norms), tree:clip=C,noise=Z[,restart=K,participations=M] "
+                  "(DP-FTRL: no sampling assumed; each client at most M times per tree of K versions, 0: one tree), "
+                  "or, on a server, local:clip=C,noise=Z (the clients clip and noise: clients announcing anything "
+                  "else are refused); docs/privacy.md");
   cmd->add_option("--dp-population", f->population,
                   "DP: every client that could ever be picked, for the sampling rate the accountant assumes");
   cmd->add_option("--dp-delta", f->delta, "DP: delta of (epsilon, delta)")->capture_default_str();
@@ -38,11 +86,17 @@ void AddDpFlags(CLI::App* cmd, DpFlags* f) {
 double DpPlan::EpsilonAfter(int64_t releases) const {
   if (releases <= 0) return 0;
   if (noise == 0) return std::numeric_limits<double>::infinity();
+  if (tree) {
+    Result<std::vector<double>> rdp = TreeAggregationRdp(noise, releases, restart, DefaultRdpOrders(), participations);
+    if (!rdp.ok()) return std::numeric_limits<double>::infinity();
+    Result<PrivacySpent> spent = EpsilonFromRdp(*rdp, DefaultRdpOrders(), delta, EpsilonConversion::kImproved);
+    return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
+  }
   Result<PrivacySpent> spent = EpsilonAfterReleases(rdp_per_release, releases, delta);
   return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
 }
 
-std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t default_population,
+std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t versions, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given) {
   if (f.dp.empty()) {
     if (f.population != 0) throw CommandError("--dp-population needs --dp");
@@ -51,18 +105,23 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
   }
   StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
   DpPlan plan;
-  if (spec.name() != "central" && spec.name() != "adaptive") {
-    throw CommandError("--dp must be central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,..." +
+  if (spec.name() != "central" && spec.name() != "adaptive" && spec.name() != "tree") {
+    throw CommandError("--dp must be central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,... or tree:clip=C,noise=Z,..." +
                        std::string(spec.name() == "local" ? " here: local DP is not simulated" : "") + " (got '" +
                        spec.name() + "')");
   }
   plan.adaptive = spec.name() == "adaptive";
+  plan.tree = spec.name() == "tree";
   ReadClipAndNoise(spec, &plan.clip, &plan.noise);
   double target = 0.5, lr = 0.2, count_noise = -1;
   if (plan.adaptive) {
     target = Take(spec.GetDouble("target", target), "--dp");
     lr = Take(spec.GetDouble("lr", lr), "--dp");
     count_noise = Take(spec.GetDouble("count_noise", count_noise), "--dp");
+  }
+  if (plan.tree) {
+    plan.restart = Take(spec.GetCount("restart", 0), "--dp");
+    plan.participations = Take(spec.GetCount("participations", 1), "--dp");
   }
   Check(spec.CheckAllUsed(), "--dp");
   if (strategy_given) {
@@ -73,6 +132,7 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
   if (!(f.delta > 0 && f.delta < 1)) throw CommandError("--dp-delta must be in (0, 1)");
   if (f.budget < 0 || !std::isfinite(f.budget)) throw CommandError("--dp-budget must be at least 0");
   const int64_t population = f.population > 0 ? f.population : default_population;
+  if (plan.tree) return PlanTree(f, std::move(plan), per_release, versions, population, seed);
   if (population <= 0) {
     throw CommandError(
         "--dp needs --dp-population: how many clients could ever be picked (the accountant's sampling rate is "
@@ -95,32 +155,26 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t defa
   if (seed) plan.strategy += ",seed=" + std::to_string(*seed);
   Take(MakeAggregator(plan.strategy, nullptr), "--dp");
   if (plan.noise > 0) plan.rdp_per_release = Take(SampledGaussianRdp(plan.q, plan.noise, DefaultRdpOrders()), "--dp");
-  if (f.budget > 0) {
-    if (plan.noise == 0) throw CommandError("--dp-budget needs noise above 0: without noise no release is private");
-    if (plan.EpsilonAfter(1) > f.budget) {
-      throw CommandError("--dp-budget " + Number(f.budget) + " is spent by the first version (epsilon " +
-                         Number(plan.EpsilonAfter(1)) + "): raise the budget or the noise");
-    }
-    int64_t lo = 1, hi = 1;  // ε(lo) ≤ budget; find hi with ε(hi) > budget, then bisect
-    while (hi < (int64_t{1} << 40) && plan.EpsilonAfter(hi) <= f.budget) {
-      lo = hi;
-      hi *= 2;
-    }
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      (plan.EpsilonAfter(mid) <= f.budget ? lo : hi) = mid;
-    }
-    plan.max_releases = lo;
-  }
+  SetBudget(f.budget, &plan);
   return plan;
 }
 
 void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, const char* who) {
+  std::string how;
+  if (plan.tree) {
+    how = "tree aggregation (DP-FTRL, no sampling assumed; each client at most " + std::to_string(plan.participations) +
+          " time(s) per tree" +
+          (plan.restart > 0 ? " of " + std::to_string(plan.restart) + " versions" : ", one tree") + ")";
+  } else {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "sampling rate %.4g", plan.q);
+    how = rate;
+  }
   std::printf(
-      "%s: central DP, clip %g%s, noise multiplier %g (noise from %s), %g updates per version, sampling rate "
-      "%.4g; epsilon at delta %g after %lld versions: %.4g\n",
+      "%s: central DP, clip %g%s, noise multiplier %g (noise from %s), %g updates per version, %s; epsilon at delta %g "
+      "after %lld versions: %.4g\n",
       who, plan.clip, plan.adaptive ? " to start (adaptive)" : "", plan.noise, plan.noise_source.c_str(), plan.expected,
-      plan.q, plan.delta, static_cast<long long>(versions_asked), plan.EpsilonAfter(versions_asked));
+      how.c_str(), plan.delta, static_cast<long long>(versions_asked), plan.EpsilonAfter(versions_asked));
   if (plan.noise == 0) std::printf("%s: noise 0: updates are clipped but the versions are NOT private\n", who);
   if (plan.max_releases > 0 && plan.max_releases < versions_asked) {
     std::printf("%s: --dp-budget %g allows %lld versions: the federation stops there (epsilon %.4g)\n", who, budget,
@@ -158,6 +212,9 @@ RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>&
   p.clip = plan.clip;
   p.sampling_rate = plan.q;
   p.adaptive = plan.adaptive;
+  p.mechanism = plan.tree ? "tree" : "sampled";
+  p.restart = plan.restart;
+  p.participations = plan.participations;
   p.noise_source = plan.noise_source;
   p.budget_releases = plan.max_releases;
   int64_t last = 0;

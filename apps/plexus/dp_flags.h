@@ -16,7 +16,9 @@
 namespace plexus::cli {
 
 struct DpFlags {
-  std::string dp;  // "" (off), central:clip=C,noise=Z or adaptive:clip=C0,noise=Z,target=..,lr=..,count_noise=..
+  // "" (off), central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,target=..,lr=..,count_noise=.. or
+  // tree:clip=C,noise=Z,restart=K,participations=M
+  std::string dp;
   int64_t population = 0;  // --dp-population: every client that could be picked (0: the command's default)
   double delta = 1e-5;     // --dp-delta
   double budget = 0;       // --dp-budget: ε not to exceed (0: none)
@@ -26,16 +28,19 @@ void AddDpFlags(CLI::App* cmd, DpFlags* flags);
 
 // What a federation with DP releases, and what each release costs.
 struct DpPlan {
-  std::string strategy;  // the dp_fedavg strategy the engine runs
+  std::string strategy;  // the dp_fedavg or dp_ftrl strategy the engine runs
   double clip = 0;       // C (the starting clip with adaptive clipping)
   double noise = 0;      // z
   double q = 0;          // per-release sampling rate the accountant assumes
   double expected = 0;   // updates per release: the fixed denominator
   double delta = 1e-5;
   bool adaptive = false;
+  bool tree = false;                    // DP-FTRL: tree aggregation, no sampling assumed (q is 0 then)
+  int64_t restart = 0;                  // tree: releases per tree (0: one tree)
+  int64_t participations = 1;           // tree: contributions of a client to a tree at most
   std::string noise_source;             // "openssl" or "seeded(seed=N)"
   int64_t max_releases = 0;             // most releases within --dp-budget (0: no budget)
-  std::vector<double> rdp_per_release;  // at DefaultRdpOrders()
+  std::vector<double> rdp_per_release;  // at DefaultRdpOrders() (the sampled mechanism's)
 
   // ε at delta after `releases` published versions (improved conversion); 0 with noise 0 is not
   // private at all: +infinity then.
@@ -44,11 +49,11 @@ struct DpPlan {
 
 // The plan for `flags`, or nullopt when --dp is not given. `per_release` is the number
 // of updates a version is made of (clients per round; the buffer size in async mode),
-// `default_population` the population when --dp-population is not given (0: the flag is
-// required), `seed` the simulator's seed (seeded noise) or nullopt (a server: OpenSSL's
-// generator), `strategy_given` whether --strategy was on the command line. Throws CommandError
-// naming the flag for settings that cannot be private or mean nothing.
-std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t default_population,
+// `versions` how many the federation is asked for, `default_population` the population when
+// --dp-population is not given (0: the flag is required, except for a tree), `seed` the simulator's seed (seeded noise)
+// or nullopt (a server: OpenSSL's generator), `strategy_given` whether --strategy was on the command line. Throws
+// CommandError naming the flag for settings that cannot be private or mean nothing.
+std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t versions, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given);
 
 // Prints what the plan releases and costs, and where the budget stops the federation.

@@ -70,6 +70,11 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     j["dp_clip"] = p.clip;
     j["dp_sampling_rate"] = p.sampling_rate;
     j["dp_adaptive_clip"] = p.adaptive;
+    j["dp_mechanism"] = p.mechanism;
+    if (p.mechanism == "tree") {
+      j["dp_tree_restart"] = p.restart;
+      j["dp_tree_participations"] = p.participations;
+    }
     j["dp_noise_source"] = p.noise_source;
     j["dp_budget_releases"] = p.budget_releases;
     j["dp_stopped_by_budget"] = p.stopped_by_budget;

@@ -47,8 +47,11 @@ struct RunSummary {
     double epsilon = 0;  // after the last version, at delta (improved conversion)
     double delta = 0;
     double noise_multiplier = 0;
-    double clip = 0;  // the starting clip with adaptive clipping
-    double sampling_rate = 0;
+    double clip = 0;             // the starting clip with adaptive clipping
+    double sampling_rate = 0;    // 0 for a tree
+    std::string mechanism;       // "sampled" (the sampled Gaussian) or "tree" (DP-FTRL)
+    int64_t restart = 0;         // tree: versions per tree (0: one tree)
+    int64_t participations = 0;  // tree: contributions of a client to a tree at most
     bool adaptive = false;
     std::string noise_source;           // "openssl", or "seeded(seed=N)" in the simulator
     int64_t budget_releases = 0;        // versions --dp-budget allows (0: no budget)

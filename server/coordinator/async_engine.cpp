@@ -65,6 +65,8 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->acknowledged_.AddMerged(e->published_->history());
   PLEXUS_RETURN_IF_ERROR(e->CountOpening());
   e->clients_.Restore(restored.client_ids);
+  PLEXUS_RETURN_IF_ERROR(e->buffer_->RestoreState(restored.aggregator_state)
+                             .WithContext("restore the strategy's state (was --strategy changed?)"));
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->published_->model()));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
@@ -128,7 +130,9 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   std::string task_id;
   if (auto it = task_of_client_.find(client_id); it != task_of_client_.end()) {
     task_id = it->second;  // re-deliver the open task
-  } else if (options_.max_concurrency > 0 && static_cast<int64_t>(tasks_.size()) >= options_.max_concurrency) {
+  } else if ((options_.max_concurrency > 0 && static_cast<int64_t>(tasks_.size()) >= options_.max_concurrency) ||
+             !buffer_->MayContribute(client_id, published_->version())) {
+    // Full, or the strategy would not take this client's update now (DP-FTRL's cap per tree).
     answer.kind = PollAnswer::Kind::kWait;
     answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
@@ -250,6 +254,8 @@ Status AsyncEngine::Publish() {
     policy_->FoldAllHeld(this);
   }
   const auto merged = static_cast<int64_t>(buffer_->size());
+  // Flush moves the strategy's state; a version that is not published must not keep that.
+  const std::string state_before = buffer_->SaveState();
   Result<ModelState> next = buffer_->Flush();
   if (!next.ok()) {
     sticky_error_ = next.status().WithContext("publish version " + std::to_string(head_version_ + 1));
@@ -260,6 +266,10 @@ Status AsyncEngine::Publish() {
     // later version. The buffer's updates are dropped (acknowledged, but never merged) and the
     // next buffer starts again from the newest version.
     ++versions_refused_nonfinite_;
+    if (Status restored = buffer_->RestoreState(state_before); !restored.ok()) {
+      sticky_error_ = restored.WithContext("restore the strategy after a non-finite aggregate");
+      return sticky_error_;
+    }
     merged_.clear();
     tally_ = {};
     ++poll_epoch_;
@@ -287,8 +297,8 @@ Status AsyncEngine::Publish() {
     sticky_error_ = begun.WithContext("buffer after version " + std::to_string(rec.model_version));
     return sticky_error_;
   }
-  // FedBuff's step is stateless: no aggregator state to commit.
-  commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), /*aggregator_state=*/{}});
+  // The merge strategy's state (an adaptive clip, DP-FTRL's tree) goes with the version.
+  commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), buffer_->SaveState()});
   if (options_.commit_outside) return Status::Ok();
   std::optional<PendingCommit> commit = TakeCommit();
   Status committed = commit->Run(store_);

@@ -105,6 +105,9 @@ void SyncEngine::MaybeStartRound() {
   if (open_ || finished()) return;
   const int64_t now = clock_->NowMs();
   std::vector<std::string> available = clients_.Connected();
+  // Only clients whose update the strategy would take (DP-FTRL caps contributions per tree).
+  std::erase_if(available,
+                [&](const std::string& id) { return !aggregator_->MayContribute(id, published_->version()); });
   const auto n = static_cast<int64_t>(available.size());
   const bool enough = n >= options_.clients_per_round ||
                       (n >= options_.min_clients && now - idle_since_ms_ >= options_.selection_wait_ms);
@@ -246,7 +249,10 @@ Status SyncEngine::Refused(const std::string& client_id, const std::string& task
   // A free client in its place: connected, not in this attempt's sample, not refused in it.
   std::vector<std::string> free;
   for (const std::string& id : clients_.Connected()) {
-    if (!open_->task_of_client.count(id) && !open_->refused.count(id)) free.push_back(id);
+    if (!open_->task_of_client.count(id) && !open_->refused.count(id) &&
+        aggregator_->MayContribute(id, published_->version())) {
+      free.push_back(id);
+    }
   }
   if (!free.empty()) {
     Rng rng = Rng::Derive(

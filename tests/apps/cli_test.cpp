@@ -666,6 +666,45 @@ TEST(CliTest, SimWithCentralDpIsReproducibleAccountedAndBudgeted) {
   EXPECT_NE(out.find("--dp belongs to the server modes"), std::string::npos) << out;
 }
 
+// plexus sim --dp tree: DP-FTRL. Clients are given tasks only while the tree may take their
+// update (none is refused), ε is the calculator's for a tree, and a population that cannot fill
+// a tree at the cap is refused at start naming the flag.
+TEST(CliTest, SimWithTreeDpAccountsTheTreeAndRefusesNoUpdate) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::vector<std::string> base{"sim", "--clients",      "20",   "--clients-per-round", "5",    "--rounds",
+                                      "4",   "--train-subset", "4000", "--test-subset",       "1000", "--local-steps",
+                                      "5"};
+  const std::string summary = Temp("tree.json");
+  std::vector<std::string> args = base;
+  for (const char* a : {"--dp", "tree:clip=1,noise=1,restart=2"}) args.push_back(a);
+  args.push_back("--summary-out");
+  args.push_back(summary);
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
+  EXPECT_NE(out.find("tree aggregation (DP-FTRL"), std::string::npos) << out;
+  EXPECT_NE(out.find(" 0 updates refused"), std::string::npos) << out;
+  const std::string json = ReadFile(summary);
+  std::filesystem::remove(summary);
+  EXPECT_EQ(JsonField(json, "dp_mechanism"), "\"dp_mechanism\": \"tree\"");
+  EXPECT_EQ(JsonField(json, "dp_tree_restart"), "\"dp_tree_restart\": 2");
+  std::string calc;
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY,
+                      {"privacy", "--mechanism", "tree", "--noise", "1", "--releases", "4", "--restart", "2", "--json"},
+                      &calc),
+      0)
+      << calc;
+  EXPECT_NEAR(std::stod(JsonField(json, "dp_epsilon").substr(std::string("\"dp_epsilon\": ").size())),
+              std::stod(JsonField(calc, "epsilon").substr(std::string("\"epsilon\": ").size())), 1e-9);
+
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--clients", "20", "--clients-per-round", "5", "--rounds", "5", "--dp",
+                             "tree:clip=1,noise=1", "--dry-run"},
+                            &out),
+            1);
+  EXPECT_NE(out.find("--dp tree: a tree of 5 versions takes 25 contributions"), std::string::npos) << out;
+}
+
 // The asynchronous modes' metrics file carries the mean staleness of each version, as the
 // summary JSON does (docs/simulation.md promises both).
 TEST(CliTest, AsyncMetricsHaveTheMeanStaleness) {

@@ -129,6 +129,11 @@ TEST(RdpAccountantTest, TreeAggregationCostsItsDepth) {
   Result<std::vector<double>> restarted = TreeAggregationRdp(2, 20, 8, {2});
   ASSERT_TRUE(restarted.ok());
   EXPECT_DOUBLE_EQ((*restarted)[0], 2 * (4 + 4 + 3) / 8.0);
+  // Three contributions of a client to a tree: nine times one's cost; fewer than one is nonsense.
+  Result<std::vector<double>> thrice = TreeAggregationRdp(2, 20, 8, {2}, 3);
+  ASSERT_TRUE(thrice.ok());
+  EXPECT_DOUBLE_EQ((*thrice)[0], 9 * (*restarted)[0]);
+  EXPECT_EQ(TreeAggregationRdp(2, 20, 8, {2}, 0).status().code(), StatusCode::kInvalidArgument);
   Result<double> z = TreeNoiseForEpsilon(1000, 0, 1e-5, 5);
   ASSERT_TRUE(z.ok());
   Result<std::vector<double>> rdp = TreeAggregationRdp(*z, 1000, 0, DefaultRdpOrders());

@@ -205,6 +205,32 @@ TEST_F(AsyncEngineTest, ResumesFromTheStore) {
   EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // a known client
 }
 
+// The merge strategy's state goes with each version and comes back with a restart: DP-FTRL's
+// count of who contributed to the current tree survives it, so a client that already gave its
+// one contribution gets no task (it waits) before and after the restart, until the tree restarts.
+TEST_F(AsyncEngineTest, TheStrategysStateSurvivesARestart) {
+  AsyncOptions o = Options(6, 1, 1.0, "constant");
+  o.strategy = "dp_ftrl:clip=10,noise=0,expected=1,restart=2,participations=1";
+  Open(o);
+  ASSERT_OK(Report("a", TaskOf("a"), 1.0f));
+  EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_EQ(engine_->Poll("a")->kind, Kind::kWait);
+  engine_.reset();
+  auto e = *AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr);
+  EXPECT_EQ(e->Poll("a")->kind, Kind::kWait);
+  Result<PollAnswer> b = e->Poll("b");
+  ASSERT_EQ(b->kind, Kind::kTask);
+  Update u;
+  u.client_id = "b";
+  u.task_id = b->task.task_id;
+  u.base_version = b->task.model_version;
+  u.num_examples = 1;
+  u.delta = ModelState::ZerosLike(Initial());
+  ASSERT_OK(e->Submit(u));
+  EXPECT_EQ(e->model().version(), 2u);
+  EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // version 3 starts the next tree
+}
+
 AsyncOptions CommittedOutside(int64_t rounds) {
   AsyncOptions o = Options(rounds, 1, 0.5, "poly:a=1");
   o.commit_outside = true;
