@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -21,6 +22,16 @@
 #include "server/rpc/listen_error.h"
 
 namespace plexus {
+
+void ServerMetrics::CountUpload(int64_t bytes, double seconds) {
+  if (upload_seconds_le.empty()) upload_seconds_le.assign(std::size(kUploadSecondsBounds), 0);
+  for (size_t i = 0; i < upload_seconds_le.size(); ++i) {
+    if (seconds <= kUploadSecondsBounds[i]) ++upload_seconds_le[i];
+  }
+  ++upload_count;
+  upload_seconds_sum += seconds;
+  upload_bytes += bytes;
+}
 namespace {
 
 constexpr int kMaxMessageBytes = 4 << 20;

@@ -130,6 +130,8 @@ struct ServerMetrics {
   std::vector<int64_t> upload_seconds_le;  // cumulative, one per bound
   int64_t upload_count = 0;
   double upload_seconds_sum = 0;
+  // Counts an accepted upload of `bytes` that took `seconds`.
+  void CountUpload(int64_t bytes, double seconds);
   // For the dashboard: (version, test accuracy) of every evaluated version, oldest first, and the
   // newest published version's record (its merged updates in the asynchronous modes).
   std::vector<std::pair<uint64_t, double>> accuracy;

@@ -25,6 +25,7 @@
 #include "proto/length_delimited_field.h"
 #include "proto/shared_bytes_slice.h"
 #include "server/rpc/caller_identity.h"
+#include "server/rpc/evaluation_desk.h"
 #include "server/rpc/model_downloads.h"
 #include "server/rpc/partial_uploads.h"
 #include "server/rpc/proto_conversion.h"
@@ -40,8 +41,6 @@ constexpr size_t kChunkBytes = 1 << 20;
 // Versions aggregated but not yet committed, each a model held in memory, before uploads wait.
 constexpr size_t kMaxPendingCommits = 2;
 constexpr int64_t kMaxPollWaitMs = 30000;
-// --eval-split is at most 0.9: a client's held-out share is at most 9 times what it trains on.
-constexpr int64_t kMaxEvalPerTrainExample = 9;
 // Where Federation.DownloadModel and UploadUpdate sit among the service's methods (the order of
 // the rpc lines in federation.proto); the transfers' integration tests fail should they move.
 constexpr int kDownloadModelMethod = 2;
@@ -75,12 +74,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
         norm_gate_({limits.max_update_norm, limits.adaptive_norm_factor, limits.adaptive_norm_clients,
                     limits.adaptive_norm_min_clients},
                    engine->model(), info_.buffer_tensors),
-        federated_(info_.federated_eval) {
-    // Clients that joined before a restart keep what they declared.
-    if (Result<std::vector<ClientRecord>> known = store_->ListClients(); known.ok()) {
-      for (const ClientRecord& c : *known) declared_examples_[c.id] = std::max<int64_t>(0, c.num_examples);
-    }
-    ResumeFederatedEvaluation();
+        evaluations_(info_.federated_eval, engine, store, clock) {
     if (!info_.upload_codec.empty()) {
       upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
       codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
@@ -124,7 +118,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
     active_clients_.insert(*id);
-    declared_examples_[*id] = std::max<int64_t>(0, req->num_examples());
+    evaluations_.Declare(*id, req->num_examples());
     client_codecs_[*id] = std::set<std::string>(req->codecs().begin(), req->codecs().end());
     spdlog::info("client {} joined ({} examples, {})", *id, req->num_examples(), req->device());
     cv_.notify_all();
@@ -151,7 +145,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
       ~OpenPoll() { --n; }
     } open(open_polls_);
     while (true) {
-      Result<PollAnswer> a = PollLocked(req->client_id());
+      Result<PollAnswer> a = evaluations_.Poll(req->client_id());
       if (!a.ok()) return RefuseLocked("poll", a.status());
       if (AnswerLocked(req->client_id(), *a, rep)) return grpc::Status::OK;
       const int64_t now_ms = clock_->NowMs();
@@ -327,13 +321,13 @@ class FederationServiceImpl final : public v1::Federation::Service {
       return RefuseContentLocked(header, s.WithContext("update from " + header.client_id()));
     }
     if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
-    CountUploadLocked(header.total_bytes(), static_cast<double>(clock_->NowMs() - started_ms) / 1000.0);
+    upload_metrics_.CountUpload(header.total_bytes(), static_cast<double>(clock_->NowMs() - started_ms) / 1000.0);
     rep->set_accepted_for_version(version_before);
     if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
     if (header.want_next_task()) {
       // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
       // failed poll does not undo the accepted update: the client polls and hears the error.
-      Result<PollAnswer> next = PollLocked(header.client_id());
+      Result<PollAnswer> next = evaluations_.Poll(header.client_id());
       if (next.ok() && !AnswerLocked(header.client_id(), *next, rep->mutable_next())) rep->clear_next();
     }
     cv_.notify_all();
@@ -379,21 +373,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     e.loss = req->loss();
     e.accuracy = req->accuracy();
     e.examples = req->examples();
-    // One client must not swamp a version's result (one that joined with 10 examples reported
-    // 2^40): a client holds out at most --eval-split 0.9 of its partition, so at most nine times
-    // the training examples it declared at join (plus rounding).
-    const auto declared = declared_examples_.find(*who);
-    const int64_t most = declared == declared_examples_.end() ? 0 : kMaxEvalPerTrainExample * declared->second + 9;
-    if (e.examples > most) {
-      return RefuseLocked(
-          "evaluation report",
-          InvalidArgumentError(fmt::format(
-              "evaluation report of task {} counts {} examples; client {} declared {} training "
-              "examples at join, so it can hold out at most {}",
-              req->task_id(), e.examples, *who, declared == declared_examples_.end() ? 0 : declared->second, most)));
-    }
-    if (Status s = federated_.Report(*who, req->task_id(), e); !s.ok()) return RefuseLocked("evaluation report", s);
-    CollectFederatedLocked();
+    if (Status s = evaluations_.Report(*who, req->task_id(), e); !s.ok()) return RefuseLocked("evaluation report", s);
     cv_.notify_all();
     return grpc::Status::OK;
   }
@@ -435,9 +415,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   std::map<uint64_t, RoundRecord> FederatedEvaluations() {
     std::lock_guard<std::mutex> lock(mu_);
-    RefreshFederatedLocked();
-    CollectFederatedLocked();
-    return federated_results_;
+    evaluations_.Update();
+    return evaluations_.results();
   }
 
   ServerMetrics metrics() {
@@ -463,9 +442,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   bool AllClientsToldFinished() {
     std::lock_guard<std::mutex> lock(mu_);
-    RefreshFederatedLocked();
-    CollectFederatedLocked();
-    if (federated_.final_pending()) return false;
+    evaluations_.Update();
+    if (evaluations_.final_pending()) return false;
     for (const std::string& id : active_clients_) {
       if (!told_finished_.count(id)) return false;
     }
@@ -513,69 +491,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
  private:
   EngineStatus StatusLocked() {
     EngineStatus s = engine_->status();
-    if (!federated_results_.empty()) {
-      s.federated_version = federated_results_.rbegin()->first;
-      s.last_federated_accuracy = federated_results_.rbegin()->second.federated_accuracy;
-    }
+    evaluations_.FillStatus(&s);
     return s;
-  }
-
-  // What the client is to do next: an evaluation task when a federated evaluation wants one from
-  // it, else the engine's answer, except that a client that may still owe the final version's
-  // evaluation hears "wait" rather than "finished". Requires mu_.
-  Result<PollAnswer> PollLocked(const std::string& client_id) {
-    if (!federated_.enabled()) return engine_->Poll(client_id);
-    RefreshFederatedLocked();
-    CollectFederatedLocked();
-    const int64_t now_ms = clock_->NowMs();
-    if (std::optional<Task> t = federated_.TaskFor(client_id, now_ms)) {
-      PollAnswer a;
-      a.kind = PollAnswer::Kind::kTask;
-      a.task = std::move(*t);
-      return a;
-    }
-    Result<PollAnswer> a = engine_->Poll(client_id);
-    if (a.ok() && a->kind == PollAnswer::Kind::kFinished && federated_.Owes(client_id)) {
-      a->kind = PollAnswer::Kind::kWait;
-      a->retry_after_ms = 500;
-    }
-    return a;
-  }
-
-  // Tells the federated evaluation of the versions published since it last looked. Requires mu_.
-  void RefreshFederatedLocked() {
-    federated_.Follow(
-        engine_->history(), engine_->finished(), [this] { return KnownClientsLocked(); }, clock_->NowMs());
-  }
-
-  // Every client that ever joined (restored from the store at start). Requires mu_.
-  std::vector<std::string> KnownClientsLocked() const {
-    std::vector<std::string> known;
-    for (const auto& [id, examples] : declared_examples_) known.push_back(id);
-    return known;
-  }
-
-  // A server stopped while the clients evaluated its last version: that version has no stored
-  // result, and its campaign opens again (the versions before it are not evaluated again).
-  // Called by the constructor.
-  void ResumeFederatedEvaluation() {
-    const std::vector<RoundRecord>& history = engine_->history();
-    if (federated_.Resume(history, engine_->finished(), KnownClientsLocked(), clock_->NowMs())) {
-      spdlog::info("version {}: resuming its federated evaluation", history.back().model_version);
-    }
-  }
-
-  // Records the evaluations that closed (store and results). Requires mu_.
-  void CollectFederatedLocked() {
-    if (!federated_.enabled()) return;
-    for (RoundRecord& r : federated_.Collect(clock_->NowMs())) {
-      spdlog::info("version {}: federated accuracy {:.4f}, loss {:.4f} ({} examples from {} clients)", r.model_version,
-                   *r.federated_accuracy, *r.federated_loss, r.federated_examples, r.federated_clients);
-      if (Status s = store_->SetFederatedEvaluation(r); !s.ok()) {
-        spdlog::error("federated evaluation of version {} not stored: {}", r.model_version, s.ToString());
-      }
-      federated_results_[r.model_version] = std::move(r);
-    }
   }
 
   // Whether the client's tasks name the server's codec `spec`: there is one, and the client
@@ -618,18 +535,6 @@ class FederationServiceImpl final : public v1::Federation::Service {
     spdlog::warn("refused {}: {}", call, s.ToString());
     ++refusals_[std::string(StatusCodeName(s.code()))];
     return ToGrpc(s);
-  }
-
-  // Counts an accepted upload of `bytes` that took `seconds`. Requires mu_.
-  void CountUploadLocked(int64_t bytes, double seconds) {
-    ServerMetrics& m = upload_metrics_;
-    if (m.upload_seconds_le.empty()) m.upload_seconds_le.assign(std::size(ServerMetrics::kUploadSecondsBounds), 0);
-    for (size_t i = 0; i < m.upload_seconds_le.size(); ++i) {
-      if (seconds <= ServerMetrics::kUploadSecondsBounds[i]) ++m.upload_seconds_le[i];
-    }
-    ++m.upload_count;
-    m.upload_seconds_sum += seconds;
-    m.upload_bytes += bytes;
   }
 
   // ResourceExhausted when `client` is over its request rate. Requires mu_.
@@ -677,12 +582,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::set<std::string> active_clients_;                        // guarded by mu_; clients seen by this process
   std::set<std::string> told_finished_;                         // guarded by mu_
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
-  std::map<std::string, int64_t> declared_examples_;            // guarded by mu_; at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
-  std::optional<ModelState> codec_layout_;             // the model's layout (values unset), for decoding coded updates
-  FederatedEvaluation federated_;                      // guarded by mu_
-  std::map<uint64_t, RoundRecord> federated_results_;  // guarded by mu_; closed evaluations by version
-  std::unique_ptr<ModelDownloads> downloads_;          // taken without mu_
+  std::optional<ModelState> codec_layout_;     // the model's layout (values unset), for decoding coded updates
+  EvaluationDesk evaluations_;                 // guarded by mu_
+  std::unique_ptr<ModelDownloads> downloads_;  // taken without mu_
 };
 
 FederationService::FederationService(Engine* engine, Store* store, ServerInfo info, bool mtls, const DoorLimits& limits,
