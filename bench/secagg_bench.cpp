@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "privacy/fixed_point.h"
 #include "privacy/secagg.h"
 
@@ -100,16 +101,18 @@ BENCHMARK(BM_MemberRound)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(20);
 
-// The server's unmasking for n members with degree 2⌈log₂ n⌉, 10% dropped after sharing keys.
+// The server's unmasking for n members with degree 2⌈log₂ n⌉, 10% dropped after sharing keys, on
+// a pool of `threads`.
 void BM_ServerUnmask(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const size_t length = static_cast<size_t>(state.range(1));
+  ThreadPool pool(static_cast<size_t>(state.range(2)));
   std::vector<uint32_t> input(length, 7);
   uint64_t round = 100;
   for (auto _ : state) {
     state.PauseTiming();
     const Params p = Group(n, DegreeFor(n), length, ++round);
-    auto server = *Server::Create(p, 0, 1000);
+    auto server = *Server::Create(p, 0, 1000, &pool);
     std::map<uint32_t, std::unique_ptr<Member>> members;
     for (uint32_t m : p.members) members[m] = *Member::Create(p, m);
     for (uint32_t m : p.members) (void)server->Receive(*members[m]->Advertise(), 0);
@@ -128,8 +131,9 @@ void BM_ServerUnmask(benchmark::State& state) {
   state.counters["degree"] = DegreeFor(n);
 }
 BENCHMARK(BM_ServerUnmask)
-    ->Args({100, kMlpParams})
-    ->Args({1000, kMlpParams})
+    ->Args({100, kMlpParams, 1})
+    ->Args({1000, kMlpParams, 1})
+    ->Args({1000, kMlpParams, 2})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
 

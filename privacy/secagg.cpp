@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 
 #include "core/rng.h"
@@ -223,16 +224,17 @@ Result<RevealedShares> Member::Unmask(const UnmaskRequest& request) {
 
 // --- Server ---
 
-Server::Server(const Params& params, int64_t now_ms, int64_t stage_ms)
-    : params_(params), stage_ms_(stage_ms), deadline_ms_(now_ms + stage_ms), expected_(params.members) {
+Server::Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool)
+    : params_(params), stage_ms_(stage_ms), pool_(pool), deadline_ms_(now_ms + stage_ms), expected_(params.members) {
   std::sort(expected_.begin(), expected_.end());
   for (uint32_t m : expected_) graph_[m] = Neighbours(params_, m);
 }
 
-Result<std::unique_ptr<Server>> Server::Create(const Params& params, int64_t now_ms, int64_t stage_ms) {
+Result<std::unique_ptr<Server>> Server::Create(const Params& params, int64_t now_ms, int64_t stage_ms,
+                                               ThreadPool* pool) {
   PLEXUS_RETURN_IF_ERROR(params.Validate());
   if (stage_ms <= 0) return InvalidArgumentError("secagg: a stage must last some time");
-  return std::unique_ptr<Server>(new Server(params, now_ms, stage_ms));
+  return std::unique_ptr<Server>(new Server(params, now_ms, stage_ms, pool));
 }
 
 Status Server::Admit(Stage stage, uint32_t from, int64_t now_ms) {
@@ -394,7 +396,24 @@ UnmaskRequest Server::UnmaskRequestFor(uint32_t member) const {
 }
 
 void Server::Unmask() {
-  // Every secret from the shares revealed by survivors that hold one; `threshold` of them.
+  // One job per secret: a survivor's self seed (its mask comes off), or a dropped member's mask
+  // key (the pairwise masks it left in its surviving neighbours' inputs come off). Jobs run on the
+  // pool, each range of them into its own accumulator of masks to take away.
+  struct Job {
+    uint32_t owner;
+    bool dropped;
+  };
+  // A dropped member's job expands a mask per surviving neighbour, a survivor's one: the dropped
+  // are spread evenly through the list, so that the pool's contiguous ranges weigh alike.
+  std::vector<Job> jobs;
+  size_t next_dropped = 0;
+  for (size_t i = 0; i < survivors_.size(); ++i) {
+    while (next_dropped < dropped_.size() && next_dropped * survivors_.size() <= i * dropped_.size()) {
+      jobs.push_back({dropped_[next_dropped++], true});
+    }
+    jobs.push_back({survivors_[i], false});
+  }
+  while (next_dropped < dropped_.size()) jobs.push_back({dropped_[next_dropped++], true});
   auto recover = [&](uint32_t owner, bool self_seed) -> Result<Secret32> {
     std::vector<ShamirShare> pieces;
     for (const auto& [from, r] : revealed_) {
@@ -403,39 +422,58 @@ void Server::Unmask() {
     }
     return ShamirRecover(pieces, params_.threshold);
   };
-  for (uint32_t s : survivors_) {
-    Result<Secret32> seed = recover(s, true);
-    if (!seed.ok()) {
-      Abort("secagg: the self mask of " + std::to_string(s) + " cannot be removed: " + seed.status().message());
-      return;
+  // Adds to `acc` what is to be subtracted from the sum for `job`.
+  auto run = [&](const Job& job, std::vector<uint32_t>& acc) -> Status {
+    if (!job.dropped) {
+      Result<Secret32> seed = recover(job.owner, true);
+      if (!seed.ok()) {
+        return FailedPreconditionError("secagg: the self mask of " + std::to_string(job.owner) +
+                                       " cannot be removed: " + std::string(seed.status().message()));
+      }
+      return AddMask(acc, *seed, +1);
     }
-    if (Status removed = AddMask(sum_, *seed, -1); !removed.ok()) {
-      Abort(std::string(removed.message()));
-      return;
-    }
-  }
-  for (uint32_t d : dropped_) {
-    Result<Secret32> key = recover(d, false);
+    Result<Secret32> key = recover(job.owner, false);
     Result<X25519KeyPair> pair = key.ok() ? X25519FromPrivate(*key) : Result<X25519KeyPair>(key.status());
-    if (!pair.ok() || pair->public_key != adverts_.at(d).mask_key) {
-      Abort("secagg: the mask key of dropped member " + std::to_string(d) + " cannot be recovered" +
-            (pair.ok() ? " (the shares give another key)" : ": " + std::string(pair.status().message())));
-      return;
+    if (!pair.ok() || pair->public_key != adverts_.at(job.owner).mask_key) {
+      return FailedPreconditionError(
+          "secagg: the mask key of dropped member " + std::to_string(job.owner) + " cannot be recovered" +
+          (pair.ok() ? " (the shares give another key)" : ": " + std::string(pair.status().message())));
     }
-    // Survivors that had d's shares added ± the mask they agree on with d: take it back.
+    // Survivors that had the dropped member's shares added ± the mask they agree on with it.
     for (uint32_t s : survivors_) {
-      if (!shares_.at(d).to.count(s)) continue;
-      Result<Secret32> pairwise =
-          AgreeKey(pair->private_key, adverts_.at(s).mask_key, MaskPurpose(params_.round, s, d));
-      if (!pairwise.ok()) {
-        Abort(std::string(pairwise.status().message()));
-        return;
-      }
-      if (Status removed = AddMask(sum_, *pairwise, s < d ? -1 : +1); !removed.ok()) {
-        Abort(std::string(removed.message()));
+      if (!shares_.at(job.owner).to.count(s)) continue;
+      PLEXUS_ASSIGN_OR_RETURN(Secret32 pairwise, AgreeKey(pair->private_key, adverts_.at(s).mask_key,
+                                                          MaskPurpose(params_.round, s, job.owner)));
+      PLEXUS_RETURN_IF_ERROR(AddMask(acc, pairwise, s < job.owner ? +1 : -1));
+    }
+    return Status::Ok();
+  };
+  std::mutex mu;
+  Status failed = Status::Ok();
+  std::vector<std::vector<uint32_t>> partials;
+  auto range = [&](size_t begin, size_t end) {
+    std::vector<uint32_t> acc(params_.length, 0);
+    for (size_t j = begin; j < end; ++j) {
+      if (Status s = run(jobs[j], acc); !s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = s;
         return;
       }
     }
+    std::lock_guard<std::mutex> lock(mu);
+    partials.push_back(std::move(acc));
+  };
+  if (pool_ && jobs.size() > 1) {
+    pool_->ParallelFor(jobs.size(), range, 1);
+  } else {
+    range(0, jobs.size());
+  }
+  if (!failed.ok()) {
+    Abort(std::string(failed.message()));
+    return;
+  }
+  for (const std::vector<uint32_t>& acc : partials) {
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] -= acc[i];  // mod 2^32: the order does not matter
   }
   revealed_.clear();
   stage_ = Stage::kDone;

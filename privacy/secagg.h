@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "privacy/secagg_crypto.h"
 #include "privacy/shamir.h"
 
@@ -119,8 +120,10 @@ class Server {
  public:
   enum class Stage { kAdvertise, kShareKeys, kMaskedInput, kUnmask, kDone, kAborted };
 
-  // Each stage lasts at most `stage_ms` from its start (the first from `now_ms`).
-  static Result<std::unique_ptr<Server>> Create(const Params& params, int64_t now_ms, int64_t stage_ms);
+  // Each stage lasts at most `stage_ms` from its start (the first from `now_ms`). Unmasking (the
+  // secrets recovered, their masks expanded) runs on `pool` when given (borrowed, outlives it).
+  static Result<std::unique_ptr<Server>> Create(const Params& params, int64_t now_ms, int64_t stage_ms,
+                                                ThreadPool* pool = nullptr);
 
   // Each refuses (InvalidArgument or FailedPrecondition, the round unharmed) a message of another
   // stage or after its stage closed, from a member not expected in it, a second one from the same
@@ -149,7 +152,7 @@ class Server {
   const std::string& abort_reason() const { return abort_reason_; }
 
  private:
-  Server(const Params& params, int64_t now_ms, int64_t stage_ms);
+  Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool);
   Status Admit(Stage stage, uint32_t from, int64_t now_ms);
   void MaybeClose(int64_t now_ms);
   void Close(int64_t now_ms);
@@ -158,6 +161,7 @@ class Server {
 
   const Params params_;
   const int64_t stage_ms_;
+  ThreadPool* const pool_;
   std::map<uint32_t, std::vector<uint32_t>> graph_;
   Stage stage_ = Stage::kAdvertise;
   int64_t deadline_ms_ = 0;

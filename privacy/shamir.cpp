@@ -84,31 +84,54 @@ Result<Secret32> ShamirRecover(std::span<const ShamirShare> shares, int threshol
   PLEXUS_RETURN_IF_ERROR(CheckPoints(xs));
   const Status failed = InternalError("Shamir: OpenSSL's big-number arithmetic failed");
   Ctx ctx(BN_CTX_new());
-  Bn secret = NewBn(), term = NewBn(), num = NewBn(), den = NewBn(), diff = NewBn(), y = NewBn();
-  if (!ctx || !secret || !term || !num || !den || !diff || !y) return failed;
-  BN_zero(secret.get());
-  for (size_t i = 0; i < used.size(); ++i) {
+  const size_t t = used.size();
+  // Lagrange at 0: secret = Σ y_i·num_i/den_i, num_i = Π_{j≠i} x_j, den_i = Π_{j≠i} (x_j − x_i).
+  // One inversion for all the den_i (of their product; each 1/den_i is that inverse times the
+  // other den_k, from prefix and suffix products): inversions cost far more than products.
+  std::vector<Bn> num, den, y;
+  Bn term = NewBn(), diff = NewBn();
+  if (!ctx || !term || !diff) return failed;
+  for (size_t i = 0; i < t; ++i) {
     if (used[i].y.size() != kShamirShareBytes) return InvalidArgumentError("Shamir: a share of the wrong length");
-    if (!BN_bin2bn(used[i].y.data(), static_cast<int>(kShamirShareBytes), y.get())) return failed;
-    if (BN_cmp(y.get(), Prime()) >= 0) return InvalidArgumentError("Shamir: a share outside the field");
-    // Lagrange basis at 0: Π_{j≠i} x_j / (x_j − x_i).
-    BN_one(num.get());
-    BN_one(den.get());
-    for (size_t j = 0; j < used.size(); ++j) {
+    num.push_back(NewBn());
+    den.push_back(NewBn());
+    y.push_back(Bn(BN_bin2bn(used[i].y.data(), static_cast<int>(kShamirShareBytes), nullptr)));
+    if (!num.back() || !den.back() || !y.back()) return failed;
+    if (BN_cmp(y.back().get(), Prime()) >= 0) return InvalidArgumentError("Shamir: a share outside the field");
+    BN_one(num[i].get());
+    BN_one(den[i].get());
+    for (size_t j = 0; j < t; ++j) {
       if (j == i) continue;
       if (BN_set_word(term.get(), used[j].x) != 1 ||
-          BN_mod_mul(num.get(), num.get(), term.get(), Prime(), ctx.get()) != 1)
-        return failed;
-      if (BN_set_word(diff.get(), used[i].x) != 1 ||
+          BN_mod_mul(num[i].get(), num[i].get(), term.get(), Prime(), ctx.get()) != 1 ||
+          BN_set_word(diff.get(), used[i].x) != 1 ||
           BN_mod_sub(diff.get(), term.get(), diff.get(), Prime(), ctx.get()) != 1 ||
-          BN_mod_mul(den.get(), den.get(), diff.get(), Prime(), ctx.get()) != 1) {
+          BN_mod_mul(den[i].get(), den[i].get(), diff.get(), Prime(), ctx.get()) != 1) {
         return failed;
       }
     }
-    if (!BN_mod_inverse(den.get(), den.get(), Prime(), ctx.get()) ||
-        BN_mod_mul(term.get(), num.get(), den.get(), Prime(), ctx.get()) != 1 ||
-        BN_mod_mul(term.get(), term.get(), y.get(), Prime(), ctx.get()) != 1 ||
-        BN_mod_add(secret.get(), secret.get(), term.get(), Prime(), ctx.get()) != 1) {
+  }
+  std::vector<Bn> prefix;  // prefix[i] = Π_{k<i} den_k
+  prefix.push_back(NewBn());
+  if (!prefix.back()) return failed;
+  BN_one(prefix.back().get());
+  for (size_t i = 0; i < t; ++i) {
+    prefix.push_back(NewBn());
+    if (!prefix.back() || BN_mod_mul(prefix[i + 1].get(), prefix[i].get(), den[i].get(), Prime(), ctx.get()) != 1)
+      return failed;
+  }
+  Bn inverse = NewBn(), suffix = NewBn(), secret = NewBn();
+  if (!inverse || !suffix || !secret || !BN_mod_inverse(inverse.get(), prefix[t].get(), Prime(), ctx.get()))
+    return failed;
+  BN_one(suffix.get());
+  BN_zero(secret.get());
+  for (size_t i = t; i-- > 0;) {  // suffix = Π_{k>i} den_k
+    if (BN_mod_mul(term.get(), inverse.get(), prefix[i].get(), Prime(), ctx.get()) != 1 ||
+        BN_mod_mul(term.get(), term.get(), suffix.get(), Prime(), ctx.get()) != 1 ||  // 1/den_i
+        BN_mod_mul(term.get(), term.get(), num[i].get(), Prime(), ctx.get()) != 1 ||
+        BN_mod_mul(term.get(), term.get(), y[i].get(), Prime(), ctx.get()) != 1 ||
+        BN_mod_add(secret.get(), secret.get(), term.get(), Prime(), ctx.get()) != 1 ||
+        BN_mod_mul(suffix.get(), suffix.get(), den[i].get(), Prime(), ctx.get()) != 1) {
       return failed;
     }
   }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus::secagg {
@@ -39,7 +40,7 @@ struct Round {
   std::unique_ptr<Server> server;
   int64_t now = 0;
 
-  explicit Round(Params p) : params(std::move(p)) {
+  explicit Round(Params p, ThreadPool* pool = nullptr) : params(std::move(p)) {
     Rng rng(3);
     for (uint32_t m : params.members) {
       std::vector<uint32_t> x(params.length);
@@ -47,7 +48,7 @@ struct Round {
       inputs[m] = x;
       members[m] = std::move(Member::Create(params, m)).value();
     }
-    server = std::move(Server::Create(params, now, 1000)).value();
+    server = std::move(Server::Create(params, now, 1000, pool)).value();
   }
 
   void Run(const std::map<uint32_t, int>& drop_after) {
@@ -119,6 +120,21 @@ TEST(SecAggTest, DropoutsAtEveryStageStillGiveTheSumOfWhoIsIncluded) {
   std::vector<uint32_t> included;
   for (uint32_t m : r.params.members) {
     if (m != 30 && m != 50) included.push_back(m);
+  }
+  EXPECT_EQ(r.server->included(), included);
+  EXPECT_EQ(r.server->sum(), r.PlainSum(included));
+}
+
+// Unmasking on a pool (the secrets split over its threads, each into its own accumulator) gives
+// the same sum, with survivors and dropped members' jobs in every thread's share.
+TEST(SecAggTest, UnmaskingOnAPoolGivesTheSameSum) {
+  ThreadPool pool(3);
+  Round r(Group(30, 6, 3, 300), &pool);
+  r.Run({{50, 2}, {120, 2}, {250, 2}, {70, 3}});
+  ASSERT_EQ(r.server->stage(), Server::Stage::kDone) << r.server->abort_reason();
+  std::vector<uint32_t> included;
+  for (uint32_t m : r.params.members) {
+    if (m != 50 && m != 120 && m != 250) included.push_back(m);
   }
   EXPECT_EQ(r.server->included(), included);
   EXPECT_EQ(r.server->sum(), r.PlainSum(included));
