@@ -29,7 +29,7 @@ declare -A allowed=(
   [gossip/node]="core aggregators crdt compression gossip/protocol gossip/node sqlite proto"
   [compression]="core aggregators compression"
   [edge]="core edge"
-  [simulations]="core aggregators crdt server/store server/coordinator compute gossip/protocol compression client simulations"
+  [simulations]="core privacy aggregators crdt server/store server/coordinator compute gossip/protocol compression client simulations"
 )
 # Parts that stay plain C++: no heavy dependency at all.
 plain="core privacy aggregators crdt server/store server/coordinator gossip/protocol compression edge"

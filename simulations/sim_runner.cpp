@@ -17,6 +17,7 @@
 #include "compute/model_zoo.h"
 #include "core/clock.h"
 #include "core/rng.h"
+#include "privacy/gaussian_noise.h"
 #include "server/coordinator/engine_factory.h"
 #include "server/store/memory_store.h"
 #include "simulations/attack.h"
@@ -315,6 +316,13 @@ class FederationSim {
       it->second.update = std::move(trained);
     }
     Update& u = *it->second.update;
+    if (o_.local_dp_clip > 0 && !malicious_[i]) {  // as plexus client: before the update is encoded
+      auto noise = MakeSeededGaussianNoise(Rng::Derive(o_.seed ^ 0x10ca1dULL, i * 1000003ULL + tasks_of_[i]).NextU64());
+      PLEXUS_RETURN_IF_ERROR(ClipAndAddNoise(u.delta.data(), o_.local_dp_clip, o_.local_dp_noise, *noise)
+                                 .WithContext("local DP on simulated client " + ClientName(i)));
+      if (local_dp_releases_.empty()) local_dp_releases_.assign(n_, 0);
+      result_.local_dp_most_releases = std::max(result_.local_dp_most_releases, ++local_dp_releases_[i]);
+    }
     if (malicious_[i]) {
       Rng rng = Rng::Derive(o_.seed ^ 0xa77acULL, i * 1000003ULL + tasks_of_[i]);
       ApplyAttack(attack_spec_, honest_[u.base_version], alie_z_, rng, u.delta);
@@ -378,6 +386,7 @@ class FederationSim {
   DeviceAvailability availability_;
   const bool train_at_handout_;
   std::vector<uint32_t> tasks_of_;
+  std::vector<int64_t> local_dp_releases_;  // with local DP: noised updates each client sent
   std::vector<bool> malicious_;
   double alie_z_ = 0.0;
   std::map<uint64_t, HonestStats> honest_;  // by base version: what omniscient attackers see

@@ -51,6 +51,11 @@ struct SimOptions {
   std::string attack = "none";      // what malicious clients do, see attack.h
   double attackers = 0.0;           // fraction of the clients that are malicious, chosen by the seed
   std::string codec;                // compression of the uploads (compression/codec.h); empty: float32 as is
+  // Local DP (`--dp local:clip=C,noise=Z`, as `plexus client`): each honest client clips its
+  // update to L2 norm C and adds N(0, (Z·C)²) to every value before it is encoded and sent, from a
+  // stream seeded per client and task. 0: off.
+  double local_dp_clip = 0;
+  double local_dp_noise = 0;
   // Compression of the downloads (CodedDownloads, as `plexus server --download-codec`): each
   // client trains from the model it rebuilds; empty: float32.
   std::string download_codec;
@@ -84,8 +89,9 @@ struct SimResult {
   // Polls a client put off because of refusals, as `plexus client` does (ClientSession): after a
   // refused update's task was handed out again, or after refusals for the same reason in a row.
   int64_t waits_after_refusals = 0;
-  int64_t attackers = 0;            // malicious clients
-  int64_t examples_per_client = 0;  // > 0 when partitions were sampled with replacement
+  int64_t attackers = 0;               // malicious clients
+  int64_t local_dp_most_releases = 0;  // with local DP: the most noised updates one client sent
+  int64_t examples_per_client = 0;     // > 0 when partitions were sampled with replacement
   std::string strategy;
 };
 

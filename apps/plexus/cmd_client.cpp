@@ -178,11 +178,7 @@ void RunClient(const ClientFlags& f) {
     // Against the server, each noised update is the Gaussian mechanism on this client's data with
     // sensitivity 2C (any two clipped updates lie within 2C of each other): noise multiplier Z/2.
     const int64_t releases = runtime.local_dp_releases();
-    double epsilon = std::numeric_limits<double>::infinity();
-    if (local_dp.noise > 0 && releases > 0) {
-      const std::vector<double> rdp = Take(SampledGaussianRdp(1.0, local_dp.noise / 2, DefaultRdpOrders()), "--dp");
-      epsilon = Take(EpsilonAfterReleases(rdp, releases, 1e-5), "--dp").epsilon;
-    }
+    const double epsilon = LocalDpEpsilon(local_dp, releases);
     spdlog::info(
         "local DP: {} noised updates left this client (clip {}, noise multiplier {}): epsilon {} at delta "
         "1e-05 against whoever sees them",

@@ -217,9 +217,22 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   // --dp: the strategy becomes dp_fedavg (dp_ftrl for a tree) with noise from a seeded stream (reproducible runs; the
   // summary names the source), the population is --clients.
+  // --dp local: the virtual clients clip and noise as plexus client does; the strategy is unchanged.
+  std::optional<LocalDp> local_dp;
+  if (IsLocalDp(f.dp.dp)) {
+    local_dp = ParseLocalDp(f.dp.dp);
+    if (f.dp.budget != 0 || f.dp.population != 0) {
+      throw CommandError(
+          "--dp-budget and --dp-population are for central DP: with --dp local each client accounts for its own "
+          "updates");
+    }
+    options.local_dp_clip = local_dp->clip;
+    options.local_dp_noise = local_dp->noise;
+  }
   const std::optional<DpPlan> dp =
-      PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
-             options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
+      local_dp ? std::nullopt
+               : PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
+                        options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
   if (dp) {
     options.sync.strategy = dp->strategy;
@@ -254,6 +267,12 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
             .c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
     if (dp) PrintDpPlan(*dp, rounds_asked, f.dp.budget, "plexus sim");
+    if (local_dp) {
+      std::printf(
+          "plexus sim: local DP: each honest client clips its update to %g and adds noise of standard deviation %g "
+          "to every value before sending it (noise from seeded streams)\n",
+          local_dp->clip, local_dp->noise * local_dp->clip);
+    }
     std::fflush(stdout);
   }
   if (f.dry_run) return;  // the settings are valid: nothing more to do
@@ -342,6 +361,14 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   s.updates_refused = result.updates_refused;
   s.tasks_trained = result.tasks_trained;
   s.waits_after_refusals = result.waits_after_refusals;
+  if (local_dp) {
+    s.privacy =
+        LocalDpReport(*local_dp, result.local_dp_most_releases, "seeded(seed=" + std::to_string(options.seed) + ")");
+    std::printf(
+        "plexus sim: local DP: at most %lld noised updates from one client: epsilon %.4g at delta %g against "
+        "whoever sees them\n",
+        static_cast<long long>(result.local_dp_most_releases), s.privacy->epsilon, s.privacy->delta);
+  }
   if (dp) {
     s.privacy = DpReport(*dp, s.rounds, rounds_asked);
     if (s.privacy->stopped_by_budget) {

@@ -73,8 +73,8 @@ void AddDpFlags(CLI::App* cmd, DpFlags* f) {
                   "Z*C to each version's sum), adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,count_noise=N] (the "
                   "clip follows the target quantile of update norms), tree:clip=C,noise=Z[,restart=K,participations=M] "
                   "(DP-FTRL: no sampling assumed; each client at most M times per tree of K versions, 0: one tree), "
-                  "or, on a server, local:clip=C,noise=Z (the clients clip and noise: clients announcing anything "
-                  "else are refused); docs/privacy.md");
+                  "or local:clip=C,noise=Z (the clients clip and noise: a server refuses clients announcing anything "
+                  "else; the simulator's clients do it as plexus client does); docs/privacy.md");
   cmd->add_option("--dp-population", f->population,
                   "DP: every client that could ever be picked, for the sampling rate the accountant assumes");
   cmd->add_option("--dp-delta", f->delta, "DP: delta of (epsilon, delta)")->capture_default_str();
@@ -106,9 +106,10 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t vers
   StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
   DpPlan plan;
   if (spec.name() != "central" && spec.name() != "adaptive" && spec.name() != "tree") {
-    throw CommandError("--dp must be central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,... or tree:clip=C,noise=Z,..." +
-                       std::string(spec.name() == "local" ? " here: local DP is not simulated" : "") + " (got '" +
-                       spec.name() + "')");
+    throw CommandError(
+        "--dp must be central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,..., tree:clip=C,noise=Z,... or "
+        "local:clip=C,noise=Z (got '" +
+        spec.name() + "')");
   }
   plan.adaptive = spec.name() == "adaptive";
   plan.tree = spec.name() == "tree";
@@ -224,6 +225,17 @@ RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>&
   }
   p.epsilon = plan.EpsilonAfter(last);
   p.stopped_by_budget = plan.max_releases > 0 && plan.max_releases < versions_asked && last >= plan.max_releases;
+  return p;
+}
+
+RunSummary::Privacy LocalDpReport(const LocalDp& dp, int64_t releases, const std::string& noise_source) {
+  RunSummary::Privacy p;
+  p.delta = 1e-5;
+  p.noise_multiplier = dp.noise;
+  p.clip = dp.clip;
+  p.mechanism = "local";
+  p.noise_source = noise_source;
+  p.epsilon = LocalDpEpsilon(dp, releases);
   return p;
 }
 

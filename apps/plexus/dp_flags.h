@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/run_summary.h"
 
 namespace plexus::cli {
@@ -65,5 +66,9 @@ std::string DpEpsilonText(const DpPlan& plan, int64_t version);
 std::string DpPrometheusText(const DpPlan& plan, int64_t version);
 // The summary's privacy part for the rounds a federation published.
 RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>& rounds, int64_t versions_asked);
+
+// The summary's privacy part for a simulation with local DP whose busiest client sent `releases`
+// noised updates (LocalDpEpsilon of them).
+RunSummary::Privacy LocalDpReport(const LocalDp& dp, int64_t releases, const std::string& noise_source);
 
 }  // namespace plexus::cli

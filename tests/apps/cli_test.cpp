@@ -652,7 +652,8 @@ TEST(CliTest, SimWithCentralDpIsReproducibleAccountedAndBudgeted) {
       {{"--dp", "central:clip=1,noise=0.1", "--dp-budget", "1"}, "--dp-budget 1 is spent by the first version"},
       {{"--dp", "central:clip=1,noise=0", "--dp-budget", "1"}, "--dp-budget needs noise above 0"},
       {{"--dp-budget", "3"}, "--dp-budget needs --dp"},
-      {{"--dp", "local:clip=1,noise=1"}, "--dp must be central"}};
+      {{"--dp", "laplace:clip=1,noise=1"}, "--dp must be central"},
+      {{"--dp", "local:clip=1,noise=1", "--dp-budget", "3"}, "--dp-budget and --dp-population are for central DP"}};
   for (const auto& [flags, message] : refused) {
     std::vector<std::string> args = base;
     args.insert(args.end(), flags.begin(), flags.end());
@@ -664,6 +665,48 @@ TEST(CliTest, SimWithCentralDpIsReproducibleAccountedAndBudgeted) {
       RunToCompletion(PLEXUS_BINARY, {"sim", "--mode", "gossip", "--dp", "central:clip=1,noise=1", "--dry-run"}, &out),
       1);
   EXPECT_NE(out.find("--dp belongs to the server modes"), std::string::npos) << out;
+}
+
+// plexus sim --dp local: each virtual client clips and noises its update as plexus client does
+// (the strategy is unchanged), and the run reports the ε of its busiest client, which is what the
+// calculator says for that many releases of noise multiplier Z/2 without sampling.
+TEST(CliTest, SimWithLocalDpReportsTheBusiestClientsEpsilon) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  const std::string summary = Temp("local.json");
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--clients", "10", "--clients-per-round", "5", "--rounds", "4", "--train-subset",
+                             "4000", "--test-subset", "1000", "--local-steps", "5", "--dp", "local:clip=1,noise=0.8",
+                             "--summary-out", summary},
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("local DP: each honest client clips its update to 1"), std::string::npos) << out;
+  const size_t at = out.find("local DP: at most ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int releases = std::stoi(out.substr(at + 18));
+  EXPECT_GE(releases, 2);  // 20 tasks over 10 clients: someone sent two or more
+  const std::string json = ReadFile(summary);
+  std::filesystem::remove(summary);
+  EXPECT_EQ(JsonField(json, "dp_mechanism"), "\"dp_mechanism\": \"local\"");
+  // The same run without local DP publishes another model: the noise was added.
+  std::string plain;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--clients", "10", "--clients-per-round", "5", "--rounds", "4", "--train-subset",
+                             "4000", "--test-subset", "1000", "--local-steps", "5", "--summary-out", summary},
+                            &plain),
+            0)
+      << plain;
+  EXPECT_NE(JsonField(ReadFile(summary), "final_model_sha256"), JsonField(json, "final_model_sha256"));
+  std::filesystem::remove(summary);
+  std::string calc;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"privacy", "--q", "1", "--noise", "0.4", "--releases", std::to_string(releases), "--json"},
+                            &calc),
+            0)
+      << calc;
+  EXPECT_NEAR(std::stod(JsonField(json, "dp_epsilon").substr(std::string("\"dp_epsilon\": ").size())),
+              std::stod(JsonField(calc, "epsilon").substr(std::string("\"epsilon\": ").size())), 1e-9);
 }
 
 // plexus sim --dp tree: DP-FTRL. Clients are given tasks only while the tree may take their
