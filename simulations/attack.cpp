@@ -77,34 +77,46 @@ void MinMax(const HonestStats& honest, std::span<float> x) {
 
 }  // namespace
 
+namespace {
+
+// One line per attack; its parameters are read in ParseAttackSpec.
+constexpr struct {
+  const char* name;
+  AttackKind kind;
+} kAttacks[] = {{"none", AttackKind::kNone},         {"signflip", AttackKind::kSignFlip},
+                {"gaussian", AttackKind::kGaussian}, {"labelflip", AttackKind::kLabelFlip},
+                {"ipm", AttackKind::kIpm},           {"alie", AttackKind::kAlie},
+                {"minmax", AttackKind::kMinMax}};
+
+}  // namespace
+
+std::vector<std::string> AttackNames() {
+  std::vector<std::string> names;
+  for (const auto& a : kAttacks) names.emplace_back(a.name);
+  return names;
+}
+
 Result<AttackSpec> ParseAttackSpec(const std::string& text) {
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return InvalidArgumentError("--attack: " + parsed.status().message());
   StrategySpec spec = std::move(parsed).value();
   const std::string& name = spec.name();
   AttackSpec a;
-  if (name == "none") {
-    a.kind = AttackKind::kNone;
-  } else if (name == "signflip") {
-    a.kind = AttackKind::kSignFlip;
-  } else if (name == "gaussian") {
-    a.kind = AttackKind::kGaussian;
-  } else if (name == "labelflip") {
-    a.kind = AttackKind::kLabelFlip;
-  } else if (name == "ipm") {
-    a.kind = AttackKind::kIpm;
+  const auto* entry =
+      std::find_if(std::begin(kAttacks), std::end(kAttacks), [&](const auto& e) { return name == e.name; });
+  if (entry == std::end(kAttacks)) {
+    std::string known;
+    for (const std::string& n : AttackNames()) known += (known.empty() ? "" : ", ") + n;
+    return InvalidArgumentError("unknown attack '" + name + "' (known: " + known + "; ipm takes eps=E, alie z=Z)");
+  }
+  a.kind = entry->kind;
+  if (a.kind == AttackKind::kIpm) {
     PLEXUS_ASSIGN_OR_RETURN(a.ipm_epsilon, spec.GetDouble("eps", 0.5));
     if (!(a.ipm_epsilon > 0) || !std::isfinite(a.ipm_epsilon))
       return InvalidArgumentError("--attack: ipm:eps must be positive");
-  } else if (name == "alie") {
-    a.kind = AttackKind::kAlie;
+  } else if (a.kind == AttackKind::kAlie) {
     PLEXUS_ASSIGN_OR_RETURN(a.alie_z, spec.GetDouble("z", -1.0));
     if (!std::isfinite(a.alie_z)) return InvalidArgumentError("--attack: alie:z must be finite");
-  } else if (name == "minmax") {
-    a.kind = AttackKind::kMinMax;
-  } else {
-    return InvalidArgumentError("unknown attack '" + name +
-                                "' (known: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax)");
   }
   if (Status s = spec.CheckAllUsed(); !s.ok()) return InvalidArgumentError("--attack: " + s.message());
   return a;

@@ -40,6 +40,8 @@ struct AttackSpec {
   double alie_z = -1.0;  // negative: AlieZ of the clients per round and attackers
 };
 
+// The attacks' names, for --help and messages.
+std::vector<std::string> AttackNames();
 // InvalidArgument naming the kinds that exist, or the parameter that is wrong.
 Result<AttackSpec> ParseAttackSpec(const std::string& text);
 Result<AttackKind> ParseAttack(const std::string& text);

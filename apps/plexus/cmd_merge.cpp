@@ -3,6 +3,7 @@
 
 #include "aggregators/registry.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/help_lists.h"
 #include "core/safetensors.h"
 #include "core/thread_pool.h"
 #include "crdt/crdt_replica.h"
@@ -107,7 +108,9 @@ void RunMerge(const MergeFlags& f) {
 void AddMergeCommand(CLI::App& app) {
   auto f = std::make_shared<MergeFlags>();
   CLI::App* cmd = app.add_subcommand("merge", "Merge .safetensors model files with any aggregation strategy");
-  cmd->add_option("--strategy", f->strategy, "Strategy, e.g. fedavg, median, krum:f=1, trimmed_mean:beta=0.1")
+  cmd->add_option(
+         "--strategy", f->strategy,
+         "Strategy, " + OneOf(StrategyNames()) + " each with its settings, e.g. krum:f=1, trimmed_mean:beta=0.1")
       ->capture_default_str();
   cmd->add_option("--weights", f->weights, "Weight per input file (default: equal)")->delimiter(',');
   cmd->add_option("--base", f->base,

@@ -9,6 +9,7 @@
 
 #include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/help_lists.h"
 #include "apps/plexus/run_summary.h"
 #include "client/grpc_transport.h"
 #include "client/server_exchange.h"
@@ -20,6 +21,7 @@
 #include "core/atomic_file.h"
 #include "core/host_port.h"
 #include "gossip/node/peer_node.h"
+#include "gossip/protocol/registry.h"
 
 namespace plexus::cli {
 namespace {
@@ -311,8 +313,8 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--advertise", f->advertise, "Address other peers dial (default: the listening address)");
   cmd->add_option("--peers", f->peers, "Peers to join through, HOST:PORT[,HOST:PORT...] (empty: wait for others)");
   cmd->add_option("--gossip", f->gossip,
-                  "Algorithm: el[:s=S,wait_ms=W], dpsgd[:wait_ms=W], pushsum or "
-                  "crdt[:wait_ms=W,interval_ms=I] (signed contributions merged identically everywhere; docs/gossip.md)")
+                  "Algorithm, " + OneOf(gossip::GossipNames()) +
+                      " each with its settings, e.g. el:s=2,wait_ms=W or crdt:interval_ms=I (docs/gossip.md)")
       ->capture_default_str();
   cmd->add_option("--merge", f->merge,
                   "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy (crdt: a strategy)")

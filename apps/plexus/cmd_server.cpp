@@ -9,6 +9,7 @@
 #include "apps/plexus/commands.h"
 #include "apps/plexus/dashboard_page.h"
 #include "apps/plexus/dp_flags.h"
+#include "apps/plexus/help_lists.h"
 #include "apps/plexus/http_endpoint.h"
 #include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/model_choice.h"
@@ -416,8 +417,8 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
          "--upload-codec", f->upload_codec,
-         "Ask clients for their updates in this codec (int8, fp16, bf16, topk:ratio=R, terngrad, qsgd:levels=L; "
-         "docs/compression.md); clients that do not advertise it send float32")
+         "Ask clients for their updates in this codec, " + OneOf(CodecNames()) +
+             " e.g. topk:ratio=R or qsgd:levels=L (docs/compression.md); clients that do not advertise it send float32")
       ->check(CodecSpecValidator());
   cmd->add_option("--download-codec", f->download_codec,
                   "Send training tasks' models in this codec (int8, fp16, bf16, f32): the change from the model the "
@@ -481,8 +482,7 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
   cmd->add_option("--revoked", f->revoked_file,
                   "File of revoked client names, one per line: refused although their certificate or token is "
-                  "valid; re-read when it changes")
-      ->check(CLI::ExistingFile);
+                  "valid; re-read when it changes (it may not exist yet: nobody is revoked until it is written)");
   cmd->add_option("--admins", f->admins,
                   "Client names allowed to read the status (needs mutual TLS or --tokens; default: anyone)")
       ->delimiter(',');

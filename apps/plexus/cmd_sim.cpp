@@ -7,16 +7,19 @@
 #include "apps/plexus/commands.h"
 #include "apps/plexus/dp_flags.h"
 #include "apps/plexus/gossip_sim_command.h"
+#include "apps/plexus/help_lists.h"
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
+#include "compression/codec.h"
 #include "compute/fashion_mnist.h"
 #include "compute/script_model.h"
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "server/coordinator/engine_factory.h"
+#include "simulations/attack.h"
 #include "simulations/client_data.h"
 #include "simulations/crdt_sim.h"
 #include "simulations/mpi_task_runner.h"
@@ -418,13 +421,14 @@ void AddSimCommand(CLI::App& app) {
     cmd->add_option(d.name, flags->sim.devices.*d.field, d.help)->capture_default_str();
   }
   cmd->add_option("--attack", flags->sim.attack,
-                  "What malicious clients do: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax")
+                  "What malicious clients do, " + OneOf(AttackNames()) + " (ipm takes eps=E, alie z=Z)")
       ->capture_default_str();
   cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();
   cmd->add_option("--codec", flags->sim.codec,
-                  "Compress every upload: f32, fp16, bf16, int8[:chunk=C], topk[:ratio=R] (error feedback), terngrad "
-                  "or qsgd[:levels=L]; bytes counted as encoded (default: float32 as is)");
+                  "Compress every upload, " + OneOf(CodecNames()) +
+                      " e.g. int8:chunk=C, topk:ratio=R (error feedback), qsgd:levels=L; bytes counted as encoded "
+                      "(default: float32 as is)");
   cmd->add_option("--download-codec", flags->sim.download_codec,
                   "Compress every download as plexus server --download-codec does (f32, fp16, bf16, int8[:chunk=C]): "
                   "the change from the model the client rebuilt last, else the whole model; clients train from what "

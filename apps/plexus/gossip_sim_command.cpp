@@ -7,6 +7,7 @@
 
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
+#include "apps/plexus/help_lists.h"
 #include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/test_set_evaluator.h"
@@ -14,6 +15,7 @@
 #include "compute/model_zoo.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "gossip/protocol/registry.h"
 #include "simulations/client_data.h"
 #include "simulations/mpi_task_runner.h"
 
@@ -99,7 +101,9 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
 }  // namespace
 
 void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
-  cmd->add_option("--gossip", g->gossip, "gossip mode: dpsgd, el:s=S (Epidemic Learning) or pushsum")
+  cmd->add_option("--gossip", g->gossip,
+                  "gossip mode: the algorithm, " + OneOf(gossip::GossipNames()) +
+                      " each with its settings, e.g. el:s=3 (docs/gossip.md)")
       ->capture_default_str();
   cmd->add_option("--merge", g->merge,
                   "gossip mode: how a node merges its neighbours' models: mean, clipped[:tau=T], "

@@ -106,7 +106,9 @@ int main(int argc, char** argv) {
     for (std::string& a : args) expanded.push_back(a.data());
     app.parse(static_cast<int>(expanded.size()), expanded.data());
   } catch (const CLI::ExtrasError& e) {
-    CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+    // The innermost command given (`plexus certs issue`): only its own flags are suggested.
+    CLI::App* command = &app;
+    while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
     const int code = app.exit(e);
     std::fputs(SuggestFlags(*command, command->remaining()).c_str(), stderr);
     return code;

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "aggregators/registry.h"
+#include "apps/plexus/help_lists.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/mode.h"
 #include "server/coordinator/sync_engine.h"
@@ -18,7 +20,9 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--rounds", o->rounds, "Model versions to publish before the federation finishes")
       ->capture_default_str();
   cmd->add_option("--clients-per-round", o->clients_per_round, "Clients sampled per round (K)")->capture_default_str();
-  cmd->add_option("--strategy", o->strategy, "Aggregation strategy, e.g. fedavg or fedavg:weighted=false")
+  cmd->add_option("--strategy", o->strategy,
+                  "Aggregation strategy, " + OneOf(StrategyNames()) +
+                      " each with its settings, e.g. fedavg:weighted=false (docs/aggregators.md)")
       ->capture_default_str();
   cmd->add_option("--backup-workers", o->backup_workers,
                   "sync: none, static:b=B (close each round without the B slowest) or dynamic (DBW)")

@@ -76,7 +76,8 @@ Result<Topology> Topology::Parse(std::string_view text, size_t n, uint64_t seed)
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return TopologyError(parsed.status().message());
   StrategySpec spec = std::move(parsed).value();
-  if (n < 2) return TopologyError("a decentralized federation needs at least 2 nodes (--clients)");
+  // N is --clients in the simulator and --num-partitions for peers: the messages say "nodes".
+  if (n < 2) return TopologyError("a decentralized federation needs at least 2 nodes");
   const std::string ns = std::to_string(n);
   Topology t;
   t.n_ = n;
@@ -84,14 +85,14 @@ Result<Topology> Topology::Parse(std::string_view text, size_t n, uint64_t seed)
   const std::string& name = spec.name();
   if (name == "ring") {
     t.kind_ = Kind::kRing;
-    if (n < 3) return TopologyError("a ring needs at least 3 nodes, --clients is " + ns);
+    if (n < 3) return TopologyError("a ring needs at least 3 nodes, there are " + ns + ": use complete");
   } else if (name == "torus") {
     t.kind_ = Kind::kTorus;
     for (size_t a = 3; a * a <= n; ++a) {
       if (n % a == 0) t.torus_rows_ = a;
     }
     if (t.torus_rows_ == 0) {
-      return TopologyError("a torus needs N = a x b with a, b >= 3, and --clients is " + ns);
+      return TopologyError("a torus needs N = a x b nodes with a, b >= 3, there are " + ns + ": use ring or complete");
     }
     t.torus_cols_ = n / t.torus_rows_;
   } else if (name == "exponential" || name == "onepeer-exponential") {
@@ -103,10 +104,13 @@ Result<Topology> Topology::Parse(std::string_view text, size_t n, uint64_t seed)
     if (!d_or.ok()) return TopologyError(d_or.status().message());
     const auto d = static_cast<size_t>(*d_or);
     if (d < 1 || d >= n) {
-      return TopologyError("regular:d=" + std::to_string(d) + " needs 1 <= d < N, and --clients is " + ns);
+      return TopologyError("regular:d=" + std::to_string(d) + " needs 1 <= d < N nodes, there are " + ns + ": use " +
+                           (n > 2 ? std::string("regular:d=2 or complete") : std::string("complete")) +
+                           ", or more nodes");
     }
     if ((n * d) % 2 != 0) {
-      return TopologyError("regular:d=" + std::to_string(d) + " needs N x d even, and --clients is " + ns);
+      return TopologyError("regular:d=" + std::to_string(d) + " needs N x d even, there are " + ns +
+                           " nodes: use an even d, or an even number of nodes");
     }
     if (d == 1 && n > 2) return TopologyError("regular:d=1 is disconnected for N > 2 (use d >= 2)");
     PLEXUS_ASSIGN_OR_RETURN(auto adj, RandomRegular(n, d, seed));

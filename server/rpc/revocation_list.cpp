@@ -8,11 +8,19 @@
 namespace plexus {
 
 Result<std::shared_ptr<RevocationList>> RevocationList::Open(const std::string& path, int64_t recheck_ms) {
-  if (!std::filesystem::exists(path)) return NotFoundError("revocation list '" + path + "' does not exist");
   std::shared_ptr<RevocationList> list(new RevocationList(path, recheck_ms));
   std::lock_guard<std::mutex> lock(list->mu_);
-  PLEXUS_RETURN_IF_ERROR(list->Load());
   list->checked_at_ = std::chrono::steady_clock::now();
+  if (!std::filesystem::exists(path)) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+      return NotFoundError("revocation list '" + path + "': its directory " + dir.string() + " does not exist");
+    }
+    spdlog::info("revocation list {} does not exist yet: nobody is revoked until it is written", path);
+    list->missing_ = true;
+    return list;
+  }
+  PLEXUS_RETURN_IF_ERROR(list->Load());
   return list;
 }
 
@@ -45,10 +53,15 @@ bool RevocationList::Revoked(const std::string& client) {
   if (now - checked_at_ >= std::chrono::milliseconds(recheck_ms_)) {
     checked_at_ = now;
     std::error_code ec;
-    if (std::filesystem::last_write_time(path_, ec) != mtime_ || ec) {
+    const auto mtime = std::filesystem::last_write_time(path_, ec);
+    if (ec) {
+      if (!missing_ && !names_.empty()) spdlog::warn("revocation list {} is gone: kept as it was", path_);
+      missing_ = true;
+    } else if (missing_ || mtime != mtime_) {
       Status loaded = Load();
       if (loaded.ok()) {
-        spdlog::info("revocation list {} reloaded: {} client(s) revoked", path_, names_.size());
+        missing_ = false;
+        spdlog::info("revocation list {} read: {} client(s) revoked", path_, names_.size());
       } else {
         spdlog::warn("revocation list kept as it was: {}", loaded.ToString());
       }

@@ -1,7 +1,9 @@
 // RevocationList: client identities the server refuses although their certificate or token is
 // valid (a leaked key or token, a retired device). Read from a file of names, one per line ('#'
 // starts a comment); the file is read again when its modification time changes (looked at most
-// once per `recheck_ms`), so a revocation takes effect while the server runs. Thread-safe.
+// once per `recheck_ms`), so a revocation takes effect while the server runs. A file that does not
+// exist yet revokes nobody until it is created (operators start with an empty list); one that
+// disappears leaves the list as it was. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -17,7 +19,8 @@ namespace plexus {
 
 class RevocationList {
  public:
-  // NotFound when the file does not exist; InvalidArgument for a line with more than one word.
+  // NotFound when the file's directory does not exist (a mistyped path, not a list yet to be
+  // written); InvalidArgument for a line with more than one word.
   static Result<std::shared_ptr<RevocationList>> Open(const std::string& path, int64_t recheck_ms = 1000);
 
   bool Revoked(const std::string& client);
@@ -34,6 +37,7 @@ class RevocationList {
   std::set<std::string> names_;                       // guarded by mu_
   std::filesystem::file_time_type mtime_;             // guarded by mu_
   std::chrono::steady_clock::time_point checked_at_;  // guarded by mu_
+  bool missing_ = false;                              // guarded by mu_; the file was not there last look
 };
 
 }  // namespace plexus

@@ -152,6 +152,9 @@ TEST(CliTest, AMistypedFlagSuggestsTheClosestOne) {
   EXPECT_NE(out.find("did you mean --rounds?"), std::string::npos) << out;
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"server", "--min-client", "3"}, &out), 0);
   EXPECT_NE(out.find("did you mean --min-clients?"), std::string::npos) << out;
+  // Within the innermost command given: `certs issue` has --days, `certs` itself none.
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"certs", "issue", "--dayz", "3"}, &out), 0);
+  EXPECT_NE(out.find("did you mean --days?"), std::string::npos) << out;
 }
 
 // GET http://127.0.0.1:PORT/PATH over a plain socket; the response's body ("" on failure).
@@ -665,6 +668,58 @@ TEST(CliTest, SimWithCentralDpIsReproducibleAccountedAndBudgeted) {
       RunToCompletion(PLEXUS_BINARY, {"sim", "--mode", "gossip", "--dp", "central:clip=1,noise=1", "--dry-run"}, &out),
       1);
   EXPECT_NE(out.find("--dp belongs to the server modes"), std::string::npos) << out;
+}
+
+// The names a flag's --help lists ("one of: a, b;") are the registry's, by construction: the
+// same list the parser gives when it refuses a name it does not know ("known: a, b"). Checked for
+// the strategies (server, sim, merge), gossip algorithms (sim, peer), upload codecs (server, sim)
+// and attacks (sim); none may be missing, as choco and semidecentralized once were.
+TEST(CliTest, HelpListsComeFromTheRegistries) {
+  auto list_after = [](const std::string& text, const std::string& anchor, const std::string& opening,
+                       const std::string& closing) {
+    const size_t a = text.find(anchor);
+    EXPECT_NE(a, std::string::npos) << anchor << "\n" << text;
+    if (a == std::string::npos) return std::string();
+    const size_t b = text.find(opening, a);
+    EXPECT_NE(b, std::string::npos) << anchor << "\n" << text;
+    if (b == std::string::npos) return std::string();
+    const size_t e = text.find_first_of(closing, b + opening.size());
+    return text.substr(b + opening.size(), e - b - opening.size());
+  };
+  struct Case {
+    std::vector<std::string> help_args;
+    std::string flag;
+    std::vector<std::string> refused_args;
+    std::string refusal;
+  };
+  const std::vector<Case> cases{
+      {{"server", "--help"}, "--strategy", {"sim", "--strategy", "nosuch", "--dry-run"}, "unknown strategy 'nosuch'"},
+      {{"sim", "--help"}, "--strategy", {"sim", "--strategy", "nosuch", "--dry-run"}, "unknown strategy 'nosuch'"},
+      {{"merge", "--help"}, "--strategy", {"sim", "--strategy", "nosuch", "--dry-run"}, "unknown strategy 'nosuch'"},
+      {{"sim", "--help"},
+       "--gossip",
+       {"sim", "--mode", "gossip", "--gossip", "nosuch", "--dry-run"},
+       "unknown algorithm 'nosuch'"},
+      {{"peer", "--help"},
+       "--gossip",
+       {"sim", "--mode", "gossip", "--gossip", "nosuch", "--dry-run"},
+       "unknown algorithm 'nosuch'"},
+      {{"server", "--help"}, "--upload-codec", {"sim", "--codec", "nosuch", "--dry-run"}, "unknown codec 'nosuch'"},
+      {{"sim", "--help"}, "--codec", {"sim", "--codec", "nosuch", "--dry-run"}, "unknown codec 'nosuch'"},
+      {{"sim", "--help"}, "--attack", {"sim", "--attack", "nosuch", "--dry-run"}, "unknown attack 'nosuch'"},
+  };
+  for (const Case& c : cases) {
+    std::string help, refused;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, c.help_args, &help), 0) << help;
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, c.refused_args, &refused), 1) << refused;
+    const std::string listed = list_after(help, "  " + c.flag + " ", "one of: ", ";");
+    std::string known = list_after(refused, c.refusal, "(known: ", ";)");
+    // The parser's list may add each entry's settings ("int8[:chunk=C]"): names only here.
+    for (size_t open; (open = known.find('[')) != std::string::npos;)
+      known.erase(open, known.find(']', open) - open + 1);
+    EXPECT_FALSE(listed.empty()) << c.help_args[0] << " " << c.flag;
+    EXPECT_EQ(listed, known) << c.help_args[0] << " " << c.flag;
+  }
 }
 
 // plexus sim --dp local: each virtual client clips and noises its update as plexus client does

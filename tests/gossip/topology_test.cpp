@@ -87,6 +87,12 @@ TEST(TopologyTest, ImpossibleTopologiesNameTheFlagAndTheReason) {
   EXPECT_NE(error("star", 10).find("unknown topology 'star'"), std::string::npos);
   EXPECT_NE(error("ring:d=2", 10).find("--topology"), std::string::npos);
   EXPECT_NE(error("complete", 1).find("at least 2 nodes"), std::string::npos);
+  // dpsgd's default with three peers: the fix is named, and no command's flag for the node count
+  // (--clients in the simulator, --num-partitions for peers).
+  const std::string few = error("regular:d=4", 3);
+  EXPECT_NE(few.find("there are 3: use regular:d=2 or complete"), std::string::npos) << few;
+  for (const char* spec : {"regular:d=4", "ring", "torus"})
+    EXPECT_EQ(error(spec, 2).find("--clients"), std::string::npos);
 }
 
 // Every topology's mixing matrix is doubly stochastic and non-negative, at every round.

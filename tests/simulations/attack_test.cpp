@@ -83,7 +83,7 @@ TEST(AttackTest, AlieZFollowsTheNormalQuantile) {
 TEST(AttackTest, UnknownAttackIsNamed) {
   EXPECT_THAT(ParseAttack("minsum").status(),
               StatusIs(StatusCode::kInvalidArgument,
-                       "known: none, signflip, gaussian, labelflip, ipm[:eps=E], alie[:z=Z], minmax"));
+                       "known: none, signflip, gaussian, labelflip, ipm, alie, minmax; ipm takes eps=E, alie z=Z"));
   EXPECT_EQ(*ParseAttack("minmax"), AttackKind::kMinMax);
   EXPECT_EQ(*ParseAttack("labelflip"), AttackKind::kLabelFlip);
 }
