@@ -76,6 +76,22 @@ void RunClient(const ClientFlags& f) {
     train = std::move(split.kept);
     held_out = std::move(split.held_out);
   }
+  if (model && model->is_script() && train.size() > 0) {
+    // A user's model meets the data at start, not at the first task: one example through it.
+    Result<std::unique_ptr<Trainer>> probe_trainer = model->MakeTrainer(1, f.trainer == "portable", f.local_buffers);
+    Result<Evaluation> probe = probe_trainer.ok()
+                                   ? (*probe_trainer)->Evaluate(model->Initial(f.seed), DatasetView::Prefix(train, 1))
+                                   : Result<Evaluation>(probe_trainer.status());
+    if (!probe.ok()) {
+      throw CommandError("--model " + f.model + " cannot run on " +
+                         (f.data.given()
+                              ? "--data " + f.data.data
+                              : std::string("Fashion-MNIST (the built-in models' data: no --data was given)")) +
+                         ": " + probe.status().message() +
+                         "; give --data FILE with the examples the model takes (and --input-shape if it needs another "
+                         "shape)");
+    }
+  }
   DatasetView local = DatasetView::All(train);
   spdlog::info("partition {} of {} ({}): {} examples{}", f.partition_index, f.num_partitions, spec.ToString(),
                local.size(),

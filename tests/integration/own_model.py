@@ -6,7 +6,8 @@
                                (the same synthetic, learnable classification data) and
                                DIR/holdout.csv (examples of the same distribution for PyTorch's check);
                                for regression, DIR/regressor.pt (one output) and DIR/regression.csv
-                               (a real-valued column "target", a noisy linear function of the features)
+                               (a real-valued column "target", a noisy linear function of the features);
+                               DIR/wider.pt, the same task with another parameter layout
   own_model.py evaluate MODEL.pt DATA.csv [WEIGHTS.safetensors]
                                loads MODEL.pt with torch.jit.load and prints, as JSON, its accuracy
                                on DATA.csv, the model's plexus.json metadata and, given a safetensors
@@ -32,6 +33,18 @@ class TabularNet(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.bn1(self.fc1(x))))
+
+
+class WiderNet(torch.nn.Module):
+    """The same task as TabularNet with another parameter layout: a client holding it is refused."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(FEATURES, 64)
+        self.fc2 = torch.nn.Linear(64, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
 
 
 class TabularRegressor(torch.nn.Module):
@@ -110,6 +123,7 @@ def main():
         hx, hy = synthetic(4000, torch.Generator().manual_seed(2))
         write_csv(f"{out}/holdout.csv", hx, hy)
         torch.jit.script(TabularRegressor()).save(f"{out}/regressor.pt")
+        torch.jit.script(WiderNet()).save(f"{out}/wider.pt")
         g = torch.Generator().manual_seed(3)
         rx = torch.randn(3000, FEATURES, generator=g)
         weights = torch.randn(FEATURES, generator=torch.Generator().manual_seed(4))

@@ -141,7 +141,7 @@ TEST_F(OwnModelTest, AClientWithAnotherModelFileIsToldWhyAtJoin) {
                       {"server", "--listen", address, "--db", Path("server.db"), "--model", model_, "--rounds", "1",
                        "--clients-per-round", "1", "--min-clients", "1", "--linger-s", "1"},
                       Path("server.log"));
-  const std::string other = std::string(PLEXUS_SOURCE_DIR) + "/tests/compute/fixtures/wider_net.pt";
+  const std::string other = Path("wider.pt");  // takes the same data, another layout
   std::string out;
   EXPECT_NE(
       RunToCompletion(
@@ -179,6 +179,15 @@ TEST_F(OwnModelTest, BadFilesGetAnErrorNamingThemAndNothingTrains) {
   }
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", model_, "--data", many, "--rounds", "1"}, &out), 0);
   EXPECT_NE(out.find("has 4 outputs, but the data has labels up to 6"), std::string::npos) << out;
+
+  // A client given the model but no --data would read Fashion-MNIST, which this model cannot
+  // take: it says so at start (before it looks for a server), not at its first task.
+  if (std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, {"client", "--server", "127.0.0.1:1", "--model", model_}, &out), 1);
+    EXPECT_NE(out.find("cannot run on Fashion-MNIST (the built-in models' data: no --data was given)"),
+              std::string::npos)
+        << out;
+  }
 }
 
 TEST_F(OwnModelTest, TheSimulatorRunsTheSameModelDeterministically) {
