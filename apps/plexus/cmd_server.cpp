@@ -199,6 +199,7 @@ void RunServer(const ServerFlags& f) {
     std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
                 std::string(ModeName(f.mode)).c_str(), sync.strategy.c_str(), f.listen.c_str(),
                 tls_flags > 0 ? " with TLS" : "", f.db.c_str());
+    PrintResolvedSettings(*f.cmd);
     return;
   }
   // A start that fails (port in use, data missing, ...) leaves no new empty database behind.
@@ -471,7 +472,7 @@ void AddServerCommand(CLI::App& app) {
                   "this CSV file");
   cmd->add_flag("--dry-run", f->dry_run,
                 "Check the settings (flags and --config, TLS files readable) without opening the database or "
-                "listening, print them and exit");
+                "listening, print every one with where it came from, and exit");
   cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--summary-out", f->summary_out, "Write the run summary to this JSON file when finished");
   cmd->add_option("--linger-s", f->linger_s,

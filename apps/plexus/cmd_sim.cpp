@@ -201,6 +201,7 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
   run.test_subset = f.test_subset;
   run.threads = f.threads;
   run.dry_run = f.dry_run;
+  run.cmd = f.cmd;
   RunGossipSim(std::move(run), f.gossip, mpi);
 }
 
@@ -278,7 +279,10 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     }
     std::fflush(stdout);
   }
-  if (f.dry_run) return;  // the settings are valid: nothing more to do
+  if (f.dry_run) {  // the settings are valid: what they resolved to, and nothing more
+    if (!training_rank) PrintResolvedSettings(*f.cmd);
+    return;
+  }
   if (model.is_script()) options.initial = std::make_shared<const ModelState>(model.Initial(options.seed));
   Dataset train, test;
   if (f.data.given()) {  // a user's data file: a seeded share of it is the test set
@@ -468,7 +472,8 @@ void AddSimCommand(CLI::App& app) {
                   "Sample this many training examples per client with replacement (0: split the data when it "
                   "gives each client at least 10, else sample 50)")
       ->capture_default_str();
-  cmd->add_flag("--dry-run", flags->dry_run, "Check the settings (flags and --scenario), print them and exit");
+  cmd->add_flag("--dry-run", flags->dry_run,
+                "Check the settings (flags and --scenario), print every one with where it came from, and exit");
   cmd->add_option("--plot", flags->plot, "Draw accuracy against round and virtual time into this PNG (gnuplot)");
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   AddDataFlags(cmd, &flags->data, "The federation's data, partitioned among the clients");

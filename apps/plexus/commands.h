@@ -47,6 +47,9 @@ void AddScenarioOption(CLI::App* cmd);
 // appended, except those the command line sets itself. Throws CommandError for a malformed file
 // or a key that is not a flag of the subcommand.
 std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args);
+// For --dry-run: every flag of `cmd` with the value it resolved to and where that came from (the
+// command line, the --config/--scenario file ExpandConfigFile read, or the default), one per line.
+void PrintResolvedSettings(const CLI::App& cmd);
 
 void AddServerCommand(CLI::App& app);
 void AddClientCommand(CLI::App& app);

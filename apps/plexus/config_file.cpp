@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <cctype>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -38,6 +39,41 @@ void AddConfigOption(CLI::App* cmd) {
 void AddScenarioOption(CLI::App* cmd) {
   cmd->add_option("--scenario", "TOML scenario: flag values as in --config (see simulations/scenarios/)")
       ->check(CLI::ExistingFile);
+}
+
+namespace {
+
+// The flags ExpandConfigFile took from a file (without "--"), and the file: what --dry-run names as
+// their source. Set once, before parsing, on the main thread.
+std::set<std::string>& FlagsFromFile() {
+  static std::set<std::string> flags;
+  return flags;
+}
+std::string& SettingsFile() {
+  static std::string file;
+  return file;
+}
+
+}  // namespace
+
+void PrintResolvedSettings(const CLI::App& cmd) {
+  std::printf("resolved settings of plexus %s (value, then where it came from):\n", cmd.get_name().c_str());
+  for (const CLI::Option* opt : cmd.get_options()) {
+    if (opt->get_lnames().empty()) continue;
+    const std::string name = opt->get_lnames().front();
+    if (name == "help" || name == "config" || name == "scenario" || name == "dry-run") continue;
+    std::string value, source;
+    if (opt->count() > 0) {
+      for (const std::string& r : opt->results()) value += (value.empty() ? "" : ",") + r;
+      source = FlagsFromFile().count(name) ? "config " + SettingsFile() : "command line";
+    } else {
+      value = opt->get_default_str();
+      source = "default";
+    }
+    if (value.empty()) value = opt->get_items_expected_max() == 0 ? "false" : "(unset)";  // a switch, or no default
+    std::printf("  --%s = %s  (%s)\n", name.c_str(), value.c_str(), source.c_str());
+  }
+  std::fflush(stdout);
 }
 
 std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args) {
@@ -82,6 +118,8 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
     if (given.count(key)) continue;
     // One "--key=value" token works for options and switches alike (`no-eval = true`).
     out.push_back("--" + key + "=" + Scalar(file, key, node));
+    FlagsFromFile().insert(key);
+    SettingsFile() = file;
   }
   return out;
 }

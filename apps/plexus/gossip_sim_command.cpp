@@ -154,7 +154,10 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
     std::fflush(stdout);
   }
-  if (run.dry_run) return;
+  if (run.dry_run) {
+    if (run.cmd) PrintResolvedSettings(*run.cmd);
+    return;
+  }
 
   Dataset train, test;
   std::unique_ptr<Trainer> trainer;

@@ -36,6 +36,7 @@ struct GossipRun {
   size_t train_subset = 0, test_subset = 0;
   int threads = 1;
   bool dry_run = false;
+  const CLI::App* cmd = nullptr;  // for --dry-run's resolved settings
 };
 
 // Completes run.options from `flags` (InvalidArgument naming the flag as CommandError), prints

@@ -376,6 +376,25 @@ TEST(CliTest, NoCommandAndUnknownFlagsFail) {
   EXPECT_NE(out.find("not in {adaptive,fixed}"), std::string::npos) << out;
 }
 
+// --dry-run prints every setting it resolved and where from: a flag on the command line wins over
+// the config file, which wins over the default, and each line says which it was.
+TEST(CliTest, DryRunPrintsEverySettingAndWhereItCameFrom) {
+  const std::string cfg = Temp("resolved.toml");
+  WriteFile(cfg, "rounds = 7\nclients-per-round = 3\n");
+  std::string out;
+  for (const char* command : {"sim", "server"}) {
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {command, "--config", cfg, "--rounds", "9", "--dry-run"}, &out), 0) << out;
+    EXPECT_NE(out.find("  --rounds = 9  (command line)"), std::string::npos) << out;
+    EXPECT_NE(out.find("  --clients-per-round = 3  (config " + cfg + ")"), std::string::npos) << out;
+    EXPECT_NE(out.find("  --seed = 0  (default)"), std::string::npos) << out;
+  }
+  WriteFile(cfg, "no-eval = true\n");  // a switch from the file, another left at its default
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--config", cfg, "--dry-run"}, &out), 0) << out;
+  EXPECT_NE(out.find("  --no-eval = true  (config " + cfg + ")"), std::string::npos) << out;
+  EXPECT_NE(out.find("  --insecure = false  (default)"), std::string::npos) << out;
+  std::filesystem::remove(cfg);
+}
+
 TEST(CliTest, MalformedConfigIsAClearError) {
   const std::string cfg = Temp("bad.toml");
   WriteFile(cfg, "rounds = 3\nclients-per-round = = 4\n");
