@@ -342,6 +342,15 @@ Status AsyncEngine::Refused(const std::string& client_id, const std::string& tas
   return Status::Ok();
 }
 
+Status AsyncEngine::Leave(const std::string& client_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  clients_.Forget(client_id);
+  auto it = task_of_client_.find(client_id);
+  if (it == task_of_client_.end()) return Status::Ok();
+  const std::string task = it->second;
+  return Refused(client_id, task);
+}
+
 Status AsyncEngine::Tick() {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   const int64_t now = clock_->NowMs();

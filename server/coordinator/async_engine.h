@@ -90,6 +90,7 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // when it polls); in semi-async mode its group stops waiting for it, and a group left with
   // nobody to wait for is published at the next Tick, not at its latest time.
   Status Refused(const std::string& client_id, const std::string& task_id) override;
+  Status Leave(const std::string& client_id) override;
   // Forgets tasks older than task_timeout_ms and, semi-asynchronously, publishes the groups whose
   // latest time has passed. Returns the sticky error, if any.
   Status Tick() override;

@@ -35,6 +35,10 @@ class ClientRegistry {
   // Admit's check without marking the client heard from.
   Status CheckKnown(const std::string& id) const;
 
+  // A known client no longer counts as connected until heard from again (a revoked one never is).
+  void Forget(const std::string& id) {
+    if (auto it = last_seen_ms_.find(id); it != last_seen_ms_.end()) it->second = kNeverHeard;
+  }
   // Clients heard from within the timeout, sorted by id.
   std::vector<std::string> Connected() const;
   int64_t known_count() const { return static_cast<int64_t>(last_seen_ms_.size()); }

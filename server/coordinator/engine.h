@@ -83,6 +83,13 @@ class Engine {
     (void)task_id;
     return Status::Ok();
   }
+  // `client_id` is gone for good (revoked at the door): its open task is released as Refused
+  // releases it (a sync round samples another client in its place) and it no longer counts as
+  // connected. Unknown clients change nothing; calling it again changes nothing more.
+  virtual Status Leave(const std::string& client_id) {
+    (void)client_id;
+    return Status::Ok();
+  }
   // Whether Submit takes updates that carry coded values (Update::coded): true when the merge
   // strategy folds them (the averaging family). Otherwise the caller decodes them first.
   virtual bool folds_coded() const { return false; }

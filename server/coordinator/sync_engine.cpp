@@ -270,6 +270,16 @@ Status SyncEngine::Refused(const std::string& client_id, const std::string& task
   return Status::Ok();
 }
 
+Status SyncEngine::Leave(const std::string& client_id) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  clients_.Forget(client_id);  // first: the replacement Refused samples is someone else
+  if (!open_ || open_->submitted.count(client_id)) return Status::Ok();
+  auto it = open_->task_of_client.find(client_id);
+  if (it == open_->task_of_client.end()) return Status::Ok();
+  const std::string task = it->second;
+  return Refused(client_id, task);
+}
+
 bool SyncEngine::RoundComplete() const {
   if (open_->submitted.size() >= open_->wait_for) return true;
   if (open_->refused.empty()) return false;

@@ -90,6 +90,7 @@ class SyncEngine final : public Engine {
   // it); a free client, sampled with the round's seed, gets a task in its place, else the round
   // closes once every task not refused is in and min_clients is met (at its deadline otherwise).
   Status Refused(const std::string& client_id, const std::string& task_id) override;
+  Status Leave(const std::string& client_id) override;
 
   // Applies the round deadline. Call periodically (the server does, the simulator does at each
   // event). Returns the sticky error, if any.

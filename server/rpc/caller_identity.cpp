@@ -2,7 +2,8 @@
 
 namespace plexus {
 
-Result<std::string> CallerIdentity::Of(const grpc::ServerContext* ctx, const std::string& claimed) const {
+Result<std::string> CallerIdentity::Of(const grpc::ServerContext* ctx, const std::string& claimed,
+                                       std::string* revoked) const {
   std::string who;
   if (mtls_) {
     auto names = ctx->auth_context()->FindPropertyValues("x509_common_name");
@@ -26,6 +27,7 @@ Result<std::string> CallerIdentity::Of(const grpc::ServerContext* ctx, const std
                                  "'; it cannot act as '" + claimed + "'");
   }
   if (revoked_ && !who.empty() && revoked_->Revoked(who)) {
+    if (revoked) *revoked = who;
     return PermissionDeniedError("client '" + who + "' is revoked on this server");
   }
   return who;

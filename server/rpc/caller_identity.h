@@ -25,8 +25,10 @@ class CallerIdentity {
   bool proven() const { return mtls_ || tokens_; }
 
   // The caller's identity: Unauthenticated without a valid certificate or token where one is
-  // needed, PermissionDenied for a claim that is not the caller's or a revoked identity.
-  Result<std::string> Of(const grpc::ServerContext* ctx, const std::string& claimed) const;
+  // needed, PermissionDenied for a claim that is not the caller's or a revoked identity (then
+  // `revoked`, when given, is set to it).
+  Result<std::string> Of(const grpc::ServerContext* ctx, const std::string& claimed,
+                         std::string* revoked = nullptr) const;
 
  private:
   const bool mtls_;

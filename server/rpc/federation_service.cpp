@@ -100,7 +100,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   }
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* req, v1::JoinReply* rep) override {
-    Result<std::string> claimed = identity_.Of(ctx, req->client_id());
+    Result<std::string> claimed = Identify(ctx, req->client_id());
     if (!claimed.ok()) return Refuse("join", claimed.status());
     if (req->local_dp() != info_.local_dp) {  // a federation either noises every update locally or none
       return Refuse("join",
@@ -129,7 +129,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // an answer or the wait, measured on the injected clock, is over.
   grpc::Status PollTask(grpc::ServerContext* ctx, const v1::PollTaskRequest* req, v1::PollTaskReply* rep) override {
     const int64_t deadline_ms = clock_->NowMs() + std::min<int64_t>(req->wait_ms(), kMaxPollWaitMs);
-    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    Result<std::string> who = Identify(ctx, req->client_id());
     if (!who.ok()) return Refuse("poll", who.status());
     std::unique_lock<std::mutex> lock(mu_);
     if (Status limited = RateLimited(req->client_id()); !limited.ok()) return RefuseLocked("poll", limited);
@@ -164,7 +164,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     v1::DownloadModelRequest req;
     if (!stream->Read(&req)) return Refuse("download", InvalidArgumentError("a download needs its request"));
     // The model is the federation's work: only a proven, unrevoked caller within its rate gets it.
-    Result<std::string> who = identity_.Of(ctx, req.client_id());
+    Result<std::string> who = Identify(ctx, req.client_id());
     if (!who.ok()) return Refuse("download", who.status());
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -235,7 +235,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (!header.ParseFromString(chunk->header)) {
       return Refuse("upload", InvalidArgumentError("malformed upload chunk: the header does not parse"));
     }
-    Result<std::string> who = identity_.Of(ctx, header.client_id());
+    Result<std::string> who = Identify(ctx, header.client_id());
     if (!who.ok()) return Refuse("upload", who.status());
     size_t limit;
     {
@@ -353,7 +353,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   grpc::Status UploadStatus(grpc::ServerContext* ctx, const v1::UploadStatusRequest* req,
                             v1::UploadStatusReply* rep) override {
-    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    Result<std::string> who = Identify(ctx, req->client_id());
     if (!who.ok()) return Refuse("upload status", who.status());
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -365,7 +365,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   grpc::Status ReportEvaluation(grpc::ServerContext* ctx, const v1::EvaluationReport* req,
                                 v1::EvaluationAck*) override {
-    Result<std::string> who = identity_.Of(ctx, req->client_id());
+    Result<std::string> who = Identify(ctx, req->client_id());
     if (!who.ok()) return Refuse("evaluation report", who.status());
     std::lock_guard<std::mutex> lock(mu_);
     if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("evaluation report", limited);
@@ -382,7 +382,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     // With tokens or mutual TLS the status (client and task ids) is for proven callers only,
     // unless the operator opened it (--public-status); with admins, for them only.
     if (!limits_.admins.empty() || (identity_.proven() && !limits_.public_status)) {
-      Result<std::string> who = identity_.Of(ctx, "");
+      Result<std::string> who = Identify(ctx, "");
       if (!who.ok()) return Refuse("status", who.status());
       if (!limits_.admins.empty() && !limits_.admins.count(*who)) {
         return Refuse("status",
@@ -524,6 +524,19 @@ class FederationServiceImpl final : public v1::Federation::Service {
       return true;
     }
     return false;
+  }
+
+  // The caller's identity (CallerIdentity::Of). A revoked caller is refused, and the engine lets
+  // go of it: its open task goes to another client, and it no longer counts as connected. Takes mu_.
+  Result<std::string> Identify(const grpc::ServerContext* ctx, const std::string& claimed) {
+    std::string revoked;
+    Result<std::string> who = identity_.Of(ctx, claimed, &revoked);
+    if (!revoked.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Status left = engine_->Leave(revoked); !left.ok()) spdlog::error("{}", left.ToString());
+      cv_.notify_all();
+    }
+    return who;
   }
 
   // Logs and counts a refusal; RefuseLocked when mu_ is already held.

@@ -231,6 +231,19 @@ TEST_F(AsyncEngineTest, TheStrategysStateSurvivesARestart) {
   EXPECT_EQ(e->Poll("a")->kind, Kind::kTask);  // version 3 starts the next tree
 }
 
+// A client revoked while it holds a task (Leave): its task no longer counts against the
+// concurrency bound, and it no longer counts as connected.
+TEST_F(AsyncEngineTest, ALeavingClientsTaskIsReleased) {
+  AsyncOptions o = Options(5, 2, 1.0, "constant");
+  o.max_concurrency = 1;
+  Open(o);
+  TaskOf("a");
+  EXPECT_EQ(engine_->Poll("b")->kind, Kind::kWait);  // the one place is a's
+  ASSERT_OK(engine_->Leave("a"));
+  EXPECT_EQ(engine_->Poll("b")->kind, Kind::kTask);
+  EXPECT_EQ(engine_->status().connected_clients, 3);  // b, c and slow; a left
+}
+
 AsyncOptions CommittedOutside(int64_t rounds) {
   AsyncOptions o = Options(rounds, 1, 0.5, "poly:a=1");
   o.commit_outside = true;

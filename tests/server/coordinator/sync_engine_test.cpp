@@ -121,6 +121,28 @@ TEST_F(SyncEngineTest, AFederationWhereHalfTheSampledClientsAreRefusedPublishesE
   }
 }
 
+// A client revoked while it holds a task (Leave): the round does not wait for it until the
+// deadline, a free client gets the task in its place, and it no longer counts as connected.
+TEST_F(SyncEngineTest, ALeavingClientsTaskGoesToAFreeClientAndItIsNoLongerConnected) {
+  Open(Options(1, 2, 2));
+  for (const char* c : {"a", "b", "c", "d"}) Join(c);
+  std::vector<std::string> sampled, free;
+  for (const char* c : {"a", "b", "c", "d"}) {
+    Result<PollAnswer> a = engine_->Poll(c);
+    ASSERT_OK(a);
+    (a->kind == Kind::kTask ? sampled : free).push_back(c);
+  }
+  ASSERT_EQ(sampled.size(), 2u);
+  EXPECT_EQ(engine_->status().connected_clients, 4);
+  ASSERT_OK(engine_->Leave(sampled[0]));
+  ASSERT_OK(engine_->Leave(sampled[0]));  // twice: changes nothing more
+  EXPECT_EQ(engine_->status().connected_clients, 3);
+  int replacements = 0;
+  for (const std::string& c : free) replacements += engine_->Poll(c)->kind == Kind::kTask;
+  EXPECT_EQ(replacements, 1);
+  ASSERT_OK(engine_->Leave("never-joined"));
+}
+
 TEST_F(SyncEngineTest, ARefusedTaskGoesToAFreeClientInItsPlace) {
   Open(Options(1, 2, 2));
   for (const char* c : {"a", "b", "c", "d"}) Join(c);

@@ -538,6 +538,7 @@ TEST(RevocationTest, RevokedClientsAreRefusedAndTheListIsReadAgainWhenItChanges)
   std::ofstream(path) << "mallory\nalice\n";
   std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
   EXPECT_THAT(alice->Poll("alice", 10), StatusIs(StatusCode::kPermissionDenied, "'alice' is revoked"));
+  EXPECT_EQ(fed.server->status().connected_clients, 0);  // the engine let go of her
   std::ofstream(path) << "two names\n";
   EXPECT_THAT(RevocationList::Open(path).status(), StatusIs(StatusCode::kInvalidArgument, "line 1"));
   std::filesystem::remove(path);
