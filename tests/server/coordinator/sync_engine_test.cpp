@@ -55,6 +55,15 @@ class SyncEngineTest : public ::testing::Test {
   }
 
   std::string Join(const std::string& id) { return *engine_->Join({id, 100, "test"}); }
+  // Polls each client once: those given a task go to `sampled`, the rest to `free`.
+  void PollEach(const std::vector<std::string>& ids, std::vector<std::string>* sampled,
+                std::vector<std::string>* free) {
+    for (const std::string& c : ids) {
+      Result<PollAnswer> a = engine_->Poll(c);
+      ASSERT_OK(a);
+      (a->kind == Kind::kTask ? sampled : free)->push_back(c);
+    }
+  }
 
   Update UpdateFor(const std::string& client, const Task& task, float d0, int64_t examples = 100) {
     Update u;
@@ -127,11 +136,7 @@ TEST_F(SyncEngineTest, ALeavingClientsTaskGoesToAFreeClientAndItIsNoLongerConnec
   Open(Options(1, 2, 2));
   for (const char* c : {"a", "b", "c", "d"}) Join(c);
   std::vector<std::string> sampled, free;
-  for (const char* c : {"a", "b", "c", "d"}) {
-    Result<PollAnswer> a = engine_->Poll(c);
-    ASSERT_OK(a);
-    (a->kind == Kind::kTask ? sampled : free).push_back(c);
-  }
+  ASSERT_NO_FATAL_FAILURE(PollEach({"a", "b", "c", "d"}, &sampled, &free));
   ASSERT_EQ(sampled.size(), 2u);
   EXPECT_EQ(engine_->status().connected_clients, 4);
   ASSERT_OK(engine_->Leave(sampled[0]));
@@ -147,11 +152,7 @@ TEST_F(SyncEngineTest, ARefusedTaskGoesToAFreeClientInItsPlace) {
   Open(Options(1, 2, 2));
   for (const char* c : {"a", "b", "c", "d"}) Join(c);
   std::vector<std::string> sampled, free;
-  for (const char* c : {"a", "b", "c", "d"}) {
-    Result<PollAnswer> a = engine_->Poll(c);
-    ASSERT_OK(a);
-    (a->kind == Kind::kTask ? sampled : free).push_back(c);
-  }
+  ASSERT_NO_FATAL_FAILURE(PollEach({"a", "b", "c", "d"}, &sampled, &free));
   ASSERT_EQ(sampled.size(), 2u);
   const Task refused = TaskOf(sampled[0]);
   ASSERT_OK(engine_->Refused(sampled[0], refused.task_id));
