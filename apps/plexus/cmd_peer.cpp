@@ -22,6 +22,7 @@
 #include "core/host_port.h"
 #include "gossip/node/peer_node.h"
 #include "gossip/protocol/registry.h"
+#include "gossip/protocol/topology.h"
 
 namespace plexus::cli {
 namespace {
@@ -320,8 +321,7 @@ void AddPeerCommand(CLI::App& app) {
                   "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy (crdt: a strategy)")
       ->capture_default_str();
   cmd->add_option("--topology", f->topology,
-                  "ring, torus, exponential, regular:d=D, complete (default: the "
-                  "algorithm's)");
+                  "The graph, " + OneOf(gossip::Topology::Names()) + " regular takes d=D (default: the algorithm's)");
   cmd->add_option("--rounds", f->rounds, "Gossip rounds to complete")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -16,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "gossip/protocol/registry.h"
+#include "gossip/protocol/topology.h"
 #include "simulations/client_data.h"
 #include "simulations/mpi_task_runner.h"
 
@@ -110,8 +111,8 @@ void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
                   "balance[:gamma=G,kappa=K], or a strategy such as trimmed_mean:beta=0.2 or median")
       ->capture_default_str();
   cmd->add_option("--topology", g->topology,
-                  "gossip mode: ring, torus, exponential, onepeer-exponential, regular:d=D or complete "
-                  "(default: el complete, dpsgd regular:d=4, pushsum onepeer-exponential)");
+                  "gossip mode: the graph, " + OneOf(gossip::Topology::Names()) +
+                      " regular takes d=D (default: el complete, dpsgd regular:d=4, pushsum onepeer-exponential)");
   cmd->add_option("--train", g->train, "gossip mode: all (nodes train) or none (models are only moved and merged)")
       ->check(CLI::IsMember({"all", "none"}))
       ->capture_default_str();

@@ -72,6 +72,12 @@ Result<std::vector<std::vector<uint32_t>>> RandomRegular(size_t n, size_t d, uin
 
 }  // namespace
 
+const std::vector<std::string>& Topology::Names() {
+  static const std::vector<std::string> names{"ring",    "torus",   "exponential", "onepeer-exponential",
+                                              "regular", "complete"};
+  return names;
+}
+
 Result<Topology> Topology::Parse(std::string_view text, size_t n, uint64_t seed) {
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return TopologyError(parsed.status().message());
@@ -124,8 +130,9 @@ Result<Topology> Topology::Parse(std::string_view text, size_t n, uint64_t seed)
   } else if (name == "complete") {
     t.kind_ = Kind::kComplete;
   } else {
-    return TopologyError("unknown topology '" + name +
-                         "' (known: ring, torus, exponential, onepeer-exponential, regular:d=D, complete)");
+    std::string known;
+    for (const std::string& k : Names()) known += (known.empty() ? "" : ", ") + k;
+    return TopologyError("unknown topology '" + name + "' (known: " + known + "; regular takes d=D)");
   }
   if (Status s = spec.CheckAllUsed(); !s.ok()) return TopologyError(s.message());
   return t;

@@ -24,6 +24,9 @@ class Topology {
  public:
   enum class Kind { kRing, kTorus, kExponential, kOnePeerExponential, kRegular, kComplete };
 
+  // The topologies Parse knows, for --help and messages.
+  static const std::vector<std::string>& Names();
+
   // InvalidArgument naming --topology for an unknown spec or one impossible for `n` nodes
   // (e.g. regular:d=5 with N odd, a torus of a prime N).
   static Result<Topology> Parse(std::string_view spec, size_t n, uint64_t seed);

@@ -726,6 +726,14 @@ TEST(CliTest, HelpListsComeFromTheRegistries) {
       {{"server", "--help"}, "--upload-codec", {"sim", "--codec", "nosuch", "--dry-run"}, "unknown codec 'nosuch'"},
       {{"sim", "--help"}, "--codec", {"sim", "--codec", "nosuch", "--dry-run"}, "unknown codec 'nosuch'"},
       {{"sim", "--help"}, "--attack", {"sim", "--attack", "nosuch", "--dry-run"}, "unknown attack 'nosuch'"},
+      {{"sim", "--help"},
+       "--topology",
+       {"sim", "--mode", "gossip", "--topology", "nosuch", "--dry-run"},
+       "unknown topology 'nosuch'"},
+      {{"peer", "--help"},
+       "--topology",
+       {"sim", "--mode", "gossip", "--topology", "nosuch", "--dry-run"},
+       "unknown topology 'nosuch'"},
   };
   for (const Case& c : cases) {
     std::string help, refused;
