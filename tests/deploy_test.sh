@@ -2,7 +2,8 @@
 # The deployment files of deploy/ as an operator would use them: the systemd unit passes
 # `systemd-analyze verify` (with ExecStart pointing at the built binary), the example config is
 # accepted by `plexus server --dry-run` (with certificates from `plexus certs` in place of the
-# /etc/plexus/tls files), and the Kubernetes manifests parse as YAML with the objects expected.
+# /etc/plexus/tls files), the page its Documentation= names is installed, and the Kubernetes
+# manifests parse as YAML with the objects expected.
 # usage: tests/deploy_test.sh PLEXUS_BINARY
 set -euo pipefail
 plexus=$1
@@ -24,6 +25,13 @@ sed 's/^Restart=on-failure/Restart=sometimes/' "$tmp/plexus-server.service" > "$
 if systemd-analyze verify "$tmp/broken.service" >"$tmp/broken.out" 2>&1 && ! grep -qi "restart" "$tmp/broken.out"; then
   echo "FAIL: systemd-analyze verify accepted Restart=sometimes"; exit 1
 fi
+
+# The page the unit's Documentation= names is installed there (by `cmake --install`, under a
+# prefix in place of /usr/local).
+build=$(cd "$(dirname "$plexus")/../.." && pwd)
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+doc=$(sed -n 's|^Documentation=file:///usr/local/||p' "$root/deploy/plexus-server.service")
+[ -n "$doc" ] && [ -f "$tmp/prefix/$doc" ] || { echo "FAIL: Documentation= names $doc, not installed"; exit 1; }
 
 # 2. The example config, with TLS files that exist.
 "$plexus" certs init --dir "$tmp/certs" >/dev/null
