@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "privacy/chacha20_stream.h"
+
 namespace plexus {
 namespace {
 
@@ -55,20 +57,14 @@ const ZigguratTables& Tables() {
 // 64-bit words of a ChaCha20 keystream (key, nonce = stream ‖ block), drawn in small chunks.
 class KeyStream {
  public:
-  KeyStream(const NoiseKey& key, uint64_t stream, uint32_t block) : ctx_(EVP_CIPHER_CTX_new()) {
-    unsigned char iv[16] = {};  // OpenSSL's ChaCha20 IV: 32-bit little-endian counter, 96-bit nonce
-    for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<unsigned char>(stream >> (8 * i));
-    for (int i = 0; i < 4; ++i) iv[12 + i] = static_cast<unsigned char>(block >> (8 * i));
-    ok_ = ctx_ && EVP_EncryptInit_ex(ctx_, EVP_chacha20(), nullptr, key.data(), iv) == 1;
-  }
-  ~KeyStream() { EVP_CIPHER_CTX_free(ctx_); }
-  KeyStream(const KeyStream&) = delete;
-  KeyStream& operator=(const KeyStream&) = delete;
+  KeyStream(const NoiseKey& key, uint64_t stream, uint32_t block) : stream_(key, stream, block) {}
 
   bool ok() const { return ok_; }
   uint64_t Next() {
-    if (pos_ == kWords) [[unlikely]]
-      Refill();
+    if (pos_ == kWords) [[unlikely]] {
+      ok_ = stream_.Next(std::as_writable_bytes(std::span<uint64_t>(words_))) && ok_;
+      pos_ = 0;
+    }
     return words_[pos_++];
   }
   // A uniform double in (0, 1], never 0 (its logarithm is finite).
@@ -76,16 +72,8 @@ class KeyStream {
 
  private:
   static constexpr int kWords = 512;
-  void Refill() {
-    std::memset(words_, 0, sizeof words_);
-    int len = 0;
-    auto* bytes = reinterpret_cast<unsigned char*>(words_);
-    if (!ok_ || EVP_EncryptUpdate(ctx_, bytes, &len, bytes, sizeof words_) != 1 || len != sizeof words_) ok_ = false;
-    pos_ = 0;
-  }
-
-  EVP_CIPHER_CTX* ctx_;
-  bool ok_ = false;
+  ChaCha20Stream stream_;
+  bool ok_ = true;
   int pos_ = kWords;
   uint64_t words_[kWords];
 };

@@ -299,18 +299,19 @@ Status Server::Receive(const RevealedShares& revealed, int64_t now_ms) {
     auto it = shares_.find(owner);
     return it != shares_.end() && it->second.to.count(revealed.from) > 0;
   };
-  for (const auto& [owner, share] : revealed.self_seed) {
-    if (!Contains(survivors_, owner) || !holds(owner) || share.x != revealed.from) {
-      return InvalidArgumentError("secagg: " + std::to_string(revealed.from) + " revealed a share of " +
-                                  std::to_string(owner) + "'s self seed it was not asked for or does not hold");
+  // Survivors' self seeds and dropped members' mask keys, each of an owner the sender holds.
+  auto check = [&](const std::map<uint32_t, ShamirShare>& shares, const std::vector<uint32_t>& asked,
+                   const char* secret) -> Status {
+    for (const auto& [owner, share] : shares) {
+      if (!Contains(asked, owner) || !holds(owner) || share.x != revealed.from) {
+        return InvalidArgumentError("secagg: " + std::to_string(revealed.from) + " revealed a share of " +
+                                    std::to_string(owner) + "'s " + secret + " it was not asked for or does not hold");
+      }
     }
-  }
-  for (const auto& [owner, share] : revealed.mask_key) {
-    if (!Contains(dropped_, owner) || !holds(owner) || share.x != revealed.from) {
-      return InvalidArgumentError("secagg: " + std::to_string(revealed.from) + " revealed a share of " +
-                                  std::to_string(owner) + "'s mask key it was not asked for or does not hold");
-    }
-  }
+    return Status::Ok();
+  };
+  PLEXUS_RETURN_IF_ERROR(check(revealed.self_seed, survivors_, "self seed"));
+  PLEXUS_RETURN_IF_ERROR(check(revealed.mask_key, dropped_, "mask key"));
   revealed_[revealed.from] = revealed;
   answered_[revealed.from] = true;
   MaybeClose(now_ms);

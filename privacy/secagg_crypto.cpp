@@ -7,6 +7,8 @@
 #include <cstring>
 #include <memory>
 
+#include "privacy/chacha20_stream.h"
+
 namespace plexus {
 namespace {
 
@@ -124,21 +126,12 @@ Result<std::vector<uint8_t>> Open(const Secret32& key, uint64_t nonce, std::span
 }
 
 Status AddMask(std::span<uint32_t> out, const Secret32& seed, int sign) {
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
-  unsigned char iv[16] = {};
-  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_chacha20(), nullptr, seed.data(), iv) != 1) {
-    return Failed("start a mask stream");
-  }
+  ChaCha20Stream stream(seed, 0, 0);
   constexpr size_t kChunk = 2048;
   uint32_t words[kChunk];
   for (size_t at = 0; at < out.size(); at += kChunk) {
     const size_t n = std::min(kChunk, out.size() - at);
-    std::memset(words, 0, n * sizeof(uint32_t));
-    int len = 0;
-    auto* bytes = reinterpret_cast<unsigned char*>(words);
-    if (EVP_EncryptUpdate(ctx.get(), bytes, &len, bytes, static_cast<int>(n * sizeof(uint32_t))) != 1) {
-      return Failed("expand a mask");
-    }
+    if (!stream.Next(std::as_writable_bytes(std::span<uint32_t>(words, n)))) return Failed("expand a mask");
     uint32_t* o = out.data() + at;
     if (sign > 0) {
       for (size_t i = 0; i < n; ++i) o[i] += words[i];

@@ -76,12 +76,14 @@ void RunClient(const ClientFlags& f) {
     train = std::move(split.kept);
     held_out = std::move(split.held_out);
   }
+  // A user's model meets the data at start, not at the first task: one example through it. The
+  // trainer that did it is the one the runtime trains with (a model file is loaded once).
+  std::unique_ptr<Trainer> script_trainer;
   if (model && model->is_script() && train.size() > 0) {
-    // A user's model meets the data at start, not at the first task: one example through it.
-    Result<std::unique_ptr<Trainer>> probe_trainer = model->MakeTrainer(1, f.trainer == "portable", f.local_buffers);
-    Result<Evaluation> probe = probe_trainer.ok()
-                                   ? (*probe_trainer)->Evaluate(model->Initial(f.seed), DatasetView::Prefix(train, 1))
-                                   : Result<Evaluation>(probe_trainer.status());
+    Result<std::unique_ptr<Trainer>> made = model->MakeTrainer(f.threads, f.trainer == "portable", f.local_buffers);
+    Result<Evaluation> probe = made.ok() ? (*made)->Evaluate(model->Initial(f.seed), DatasetView::Prefix(train, 1))
+                                         : Result<Evaluation>(made.status());
+    if (probe.ok()) script_trainer = std::move(made).value();
     if (!probe.ok()) {
       throw CommandError("--model " + f.model + " cannot run on " +
                          (f.data.given()
@@ -150,8 +152,10 @@ void RunClient(const ClientFlags& f) {
   const bool local_buffers = f.local_buffers;
   ClientRuntime runtime(
       o, transport.get(),
-      [&model, threads, portable, local_buffers](const std::string& announced) -> Result<std::unique_ptr<Trainer>> {
+      [&model, &script_trainer, threads, portable,
+       local_buffers](const std::string& announced) -> Result<std::unique_ptr<Trainer>> {
         PLEXUS_RETURN_IF_ERROR(CheckServerModel(model ? &*model : nullptr, announced));
+        if (script_trainer) return std::move(script_trainer);  // the one that passed the start-up check
         if (model && model->is_script()) return model->MakeTrainer(threads, portable, local_buffers);
         return ModelChoice(announced).MakeTrainer(threads, portable);
       },
