@@ -25,6 +25,23 @@ void LoopWork::OffLoop(std::function<void()> work, std::function<void()> done) {
       });
 }
 
+LoopWork::~LoopWork() {
+  for (auto& [id, t] : threads_) t.join();
+}
+
+void LoopWork::OnOwnThread(std::function<void()> work, std::function<void()> done) {
+  const uint64_t id = next_thread_++;
+  threads_.emplace(id, std::thread([this, id, work = std::move(work), done = std::move(done)]() mutable {
+                     work();
+                     Post([this, id, done = std::move(done)] {
+                       // The thread has nothing left to do but return from Post.
+                       threads_.at(id).join();
+                       threads_.erase(id);
+                       done();
+                     });
+                   }));
+}
+
 void LoopWork::Post(std::function<void()> f) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,0 +1,366 @@
+#include "gossip/node/peer_links.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "gossip/node/peer_address.h"
+
+namespace plexus::gossip {
+namespace {
+
+constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
+constexpr size_t kMaxInboundStreams = 64;     // models announced and not yet complete, per link
+
+struct WriteRequest {
+  uv_write_t req;
+  PeerLinks::Link* link;
+  std::string bytes;
+};
+
+uv_stream_t* Stream(PeerLinks::Link* link) { return reinterpret_cast<uv_stream_t*>(&link->tcp); }
+
+}  // namespace
+
+PeerLinks::PeerLinks(uv_loop_t* loop, PeerLinksOptions options, Owner* owner)
+    : loop_(loop), o_(std::move(options)), owner_(owner), read_buffer_(kReadBufferBytes, '\0') {}
+
+PeerLinks::~PeerLinks() = default;
+
+Result<std::string> PeerLinks::Listen(const sockaddr_storage& address) {
+  uv_tcp_init(loop_, &server_);
+  server_.data = this;
+  listening_ = true;
+  int rc = uv_tcp_bind(&server_, reinterpret_cast<const sockaddr*>(&address), 0);
+  if (rc == 0) {
+    rc = uv_listen(reinterpret_cast<uv_stream_t*>(&server_), 128, [](uv_stream_t* s, int status) {
+      auto* links = static_cast<PeerLinks*>(s->data);
+      if (status < 0 || links->closed_) return;
+      Link* c = links->NewLink(false);
+      if (uv_accept(s, Stream(c)) != 0) return links->Close(c, "accept failed");
+      links->Connected(c);
+    });
+  }
+  if (rc != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&server_), nullptr);
+    listening_ = false;
+    return UnavailableError(std::string("cannot listen: ") + uv_strerror(rc));
+  }
+  sockaddr_storage bound{};
+  int len = sizeof bound;
+  uv_tcp_getsockname(&server_, reinterpret_cast<sockaddr*>(&bound), &len);
+  char host[64] = {0};
+  int port = 0;
+  if (bound.ss_family == AF_INET) {
+    uv_ip4_name(reinterpret_cast<sockaddr_in*>(&bound), host, sizeof host);
+    port = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  } else {
+    uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&bound), host, sizeof host);
+    port = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+void PeerLinks::SetStreamLimits(uint64_t stream_limit, uint64_t link_cap) {
+  stream_limit_ = stream_limit;
+  link_cap_ = link_cap;
+}
+
+// ---- opening ---------------------------------------------------------------------------------
+
+PeerLinks::Link* PeerLinks::NewLink(bool initiator) {
+  auto* c = new Link(o_.max_frame_bytes);
+  c->links = this;
+  uv_tcp_init(loop_, &c->tcp);
+  c->tcp.data = c;
+  if (o_.tls) c->tls = std::make_unique<TlsChannel>(*o_.tls, initiator);
+  links_.insert(c);
+  // The hello goes first on every link.
+  c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, owner_->Hello().SerializeAsString()));
+  return c;
+}
+
+PeerLinks::Link* PeerLinks::Dial(const std::string& address, NodeId peer) {
+  if (closed_) return nullptr;
+  auto ss = ResolvePeerAddress(address);
+  if (!ss.ok()) return nullptr;
+  Link* c = NewLink(true);
+  auto* req = new uv_connect_t;
+  req->data = c;
+  const int rc =
+      uv_tcp_connect(req, &c->tcp, reinterpret_cast<const sockaddr*>(&ss.value()), [](uv_connect_t* req, int status) {
+        auto* c = static_cast<Link*>(req->data);
+        delete req;
+        if (status < 0) return c->links->Close(c, std::string("connect: ") + uv_strerror(status));
+        c->links->Connected(c);
+      });
+  if (rc < 0) {
+    delete req;
+    Close(c, "connect failed");
+    return nullptr;
+  }
+  if (peer != kNoPeer) {
+    c->peer = peer;
+    by_peer_[peer] = c;
+  }
+  return c;
+}
+
+void PeerLinks::Connected(Link* c) {
+  if (c->closing) return;
+  c->connected = true;
+  uv_tcp_nodelay(&c->tcp, 1);
+  StartReading(c);
+  if (c->tls) {
+    std::string out;
+    Status s = c->tls->Start(&out);
+    WriteRaw(c, std::move(out));
+    if (!s.ok()) return Refuse(c, s.message());
+  }
+  Pump(c);
+}
+
+PeerLinks::Link* PeerLinks::Find(NodeId peer) const {
+  auto it = by_peer_.find(peer);
+  return it == by_peer_.end() ? nullptr : it->second;
+}
+
+void PeerLinks::Bind(Link* c, NodeId peer) {
+  c->hello_in = true;
+  c->peer = peer;
+  by_peer_.try_emplace(peer, c);
+}
+
+bool PeerLinks::HasUnfinishedStream(NodeId peer) const {
+  return std::any_of(links_.begin(), links_.end(), [&](Link* c) { return c->peer == peer && !c->inbound.empty(); });
+}
+
+// ---- writing ---------------------------------------------------------------------------------
+
+void PeerLinks::Send(Link* c, const v1::GossipEnvelope& e) {
+  c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, e.SerializeAsString()));
+  Pump(c);
+}
+
+uint32_t PeerLinks::QueueStream(Link* c, OutboundStream stream) {
+  stream.id = c->next_stream++;
+  c->streams.push_back(std::move(stream));
+  return c->streams.back().id;
+}
+
+void PeerLinks::WriteRaw(Link* c, std::string bytes) {
+  if (bytes.empty() || c->closing) return;
+  counters_.bytes_sent += bytes.size();
+  auto* w = new WriteRequest{{}, c, std::move(bytes)};
+  w->req.data = w;
+  c->writing += w->bytes.size();
+  uv_buf_t buf = uv_buf_init(w->bytes.data(), static_cast<unsigned>(w->bytes.size()));
+  const int rc = uv_write(&w->req, Stream(c), &buf, 1, [](uv_write_t* req, int status) {
+    auto* w = static_cast<WriteRequest*>(req->data);
+    Link* c = w->link;
+    c->writing -= w->bytes.size();
+    delete w;
+    if (status < 0) return c->links->Close(c, "write failed");
+    c->links->Pump(c);
+  });
+  if (rc < 0) {
+    c->writing -= w->bytes.size();
+    delete w;
+    Close(c, "write failed");
+  }
+}
+
+void PeerLinks::WriteFrame(Link* c, const std::string& frame) {
+  if (!c->tls) return WriteRaw(c, frame);
+  std::string cipher;
+  Status s = c->tls->Write(frame, &cipher);
+  WriteRaw(c, std::move(cipher));
+  if (!s.ok()) Close(c, s.message());
+}
+
+void PeerLinks::Pump(Link* c) {
+  if (c->closing || !c->ready()) return;
+  while (!c->closing && c->writing < o_.write_high_water) {
+    if (!c->control.empty()) {
+      std::string f = std::move(c->control.front());
+      c->control.pop_front();
+      WriteFrame(c, f);
+      continue;
+    }
+    if (c->streams.empty()) break;
+    OutboundStream& s = c->streams.front();
+    const size_t n = std::min(o_.chunk_bytes, s.size() - s.offset);
+    std::string frame = EncodeFrameHeader(FrameType::kChunk, s.id, s.index++, n);
+    frame.reserve(frame.size() + n);
+    s.CopyTo(n, &frame);
+    WriteFrame(c, frame);
+    s.offset += n;
+    if (s.offset == s.size()) c->streams.pop_front();
+  }
+  if (c->close_when_drained && c->control.empty() && c->writing == 0) return Close(c, "status sent");
+  owner_->OnIdle();
+}
+
+bool PeerLinks::Drained() const {
+  return std::none_of(links_.begin(), links_.end(), [](Link* c) {
+    return c->ready() && (!c->control.empty() || !c->streams.empty() || c->writing > 0);
+  });
+}
+
+// ---- reading ---------------------------------------------------------------------------------
+
+void PeerLinks::StartReading(Link* c) {
+  uv_read_start(
+      Stream(c),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* c = static_cast<Link*>(h->data);
+        std::string& b = c->links->read_buffer_;
+        *buf = uv_buf_init(b.data(), static_cast<unsigned>(b.size()));
+      },
+      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
+        auto* c = static_cast<Link*>(s->data);
+        // A link that ends during the TLS handshake is closed, not counted as refused: the other
+        // end may have dropped a duplicate link or died, and a certificate it refused arrives as
+        // an alert, which the handshake reports (and Received refuses) before the end of stream.
+        if (n < 0 && c->tls && !c->tls->established()) {
+          spdlog::info("a link{} ended during the TLS handshake",
+                       c->peer != kNoPeer ? " to peer " + std::to_string(c->peer) : std::string());
+          return c->links->Close(c, "ended during the TLS handshake");
+        }
+        if (n < 0) return c->links->Close(c, n == UV_EOF ? "closed by the peer" : uv_strerror(static_cast<int>(n)));
+        if (n > 0) c->links->Received(c, std::string_view(buf->base, static_cast<size_t>(n)));
+      });
+}
+
+void PeerLinks::Received(Link* c, std::string_view bytes) {
+  counters_.bytes_received += bytes.size();
+  std::string plain;
+  std::string_view data = bytes;
+  if (c->tls) {
+    const bool was = c->tls->established();
+    std::string out;
+    Status s = c->tls->Feed(bytes, &plain, &out);
+    WriteRaw(c, std::move(out));
+    if (!s.ok()) return Refuse(c, s.message());
+    if (!was && c->tls->established()) Pump(c);
+    data = plain;
+  }
+  if (data.empty()) return;
+  Status s = c->reader.Read(data, [&](const FrameView& f) {
+    HandleFrame(c, f);
+    return !c->closing;
+  });
+  if (!s.ok() && !c->closing) return Refuse(c, s.message());
+  if (!c->closing && !c->paused && inbound_bytes_ > o_.inbound_budget) {
+    c->paused = true;
+    uv_read_stop(Stream(c));
+  }
+}
+
+void PeerLinks::HandleFrame(Link* c, const FrameView& f) {
+  if (f.type == FrameType::kChunk) return HandleChunk(c, f);
+  v1::GossipEnvelope e;
+  if (!e.ParseFromArray(f.payload.data(), static_cast<int>(f.payload.size()))) return Refuse(c, "malformed message");
+  owner_->OnEnvelope(c, e);
+}
+
+Status PeerLinks::Expect(Link* c, const v1::GossipModel& header, bool bytes_stream) {
+  if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(header.stream())) {
+    return InvalidArgumentError("too many model streams at once, or a stream id reused");
+  }
+  auto assembler = bytes_stream ? ModelAssembler::BeginBytes(header.total_bytes(), header.sha256(), stream_limit_)
+                                : ModelAssembler::Begin(header.total_bytes(), header.sha256(), stream_limit_);
+  PLEXUS_RETURN_IF_ERROR(assembler.status());
+  c->inbound.emplace(header.stream(),
+                     InboundStream{header, std::move(assembler).value(), 0, static_cast<double>(uv_now(loop_))});
+  return Status::Ok();
+}
+
+void PeerLinks::HandleChunk(Link* c, const FrameView& f) {
+  auto it = c->inbound.find(f.stream);
+  if (it == c->inbound.end()) return Refuse(c, "a chunk of an unannounced model stream");
+  if (Status s = it->second.assembler.Add(f.index, f.payload); !s.ok()) return Refuse(c, s.message());
+  it->second.received += f.payload.size();
+  it->second.last_progress_ms = static_cast<double>(uv_now(loop_));
+  inbound_bytes_ += f.payload.size();
+  c->unfinished_bytes += f.payload.size();
+  if (it->second.assembler.complete()) {
+    InboundStream in = std::move(it->second);
+    c->inbound.erase(it);
+    c->unfinished_bytes -= in.received;
+    return owner_->OnStream(c, std::move(in));
+  }
+  if (c->unfinished_bytes > link_cap_) {
+    Refuse(c, std::to_string(c->unfinished_bytes) + " bytes of unfinished models on one link, over its share of " +
+                  std::to_string(link_cap_));
+  }
+}
+
+void PeerLinks::Release(uint64_t bytes) {
+  inbound_bytes_ -= std::min(inbound_bytes_, bytes);
+  ResumeReading();
+}
+
+void PeerLinks::ResumeReading() {
+  if (inbound_bytes_ > o_.inbound_budget) return;
+  const double now = static_cast<double>(uv_now(loop_));
+  for (Link* c : links_) {
+    if (c->paused && !c->closing) {
+      c->paused = false;
+      for (auto& [id, in] : c->inbound) in.last_progress_ms = now;  // the pause was this node's doing
+      StartReading(c);
+    }
+  }
+}
+
+void PeerLinks::CloseStalledStreams(double now) {
+  std::vector<std::pair<Link*, uint64_t>> stalled;
+  for (Link* c : links_) {
+    if (c->closing) continue;
+    for (const auto& [id, in] : c->inbound) {
+      if (now - in.last_progress_ms >= o_.inbound_stall_ms) {
+        stalled.emplace_back(c, id);
+        break;
+      }
+    }
+  }
+  for (auto [c, id] : stalled) {
+    Refuse(c, "model stream " + std::to_string(id) + " delivered nothing for " +
+                  std::to_string(static_cast<int64_t>(o_.inbound_stall_ms / 1000)) + " s");
+  }
+}
+
+// ---- closing ---------------------------------------------------------------------------------
+
+void PeerLinks::Close(Link* c, const std::string& why) {
+  if (c->closing) return;
+  c->closing = true;
+  if (c->peer != kNoPeer) spdlog::debug("link to peer {} closed: {}", c->peer, why);
+  if (auto it = by_peer_.find(c->peer); it != by_peer_.end() && it->second == c) by_peer_.erase(it);
+  for (auto& [id, in] : c->inbound) inbound_bytes_ -= std::min<uint64_t>(inbound_bytes_, in.received);
+  c->inbound.clear();
+  c->unfinished_bytes = 0;
+  links_.erase(c);
+  owner_->OnClosed(c, why);
+  uv_close(reinterpret_cast<uv_handle_t*>(&c->tcp), [](uv_handle_t* h) { delete static_cast<Link*>(h->data); });
+  // Its bytes left the budget: links paused for them read again (they once stayed paused).
+  if (!closed_) ResumeReading();
+  owner_->OnIdle();
+}
+
+void PeerLinks::Refuse(Link* c, const std::string& why) {
+  ++counters_.refused;
+  spdlog::warn("refused {} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame",
+               c->peer == kNoPeer ? -1 : static_cast<int64_t>(c->peer), why);
+  Close(c, why);
+}
+
+void PeerLinks::CloseAll() {
+  closed_ = true;
+  for (Link* c : std::vector<Link*>(links_.begin(), links_.end())) Close(c, "leaving");
+  if (listening_) uv_close(reinterpret_cast<uv_handle_t*>(&server_), nullptr);
+  listening_ = false;
+}
+
+}  // namespace plexus::gossip
