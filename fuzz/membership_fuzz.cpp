@@ -1,4 +1,4 @@
-// libFuzzer target: the SWIM membership state machine (gossip/node/membership.h) fed rumours, pings,
+// libFuzzer target: the SWIM membership state machine (gossip/membership/membership.h) fed rumours, pings,
 // acks and ticks as any peer could send them (plaintext, or a peer holding a valid certificate).
 // Each 12-byte record is one event: kind, node, state and an incarnation (often near the limits).
 // Whatever arrives, nothing crashes, this node's incarnation never decreases (a "dead" rumour at
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 
 using plexus::gossip::Membership;
 using plexus::gossip::MemberState;

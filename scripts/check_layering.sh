@@ -26,13 +26,14 @@ declare -A allowed=(
   [client]="core privacy aggregators compute compression client proto"
   [server/rpc]="core aggregators server/store server/coordinator compression server/rpc proto"
   [gossip/protocol]="core aggregators crdt compression gossip/protocol"
-  [gossip/node]="core aggregators crdt compression gossip/protocol gossip/node sqlite proto"
+  [gossip/membership]="core gossip/protocol gossip/membership"
+  [gossip/node]="core aggregators crdt compression gossip/protocol gossip/membership gossip/node sqlite proto"
   [compression]="core aggregators compression"
   [edge]="core edge"
-  [simulations]="core privacy aggregators crdt server/store server/coordinator compute gossip/protocol compression client simulations"
+  [simulations]="core privacy aggregators crdt server/store server/coordinator compute gossip/protocol gossip/membership compression client simulations"
 )
 # Parts that stay plain C++: no heavy dependency at all.
-plain="core privacy aggregators crdt server/store server/coordinator gossip/protocol compression edge"
+plain="core privacy aggregators crdt server/store server/coordinator gossip/protocol gossip/membership compression edge"
 heavy='^#include <(torch/|ATen/|grpc|grpcpp/|sqlite3\.h|uv\.h|mpi\.h)'
 
 # Sets `part` to the part of a source file or included path (bash only: this runs per include).

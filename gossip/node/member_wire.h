@@ -3,7 +3,7 @@
 // known one (0..3). Stateless functions; thread-safe.
 #pragma once
 
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 #include "plexus/v1/gossip.pb.h"
 
 namespace plexus::gossip {

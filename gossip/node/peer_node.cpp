@@ -181,7 +181,7 @@ Result<PeerNodeStats> PeerNode::Impl::Run() {
   // write raises SIGPIPE, which ends the process.
   signal(SIGPIPE, SIG_IGN);
   const std::string topo_spec = o.topology.empty() ? factory->default_topology() : o.topology;
-  PLEXUS_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(topo_spec, o.nodes, o.seed));
+  PLEXUS_ASSIGN_OR_RETURN(topology, Topology::Parse(topo_spec, o.nodes, o.seed));
 
   PLEXUS_ASSIGN_OR_RETURN(crdt_key, SigningKey::Generate());
   author_keys.Add("peer-" + std::to_string(o.self), crdt_key.public_key());
@@ -219,7 +219,7 @@ Result<PeerNodeStats> PeerNode::Impl::Run() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());
   membership = std::make_unique<Membership>(o.self, address, incarnation, o.membership, o.seed);
-  view = std::make_unique<MembershipView>(std::move(topology), membership.get());
+  view = std::make_unique<MembershipView>(&*topology, membership.get());
   NodeContext ctx;
   ctx.self = o.self;
   ctx.peers = view.get();

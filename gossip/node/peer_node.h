@@ -31,7 +31,7 @@
 
 #include "core/model_state.h"
 #include "core/status.h"
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 #include "gossip/node/peer_address.h"
 #include "gossip/node/peer_store.h"
 #include "gossip/node/tls_channel.h"

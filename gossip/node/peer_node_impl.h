@@ -12,13 +12,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "crdt/signing.h"
+#include "gossip/membership/membership_view.h"
 #include "gossip/node/crdt_pulls.h"
 #include "gossip/node/loop_work.h"
-#include "gossip/node/membership_view.h"
 #include "gossip/node/model_sender.h"
 #include "gossip/node/peer_links.h"
 #include "gossip/node/peer_node.h"
@@ -80,6 +81,7 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   std::unique_ptr<ModelSender> sender;
   std::unique_ptr<CrdtPulls> pulls;
   std::unique_ptr<Membership> membership;
+  std::optional<Topology> topology;  // the run's; the view filters it by who is live
   std::unique_ptr<MembershipView> view;
   std::unique_ptr<Protocol> protocol;
   struct ProtocolTimer {

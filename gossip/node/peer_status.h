@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 #include "gossip/node/tls_channel.h"
 
 namespace plexus::gossip {

@@ -12,7 +12,7 @@
 
 #include "core/model_state.h"
 #include "core/status.h"
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 
 struct sqlite3;  // SQLite stays in peer_store.cpp
 

@@ -1,9 +1,12 @@
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
 namespace plexus::gossip {
 namespace {
@@ -198,6 +201,99 @@ TEST(Membership, UpdatesArePiggybackedABoundedNumberOfTimes) {
   }
   EXPECT_EQ(total, 4u * 3u);  // self plus three members, three times each
   EXPECT_TRUE(m.Piggyback().empty());
+}
+
+// Memberships talking through a lossy network in one process: every probe carries the sender's
+// piggybacked rumours and arrives 5 ms later unless `cut` separates the two ends.
+class World {
+ public:
+  World(size_t n, MembershipOptions o) {
+    for (NodeId i = 0; i < n; ++i) nodes_.emplace_back(i, "n" + std::to_string(i), 1, o, 7);
+    Membership::Changes changes;
+    for (NodeId i = 0; i < n; ++i) {
+      for (NodeId j = 0; j < n; ++j) {
+        if (i != j) nodes_[i].Apply({j, "n" + std::to_string(j), 1, MemberState::kAlive}, 0, &changes);
+      }
+    }
+  }
+  // Runs until `until_ms` in 100 ms ticks (the peer's), delivering probes as they come.
+  void RunUntil(double until_ms) {
+    for (; now_ < until_ms; now_ += 100) {
+      for (NodeId i = 0; i < nodes_.size(); ++i) {
+        std::vector<Probe> out;
+        Membership::Changes changes;
+        nodes_[i].Tick(now_, &out, &changes);
+        Send(i, out);
+      }
+    }
+  }
+  MemberState StateAt(NodeId viewer, NodeId node) const { return nodes_[viewer].members().at(node).state; }
+  const Membership& node(NodeId i) const { return nodes_[i]; }
+  std::function<bool(NodeId, NodeId)> cut = [](NodeId, NodeId) { return false; };
+
+ private:
+  void Send(NodeId from, const std::vector<Probe>& probes) {
+    for (const Probe& p : probes) {
+      if (cut(from, p.to)) continue;
+      const std::vector<MemberUpdate> rumours = nodes_[from].Piggyback();
+      Membership& to = nodes_[p.to];
+      Membership::Changes changes;
+      for (const MemberUpdate& u : rumours) to.Apply(u, now_, &changes);
+      std::vector<Probe> out;
+      if (p.kind == Probe::Kind::kAck) {
+        to.OnAck(from, p.target, p.seq, now_, &out, &changes);
+      } else {
+        to.OnPing(from, p.target, p.seq, now_, &out);
+      }
+      Send(p.to, out);
+    }
+  }
+  std::vector<Membership> nodes_;
+  double now_ = 0;
+};
+
+// Two halves of a partition hold each other dead; once it heals, a reconnect ping carries the
+// word of a member's death to it, it refutes, and its ack brings it back. Without reconnect
+// pings the halves stay apart for good (what the peers once did).
+TEST(Membership, TheHalvesOfAHealedPartitionFindEachOtherAgain) {
+  for (const uint32_t reconnect : {5u, 0u}) {
+    MembershipOptions o = Options();
+    o.reconnect_periods = reconnect;
+    World w(4, o);
+    auto half = [](NodeId i) { return i < 2; };
+    w.cut = [&](NodeId a, NodeId b) { return half(a) != half(b); };
+    w.RunUntil(20000);
+    for (NodeId i = 0; i < 4; ++i) {
+      for (NodeId j = 0; j < 4; ++j) {
+        if (i == j) continue;
+        EXPECT_EQ(w.StateAt(i, j), half(i) == half(j) ? MemberState::kAlive : MemberState::kDead)
+            << "node " << i << " about " << j << " during the partition";
+      }
+    }
+    w.cut = [](NodeId, NodeId) { return false; };
+    w.RunUntil(60000);
+    size_t alive = 0;
+    for (NodeId i = 0; i < 4; ++i) {
+      for (NodeId j = 0; j < 4; ++j) alive += i != j && w.StateAt(i, j) == MemberState::kAlive;
+    }
+    uint64_t suspicions = 0, deaths = 0, refutations = 0, reconnects = 0;
+    for (NodeId i = 0; i < 4; ++i) {
+      suspicions += w.node(i).counters().suspicions;
+      deaths += w.node(i).counters().deaths;
+      refutations += w.node(i).counters().refutations;
+      reconnects += w.node(i).counters().reconnect_pings;
+    }
+    EXPECT_GT(suspicions, 0u);
+    EXPECT_GT(deaths, 0u);
+    if (reconnect > 0) {
+      EXPECT_EQ(alive, 12u) << "after the heal, with reconnect pings";
+      EXPECT_GT(refutations, 0u);
+      EXPECT_GT(reconnects, 0u);
+    } else {
+      EXPECT_EQ(alive, 4u) << "without reconnect pings only each half's own members are alive";
+      EXPECT_EQ(reconnects, 0u);
+    }
+  }
 }
 
 }  // namespace

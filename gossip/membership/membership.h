@@ -5,10 +5,14 @@
 // by the end of the period -> the target is suspected. A suspect that does not refute within the
 // suspicion timeout is declared dead. A member refutes a suspicion of itself by raising its
 // incarnation number; updates (alive, suspect, dead, left, each with an incarnation) travel
-// piggybacked on the node's messages, each a bounded number of times.
+// piggybacked on the node's messages, each a bounded number of times. Every few periods the node
+// also pings one member it holds dead (not one that left), carrying the word of its death: a
+// member cut off by a partition, or buried while it was only slow, refutes it and comes back
+// (without this, the two sides of a healed partition would hold each other dead for good).
 //
-// It does nothing itself: the driver (gossip/node/peer_node.h) feeds it what it heard and the
-// time, sends the probes it asks for and reports membership changes to the gossip protocol.
+// It does nothing itself: the driver (the networked peer, gossip/node/peer_node.h, or the gossip
+// simulator, simulations/gossip_sim.h) feeds it what it heard and the time, sends the probes it
+// asks for and reports membership changes to the gossip protocol.
 // Time is milliseconds on any monotonic clock the driver chooses (a manual one in tests).
 // Single-threaded.
 #pragma once
@@ -35,12 +39,13 @@ struct MemberUpdate {
 };
 
 struct MembershipOptions {
-  double period_ms = 1000;       // one probe per period
-  double ack_timeout_ms = 400;   // then indirect pings
-  size_t indirect = 2;           // k: members asked to ping a silent target
-  double suspicion_ms = 5000;    // a suspect not heard from in this long is dead
-  uint32_t retransmissions = 6;  // times each update is piggybacked (grows with log n)
-  size_t max_piggyback = 8;      // updates per message
+  double period_ms = 1000;         // one probe per period
+  double ack_timeout_ms = 400;     // then indirect pings
+  size_t indirect = 2;             // k: members asked to ping a silent target
+  double suspicion_ms = 5000;      // a suspect not heard from in this long is dead
+  uint32_t retransmissions = 6;    // times each update is piggybacked (grows with log n)
+  size_t max_piggyback = 8;        // updates per message
+  uint32_t reconnect_periods = 5;  // every this many periods, a ping to one dead member; 0: never
 };
 
 class Membership {
@@ -61,6 +66,13 @@ class Membership {
   // Members that became live (joined, rejoined) or stopped being live (dead, left) in one call.
   struct Changes {
     std::vector<NodeId> joined, left;
+  };
+  // What this node itself did, since it was made.
+  struct Counters {
+    uint64_t suspicions = 0;       // members it suspected (no ack within a period)
+    uint64_t deaths = 0;           // suspects it declared dead (no refutation within suspicion_ms)
+    uint64_t refutations = 0;      // rumours of its own suspicion or death it refuted
+    uint64_t reconnect_pings = 0;  // pings to members it held dead
   };
 
   // `incarnation` should grow across restarts of the same node (the driver uses its stored value
@@ -96,6 +108,7 @@ class Membership {
   const std::map<NodeId, Member>& members() const { return members_; }
   NodeId self() const { return self_; }
   uint64_t incarnation() const { return incarnation_; }
+  const Counters& counters() const { return counters_; }
   const std::string& address_of(NodeId node) const;
 
  private:
@@ -113,6 +126,7 @@ class Membership {
            Changes* changes);
   void Gossip(const MemberUpdate& u);
   NodeId NextProbeTarget();
+  void ReconnectPing(std::vector<Probe>* out);
 
   const NodeId self_;
   const std::string address_;
@@ -132,6 +146,8 @@ class Membership {
   double probe_start_ms_ = 0;
   bool indirect_sent_ = false;
   std::map<uint64_t, Relay> relays_;  // by the seq this node used for the relayed ping
+  uint64_t periods_ = 0;              // probe periods begun
+  Counters counters_;
 };
 
 }  // namespace plexus::gossip

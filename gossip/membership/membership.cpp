@@ -1,4 +1,4 @@
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 
 #include <algorithm>
 
@@ -81,6 +81,7 @@ bool Membership::Apply(const MemberUpdate& u, double now_ms, Changes* changes) {
   if (u.node == self_) {
     // Someone suspects this node (or buried it): refute with a higher incarnation.
     if (u.state != MemberState::kAlive && u.incarnation >= incarnation_) {
+      ++counters_.refutations;
       incarnation_ = u.incarnation + 1;
       Gossip({self_, address_, incarnation_, MemberState::kAlive});
     }
@@ -127,18 +128,22 @@ void Membership::Tick(double now_ms, std::vector<Probe>* out, Changes* changes) 
       probing_ = false;
       auto it = members_.find(probe_target_);
       if (it != members_.end() && it->second.state == MemberState::kAlive) {
+        ++counters_.suspicions;
         Set(probe_target_, "", it->second.incarnation, MemberState::kSuspect, now_ms, changes);
       }
     }
   }
   for (auto& [node, m] : members_) {
     if (m.state == MemberState::kSuspect && now_ms - m.since_ms >= options_.suspicion_ms) {
+      ++counters_.deaths;
       Set(node, "", m.incarnation, MemberState::kDead, now_ms, changes);
     }
   }
   std::erase_if(relays_, [&](const auto& r) { return now_ms - r.second.started_ms > options_.period_ms; });
   if (!probing_ && now_ms >= next_probe_ms_) {
     next_probe_ms_ = now_ms + options_.period_ms;
+    ++periods_;
+    if (options_.reconnect_periods > 0 && periods_ % options_.reconnect_periods == 0) ReconnectPing(out);
     const NodeId target = NextProbeTarget();
     if (target != self_) {
       probing_ = true;
@@ -175,6 +180,23 @@ void Membership::OnAck(NodeId from, NodeId target, uint64_t seq, double now_ms, 
   if (it != members_.end() && it->second.state == MemberState::kSuspect) {
     Set(target, "", it->second.incarnation, MemberState::kAlive, now_ms, changes);
   }
+}
+
+void Membership::ReconnectPing(std::vector<Probe>* out) {
+  std::vector<NodeId> dead;
+  for (const auto& [node, m] : members_) {
+    if (m.state == MemberState::kDead) dead.push_back(node);
+  }
+  if (dead.empty()) return;
+  const NodeId target = dead[rng_.Below(dead.size())];
+  const Member& m = members_.at(target);
+  // The word of its death goes out again, first in line (the least sent go first, in queue
+  // order): the ping carries it, the member refutes
+  // it, and its ack carries the refutation back.
+  Gossip({target, m.address, m.incarnation, MemberState::kDead});
+  std::rotate(pending_.begin(), pending_.end() - 1, pending_.end());
+  ++counters_.reconnect_pings;
+  out->push_back({Probe::Kind::kPing, target, target, ++seq_});
 }
 
 MemberUpdate Membership::Leave() { return {self_, address_, incarnation_, MemberState::kLeft}; }

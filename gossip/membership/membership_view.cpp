@@ -1,4 +1,4 @@
-#include "gossip/node/membership_view.h"
+#include "gossip/membership/membership_view.h"
 
 #include <vector>
 

@@ -1,13 +1,13 @@
-// MembershipView: a gossip protocol's view of its peers (PeerView) on a real peer: the run's
-// topology, filtered by who the SWIM membership says is live. On a complete topology the live
-// members are the neighbours, whoever they are. Borrows the membership, which outlives it.
-// Thread-compatible (the peer's loop thread).
+// MembershipView: a gossip protocol's view of its peers (PeerView) on a real peer or a simulated
+// one: the run's topology, filtered by who the node's SWIM membership says is live. On a complete
+// topology the live members are the neighbours, whoever they are. Borrows the topology and the
+// membership, which outlive it. Thread-compatible (the peer's loop thread).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "gossip/node/membership.h"
+#include "gossip/membership/membership.h"
 #include "gossip/protocol/protocol.h"
 #include "gossip/protocol/topology.h"
 
@@ -15,8 +15,8 @@ namespace plexus::gossip {
 
 class MembershipView final : public PeerView {
  public:
-  MembershipView(Topology topology, const Membership* membership)
-      : topology_(std::move(topology)), membership_(membership) {}
+  MembershipView(const Topology* topology, const Membership* membership)
+      : topology_(*topology), membership_(membership) {}
   void OutNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
     Neighbours(self, round, out, true);
   }
@@ -29,7 +29,7 @@ class MembershipView final : public PeerView {
  private:
   void Neighbours(NodeId self, uint64_t round, std::vector<NodeId>* out, bool outgoing) const;
 
-  Topology topology_;
+  const Topology& topology_;
   const Membership* membership_;
 };
 
