@@ -7,8 +7,9 @@
 #               local steps: the same examples seen); bytes per node to reach 80%
 #   byzantine   40 nodes on a 4-regular graph, 10% ALIE or IPM attackers (at their published
 #               strengths and at stronger ones), each neighbour merge
-#   churn       64 nodes: 20% leave and rejoin every 10 rounds; a partition after round 10 that
-#               heals after round 20, and how many rounds consensus took to recover
+#   churn       64 nodes: 20% crash and rejoin every 10 rounds; a partition after round 10 that
+#               heals after round 20, and how many rounds consensus took to recover; what the
+#               nodes' SWIM membership made of it (suspicions, burials, refutations, wrong views)
 #   scale       1,000 training nodes (MLP) in one process; 10,000 nodes moving models only
 #   determinism the same seed twice, and under mpirun -np 2
 # Run time on 2 cores after the build: accuracy 2.5 min, byzantine 4, churn 3, scale 3 (and about
@@ -114,6 +115,15 @@ for tag in ["el", "dpsgd"]:
     rec = pa["rounds_to_recover"]
     print(f"| {tag} | {st['final_test_accuracy']:.4f} | {ch['final_test_accuracy']:.4f} | {pa['final_test_accuracy']:.4f} | "
           f"{before:.3f} / {at_heal:.3f} | {'not within the run' if rec is None else rec} |")
+print()
+print("| run | liveness | suspicions | suspects buried | refutations | most wrong views in a round | wrong views at the end | virtual time |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for tag in ["el", "dpsgd"]:
+    for kind in ["steady", "churn", "partition"]:
+        s = json.load(open(os.path.join(out, f"{kind}-{tag}.json")))
+        worst = max(r.get("membership_errors", 0) for r in s["rounds"])
+        print(f"| {kind} {tag} | {s.get('liveness', 'oracle')} | {s.get('suspicions', 0)} | {s.get('deaths', 0)} | "
+              f"{s.get('refutations', 0)} | {worst} | {s['rounds'][-1].get('membership_errors', 0)} | {s['virtual_time_s']:.0f} s |")
 PY
     ;;
   scale)

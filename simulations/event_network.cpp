@@ -40,6 +40,24 @@ bool EventNetwork::Send(NodeId from, NodeId to, uint64_t bytes, Handler on_deliv
   return true;
 }
 
+bool EventNetwork::SendControl(NodeId from, NodeId to, uint64_t bytes, Handler on_delivery) {
+  if (!Reachable(from, to)) {
+    ++messages_lost_;
+    return false;
+  }
+  const Node& src = nodes_[from];
+  const Node& dst = nodes_[to];
+  double at = now_ms_ + src.link.latency_ms + dst.link.latency_ms;
+  if (src.link.up_mbps > 0) at += TransferMs(bytes, src.link.up_mbps);
+  if (dst.link.down_mbps > 0) at += TransferMs(bytes, dst.link.down_mbps);
+  events_.push({at, seq_++, [this, bytes, h = std::move(on_delivery)] {
+                  ++messages_delivered_;
+                  bytes_delivered_ += bytes;
+                  h();
+                }});
+  return true;
+}
+
 int64_t EventNetwork::Run(double until_ms) {
   stopped_ = false;
   int64_t run = 0;

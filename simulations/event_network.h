@@ -36,6 +36,10 @@ class EventNetwork {
   // Sends `bytes` from `from` to `to`; `on_delivery` runs when the last byte has arrived. Returns
   // false, and drops the message, when a partition separates the two.
   bool Send(NodeId from, NodeId to, uint64_t bytes, Handler on_delivery);
+  // A small control message (a membership probe): it goes ahead of the bulk bytes queued on both
+  // links, as a peer's control frames go before its model chunks, taking only the latencies and
+  // its own bytes' time. It reserves nothing. Lost across a partition like any message.
+  bool SendControl(NodeId from, NodeId to, uint64_t bytes, Handler on_delivery);
   // group_of[node] for every node: only nodes in the same group reach each other, until Heal().
   void Partition(std::vector<uint32_t> group_of) { group_of_ = std::move(group_of); }
   void Heal() { group_of_.clear(); }

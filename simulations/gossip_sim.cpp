@@ -14,15 +14,20 @@
 #include "crdt/crdt_replica.h"
 #include "crdt/merkle_digest.h"
 #include "crdt/signing.h"
+#include "gossip/membership/membership.h"
 #include "gossip/protocol/registry.h"
 #include "gossip/protocol/topology.h"
 #include "simulations/attack.h"
 #include "simulations/client_data.h"
 #include "simulations/event_network.h"
+#include "simulations/oracle_view.h"
+#include "simulations/swim_driver.h"
 
 namespace plexus {
 
 using gossip::Actions;
+using gossip::Membership;
+using gossip::MemberUpdate;
 using gossip::Message;
 using gossip::NodeId;
 using gossip::Topology;
@@ -57,6 +62,13 @@ Status GossipSimOptions::Validate() const {
     return InvalidArgumentError("--heal-at must come after --partition-at");
   }
   if (eval_nodes < 0) return InvalidArgumentError("--eval-nodes must not be negative");
+  if (liveness != "auto" && liveness != "swim" && liveness != "oracle") {
+    return InvalidArgumentError("--liveness: swim, oracle or auto, not '" + liveness + "'");
+  }
+  if (liveness == "swim" && nodes > kMaxSwimNodes) {
+    return InvalidArgumentError("--liveness swim: every node holds every member, too much beyond " +
+                                std::to_string(kMaxSwimNodes) + " nodes; use --liveness oracle");
+  }
   if (task.batch_size < 1 || (task.local_steps < 1 && task.local_epochs < 1)) {
     return InvalidArgumentError("--batch-size and --local-steps or --local-epochs must be positive");
   }
@@ -65,68 +77,10 @@ Status GossipSimOptions::Validate() const {
 
 namespace {
 
-// The nodes' view of the federation: the topology, filtered by who is live.
-class LivePeers final : public gossip::PeerView {
- public:
-  explicit LivePeers(Topology topology) : topology_(std::move(topology)), live_(topology_.size(), true) {
-    for (uint32_t i = 0; i < topology_.size(); ++i) {
-      position_.push_back(i);
-      live_list_.push_back(i);
-    }
-  }
-  void OutNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
-    if (topology_.kind() == Topology::Kind::kComplete) return LiveExcept(self, out);
-    topology_.Out(self, round, out);
-    std::erase_if(*out, [&](NodeId j) { return !live_[j]; });
-  }
-  void InNeighbours(NodeId self, uint64_t round, std::vector<NodeId>* out) const override {
-    if (topology_.kind() == Topology::Kind::kComplete) return LiveExcept(self, out);
-    topology_.In(self, round, out);
-    std::erase_if(*out, [&](NodeId j) { return !live_[j]; });
-  }
-  void SampleOutNeighbours(NodeId self, uint64_t round, size_t k, Rng& rng, std::vector<NodeId>* out) const override {
-    if (topology_.kind() != Topology::Kind::kComplete) return PeerView::SampleOutNeighbours(self, round, k, rng, out);
-    // Rejection sampling from the live list: O(k) however many nodes there are.
-    out->clear();
-    const size_t others = live_list_.size() - (live_[self] ? 1 : 0);
-    k = std::min(k, others);
-    while (out->size() < k) {
-      const NodeId j = live_list_[rng.Below(live_list_.size())];
-      if (j != self && std::find(out->begin(), out->end(), j) == out->end()) out->push_back(j);
-    }
-  }
-  bool undirected() const override { return !topology_.directed(); }
-  bool IsLive(NodeId node) const override { return node >= live_.size() || live_[node]; }  // (N: the server)
-
-  void SetLive(NodeId node, bool live) {
-    if (live_[node] == live) return;
-    live_[node] = live;
-    if (live) {
-      position_[node] = static_cast<uint32_t>(live_list_.size());
-      live_list_.push_back(node);
-    } else {
-      const NodeId last = live_list_.back();
-      live_list_[position_[node]] = last;
-      position_[last] = position_[node];
-      live_list_.pop_back();
-    }
-  }
-  const Topology& topology() const { return topology_; }
-
- private:
-  void LiveExcept(NodeId self, std::vector<NodeId>* out) const {
-    out->clear();
-    for (NodeId j : live_list_) {
-      if (j != self) out->push_back(j);
-    }
-    std::sort(out->begin(), out->end());
-  }
-
-  const Topology topology_;
-  std::vector<bool> live_;
-  std::vector<uint32_t> position_;  // of each live node in live_list_
-  std::vector<NodeId> live_list_;
-};
+constexpr double kSwimTickMs = 100;    // a peer's tick
+constexpr uint64_t kProbeBytes = 32;   // a ping or ack envelope, without rumours
+constexpr uint64_t kRumourBytes = 24;  // one piggybacked member update (no address here)
+constexpr double kStallMs = 600'000;   // no round completed for this long: the run has stalled
 
 class GossipSim {
  public:
@@ -174,6 +128,7 @@ class GossipSim {
     for (size_t i = 0; i < n_; ++i) {
       const auto node = static_cast<NodeId>(i);
       net_.After(0.0, [this, node] { Execute(node, nodes_[node]->Start(false)); });
+      if (swim_) ScheduleTick(node);
     }
     net_.Run();
     PLEXUS_RETURN_IF_ERROR(failure_);
@@ -193,6 +148,13 @@ class GossipSim {
       result_.rounds_completed = last.round;
     }
     result_.messages_lost = lost_;
+    result_.swim = swim_ != nullptr;
+    if (swim_) {
+      const Membership::Counters c = swim_->counters();
+      result_.suspicions = static_cast<int64_t>(c.suspicions);
+      result_.deaths = static_cast<int64_t>(c.deaths);
+      result_.refutations = static_cast<int64_t>(c.refutations);
+    }
     return std::move(result_);
   }
 
@@ -215,9 +177,17 @@ class GossipSim {
         keys_.push_back(std::move(key));
       }
     }
+    if (o_.swim()) {
+      swim_ = std::make_unique<SwimDriver>(
+          n_, &peers_.topology(), &net_, o_.seed,
+          SwimDriver::Hooks{[this](NodeId i) { return static_cast<bool>(live_[i]); },
+                            [this](NodeId j, const Membership::Changes& c) { MembershipChanged(j, c); },
+                            [this] { ++lost_; }});
+    }
     for (size_t i = 0; i < n_; ++i) {
-      gossip::NodeContext ctx{static_cast<NodeId>(i),           &peers_, o_.seed,
-                              static_cast<uint64_t>(o_.rounds), n_,      static_cast<NodeId>(n_)};
+      const gossip::PeerView* view = swim_ ? swim_->view(static_cast<NodeId>(i)) : &peers_;
+      gossip::NodeContext ctx{static_cast<NodeId>(i),           view, o_.seed,
+                              static_cast<uint64_t>(o_.rounds), n_,   static_cast<NodeId>(n_)};
       if (!keys_.empty()) {
         ctx.signing_key = &keys_[i];
         ctx.author_keys = &author_keys_;
@@ -229,6 +199,8 @@ class GossipSim {
       }
       nodes_.push_back(factory_->MakeNode(ctx, std::move(start)));
     }
+    // The server of semi-decentralized runs is no SWIM member (a `plexus server` is not): it
+    // keeps the oracle's view.
     if (factory_->needs_server()) {
       nodes_.push_back(factory_->MakeServer(
           {static_cast<NodeId>(n_), &peers_, o_.seed, static_cast<uint64_t>(o_.rounds), n_, static_cast<NodeId>(n_)}));
@@ -252,13 +224,18 @@ class GossipSim {
       const uint64_t bytes = s.message.bytes();
       if (i < n_) bytes_sent_ += bytes;  // what the nodes send (a server's answers are not counted)
       const NodeId to = s.to;
-      const bool sent = net_.Send(i, to, bytes, [this, i, to, m = std::move(s.message)] {
-        if (!live_[to]) {
-          ++lost_;
-          return;
-        }
-        Execute(to, nodes_[to]->OnMessage(i, m));
-      });
+      // Between SWIM members every message carries rumours, as a peer's envelopes do.
+      std::vector<MemberUpdate> rumours;
+      if (swim_ && i < n_ && to < n_) rumours = swim_->Piggyback(i);
+      const bool sent = net_.Send(i, to, bytes + SwimDriver::kRumourBytes * rumours.size(),
+                                  [this, i, to, m = std::move(s.message), rumours = std::move(rumours)] {
+                                    if (!live_[to]) {
+                                      ++lost_;
+                                      return;
+                                    }
+                                    if (!rumours.empty()) swim_->Hear(to, rumours);
+                                    Execute(to, nodes_[to]->OnMessage(i, m));
+                                  });
       if (!sent) ++lost_;
     }
     for (const Actions::Timer& t : a.timers) {
@@ -267,7 +244,10 @@ class GossipSim {
       });
     }
     for (const Actions::Sync& s : a.syncs) Pull(i, s.from, s.round);
-    if (a.train && live_[i]) StartTraining(i);
+    // A node that has completed the run's rounds trains no more, as a peer finishes then: without
+    // this, nodes that stopped waiting for anyone (their neighbours gone) and trained in no time
+    // (--train none) raced through rounds at one instant of virtual time and starved the run.
+    if (a.train && live_[i] && nodes_[i]->rounds_completed() < static_cast<uint64_t>(o_.rounds)) StartTraining(i);
     Track(i);
     --depth_;
     if (depth_ == 0) ReportDueRounds();
@@ -373,6 +353,7 @@ class GossipSim {
     const uint64_t now = nodes_[i]->rounds_completed();
     const uint64_t next = static_cast<uint64_t>(next_report_);
     if (live_[i] && completed_[i] < next && now >= next) --behind_;
+    if (now > completed_[i]) last_progress_ms_ = net_.now_ms();
     completed_[i] = now;
   }
 
@@ -431,6 +412,13 @@ class GossipSim {
   }
 
   void Depart(NodeId i) {
+    if (swim_) {  // a crash: no goodbye, the others' SWIM must find out
+      live_[i] = false;
+      ++incarnation_[i];
+      peers_.SetLive(i, false);
+      away_.push_back(i);
+      return;
+    }
     Actions a = nodes_[i]->Leave();
     Execute(i, std::move(a));  // the goodbye messages leave before the node goes
     live_[i] = false;
@@ -450,6 +438,10 @@ class GossipSim {
     live_[i] = true;
     ++incarnation_[i];
     peers_.SetLive(i, true);
+    if (swim_) {
+      swim_->Restart(i);
+      ScheduleTick(i);
+    }
     Execute(i, nodes_[i]->Start(true));
   }
 
@@ -509,6 +501,14 @@ class GossipSim {
       train_loss_.erase(train_loss_.begin(), std::next(it));
     }
     g.bytes_sent_per_node = static_cast<double>(bytes_sent_) / static_cast<double>(n_);
+    if (swim_) {
+      const Membership::Counters c = swim_->counters();
+      g.suspicions = static_cast<int64_t>(c.suspicions);
+      g.deaths = static_cast<int64_t>(c.deaths);
+      g.refutations = static_cast<int64_t>(c.refutations);
+      g.membership_errors = swim_->WrongViews();
+      g.membership_bytes_per_node = static_cast<double>(swim_->bytes()) / static_cast<double>(n_);
+    }
     g.virtual_time_s = net_.now_ms() / 1000.0;
     g.wall_time_s = Elapsed();
     if (o_.partition_at >= 0 && r == o_.partition_at) pre_partition_distance_ = g.consensus_distance;
@@ -524,6 +524,28 @@ class GossipSim {
     return Status::Ok();
   }
 
+  // ---- SWIM: each node's ticks (SwimDriver does the rest) ------------------------------------
+
+  void ScheduleTick(NodeId i) {
+    net_.After(kSwimTickMs, [this, i, inc = incarnation_[i]] {
+      if (!live_[i] || incarnation_[i] != inc || !failure_.ok()) return;
+      if (net_.now_ms() - last_progress_ms_ > kStallMs) {
+        return Fail(InternalError("gossip simulation: no node completed a round in " +
+                                  std::to_string(static_cast<int64_t>(kStallMs / 1000)) +
+                                  " virtual seconds (waiting for round " + std::to_string(next_report_) + ")"));
+      }
+      swim_->Tick(i);
+      ScheduleTick(i);
+    });
+  }
+
+  // What node j's membership changed goes to its protocol, as a peer's does.
+  void MembershipChanged(NodeId j, const Membership::Changes& changes) {
+    if (!live_[j]) return;
+    for (NodeId n : changes.left) Execute(j, nodes_[j]->OnPeerLeft(n));
+    for (NodeId n : changes.joined) Execute(j, nodes_[j]->OnPeerJoined(n));
+  }
+
   const GossipSimOptions& o_;
   const size_t n_;
   const Dataset* const train_;
@@ -532,7 +554,7 @@ class GossipSim {
   ModelEvaluator* const node_evaluator_;
   const std::optional<ClientData> data_;
   std::unique_ptr<gossip::ProtocolFactory> factory_;
-  LivePeers peers_;
+  OracleView peers_;
   const std::function<void(const GossipRound&)>& on_round_;
   const AttackSpec attack_spec_;
   const AttackKind attack_;
@@ -564,6 +586,8 @@ class GossipSim {
   double pre_partition_distance_ = 0.0;
   Status failure_;
   GossipResult result_;
+  std::unique_ptr<SwimDriver> swim_;  // null: the oracle
+  double last_progress_ms_ = 0;
   std::chrono::steady_clock::time_point start_;
 };
 

@@ -4,9 +4,18 @@
 // the nodes ask: it delivers messages over each node's access link (the device model's latency
 // and bandwidth), fires timers, and trains through the TaskRunner seam (so `mpirun` spreads the
 // training and the result stays the same bit for bit). It also plays the world around them:
-// attackers (whose outgoing models it replaces), churn (nodes leave gracefully and rejoin,
-// fetching a neighbour's model first), and a partition that heals. Semi-decentralized runs have
-// one more node, id N, the server, with an unlimited link.
+// attackers (whose outgoing models it replaces), churn (nodes leave and rejoin, fetching a
+// neighbour's model first), and a partition that heals. Semi-decentralized runs have one more
+// node, id N, the server, with an unlimited link.
+//
+// Who is alive each node learns as a networked peer does: by SWIM (gossip/membership/), its
+// probes travelling the event network as control messages (ahead of queued model bytes, as a
+// peer's control frames go before its chunks) and its rumours piggybacked on every message; a
+// churned node crashes silently and the others must suspect it, bury it, and take it back when
+// it returns with a higher incarnation; a partition makes each half bury the other until reconnect
+// pings find them again after the heal. SWIM holds every member at every node (O(N^2) memory), so
+// `liveness` "auto" runs it up to 512 nodes and above that an oracle: the driver tells each node at
+// once who left gracefully and who came back.
 //
 // A round r is measured once every live node has completed it: the average model of the live
 // honest nodes (test accuracy, SHA-256), the accuracy of a sample of the honest nodes' own models
@@ -42,15 +51,21 @@ struct GossipSimOptions {
   int64_t examples_per_client = 0;
   std::string attack = "none";  // simulations/attack.h; pushsum takes labelflip only
   double attackers = 0.0;
-  bool train = true;            // false: models are moved and merged, nothing trained (nodes start apart)
-  double churn_fraction = 0.0;  // every churn_every rounds this fraction of the nodes leaves, and
-  int64_t churn_every = 0;      // those that left the time before rejoin
-  int64_t partition_at = -1;    // the network splits in two halves after this round ...
-  int64_t heal_at = -1;         // ... and heals after this one
-  int64_t eval_nodes = 16;      // honest nodes whose own model is evaluated each round
+  bool train = true;              // false: models are moved and merged, nothing trained (nodes start apart)
+  double churn_fraction = 0.0;    // every churn_every rounds this fraction of the nodes leaves, and
+  int64_t churn_every = 0;        // those that left the time before rejoin
+  int64_t partition_at = -1;      // the network splits in two halves after this round ...
+  int64_t heal_at = -1;           // ... and heals after this one
+  int64_t eval_nodes = 16;        // honest nodes whose own model is evaluated each round
+  std::string liveness = "auto";  // swim, oracle, or auto (swim up to kMaxAutoSwimNodes nodes)
+
+  static constexpr int64_t kMaxAutoSwimNodes = 512;
+  static constexpr int64_t kMaxSwimNodes = 4096;  // beyond, N^2 members do not fit in memory
+  // Whether this run's nodes learn liveness by SWIM (else the oracle).
+  bool swim() const { return liveness == "swim" || (liveness == "auto" && nodes <= kMaxAutoSwimNodes); }
 
   // InvalidArgument naming the flag: e.g. an unknown spec, a topology impossible for N, more
-  // attackers than nodes, a heal before the partition.
+  // attackers than nodes, a heal before the partition, SWIM for more than kMaxSwimNodes.
   Status Validate() const;
 };
 
@@ -67,6 +82,15 @@ struct GossipRound {
   double virtual_time_s = 0.0;
   double wall_time_s = 0.0;
   bool partitioned = false;
+  // SWIM runs (zeros with the oracle), counted over every node since the start: suspicions
+  // raised, suspects declared dead, rumours of their own death or suspicion nodes refuted; and,
+  // at this round, the (live node, other node) pairs where the live node's view of the other's
+  // liveness is wrong (a crash not yet detected, or a return not yet heard of).
+  int64_t suspicions = 0;
+  int64_t deaths = 0;
+  int64_t refutations = 0;
+  int64_t membership_errors = 0;
+  double membership_bytes_per_node = 0.0;  // probes and piggybacked rumours, not in bytes_sent_per_node
 };
 
 struct GossipResult {
@@ -83,8 +107,10 @@ struct GossipResult {
   int64_t attackers = 0;
   int64_t messages_lost = 0;  // dropped by a partition, or sent to a node that had left
   int64_t trainings = 0;
-  int64_t rounds_to_recover = -1;  // after the heal, until consensus distance is back under its
-                                   // pre-partition level (-1: no partition, or not within the run)
+  bool swim = false;                                    // liveness by SWIM (else the oracle)
+  int64_t suspicions = 0, deaths = 0, refutations = 0;  // over the run (SWIM)
+  int64_t rounds_to_recover = -1;                       // after the heal, until consensus distance is back under its
+                                                        // pre-partition level (-1: no partition, or not within the run)
   double virtual_time_s = 0.0;
   double wall_time_s = 0.0;
 };

@@ -51,6 +51,7 @@ struct ClientFlags {
 };
 
 void RunClient(const ClientFlags& f) {
+  InstallStopHandlers();
   if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
     throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
   }

@@ -139,6 +139,7 @@ class ExchangeLink final : public gossip::ServerLink {
 };
 
 void RunPeer(const PeerFlags& f) {
+  InstallStopHandlers();
   if (f.partition_index < 0 || f.partition_index >= f.num_partitions) {
     throw CommandError("--partition-index must lie in [0, " + std::to_string(f.num_partitions) + ")");
   }

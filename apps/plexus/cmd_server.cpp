@@ -122,6 +122,7 @@ void CheckSameDp(SqliteStore* store, const std::string& db, const DpFlags& dp) {
 }
 
 void RunServer(const ServerFlags& f) {
+  InstallStopHandlers();
   const auto started = std::chrono::steady_clock::now();
   ServeFromOneArena();
   SyncOptions sync = f.sync;

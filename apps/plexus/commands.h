@@ -26,7 +26,9 @@ T Take(Result<T> r, const std::string& context = "") {
   return std::move(r).value();
 }
 
-// Set by SIGINT/SIGTERM; long-running commands stop cleanly when it turns true.
+// Set by SIGINT/SIGTERM once a command that watches it (server, client, peer) has called
+// InstallStopHandlers; it then stops cleanly. Other commands (sim, ...) end on the signal, as
+// any program does: before, every command caught it, and a simulation could not be interrupted.
 std::atomic<bool>& StopRequested();
 void InstallStopHandlers();
 

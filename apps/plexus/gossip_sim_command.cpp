@@ -43,13 +43,17 @@ void ParseChurn(const std::string& text, GossipSimOptions* o) {
 Status WriteMetrics(const std::string& path, const GossipResult& r) {
   std::string csv =
       "round,live_nodes,test_accuracy,test_loss,mean_node_accuracy,min_node_accuracy,consensus_distance,"
-      "train_loss,bytes_sent_per_node,virtual_time_s,wall_time_s,partitioned\n";
+      "train_loss,bytes_sent_per_node,virtual_time_s,wall_time_s,partitioned,suspicions,deaths,refutations,"
+      "membership_errors,membership_bytes_per_node\n";
   for (const GossipRound& g : r.rounds) {
     char line[512];
-    std::snprintf(line, sizeof line, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6g,%.6f,%.0f,%.3f,%.3f,%d\n",
-                  static_cast<long long>(g.round), static_cast<long long>(g.live_nodes), g.test_accuracy, g.test_loss,
-                  g.mean_node_accuracy, g.min_node_accuracy, g.consensus_distance, g.mean_train_loss,
-                  g.bytes_sent_per_node, g.virtual_time_s, g.wall_time_s, g.partitioned ? 1 : 0);
+    std::snprintf(
+        line, sizeof line, "%lld,%lld,%.6f,%.6f,%.6f,%.6f,%.6g,%.6f,%.0f,%.3f,%.3f,%d,%lld,%lld,%lld,%lld,%.0f\n",
+        static_cast<long long>(g.round), static_cast<long long>(g.live_nodes), g.test_accuracy, g.test_loss,
+        g.mean_node_accuracy, g.min_node_accuracy, g.consensus_distance, g.mean_train_loss, g.bytes_sent_per_node,
+        g.virtual_time_s, g.wall_time_s, g.partitioned ? 1 : 0, static_cast<long long>(g.suspicions),
+        static_cast<long long>(g.deaths), static_cast<long long>(g.refutations),
+        static_cast<long long>(g.membership_errors), g.membership_bytes_per_node);
     csv += line;
   }
   return WriteFileAtomically(path, {csv});
@@ -78,6 +82,10 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
   j["final_model_sha256"] = r.final_model_sha256;
   j["messages_lost"] = r.messages_lost;
   j["trainings"] = r.trainings;
+  j["liveness"] = r.swim ? "swim" : "oracle";
+  j["suspicions"] = r.suspicions;
+  j["deaths"] = r.deaths;
+  j["refutations"] = r.refutations;
   j["rounds_to_recover"] = r.rounds_to_recover < 0 ? nlohmann::json() : nlohmann::json(r.rounds_to_recover);
   j["peak_rss_bytes"] = PeakRssBytes();
   j["cpu_time_s"] = CpuTimeSeconds();
@@ -93,7 +101,11 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
                       {"consensus_distance", g.consensus_distance},
                       {"bytes_sent_per_node", g.bytes_sent_per_node},
                       {"virtual_time_s", g.virtual_time_s},
-                      {"wall_time_s", g.wall_time_s}});
+                      {"wall_time_s", g.wall_time_s},
+                      {"suspicions", g.suspicions},
+                      {"deaths", g.deaths},
+                      {"refutations", g.refutations},
+                      {"membership_errors", g.membership_errors}});
   }
   j["rounds"] = rounds;
   return WriteFileAtomically(path, {j.dump(2), "\n"});
@@ -121,6 +133,13 @@ void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
                   "and those that left before rejoin");
   cmd->add_option("--partition-at", g->partition_at, "gossip mode: split the network in two halves after this round");
   cmd->add_option("--heal-at", g->heal_at, "gossip mode: heal the partition after this round");
+  cmd->add_option("--liveness", g->liveness,
+                  "gossip mode: how nodes learn who is alive: swim (each node runs the SWIM membership of plexus peer "
+                  "over the simulated network; churned nodes crash silently), oracle (the simulator tells them at "
+                  "once; churned nodes leave gracefully), or auto (swim up to " +
+                      std::to_string(GossipSimOptions::kMaxAutoSwimNodes) + " nodes)")
+      ->check(CLI::IsMember({"auto", "swim", "oracle"}))
+      ->capture_default_str();
   cmd->add_option("--eval-nodes", g->eval_nodes, "gossip mode: honest nodes whose own model is evaluated each round")
       ->capture_default_str();
   cmd->add_option("--node-test-subset", g->node_test_subset,
@@ -139,15 +158,17 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   o.partition_at = g.partition_at;
   o.heal_at = g.heal_at;
   o.eval_nodes = g.eval_nodes;
+  o.liveness = g.liveness;
   Check(o.Validate(), "invalid settings");
   if (!run.plot.empty()) CheckPlotterPresent();
   if (!training_rank) {
     std::printf(
-        "plexus sim: gossip mode, %s, merge %s, topology %s, %lld nodes, %lld rounds, model %s, %s, seed %llu%s\n",
+        "plexus sim: gossip mode, %s, merge %s, topology %s, %lld nodes, %lld rounds, model %s, %s, seed %llu, "
+        "liveness %s%s\n",
         o.gossip.c_str(), o.merge.c_str(), o.topology.empty() ? "(the algorithm's own)" : o.topology.c_str(),
         static_cast<long long>(o.nodes), static_cast<long long>(o.rounds), o.model.c_str(),
         o.train ? ("partition " + o.partition.ToString()).c_str() : "no training",
-        static_cast<unsigned long long>(o.seed),
+        static_cast<unsigned long long>(o.seed), o.swim() ? "swim" : "oracle",
         o.attack == "none"
             ? ""
             : (", " + std::to_string(static_cast<int>(o.attackers * 100 + 0.5)) + "% attackers (" + o.attack + ")")
@@ -205,10 +226,15 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
         std::printf(
             "round %3lld/%lld  live %lld  test_accuracy %.4f  node_accuracy mean %.4f min "
             "%.4f  consensus %.4g  train_loss %.4f  sent %.2f MB/node  virtual %.1f s  "
-            "real %.1f s  eta %.0f s%s\n",
+            "real %.1f s  eta %.0f s%s%s\n",
             static_cast<long long>(r.round), static_cast<long long>(o.rounds), static_cast<long long>(r.live_nodes),
             r.test_accuracy, r.mean_node_accuracy, r.min_node_accuracy, r.consensus_distance, r.mean_train_loss,
-            r.bytes_sent_per_node / 1e6, r.virtual_time_s, r.wall_time_s, eta, r.partitioned ? "  (partitioned)" : "");
+            r.bytes_sent_per_node / 1e6, r.virtual_time_s, r.wall_time_s, eta, r.partitioned ? "  (partitioned)" : "",
+            o.swim()
+                ? ("  swim: " + std::to_string(r.suspicions) + " suspected, " + std::to_string(r.deaths) + " buried, " +
+                   std::to_string(r.refutations) + " refuted, " + std::to_string(r.membership_errors) + " wrong views")
+                      .c_str()
+                : "");
         std::fflush(stdout);
       }));
   std::printf(
@@ -219,6 +245,11 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
       static_cast<long long>(result.rounds_completed), result.bytes_sent_per_node / 1e6,
       static_cast<long long>(result.messages_lost), result.virtual_time_s, result.wall_time_s,
       static_cast<double>(PeakRssBytes()) / (1 << 20), result.final_model_sha256.c_str());
+  if (result.swim) {
+    std::printf("swim: %lld suspicions, %lld suspects buried, %lld refutations over the run\n",
+                static_cast<long long>(result.suspicions), static_cast<long long>(result.deaths),
+                static_cast<long long>(result.refutations));
+  }
   if (result.rounds_to_recover >= 0) {
     std::printf(
         "after the partition healed, consensus distance was back under its pre-partition level in %lld rounds\n",

@@ -24,6 +24,7 @@ struct GossipFlags {
   int64_t partition_at = -1, heal_at = -1;
   int64_t eval_nodes = 16;
   size_t node_test_subset = 1000;
+  std::string liveness = "auto";
 };
 
 void AddGossipFlags(CLI::App* cmd, GossipFlags* flags);

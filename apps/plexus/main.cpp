@@ -23,11 +23,11 @@ void InstallStopHandlers() {
   struct sigaction sa {};
   sa.sa_handler = [](int) { StopRequested().store(true); };
   sigemptyset(&sa.sa_mask);
+  // The first signal asks for a clean stop; a second one ends the process at once (a stop that
+  // hangs must not need kill -9).
+  sa.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  // A write to a link the other end has closed must be an error on that link, not the end of
-  // the process (libuv and raw sockets raise SIGPIPE otherwise).
-  signal(SIGPIPE, SIG_IGN);
 }
 
 namespace {
@@ -96,7 +96,10 @@ int main(int argc, char** argv) {
   // Logs go to stderr so that stdout carries only results (progress lines, JSON).
   spdlog::set_default_logger(spdlog::stderr_color_mt("plexus"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
-  InstallStopHandlers();
+  // A write to a link the other end has closed must be an error on that link, not the end of
+  // the process (libuv and raw sockets raise SIGPIPE otherwise). SIGINT and SIGTERM keep their
+  // default (the end of the process) except in the commands that watch StopRequested.
+  signal(SIGPIPE, SIG_IGN);
   // gRPC's own log lines (a failed bind, a refused connection) repeat what Plexus reports in one
   // line with what to do: they go to the debug level.
   gpr_set_log_function([](gpr_log_func_args* a) { spdlog::debug("grpc: {}", a->message); });

@@ -90,6 +90,19 @@ TEST(CliTest, ClientStopsPromptlyOnSigtermWhileRetryingAndWhileWaiting) {
   RemoveDatabase(db);
 }
 
+// A Ctrl-C ends a simulation at once: `plexus sim` once caught the signal for a clean stop it never
+// looked at, and ran on (and `timeout` could not end it either). The second Wait's bound is only
+// a guard against a hang.
+TEST(CliTest, ASimulationEndsOnSigint) {
+  ::plexus::testing::ChildProcess sim(PLEXUS_BINARY,
+                                      {"sim", "--mode", "gossip", "--clients", "16", "--rounds", "100000", "--train",
+                                       "none", "--gossip", "dpsgd", "--topology", "ring"},
+                                      Temp("sim_sigint.log"));
+  ASSERT_TRUE(WaitForLog(sim, "round   1/100000")) << sim.Log();
+  sim.Signal(SIGINT);
+  EXPECT_EQ(sim.Wait(30000), 128 + SIGINT) << sim.Log();
+}
+
 // A second server on the same database is refused at start; the first keeps its round.
 TEST(CliTest, ASecondServerOnTheSameDatabaseIsRefused) {
   const std::string db = Temp("twice.db");

@@ -51,6 +51,24 @@ TEST(EventNetworkTest, MessagesOnOneLinkQueueBehindEachOther) {
   EXPECT_DOUBLE_EQ(at[2], 2005);
 }
 
+TEST(EventNetworkTest, AControlMessageGoesAheadOfTheBulkQueuedOnItsLinks) {
+  EventNetwork net;
+  const auto a = net.AddNode({.latency_ms = 5, .up_mbps = 8});
+  const auto b = net.AddNode({.latency_ms = 5, .down_mbps = 8});
+  std::vector<double> at;
+  net.Send(a, b, 1'000'000, [&] { at.push_back(net.now_ms()); });     // 1000 ms up, 10 latency, 1000 down
+  net.SendControl(a, b, 1'000, [&] { at.push_back(net.now_ms()); });  // 1 ms up, 10 latency, 1 ms down
+  net.Send(a, b, 1'000, [&] { at.push_back(net.now_ms()); });         // bulk: behind the first
+  net.Run();
+  ASSERT_EQ(at.size(), 3u);
+  EXPECT_DOUBLE_EQ(at[0], 12);    // the control message
+  EXPECT_DOUBLE_EQ(at[1], 2010);  // the first bulk message
+  EXPECT_DOUBLE_EQ(at[2], 2011);  // the second: reserved behind the first on both links
+  net.Partition({0, 1});
+  EXPECT_FALSE(net.SendControl(a, b, 10, [] {}));
+  EXPECT_EQ(net.messages_lost(), 1);
+}
+
 TEST(EventNetworkTest, APartitionLosesMessagesBetweenGroupsUntilHealed) {
   EventNetwork net;
   for (int i = 0; i < 4; ++i) net.AddNode({.latency_ms = 1});

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "compute/model_zoo.h"
@@ -147,6 +148,42 @@ TEST_F(GossipSimTest, APartitionLosesMessagesAndConsensusRecoversAfterTheHeal) {
   EXPECT_GE(r->rounds_to_recover, 1);
 }
 
+// SWIM on the simulated network: a churned node crashes without a word, so for a while the live
+// nodes hold it live (wrong views), until probes find it silent, suspect it and bury it; a
+// partition makes each half bury the other, and after the heal reconnect pings bring them back
+// (refutations), so every view is right again by the end. The oracle counts none of it.
+TEST_F(GossipSimTest, SwimFindsCrashedNodesAndRejoinsTheHalvesOfAHealedPartition) {
+  GossipSimOptions o = Small("dpsgd", "ring", 12, 24);
+  o.train = false;
+  o.liveness = "swim";
+  o.churn_fraction = 0.25;
+  o.churn_every = 4;
+  Result<GossipResult> churned = Run(o);
+  ASSERT_OK(churned.status());
+  EXPECT_TRUE(churned->swim);
+  EXPECT_GT(churned->suspicions, 0);
+  EXPECT_GT(churned->deaths, 0);
+  int64_t most_wrong = 0;
+  for (const GossipRound& g : churned->rounds) most_wrong = std::max(most_wrong, g.membership_errors);
+  EXPECT_GT(most_wrong, 0) << "a crash is not known at once";
+
+  o.churn_fraction = 0;
+  o.partition_at = 3;
+  o.heal_at = 12;
+  Result<GossipResult> split = Run(o);
+  ASSERT_OK(split.status());
+  EXPECT_GT(split->rounds[11].membership_errors, 0) << "the halves hold each other dead";
+  EXPECT_GT(split->refutations, 0) << "a reconnect ping carried the word of a death to a live node";
+  EXPECT_EQ(split->rounds.back().membership_errors, 0) << "after the heal every view is right again";
+
+  o.liveness = "oracle";
+  Result<GossipResult> oracle = Run(o);
+  ASSERT_OK(oracle.status());
+  EXPECT_FALSE(oracle->swim);
+  EXPECT_EQ(oracle->suspicions + oracle->deaths + oracle->refutations, 0);
+  EXPECT_EQ(oracle->rounds.back().membership_errors, 0);
+}
+
 TEST_F(GossipSimTest, ATrimmedMeanHoldsOffSignFlippingNeighboursThatAPlainMeanLetsIn) {
   GossipSimOptions o = Small("dpsgd", "regular:d=4", 20, 4);
   Result<GossipResult> clean = Run(o);
@@ -252,6 +289,13 @@ TEST_F(GossipSimTest, BadSettingsNameTheFlag) {
   EXPECT_NE(error(o).find("--heal-at"), std::string::npos);
   o.partition_at = -1;
   o.heal_at = -1;
+  o.liveness = "gossip";
+  EXPECT_NE(error(o).find("--liveness"), std::string::npos);
+  o.liveness = "swim";
+  o.nodes = GossipSimOptions::kMaxSwimNodes + 1;
+  EXPECT_NE(error(o).find("--liveness oracle"), std::string::npos);
+  o.nodes = 7;
+  o.liveness = "auto";
   o.churn_fraction = 0.2;
   EXPECT_NE(error(o).find("--churn"), std::string::npos);
 }
