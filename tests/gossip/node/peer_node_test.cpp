@@ -1,0 +1,187 @@
+// PeerNode in one process: three real peers on 127.0.0.1, each on its own thread with its own
+// libuv loop, gossiping a small model with D-PSGD. The assertions read what the nodes report
+// (PeerNodeStats: rounds, peers met, refusals, the membership each ends with) and their models,
+// never their logs.
+#include "gossip/node/peer_node.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gossip/protocol/registry.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/vector_model.h"
+
+namespace plexus::gossip {
+namespace {
+
+// Adds 1 to every weight per round: after R rounds of averaging equal models, every weight is R.
+class AddOneTrainer final : public PeerTrainer {
+ public:
+  Result<ModelState> Train(const ModelState& start, uint64_t) override {
+    ModelState out = start;
+    for (float& x : out.data()) x += 1.0f;
+    return out;
+  }
+  Result<double> Evaluate(const ModelState&) override { return 0.5; }
+};
+
+// Node 2's trainer in the early-stop test: from round 1 on it asks its node to stop and holds the
+// round's training until the test opens the gate (once both other nodes report it gone), so the
+// node stops in the middle of a round, whatever the machine's speed.
+class GatedTrainer final : public PeerTrainer {
+ public:
+  explicit GatedTrainer(std::atomic<bool>* stop) : stop_(stop), gate_(opened_.get_future().share()) {}
+  Result<ModelState> Train(const ModelState& start, uint64_t round) override {
+    if (round >= 1) {
+      stop_->store(true);
+      // A guard against a hang, not a synchronization: the gate opens as soon as the others
+      // report the node gone.
+      if (gate_.wait_for(std::chrono::seconds(60)) != std::future_status::ready) return DeadlineExceededError("gate");
+    }
+    ModelState out = start;
+    for (float& x : out.data()) x += 1.0f;
+    return out;
+  }
+  Result<double> Evaluate(const ModelState&) override { return 0.5; }
+  void Open() {
+    if (!open_.exchange(true)) opened_.set_value();
+  }
+
+ private:
+  std::atomic<bool>* stop_;
+  std::atomic<bool> open_{false};
+  std::promise<void> opened_;
+  std::shared_future<void> gate_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+constexpr size_t kNodes = 3;
+constexpr uint64_t kRounds = 4;
+
+class PeerNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<ProtocolFactory>> f = MakeGossip("dpsgd", "mean");
+    ASSERT_OK(f.status());
+    factory_ = std::move(f).value();
+    for (size_t i = 0; i < kNodes; ++i) address_[i] = "127.0.0.1:" + std::to_string(FreePort());
+  }
+
+  PeerNodeOptions Options(NodeId self) const {
+    PeerNodeOptions o;
+    o.self = self;
+    o.nodes = kNodes;
+    o.listen = address_[self];
+    if (self != 0) o.seeds = {address_[0]};
+    o.rounds = kRounds;
+    o.topology = "complete";
+    o.run = "peer-node-test";
+    o.linger_ms = 300;
+    o.eval_every = 0;
+    o.inbound_budget = 4 << 20;
+    return o;
+  }
+
+  // Runs every node on its own thread until it returns; `stop[i]` may stop node i early.
+  std::vector<Result<PeerNodeStats>> RunAll(std::array<std::atomic<bool>, kNodes>* stop,
+                                            const std::function<void(NodeId, const PeerNodeStats&)>& progress,
+                                            PeerTrainer* last_trainer = nullptr) {
+    std::vector<Result<PeerNodeStats>> results(kNodes, InternalError("not run"));
+    std::vector<std::unique_ptr<PeerNode>> nodes;
+    for (NodeId i = 0; i < kNodes; ++i) {
+      PeerTrainer* trainer = i == kNodes - 1 && last_trainer != nullptr ? last_trainer : &trainer_;
+      nodes.push_back(std::make_unique<PeerNode>(
+          Options(i), factory_.get(), ::plexus::testing::VectorModel({0, 0, 0, 0, 0, 0, 0, 0}), trainer, nullptr));
+    }
+    std::vector<std::thread> threads;
+    for (NodeId i = 0; i < kNodes; ++i) {
+      threads.emplace_back(
+          [&, i] { results[i] = nodes[i]->Run(&(*stop)[i], [&, i](const PeerNodeStats& s) { progress(i, s); }); });
+    }
+    for (std::thread& t : threads) t.join();
+    for (NodeId i = 0; i < kNodes; ++i) models_[i] = nodes[i]->model();
+    return results;
+  }
+
+  static MemberState StateOf(const PeerNodeStats& s, NodeId node) {
+    for (const MemberUpdate& u : s.members) {
+      if (u.node == node) return u.state;
+    }
+    return MemberState::kDead;  // never heard of
+  }
+
+  std::unique_ptr<ProtocolFactory> factory_;
+  AddOneTrainer trainer_;
+  std::array<std::string, kNodes> address_;
+  std::array<std::shared_ptr<const ModelState>, kNodes> models_;
+};
+
+TEST_F(PeerNodeTest, ThreePeersFinishEveryRoundTogetherAndEndWithTheSameModel) {
+  std::array<std::atomic<bool>, kNodes> stop{};
+  std::vector<Result<PeerNodeStats>> results = RunAll(&stop, [](NodeId, const PeerNodeStats&) {});
+  for (NodeId i = 0; i < kNodes; ++i) {
+    ASSERT_OK(results[i].status()) << "node " << i;
+    const PeerNodeStats& s = *results[i];
+    EXPECT_EQ(s.rounds_completed, kRounds) << "node " << i;
+    EXPECT_EQ(s.peers_seen.size(), kNodes - 1) << "node " << i;
+    EXPECT_EQ(s.frames_refused, 0u) << "node " << i;
+    EXPECT_GE(s.models_received, (kNodes - 1) * (kRounds - 1)) << "node " << i;
+    EXPECT_GT(s.bytes_sent, 0u);
+    for (NodeId j = 0; j < kNodes; ++j) {
+      if (j == i) continue;
+      const MemberState state = StateOf(s, j);
+      EXPECT_TRUE(state == MemberState::kAlive || state == MemberState::kLeft)
+          << "node " << i << " holds node " << j << " " << MemberStateName(state);
+    }
+    ASSERT_NE(models_[i], nullptr);
+    for (float x : models_[i]->data()) EXPECT_FLOAT_EQ(x, static_cast<float>(kRounds)) << "node " << i;
+  }
+}
+
+// Node 2 is stopped in its second round: it says goodbye, the others mark it as having left (not
+// dead: no suspicion timeout is waited for) and finish every round without it.
+TEST_F(PeerNodeTest, APeerStoppedEarlyIsSeenLeavingAndTheOthersFinishWithoutIt) {
+  std::array<std::atomic<bool>, kNodes> stop{};
+  GatedTrainer gated(&stop[2]);
+  std::array<std::atomic<bool>, kNodes> saw_leave{};
+  std::vector<Result<PeerNodeStats>> results = RunAll(
+      &stop,
+      [&](NodeId i, const PeerNodeStats& s) {
+        if (i < 2 && StateOf(s, 2) == MemberState::kLeft) saw_leave[i] = true;
+        if (saw_leave[0] && saw_leave[1]) gated.Open();
+      },
+      &gated);
+  for (NodeId i = 0; i < kNodes; ++i) ASSERT_OK(results[i].status()) << "node " << i;
+  EXPECT_LT(results[2]->rounds_completed, kRounds);
+  for (NodeId i = 0; i < 2; ++i) {
+    EXPECT_EQ(results[i]->rounds_completed, kRounds) << "node " << i;
+    EXPECT_EQ(StateOf(*results[i], 2), MemberState::kLeft) << "node " << i;
+    EXPECT_EQ(results[i]->frames_refused, 0u) << "node " << i;
+  }
+}
+
+}  // namespace
+}  // namespace plexus::gossip
