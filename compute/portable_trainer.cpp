@@ -204,9 +204,8 @@ class PortableTrainer final : public Trainer {
       if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
       const int64_t in_epoch = step % steps_per_epoch;
       if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
-      const auto b = static_cast<size_t>(in_epoch * o.batch_size);
-      const size_t e = std::min(static_cast<size_t>(n), b + static_cast<size_t>(o.batch_size));
-      LoadBatch(data, order, b, e);
+      const auto [b, e] = BatchRange(o, n, in_epoch);
+      LoadBatch(data, order, static_cast<size_t>(b), static_cast<size_t>(e));
       std::fill(grad.data().begin(), grad.data().end(), 0.0f);
       double loss = Pass(w, &grad);
       if (mu > 0) {

@@ -91,7 +91,9 @@ class ScriptTrainer final : public Trainer {
   ScriptTrainer(ScriptModelInfo info, torch::jit::Module module, ScriptTrainerOptions options)
       : info_(std::move(info)), module_(std::move(module)), options_(options), tensors_(Federated(module_)) {}
 
-  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& options) override {
+    TrainOptions o = options;
+    o.join_single_last_batch = true;
     PLEXUS_RETURN_IF_ERROR(Check(start, data));
     PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
     PLEXUS_RETURN_IF_ERROR(Load(start));
@@ -167,6 +169,12 @@ class ScriptTrainer final : public Trainer {
     try {
       logits = module_.forward({x}).toTensor();
     } catch (const std::exception& e) {
+      if (x.size(0) == 1 && module_.is_training()) {
+        return InvalidArgumentError("model '" + info_.path +
+                                    "' cannot train on a batch of one example (BatchNorm needs two): give each "
+                                    "client at least two examples: " +
+                                    torch_training::FirstLine(e));
+      }
       return InvalidArgumentError("model '" + info_.path + "' cannot take examples of shape " +
                                   ShapeText(d.example_shape) + " (batch " + ShapeText(x.sizes().vec()) +
                                   "; set the shape with --input-shape): " + torch_training::FirstLine(e));

@@ -154,8 +154,7 @@ Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& f
       if (o.before_step) PLEXUS_RETURN_IF_ERROR(o.before_step(step));
       const int64_t in_epoch = step % steps_per_epoch;
       if (in_epoch == 0) rng.Shuffle(std::span<uint32_t>(order));
-      const int64_t b = in_epoch * o.batch_size;
-      const int64_t e = std::min(n, b + o.batch_size);
+      const auto [b, e] = BatchRange(o, n, in_epoch);
       auto [x, y] = Batch(*data.data, order, b, e, data.label_map);
       opt.zero_grad();
       PLEXUS_ASSIGN_OR_RETURN(torch::Tensor logits, forward(x));

@@ -3,9 +3,11 @@
 // Thread-compatible: one Trainer per thread.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "compute/dataset.h"
 #include "core/evaluation.h"
@@ -23,6 +25,10 @@ struct TrainOptions {
   double momentum = 0.9;
   double prox_mu = 0.0;  // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
   uint64_t seed = 0;     // batch order
+  // A last batch of a single example joins the batch before it (StepsPerEpoch). The TorchScript
+  // trainer sets it: a user's model may hold BatchNorm, which cannot train on one example. The
+  // built-in models have none and keep their batches (and every published figure).
+  bool join_single_last_batch = false;
   // Called before every step (when set): a non-OK status ends training with it. The client's
   // device policy waits in here, so a task pauses at a step boundary and resumes.
   std::function<Status(int64_t step)> before_step;
@@ -45,9 +51,19 @@ inline Status CheckTrainOptions(const TrainOptions& o) {
 }
 
 // SGD steps per epoch over `examples`, and the steps a Train call runs (local_steps when positive,
-// else local_epochs full epochs). Every trainer walks the same batches in the same order.
+// else local_epochs full epochs). Every trainer walks the same batches in the same order: batches
+// of batch_size, the last one shorter, except that with join_single_last_batch a last batch of a
+// single example joins the batch before it. BatchNorm cannot train on one example (PyTorch users
+// drop or merge it): a partition one larger than a multiple of --batch-size used to fail there.
 inline int64_t StepsPerEpoch(const TrainOptions& o, int64_t examples) {
-  return (examples + o.batch_size - 1) / o.batch_size;
+  const int64_t steps = (examples + o.batch_size - 1) / o.batch_size;
+  return o.join_single_last_batch && steps > 1 && examples % o.batch_size == 1 ? steps - 1 : steps;
+}
+// Step `in_epoch`'s batch: examples [first, second) of the epoch's order.
+inline std::pair<int64_t, int64_t> BatchRange(const TrainOptions& o, int64_t examples, int64_t in_epoch) {
+  const int64_t begin = in_epoch * o.batch_size;
+  const bool last = in_epoch + 1 == StepsPerEpoch(o, examples);
+  return {begin, last ? examples : std::min(examples, begin + o.batch_size)};
 }
 inline int64_t TotalSteps(const TrainOptions& o, int64_t examples) {
   return o.local_steps > 0 ? o.local_steps : o.local_epochs * StepsPerEpoch(o, examples);

@@ -103,6 +103,35 @@ TEST(ScriptTrainerTest, LearnsAndUpdatesBatchNormStatistics) {
   EXPECT_EQ(again->weights, out->weights);
 }
 
+// The docs' BatchNorm example with a partition one larger than a multiple of the batch size: the
+// last example joins the batch before it instead of failing as a batch of one (it did, blaming
+// --input-shape). A client with a single example gets an error that says so.
+TEST(ScriptTrainerTest, ALastBatchOfOneJoinsTheBatchBeforeIt) {
+  Result<ScriptModelInfo> info = ReadScriptModel(kSmall);
+  ASSERT_TRUE(info.ok());
+  Result<std::unique_ptr<Trainer>> trainer = MakeScriptTrainer(kSmall, {});
+  ASSERT_TRUE(trainer.ok());
+  TrainOptions o;
+  o.local_epochs = 2;
+  o.batch_size = 32;
+  EXPECT_EQ(StepsPerEpoch(o, 65), 3);  // the built-in models keep their batches
+  o.join_single_last_batch = true;
+  EXPECT_EQ(StepsPerEpoch(o, 65), 2);
+  EXPECT_EQ(BatchRange(o, 65, 1), (std::pair<int64_t, int64_t>{32, 65}));
+  EXPECT_EQ(StepsPerEpoch(o, 66), 3);
+  EXPECT_EQ(BatchRange(o, 66, 2), (std::pair<int64_t, int64_t>{64, 66}));
+  EXPECT_EQ(StepsPerEpoch(o, 1), 1);
+  o.join_single_last_batch = false;  // the TorchScript trainer sets it itself
+  const Dataset train = Learnable(65, 3);
+  Result<TrainOutcome> out = (*trainer)->Train(info->initial, DatasetView::All(train), o);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->steps, 4);
+  EXPECT_EQ(out->num_examples, 65);
+  const Dataset one = Learnable(1, 4);
+  EXPECT_THAT((*trainer)->Train(info->initial, DatasetView::All(one), o).status(),
+              StatusIs(StatusCode::kInvalidArgument, "a batch of one example"));
+}
+
 TEST(ScriptTrainerTest, LocalBuffersStayWithTheClient) {
   Result<ScriptModelInfo> info = ReadScriptModel(kSmall);
   ASSERT_TRUE(info.ok());
