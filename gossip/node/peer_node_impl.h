@@ -76,6 +76,7 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   uint64_t refused = 0;  // what the node itself refused (rumours, models that failed their checks)
   std::shared_ptr<const ModelState> final_model;
   Status fatal = Status::Ok();
+  std::string duplicate;           // another peer's hello claimed this peer's id: who, for the give-up error
   std::unique_ptr<LoopWork> work;  // training, decoding, saves and pulls off the loop
   std::unique_ptr<PeerLinks> links;
   std::unique_ptr<ModelSender> sender;

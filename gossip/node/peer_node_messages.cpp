@@ -111,8 +111,24 @@ bool PeerNode::Impl::AcceptHello(Link* c, const v1::GossipHello& h) {
                          "-node federation (this one has " + std::to_string(o.nodes) + ")");
     return false;
   }
+  const std::string id = std::to_string(h.node());
   if (h.node() == o.self) {
-    links->Close(c, "a link to itself");
+    // Its own hello come back (a seed that is its own address) is closed quietly; another process
+    // claiming this peer's id is refused with its address, on both sides.
+    if (h.address() == address) {
+      links->Close(c, "a link to itself");
+      return false;
+    }
+    duplicate = "the peer at " + h.address() + " claims --partition-index " + id + ", this peer's own";
+    links->Refuse(c, duplicate + ": two peers were started with the same --partition-index");
+    return false;
+  }
+  // A second live peer with the id of one this node is linked to, from another address. (A
+  // restarted peer's old link has closed by the time its new one says hello.)
+  if (Link* known = links->Find(h.node()); known != nullptr && known != c && known->hello_in && !known->closing &&
+                                           membership->address_of(h.node()) != h.address()) {
+    links->Refuse(c, "the peer at " + h.address() + " claims --partition-index " + id + ", which the peer at " +
+                         membership->address_of(h.node()) + " has: two peers were started with the same index");
     return false;
   }
   if (h.run() != o.run) {
@@ -278,9 +294,11 @@ void PeerNode::Impl::Tick() {
   const double now = Now();
   if (phase == Phase::kJoining && now >= next_dial_ms) {
     if (now - start_ms >= o.give_up_ms) {
-      fatal = UnavailableError("no peer answered in " + std::to_string(static_cast<int64_t>(o.give_up_ms / 1000)) +
-                               " s: are the --peers running and reachable, with the same --num-partitions, "
-                               "algorithm and model?");
+      fatal = UnavailableError(
+          !duplicate.empty()
+              ? duplicate + ": start each peer with its own --partition-index"
+              : "no peer answered in " + std::to_string(static_cast<int64_t>(o.give_up_ms / 1000)) +
+                    " s: are the --peers running and reachable, with the same --num-partitions, algorithm and model?");
       return Finish(0, /*stopping=*/false);
     }
     next_dial_ms = now + 1000;

@@ -183,5 +183,32 @@ TEST_F(PeerNodeTest, APeerStoppedEarlyIsSeenLeavingAndTheOthersFinishWithoutIt) 
   }
 }
 
+// Two peers started with the same --partition-index refuse each other's hello, and each gives up
+// saying which address holds its index (it used to close the link as "a link to itself" and wait
+// out --give-up-s with a generic question).
+TEST_F(PeerNodeTest, TwoPeersWithTheSameIndexAreToldWhoElseHoldsIt) {
+  std::array<PeerNodeOptions, 2> options{Options(1), Options(1)};
+  options[1].listen = address_[2];
+  options[1].seeds = {address_[1]};
+  options[0].seeds = {};
+  for (PeerNodeOptions& o : options) o.give_up_ms = 1500;
+  std::array<std::atomic<bool>, 2> stop{};
+  std::vector<Result<PeerNodeStats>> results(2, InternalError("not run"));
+  std::vector<std::unique_ptr<PeerNode>> nodes;
+  for (const PeerNodeOptions& o : options) {
+    nodes.push_back(
+        std::make_unique<PeerNode>(o, factory_.get(), ::plexus::testing::VectorModel({0, 0}), &trainer_, nullptr));
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i) threads.emplace_back([&, i] { results[i] = nodes[i]->Run(&stop[i]); });
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(results[0].status(), ::plexus::testing::StatusIs(
+                                       StatusCode::kUnavailable,
+                                       "the peer at " + address_[2] + " claims --partition-index 1, this peer's own"));
+  EXPECT_THAT(results[1].status(), ::plexus::testing::StatusIs(
+                                       StatusCode::kUnavailable,
+                                       "the peer at " + address_[1] + " claims --partition-index 1, this peer's own"));
+}
+
 }  // namespace
 }  // namespace plexus::gossip
