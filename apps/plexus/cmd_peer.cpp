@@ -21,6 +21,7 @@
 #include "core/atomic_file.h"
 #include "core/host_port.h"
 #include "gossip/node/peer_node.h"
+#include "gossip/protocol/neighbour_merge.h"
 #include "gossip/protocol/registry.h"
 #include "gossip/protocol/topology.h"
 
@@ -319,7 +320,8 @@ void AddPeerCommand(CLI::App& app) {
                       " each with its settings, e.g. el:s=2,wait_ms=W or crdt:interval_ms=I (docs/gossip.md)")
       ->capture_default_str();
   cmd->add_option("--merge", f->merge,
-                  "Neighbour merge: mean, clipped[:tau=T], balance[:gamma=G] or a strategy (crdt: a strategy)")
+                  "Neighbour merge, " + OneOf(gossip::MergeRuleNames()) +
+                      " with settings such as clipped:tau=T, balance:gamma=G (crdt: a strategy)")
       ->capture_default_str();
   cmd->add_option("--topology", f->topology,
                   "The graph, " + OneOf(gossip::Topology::Names()) + " regular takes d=D (default: the algorithm's)");

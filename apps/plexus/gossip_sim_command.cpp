@@ -15,6 +15,7 @@
 #include "compute/model_zoo.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "gossip/protocol/neighbour_merge.h"
 #include "gossip/protocol/registry.h"
 #include "gossip/protocol/topology.h"
 #include "simulations/client_data.h"
@@ -119,8 +120,8 @@ void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
                       " each with its settings, e.g. el:s=3 (docs/gossip.md)")
       ->capture_default_str();
   cmd->add_option("--merge", g->merge,
-                  "gossip mode: how a node merges its neighbours' models: mean, clipped[:tau=T], "
-                  "balance[:gamma=G,kappa=K], or a strategy such as trimmed_mean:beta=0.2 or median")
+                  "gossip mode: how a node merges its neighbours' models, " + OneOf(gossip::MergeRuleNames()) +
+                      " with settings such as clipped:tau=T, balance:gamma=G,kappa=K, trimmed_mean:beta=0.2")
       ->capture_default_str();
   cmd->add_option("--topology", g->topology,
                   "gossip mode: the graph, " + OneOf(gossip::Topology::Names()) +

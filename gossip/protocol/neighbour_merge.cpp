@@ -146,6 +146,12 @@ Status MergeError(const std::string& what) { return InvalidArgumentError("--merg
 
 }  // namespace
 
+std::vector<std::string> MergeRuleNames() {
+  std::vector<std::string> names{"mean", "clipped", "balance"};  // gossip's own, in MakeNeighbourMerge
+  for (const std::string& s : StrategyNames()) names.push_back(s);
+  return names;
+}
+
 Result<std::unique_ptr<NeighbourMerge>> MakeNeighbourMerge(std::string_view text) {
   auto parsed = StrategySpec::Parse(text);
   if (!parsed.ok()) return MergeError(parsed.status().message());
@@ -171,11 +177,15 @@ Result<std::unique_ptr<NeighbourMerge>> MakeNeighbourMerge(std::string_view text
     }
     merge = std::make_unique<BalanceMerge>(gamma, kappa, alpha);
   } else {
-    auto agg = MakeAggregator(text, nullptr);
-    if (!agg.ok()) {
-      return MergeError(agg.status().message() +
-                        "; gossip's own rules: mean, clipped[:tau=T], balance[:gamma=G,kappa=K]");
+    const std::vector<std::string> strategies = StrategyNames();
+    if (std::find(strategies.begin(), strategies.end(), spec.name()) == strategies.end()) {
+      std::string known;
+      for (const std::string& n : MergeRuleNames()) known += (known.empty() ? "" : ", ") + n;
+      return MergeError("unknown merge rule '" + spec.name() + "' (known: " + known +
+                        ";) with settings such as clipped:tau=T, balance:gamma=G,kappa=K, trimmed_mean:beta=0.2");
     }
+    auto agg = MakeAggregator(text, nullptr);
+    if (!agg.ok()) return MergeError(agg.status().message());
     return std::unique_ptr<NeighbourMerge>(std::make_unique<AggregatorMerge>(std::move(agg).value()));
   }
   if (Status s = spec.CheckAllUsed(); !s.ok()) return MergeError(s.message());

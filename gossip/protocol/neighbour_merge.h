@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model_state.h"
 #include "core/status.h"
@@ -43,5 +44,8 @@ class NeighbourMerge {
 
 // InvalidArgument naming --merge for an unknown rule or bad parameters.
 Result<std::unique_ptr<NeighbourMerge>> MakeNeighbourMerge(std::string_view spec);
+// Every name --merge takes: gossip's own rules (mean, clipped, balance), then the aggregators
+// strategies; --help lists these and an unknown name's refusal names them.
+std::vector<std::string> MergeRuleNames();
 
 }  // namespace plexus::gossip
