@@ -5,9 +5,6 @@
 #include "gossip/node/peer_node.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -19,6 +16,7 @@
 #include <vector>
 
 #include "gossip/protocol/registry.h"
+#include "tests/integration/process.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
 
@@ -65,19 +63,6 @@ class GatedTrainer final : public PeerTrainer {
   std::shared_future<void> gate_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 constexpr size_t kNodes = 3;
 constexpr uint64_t kRounds = 4;
 
@@ -87,7 +72,7 @@ class PeerNodeTest : public ::testing::Test {
     Result<std::unique_ptr<ProtocolFactory>> f = MakeGossip("dpsgd", "mean");
     ASSERT_OK(f.status());
     factory_ = std::move(f).value();
-    for (size_t i = 0; i < kNodes; ++i) address_[i] = "127.0.0.1:" + std::to_string(FreePort());
+    for (size_t i = 0; i < kNodes; ++i) address_[i] = "127.0.0.1:" + std::to_string(::plexus::testing::FreePort());
   }
 
   PeerNodeOptions Options(NodeId self) const {
