@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
 #include "compression/codec.h"
+#include "core/atomic_file.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 
@@ -132,7 +134,9 @@ ClientStep ClientRuntime::Join() {
       spdlog::warn("cannot keep the client id in {}: {}", options_.state->path(), saved.ToString());
     }
   }
-  spdlog::info("joined as {} (model {}, {} local examples)", r->client_id, r->model_name, data_.size());
+  secure_aggregation_ = r->secure_aggregation;
+  spdlog::info("joined as {} (model {}, {} local examples{})", r->client_id, r->model_name, data_.size(),
+               secure_aggregation_ ? "; secure aggregation: the server sees only each round's group mean" : "");
   if (!std::exchange(joined_once_, true) && TakeKeptUpdate()) return session_.ResumeKeptUpload();
   return next;
 }
@@ -348,8 +352,35 @@ ClientStep ClientRuntime::Report() {
 }
 
 ClientStep ClientRuntime::Train(const Task& task) {
+  if (secure_aggregation_) return TrainSecurely(task);
+  Result<TrainedDelta> trained = TrainDelta(task);
+  if (!trained.ok()) return session_.TaskFailed(task, trained.status());
+  SaveUpdateCopy(task, *trained);
+  const TrainOutcome& out = trained->outcome;
+  const ModelState& delta = trained->delta;
+  UploadHeader h;
+  std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
+
+  h.client_id = session_.client_id();
+  h.task_id = task.task_id;
+  h.base_version = task.model_version;
+  h.num_examples = out.num_examples;
+  h.local_steps = out.steps;
+  h.metrics["train_loss"] = out.mean_loss;
+  if (options_.state) {
+    // Kept until the server answers, so that a restart sends it (or its rest) instead of
+    // training again.
+    if (Status kept = options_.state->SavePendingUpload(h, *payload); !kept.ok()) {
+      spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
+    }
+  }
+  pending_upload_ = PendingUpdate{std::move(h), std::move(payload)};
+  return session_.Trained();
+}
+
+Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) {
   Result<ModelState> model = FetchModel(task);
-  if (!model.ok()) return session_.TaskFailed(task, model.status());
+  if (!model.ok()) return model.status();
   TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
   if (options_.device_blocked) {
     o.before_step = [this, &task](int64_t step) -> Status {
@@ -364,7 +395,7 @@ ClientStep ClientRuntime::Train(const Task& task) {
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
-  if (!out.ok()) return session_.TaskFailed(task, out.status());
+  if (!out.ok()) return out.status();
   if (options_.slowdown > 1.0) {
     const double trained_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
@@ -377,29 +408,24 @@ ClientStep ClientRuntime::Train(const Task& task) {
     if (!local_dp_noise_) local_dp_noise_ = MakeSecureGaussianNoise();
     Status noised = ClipAndAddNoise(delta.data(), options_.local_dp_clip, options_.local_dp_noise, *local_dp_noise_);
     if (!noised.ok()) {  // a non-finite update: training diverged (skip the task); else the generator failed
-      return session_.TaskFailed(task, noised.code() == StatusCode::kInvalidArgument ? AbortedError(noised.message())
-                                                                                     : noised.WithContext("local DP"));
+      return noised.code() == StatusCode::kInvalidArgument ? AbortedError(noised.message())
+                                                           : noised.WithContext("local DP");
     }
     ++local_dp_releases_;
   }
-  UploadHeader h;
-  std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
+  return TrainedDelta{std::move(delta), std::move(out).value()};
+}
 
-  h.client_id = session_.client_id();
-  h.task_id = task.task_id;
-  h.base_version = task.model_version;
-  h.num_examples = out->num_examples;
-  h.local_steps = out->steps;
-  h.metrics["train_loss"] = out->mean_loss;
-  if (options_.state) {
-    // Kept until the server answers, so that a restart sends it (or its rest) instead of
-    // training again.
-    if (Status kept = options_.state->SavePendingUpload(h, *payload); !kept.ok()) {
-      spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
-    }
+void ClientRuntime::SaveUpdateCopy(const Task& task, const TrainedDelta& trained) {
+  if (options_.save_updates_dir.empty()) return;
+  const std::filesystem::path path =
+      std::filesystem::path(options_.save_updates_dir) /
+      (task.task_id + ".n" + std::to_string(trained.outcome.num_examples) + ".safetensors");
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (Status s = WriteFileAtomically(path.string(), {EncodeSafetensors(trained.delta)}); !s.ok()) {
+    spdlog::warn("task {}: no copy of the update kept: {}", task.task_id, s.ToString());
   }
-  pending_upload_ = PendingUpdate{std::move(h), std::move(payload)};
-  return session_.Trained();
 }
 
 std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task, const ModelState& delta,

@@ -59,6 +59,14 @@ struct ClientOptions {
   // kept or sent. 0: off.
   double local_dp_clip = 0;
   double local_dp_noise = 0;
+  // Keeps a copy of every update this client makes, as float32 safetensors of its delta named
+  // TASK.n<EXAMPLES>.safetensors, in this directory: what the client contributed, for its own
+  // audit (with secure aggregation, what only the device ever sees in the clear). Empty: none.
+  std::string save_updates_dir;
+  // Fault injection, for tests of secure aggregation: on reaching this stage of a group ("advertise
+  // keys", "share keys", "masked input", "unmask"), the client stops without sending its message
+  // there, as a device that died at that point would (Run returns Aborted). Empty: never.
+  std::string quit_at_secure_stage;
 };
 
 // Builds the trainer for the model the server announces at join.
@@ -89,8 +97,26 @@ class ClientRuntime {
   // Each carries out one step of the session and returns the session's next one.
   ClientStep Join();
   ClientStep Poll();
-  // Fetches the task's model and trains it; its update becomes pending_upload_.
+  // Fetches the task's model and trains it; its update becomes pending_upload_ (with secure
+  // aggregation: takes part in the task's group instead, TrainSecurely).
   ClientStep Train(const Task& task);
+  struct TrainedDelta {
+    ModelState delta;      // trained minus the task's model (clipped and noised with local DP)
+    TrainOutcome outcome;  // its weights moved into delta
+  };
+  // Fetches the task's model and trains it. Errors as ClientSession::TaskFailed takes them
+  // (Aborted: training diverged).
+  Result<TrainedDelta> TrainDelta(const Task& task);
+  // Writes the delta to options_.save_updates_dir, if set (a failure is logged, not fatal).
+  void SaveUpdateCopy(const Task& task, const TrainedDelta& trained);
+  // The task as a member of its secure aggregation group (client/secure_task.cpp): advertise
+  // keys, share them, train, send the masked update, reveal the shares asked for.
+  ClientStep TrainSecurely(const Task& task);
+  // One call to the task's group, retried with backoff after transient failures.
+  Result<secagg::View> CallGroup(const Task& task, const secagg::Call& call);
+  // Asks the group until it reaches `stage` (its answer), or fails: Aborted when the group
+  // aborted, NotFound when it moved past `stage` or closed without this member.
+  Result<secagg::View> WaitForStage(const Task& task, secagg::Server::Stage stage);
   // Sends pending_upload_ (`resume`: the server may hold its first part); drops it, and its kept
   // copy, once the server has answered.
   ClientStep Upload(bool resume);
@@ -132,6 +158,7 @@ class ClientRuntime {
   const DatasetView data_;
   ClientSession session_;
   bool joined_once_ = false;
+  bool secure_aggregation_ = false;  // the server said so at join
   struct PendingUpdate {
     UploadHeader header;
     std::shared_ptr<const std::string> payload;

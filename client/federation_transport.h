@@ -17,12 +17,16 @@
 #include "core/model_state.h"
 #include "core/status.h"
 #include "core/task.h"
+#include "privacy/secagg_exchange.h"
 
 namespace plexus {
 
 struct JoinReply {
   std::string client_id;
   std::string model_name;
+  // Every training task is a secure aggregation group's (the update goes through
+  // FederationTransport::SecureAggregation, never Upload).
+  bool secure_aggregation = false;
 };
 
 // An update's header; the payload (safetensors bytes of the delta, or the codec's bytes of it)
@@ -91,6 +95,15 @@ class FederationTransport {
     (void)task_id;
     (void)evaluation;
     return FailedPreconditionError("this transport does not carry evaluation reports");
+  }
+  // Secure aggregation: one member's call about its task's group, and the server's answer. The
+  // default refuses: transports to servers that never run it need not implement it.
+  virtual Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                                 const secagg::Call& call) {
+    (void)client_id;
+    (void)task_id;
+    (void)call;
+    return FailedPreconditionError("this transport does not carry secure aggregation");
   }
   // The transport may hold on to `payload` (without copying it) after returning.
   virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const std::string> payload) = 0;

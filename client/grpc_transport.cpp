@@ -13,6 +13,7 @@
 #include "plexus/v1/federation.grpc.pb.h"
 #include "proto/abseil_deadlock_detection.h"
 #include "proto/length_delimited_field.h"
+#include "proto/secagg_wire.h"
 #include "proto/shared_bytes_slice.h"
 
 namespace plexus {
@@ -82,10 +83,25 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_device(device);
     for (const std::string& codec : CodecNames()) req.add_codecs(codec);  // what ClientRuntime can encode
     req.set_local_dp(local_dp_);
+    req.set_secure_aggregation(true);  // ClientRuntime takes part in secure aggregation groups
     v1::JoinReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
     joined_id_ = rep.client_id();
-    return JoinReply{rep.client_id(), rep.model_name()};
+    return JoinReply{rep.client_id(), rep.model_name(), rep.secure_aggregation()};
+  }
+
+  Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                         const secagg::Call& message) override {
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
+    ctx.set_deadline(In(60000));
+    v1::SecAggRequest req;
+    req.set_client_id(client_id);
+    req.set_task_id(task_id);
+    SecAggCallToProto(message, &req);
+    v1::SecAggReply rep;
+    PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->SecureAggregation(&ctx, req, &rep), "secure aggregation"));
+    return SecAggViewFromProto(rep);
   }
 
   Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override {

@@ -46,24 +46,6 @@ bool Contains(const std::vector<uint32_t>& sorted, uint32_t v) {
   return std::binary_search(sorted.begin(), sorted.end(), v);
 }
 
-std::string StageName(Server::Stage s) {
-  switch (s) {
-    case Server::Stage::kAdvertise:
-      return "advertise keys";
-    case Server::Stage::kShareKeys:
-      return "share keys";
-    case Server::Stage::kMaskedInput:
-      return "masked input";
-    case Server::Stage::kUnmask:
-      return "unmask";
-    case Server::Stage::kDone:
-      return "done";
-    case Server::Stage::kAborted:
-      return "aborted";
-  }
-  return "?";
-}
-
 }  // namespace
 
 Status Params::Validate() const {
@@ -220,6 +202,24 @@ Result<RevealedShares> Member::Unmask(const UnmaskRequest& request) {
   }
   stage_ = 4;
   return out;
+}
+
+std::string StageName(Server::Stage s) {
+  switch (s) {
+    case Server::Stage::kAdvertise:
+      return "advertise keys";
+    case Server::Stage::kShareKeys:
+      return "share keys";
+    case Server::Stage::kMaskedInput:
+      return "masked input";
+    case Server::Stage::kUnmask:
+      return "unmask";
+    case Server::Stage::kDone:
+      return "done";
+    case Server::Stage::kAborted:
+      return "aborted";
+  }
+  return "?";
 }
 
 // --- Server ---

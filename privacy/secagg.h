@@ -140,6 +140,8 @@ class Server {
   int64_t deadline_ms() const { return deadline_ms_; }
   // Members the current stage waits for (those that answered the previous one).
   const std::vector<uint32_t>& expected() const { return expected_; }
+  // Whether `member`'s message of the current stage is in.
+  bool Answered(uint32_t member) const { return answered_.count(member) > 0; }
   // What `member` is sent for the current stage.
   std::vector<KeyAdvert> AdvertsFor(uint32_t member) const;                   // kShareKeys
   std::map<uint32_t, std::vector<uint8_t>> SharesFor(uint32_t member) const;  // kMaskedInput
@@ -174,5 +176,8 @@ class Server {
   std::map<uint32_t, RevealedShares> revealed_;
   std::string abort_reason_;
 };
+
+// "advertise keys", "share keys", "masked input", "unmask", "done", "aborted".
+std::string StageName(Server::Stage stage);
 
 }  // namespace plexus::secagg

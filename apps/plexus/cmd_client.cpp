@@ -47,6 +47,8 @@ struct ClientFlags {
   edge::DeviceConditions device;
   double device_check_s = 5;
   std::string state_dir;
+  std::string save_updates;
+  std::string quit_at_secagg_stage;
   double max_upload_kib_s = 0;
 };
 
@@ -109,6 +111,8 @@ void RunClient(const ClientFlags& f) {
   o.device = std::to_string(std::thread::hardware_concurrency()) + " cores";
   o.give_up_after_ms = static_cast<int64_t>(f.give_up_s * 1000);
   o.slowdown = f.slowdown;
+  o.save_updates_dir = f.save_updates;
+  o.quit_at_secure_stage = f.quit_at_secagg_stage;
   o.seed = f.seed ^ static_cast<uint64_t>(f.partition_index + 1) * 0x9e3779b97f4a7c15ULL;
   if (f.device.any()) {
     const edge::DeviceConditions conditions = f.device;
@@ -266,6 +270,13 @@ void AddClientCommand(CLI::App& app) {
   cmd->add_option("--state-dir", f->state_dir,
                   "Keep the client's id, model and unsent update here, so that a restarted client resumes its "
                   "download or upload instead of starting over (default: memory only)");
+  cmd->add_option("--save-updates", f->save_updates,
+                  "Keep a copy of every update this client makes (its delta, float32 safetensors named "
+                  "TASK.nEXAMPLES.safetensors) in this directory, for your own audit");
+  cmd->add_option("--quit-at-secagg-stage", f->quit_at_secagg_stage,
+                  "Fault injection for tests of secure aggregation: stop at this stage of a group without sending "
+                  "its message, as a device dying there would")
+      ->check(CLI::IsMember({"advertise keys", "share keys", "masked input", "unmask"}));
   cmd->add_option("--max-upload-kib-s", f->max_upload_kib_s,
                   "Pace uploads to at most this many KiB per second, for slow or metered links (0: no limit)")
       ->check(CLI::Range(0.0, 1e9))

@@ -54,6 +54,7 @@ struct ServerFlags {
   std::string loss = "cross_entropy";
   std::string initial_model;  // safetensors file to start from instead of a fresh --model
   SyncOptions sync;
+  std::string secagg;  // --secagg's parameters (given: cmd->count("--secagg"))
   double round_deadline_s = 300;
   double selection_wait_s = 2;
   double linger_s = 30;
@@ -147,6 +148,26 @@ void RunServer(const ServerFlags& f) {
   if (dp) {
     sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && sync.rounds > dp->max_releases) sync.rounds = dp->max_releases;
+  }
+  if (f.cmd->count("--secagg") > 0) {
+    if (f.mode != Mode::kSync) {
+      throw CommandError(std::string("--secagg with --mode ") + std::string(ModeName(f.mode)) +
+                         ": secure aggregation runs in sync rounds today (FedBuff buffers as secure groups are not "
+                         "built yet; docs/privacy.md)");
+    }
+    if (dp) {
+      throw CommandError(
+          "--secagg with central --dp: the DP strategy clips each update, which the server no longer "
+          "sees (client-side noise: --dp local on the clients)");
+    }
+    for (const char* flag : {"--max-update-norm", "--adaptive-norm-factor"}) {
+      if (f.cmd->count(flag) > 0) {
+        throw CommandError(
+            std::string("--secagg with ") + flag +
+            ": the server never sees an update's norm; each value is clipped to --secagg clip=R instead");
+      }
+    }
+    sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
   AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
   if (dp) async.strategy = dp->strategy;
@@ -445,6 +466,13 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
       ->capture_default_str();
+  cmd->add_option("--secagg", f->secagg,
+                  "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
+                  "learns only the round's weighted mean. Optional parameters threshold=T,degree=K,clip=R,weight-cap=N "
+                  "(defaults: K the even number nearest above 2·log2(round size), T = K/2+1, clip 1 per value, "
+                  "weights saturating at 65536 examples); each stage lasts at most --round-deadline-s. "
+                  "docs/privacy.md")
+      ->expected(0, 1);
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")
       ->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/task.h"
 #include "core/update.h"
+#include "privacy/secagg_exchange.h"
 #include "server/coordinator/client_schedule.h"
 #include "server/coordinator/evaluator.h"
 #include "server/store/store.h"
@@ -36,6 +37,11 @@ struct EngineStatus {
   uint64_t federated_version = 0;
   std::vector<ClientSchedule> schedule;  // semiasync: every client's speed estimate, steps and group
   bool finished = false;
+  // Secure aggregation: the open round's stage, rounds whose group aborted (since start) and why
+  // the last one did.
+  std::string secure_stage;
+  int64_t secure_rounds_aborted = 0;
+  std::string last_secure_abort;
   std::string error;  // sticky store error, empty when healthy
 };
 
@@ -89,6 +95,17 @@ class Engine {
   virtual Status Leave(const std::string& client_id) {
     (void)client_id;
     return Status::Ok();
+  }
+  // Secure aggregation: whether this engine's rounds are secure aggregation groups (then Submit
+  // refuses updates in the clear), and a member's call about its task's group (SecureRound).
+  // Engines that do not run it refuse every call (FailedPrecondition).
+  virtual bool secure_aggregation() const { return false; }
+  virtual Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                                 const secagg::Call& call) {
+    (void)client_id;
+    (void)task_id;
+    (void)call;
+    return FailedPreconditionError("this server does not run secure aggregation (plexus server --secagg)");
   }
   // Whether Submit takes updates that carry coded values (Update::coded): true when the merge
   // strategy folds them (the averaging family). Otherwise the caller decodes them first.

@@ -33,6 +33,23 @@ Status SyncOptions::Validate() const {
                                 ": raise --min-clients (and --clients-per-round) to " + std::to_string(fewest) +
                                 " or more, or lower the strategy's f");
   }
+  if (secagg) {
+    const char* why = nullptr;
+    if (overselect != 1.0) why = "over-selection";
+    if (backup_workers != "none") why = "backup workers";
+    if (why) {
+      return InvalidArgumentError(std::string("--secagg with ") + why +
+                                  ": a secure group is the round's sample and closes with every member that stays");
+    }
+    if (!merge->folds_coded() || merge->Describe().rfind("dp_", 0) == 0) {
+      return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
+                                  ": the server sees only the group's weighted mean, which the averaging strategies "
+                                  "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge; robust and DP strategies "
+                                  "need each update");
+    }
+    PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(min_clients, 100000))).status());
+    PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(clients_per_round, 100000))).status());
+  }
   return Status::Ok();
 }
 
@@ -50,6 +67,8 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   std::unique_ptr<SyncEngine> e(new SyncEngine(options, store, clock, evaluator));
   PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
   e->strategy_description_ = e->aggregator_->Describe();
+  if (options.secagg) e->strategy_description_ += " over secure aggregation (" + options.secagg->Describe() + ")";
+  e->pool_ = pool;
 
   PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
   e->backups_ = std::move(backups);
@@ -70,6 +89,11 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
 Status SyncEngine::RestoreOpenRound() {
   PLEXUS_ASSIGN_OR_RETURN(std::optional<OpenRoundRecord> saved, store_->GetOpenRound());
   if (!saved || saved->round != published_->version() + 1 || finished()) return Status::Ok();
+  if (options_.secagg) {
+    // The group's keys and shares died with the previous process: the round starts again.
+    attempts_ = saved->attempt + 1;
+    return Status::Ok();
+  }
   OpenRound r;
   r.round = saved->round;
   r.attempt = saved->attempt;
@@ -125,6 +149,17 @@ void SyncEngine::MaybeStartRound() {
   std::sort(available.begin(), available.end());
   for (const std::string& id : available) r.AddTask(id);
   r.wait_for = WaitFor(r.task_of_client);
+  if (options_.secagg) {
+    const uint64_t binding = r.round * 1000003ULL + static_cast<uint64_t>(r.attempt);
+    Result<std::unique_ptr<SecureRound>> secure =
+        SecureRound::Start(*options_.secagg, binding, Rng::Derive(options_.seed ^ 0x5ec0a99ULL, binding).NextU64(),
+                           available, published_->model(), now, options_.round_deadline_ms, pool_);
+    if (!secure.ok()) {
+      sticky_error_ = secure.status().WithContext("start the secure group of round " + std::to_string(r.round));
+      return;
+    }
+    r.secure = std::move(secure).value();
+  }
   // Begin cannot fail for a valid model; a failure here would be a programming error.
   Status begun = aggregator_->Begin(published_->model());
   if (begun.ok()) begun = store_->PutOpenRound(r.Record());
@@ -164,7 +199,9 @@ Result<PollAnswer> SyncEngine::Poll(const std::string& client_id) {
   }
   MaybeStartRound();
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (open_ && open_->task_of_client.count(client_id) && !open_->submitted.count(client_id)) {
+  // A secure group's task goes out until its member advertised its keys: later, it could not join.
+  if (open_ && open_->task_of_client.count(client_id) && !open_->submitted.count(client_id) &&
+      (!open_->secure || open_->secure->Joinable(client_id))) {
     open_->handed_out_ms.emplace(client_id, clock_->NowMs());
     answer.kind = PollAnswer::Kind::kTask;
     answer.task = TaskFor(client_id);
@@ -203,6 +240,12 @@ Status SyncEngine::Submit(Update update) {
     return numbers;
   }
   if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
+  if (options_.secagg) {
+    ++updates_refused_;
+    return FailedPreconditionError(
+        "this server runs secure aggregation: updates go through its stages "
+        "(SecureAggregation), never in the clear");
+  }
   if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
     return open;
@@ -242,7 +285,7 @@ Status SyncEngine::Submit(Update update) {
 
 Status SyncEngine::Refused(const std::string& client_id, const std::string& task_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!open_ || open_->submitted.count(client_id)) return Status::Ok();
+  if (!open_ || open_->submitted.count(client_id) || open_->secure) return Status::Ok();  // a group stays as sampled
   auto owner = open_->client_of_task.find(task_id);
   if (owner == open_->client_of_task.end() || owner->second != client_id) return Status::Ok();
   if (!open_->refused.insert(client_id).second) return Status::Ok();
@@ -293,11 +336,71 @@ bool SyncEngine::RoundComplete() const {
 
 Status SyncEngine::Tick() {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (open_ && open_->secure) {  // its stages have their own deadlines
+    open_->secure->Tick(clock_->NowMs());
+    return AfterSecureStage();
+  }
   if (open_ && open_->submitted.size() >= open_->wait_for) return CloseRound();  // e.g. restored full
   if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
   if (static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients) return CloseRound();
   AbandonRound();
   return Status::Ok();
+}
+
+Result<secagg::View> SyncEngine::SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                                   const secagg::Call& call) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!options_.secagg) return Engine::SecureAggregation(client_id, task_id, call);
+  PLEXUS_RETURN_IF_ERROR(clients_.Admit(client_id));
+  if (!open_ || !open_->secure || !open_->client_of_task.count(task_id)) {
+    // A member that finished early asks how its round ended.
+    auto it = last_secure_tasks_.find(task_id);
+    if (last_secure_ && it != last_secure_tasks_.end() && it->second == client_id &&
+        call.kind == secagg::Call::Kind::kQuery) {
+      return last_secure_->Exchange(client_id, call, clock_->NowMs());
+    }
+    return NotFoundError("task '" + task_id +
+                         "' is not in the open secure round (it closed, was abandoned, or was "
+                         "never this client's)");
+  }
+  if (open_->client_of_task.at(task_id) != client_id) {
+    return PermissionDeniedError("task '" + task_id + "' belongs to another client, not '" + client_id + "'");
+  }
+  std::shared_ptr<SecureRound> secure = open_->secure;
+  Result<secagg::View> view = secure->Exchange(client_id, call, clock_->NowMs());
+  PLEXUS_RETURN_IF_ERROR(AfterSecureStage());
+  return view;
+}
+
+Status SyncEngine::AfterSecureStage() {
+  if (!open_ || !open_->secure) return Status::Ok();
+  const std::shared_ptr<SecureRound> secure = open_->secure;
+  const auto stage = secure->stage();
+  if (stage != secagg::Server::Stage::kDone && stage != secagg::Server::Stage::kAborted) return Status::Ok();
+  last_secure_ = secure;
+  last_secure_tasks_ = open_->client_of_task;
+  if (stage == secagg::Server::Stage::kAborted) {
+    ++secure_rounds_aborted_;
+    last_secure_abort_ = secure->abort_reason();
+    AbandonRound();
+    return Status::Ok();
+  }
+  const std::string task_id = "r" + std::to_string(open_->round) + "a" + std::to_string(open_->attempt) + "-group";
+  Result<Update> mean = secure->MeanUpdate(published_->model(), task_id);
+  Status folded = mean.ok() ? aggregator_->Fold(*mean) : mean.status();
+  if (!folded.ok()) {  // e.g. a sum with no weight: nothing to publish, the round is retried
+    ++secure_rounds_aborted_;
+    last_secure_abort_ = folded.ToString();
+    AbandonRound();
+    return Status::Ok();
+  }
+  for (const std::string& client : secure->included()) {
+    open_->submitted.insert(client);
+    open_->merged.push_back(MergedUpdate{client, open_->task_of_client.at(client)});
+    ++updates_accepted_;
+  }
+  open_->tally.Add(*mean);
+  return CloseRound();
 }
 
 void SyncEngine::AbandonRound() {
@@ -380,6 +483,9 @@ EngineStatus SyncEngine::status() const {
   s.updates_accepted = updates_accepted_;
   s.updates_refused = updates_refused_;
   s.aggregates_nonfinite = rounds_refused_nonfinite_;
+  s.secure_rounds_aborted = secure_rounds_aborted_;
+  s.last_secure_abort = last_secure_abort_;
+  if (open_ && open_->secure) s.secure_stage = secagg::StageName(open_->secure->stage());
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
 }

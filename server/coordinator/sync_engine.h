@@ -38,6 +38,7 @@
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 #include "server/coordinator/published_versions.h"
+#include "server/coordinator/secure_round.h"
 #include "server/coordinator/shared_engine_options.h"
 #include "server/coordinator/update_tally.h"
 #include "server/store/store.h"
@@ -59,6 +60,11 @@ struct SyncOptions : SharedEngineOptions {
   std::string backup_workers = "none";
   std::string strategy = "fedavg";  // aggregator spec, see aggregators/registry.h
   uint64_t seed = 0;                // client sampling
+  // Secure aggregation (docs/privacy.md): each round's sampled clients form one SecureRound group
+  // and the server learns only their weighted mean; each of its stages lasts at most the round
+  // deadline. Needs a strategy of the averaging family, no over-selection or backup workers, and
+  // at least 3 clients per round. Unset: updates arrive in the clear.
+  std::optional<SecAggSettings> secagg;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -103,6 +109,13 @@ class SyncEngine final : public Engine {
   const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return strategy_description_; }
   bool folds_coded() const override { return aggregator_->folds_coded(); }
+  bool secure_aggregation() const override { return options_.secagg.has_value(); }
+  // A member's call in its round's group; NotFound for a client or task not in the open round
+  // (nor the round just closed, whose outcome members that finished early still ask about).
+  // A round whose group finishes is published from its mean; one that aborts is abandoned and
+  // retried with a fresh sample.
+  Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                         const secagg::Call& call) override;
   uint64_t poll_epoch() const override { return poll_epoch_; }
 
  private:
@@ -119,6 +132,7 @@ class SyncEngine final : public Engine {
     size_t wait_for = 0;                                // updates that close the round
     double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
     UpdateTally tally;                                  // of the submitted updates
+    std::shared_ptr<SecureRound> secure;                // with secure aggregation: the round's group
 
     // Samples `client` into this attempt: task id "r<round>a<attempt>-<client>".
     void AddTask(const std::string& client) {
@@ -140,6 +154,9 @@ class SyncEngine final : public Engine {
   // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.
   void LearnFromRound(const ModelState& next);
   void AbandonRound();
+  // With secure aggregation: publishes the open round once its group is done, abandons it once
+  // the group aborted.
+  Status AfterSecureStage();
   Task TaskFor(const std::string& client_id) const;
   // How many updates close the round with these selected clients.
   size_t WaitFor(const std::map<std::string, std::string>& selected) const;
@@ -151,6 +168,7 @@ class SyncEngine final : public Engine {
   ModelEvaluator* const evaluator_;
   std::unique_ptr<Aggregator> aggregator_;
   std::string strategy_description_;
+  ThreadPool* pool_ = nullptr;
 
   std::optional<PublishedVersions> published_;  // set by Open
   ClientRegistry clients_;
@@ -163,6 +181,11 @@ class SyncEngine final : public Engine {
   int64_t updates_refused_ = 0;
   int64_t rounds_refused_nonfinite_ = 0;  // attempts abandoned because their aggregate was not finite
   uint64_t poll_epoch_ = 0;
+  // The last closed or abandoned secure round, for members that ask how it ended.
+  std::shared_ptr<SecureRound> last_secure_;
+  std::map<std::string, std::string> last_secure_tasks_;  // task id -> client id
+  int64_t secure_rounds_aborted_ = 0;
+  std::string last_secure_abort_;
   Status sticky_error_;
 };
 

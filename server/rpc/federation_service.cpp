@@ -23,6 +23,7 @@
 #include "aggregators/simd_kernels.h"
 #include "core/safetensors.h"
 #include "proto/length_delimited_field.h"
+#include "proto/secagg_wire.h"
 #include "proto/shared_bytes_slice.h"
 #include "server/rpc/caller_identity.h"
 #include "server/rpc/evaluation_desk.h"
@@ -111,12 +112,17 @@ class FederationServiceImpl final : public v1::Federation::Service {
                             : "this server's clients run --dp local:" + info_.local_dp +
                                   (req->local_dp().empty() ? ", this one none" : ", not local:" + req->local_dp())));
     }
+    if (engine_->secure_aggregation() && !req->secure_aggregation()) {
+      return Refuse("join", FailedPreconditionError("this server runs secure aggregation (--secagg) and this client "
+                                                    "cannot take part: update it to a plexus client that can"));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     if (Status limited = RateLimited(*claimed); !limited.ok()) return RefuseLocked("join", limited);
     Result<std::string> id = engine_->Join({*claimed, req->num_examples(), req->device()});
     if (!id.ok()) return RefuseLocked("join", id.status());
     rep->set_client_id(*id);
     rep->set_model_name(info_.model_name);
+    rep->set_secure_aggregation(engine_->secure_aggregation());
     active_clients_.insert(*id);
     evaluations_.Declare(*id, req->num_examples());
     client_codecs_[*id] = std::set<std::string>(req->codecs().begin(), req->codecs().end());
@@ -378,6 +384,24 @@ class FederationServiceImpl final : public v1::Federation::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status SecureAggregation(grpc::ServerContext* ctx, const v1::SecAggRequest* req,
+                                 v1::SecAggReply* rep) override {
+    Result<std::string> who = Identify(ctx, req->client_id());
+    if (!who.ok()) return Refuse("secure aggregation", who.status());
+    Result<secagg::Call> call = SecAggCallFromProto(*req);
+    if (!call.ok()) return Refuse("secure aggregation", call.status());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("secure aggregation", limited);
+    const uint64_t before = engine_->model().version();
+    Result<secagg::View> view = engine_->SecureAggregation(*who, req->task_id(), *call);
+    LogSecureStageLocked();
+    if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), "");
+    cv_.notify_all();  // a stage or the round may have closed: polls may answer differently
+    if (!view.ok()) return RefuseLocked("secure aggregation", view.status().WithContext("client " + *who));
+    SecAggViewToProto(*view, rep);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override {
     // With tokens or mutual TLS the status (client and task ids) is for proven callers only,
     // unless the operator opened it (--public-status); with admins, for them only.
@@ -457,6 +481,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
     Status s = engine_->Tick();
     if (!s.ok()) spdlog::error("{}", s.ToString());
     if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " at its deadline");
+    LogSecureStageLocked();
     cv_.notify_all();
   }
 
@@ -489,6 +514,22 @@ class FederationServiceImpl final : public v1::Federation::Service {
   }
 
  private:
+  // Says when the open secure group moved to another stage or a group aborted. Requires mu_.
+  void LogSecureStageLocked() {
+    if (!engine_->secure_aggregation()) return;
+    const EngineStatus s = engine_->status();
+    if (s.secure_rounds_aborted != secure_aborts_seen_) {
+      secure_aborts_seen_ = s.secure_rounds_aborted;
+      spdlog::warn("secure aggregation: the group of round {} aborted ({}); the round starts again", s.round,
+                   s.last_secure_abort);
+    }
+    if (!s.secure_stage.empty() && s.secure_stage != secure_stage_seen_) {
+      spdlog::info("secure aggregation: round {} at stage '{}' ({} clients in the group)", s.round, s.secure_stage,
+                   s.round_selected);
+    }
+    secure_stage_seen_ = s.secure_stage;
+  }
+
   EngineStatus StatusLocked() {
     EngineStatus s = engine_->status();
     evaluations_.FillStatus(&s);
@@ -578,6 +619,8 @@ class FederationServiceImpl final : public v1::Federation::Service {
   const DoorLimits limits_;
   const Clock* const clock_;
   const CallerIdentity identity_;
+  int64_t secure_aborts_seen_ = 0;  // guarded by mu_, as the next
+  std::string secure_stage_seen_;
   PartialUploads partial_;
   UploadPlaces places_;
 

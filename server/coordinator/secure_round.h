@@ -1,0 +1,85 @@
+// SecureRound: one sync round run as a secure aggregation group (SecAgg+, privacy/secagg.h): the
+// clients sampled for the round are its members, each client's masked update arrives in chunks,
+// and what comes out is the group's weighted mean delta (privacy/secagg_exchange.h's
+// WeightedEncoding), never one client's update. The engine that owns it (SyncEngine) asks it each
+// time whether it is done or aborted; a round it aborts is retried by the engine with a new group.
+//
+// What the server learns: each round's weighted mean and total weight, who was sampled, who took
+// part in each stage and when. Nothing of a round survives a restart: the keys and shares live in
+// the members' memory, so a restarted server starts the round again (docs/privacy.md).
+// Borrows the pool. Thread-compatible (the engine's caller serializes calls).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model_state.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "core/update.h"
+#include "privacy/secagg.h"
+#include "privacy/secagg_exchange.h"
+
+namespace plexus {
+
+// `plexus server --secagg [threshold=T,degree=K,clip=R,weight-cap=N]`.
+struct SecAggSettings {
+  int degree = 0;              // neighbours per member; 0: the smallest even number ≥ 2·log2(n), at most n − 1
+  int threshold = 0;           // shares that recover a secret; 0: degree/2 + 1
+  double clip = 1.0;           // each delta value is clipped to [−clip, clip]
+  int64_t weight_cap = 65536;  // examples at which a client's weight reaches 1
+
+  // "" or "threshold=T,degree=K,clip=R,weight-cap=N" (any of them). InvalidArgument naming the
+  // parameter that does not parse or means nothing.
+  static Result<SecAggSettings> Parse(const std::string& spec);
+  // The group's degree and threshold for `n` members (n ≥ 3); InvalidArgument when a stated
+  // threshold cannot be met by that group.
+  Result<std::pair<int, int>> GraphFor(int n) const;
+  std::string Describe() const;
+};
+
+class SecureRound {
+ public:
+  // `clients`: the round's members (distinct); `binding`: unique to this round and attempt;
+  // `layout`: the model whose delta the members send. Each stage lasts at most `stage_ms`.
+  static Result<std::unique_ptr<SecureRound>> Start(const SecAggSettings& settings, uint64_t binding, uint64_t seed,
+                                                    const std::vector<std::string>& clients, const ModelState& layout,
+                                                    int64_t now_ms, int64_t stage_ms, ThreadPool* pool);
+
+  // A member's call. NotFound for a client not in the group; the stage machine's refusals
+  // (replayed, late or malformed messages) otherwise, the round unharmed.
+  Result<secagg::View> Exchange(const std::string& client_id, const secagg::Call& call, int64_t now_ms);
+  void Tick(int64_t now_ms) { server_->Tick(now_ms); }
+  // Whether `client` may still take its task: a member before its keys are advertised.
+  bool Joinable(const std::string& client_id) const;
+
+  secagg::Server::Stage stage() const { return server_->stage(); }
+  const std::string& abort_reason() const { return server_->abort_reason(); }
+  // kDone: the members whose updates are in the mean (sorted client ids).
+  std::vector<std::string> included() const;
+  // kDone: the weighted mean of the included updates as one update of `base` (its weight the sum
+  // of theirs, in examples); InvalidArgument when it cannot be decoded.
+  Result<Update> MeanUpdate(const ModelState& base, const std::string& task_id) const;
+
+ private:
+  SecureRound(secagg::Setup setup, secagg::WeightedEncoding encoding, std::unique_ptr<secagg::Server> server,
+              std::map<std::string, uint32_t> member_of, int64_t retry_ms)
+      : setup_(std::move(setup)),
+        encoding_(std::move(encoding)),
+        server_(std::move(server)),
+        member_of_(std::move(member_of)),
+        retry_ms_(retry_ms) {}
+  secagg::View ViewFor(uint32_t member, bool with_setup) const;
+
+  secagg::Setup setup_;  // member left 0: each member's copy names it
+  secagg::WeightedEncoding encoding_;
+  std::unique_ptr<secagg::Server> server_;
+  std::map<std::string, uint32_t> member_of_;
+  std::map<uint32_t, std::vector<uint32_t>> masked_;  // inputs still arriving, by member
+  int64_t retry_ms_;
+};
+
+}  // namespace plexus

@@ -1,0 +1,287 @@
+// SyncEngine with secure aggregation (SecureRound): members played by the test with the real
+// member state machine (secagg::Member) and encoding, the engine in virtual time.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "privacy/secagg_crypto.h"
+#include "server/coordinator/sync_engine.h"
+#include "server/store/memory_store.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+using Stage = secagg::Server::Stage;
+
+constexpr size_t kValues = 40;
+
+ModelState Initial() {
+  ModelState m = *ModelState::Create({{"w", {kValues}}});
+  for (size_t i = 0; i < kValues; ++i) m.data()[i] = 0.01f * static_cast<float>(i);
+  return m;
+}
+
+SyncOptions SecureOptions(int64_t k) {
+  SyncOptions o;
+  o.rounds = 2;
+  o.clients_per_round = k;
+  o.min_clients = 3;
+  o.round_deadline_ms = 10000;
+  o.selection_wait_ms = 0;
+  o.secagg = *SecAggSettings::Parse("clip=0.5,weight-cap=1000");
+  return o;
+}
+
+// One client as the test plays it: its task, its member, its update.
+struct Player {
+  Task task;
+  secagg::Setup setup;
+  std::unique_ptr<secagg::Member> member;
+  secagg::KeyAdvert advert;  // as sent
+  std::vector<float> delta;
+  int64_t examples = 0;
+};
+
+class SecureRoundTest : public ::testing::Test {
+ protected:
+  void Open(SyncOptions options) {
+    auto e = SyncEngine::Open(options, Initial(), &store_, &clock_, nullptr, nullptr);
+    ASSERT_OK(e);
+    engine_ = std::move(e).value();
+  }
+
+  Result<secagg::View> Call(const std::string& client, const secagg::Call& call) {
+    return engine_->SecureAggregation(client, players_.at(client).task.task_id, call);
+  }
+  secagg::View Query(const std::string& client) {
+    Result<secagg::View> v = Call(client, secagg::Call{});
+    EXPECT_OK(v);
+    return v.ok() ? *v : secagg::View{};
+  }
+
+  // Joins the clients, hands each its task and its group's setup, and gives each an update.
+  void Begin(const std::vector<std::string>& clients) {
+    Rng rng(7);
+    for (const std::string& c : clients) ASSERT_OK(engine_->Join({c, 100, "test"}));
+    for (size_t i = 0; i < clients.size(); ++i) {
+      const std::string& c = clients[i];
+      Result<PollAnswer> a = engine_->Poll(c);
+      ASSERT_OK(a);
+      ASSERT_EQ(a->kind, PollAnswer::Kind::kTask) << c;
+      Player& p = players_[c];
+      p.task = a->task;
+      secagg::Call ask;
+      ask.want_setup = true;
+      Result<secagg::View> v = Call(c, ask);
+      ASSERT_OK(v);
+      ASSERT_TRUE(v->setup.has_value());
+      p.setup = *v->setup;
+      p.member = std::move(secagg::Member::Create(p.setup.params, p.setup.member)).value();
+      p.examples = 100 + 150 * static_cast<int64_t>(i);  // unequal weights, one above the cap
+      for (size_t j = 0; j < kValues; ++j) p.delta.push_back(static_cast<float>(rng.Uniform() - 0.5) * 1.2f);
+    }
+  }
+  void Advertise(const std::string& c) {
+    secagg::Call call;
+    call.kind = secagg::Call::Kind::kAdvert;
+    call.advert = players_.at(c).advert = *players_.at(c).member->Advertise();
+    ASSERT_OK(Call(c, call));
+  }
+  void Share(const std::string& c) {
+    const secagg::View v = Query(c);
+    ASSERT_EQ(v.stage, Stage::kShareKeys);
+    secagg::Call call;
+    call.kind = secagg::Call::Kind::kShares;
+    call.shares = *players_.at(c).member->ShareKeys(v.adverts);
+    ASSERT_OK(Call(c, call));
+  }
+  // Sends the masked update in chunks of `chunk` values.
+  void SendMasked(const std::string& c, size_t chunk = 16) {
+    Player& p = players_.at(c);
+    const secagg::View v = Query(c);
+    ASSERT_EQ(v.stage, Stage::kMaskedInput);
+    const secagg::WeightedEncoding enc = *secagg::WeightedEncoding::For(p.setup);
+    const std::vector<uint32_t> encoded = *enc.Encode(p.delta, p.examples, Secret32{1, 2, 3}, nullptr);
+    const std::vector<uint32_t> masked = p.member->MaskInput(encoded, v.shares)->values;
+    for (size_t offset = 0; offset < masked.size(); offset += chunk) {
+      secagg::Call call;
+      call.kind = secagg::Call::Kind::kMaskedChunk;
+      call.offset = offset;
+      call.values.assign(masked.begin() + offset, masked.begin() + std::min(masked.size(), offset + chunk));
+      ASSERT_OK(Call(c, call));
+    }
+  }
+  void Reveal(const std::string& c) {
+    const secagg::View v = Query(c);
+    ASSERT_EQ(v.stage, Stage::kUnmask);
+    secagg::Call call;
+    call.kind = secagg::Call::Kind::kRevealed;
+    call.revealed = *players_.at(c).member->Unmask(v.unmask);
+    ASSERT_OK(Call(c, call));
+  }
+
+  // The weighted mean of the clipped deltas of `clients` (what FedAvg of them publishes), and
+  // the engine's rounding bound for it.
+  std::vector<double> ExpectedMean(const std::vector<std::string>& clients, double* bound) {
+    std::vector<double> sum(kValues, 0.0);
+    double weight = 0;
+    for (const std::string& c : clients) {
+      const Player& p = players_.at(c);
+      const double w = std::min<double>(static_cast<double>(p.examples), 1000.0) / 1000.0;
+      weight += w;
+      for (size_t j = 0; j < kValues; ++j) sum[j] += w * std::clamp<double>(p.delta[j], -0.5, 0.5);
+    }
+    for (double& v : sum) v /= weight;
+    const secagg::WeightedEncoding enc = *secagg::WeightedEncoding::For(players_.at(clients[0]).setup);
+    *bound = enc.MeanBound(static_cast<int64_t>(clients.size()), weight * 0.999) + 1e-6;  // + float32 of the model
+    return sum;
+  }
+
+  void ExpectPublished(const std::vector<std::string>& included) {
+    double bound = 0;
+    const std::vector<double> mean = ExpectedMean(included, &bound);
+    const ModelState initial = Initial();
+    ASSERT_EQ(engine_->model().version(), 1u);
+    for (size_t j = 0; j < kValues; ++j) {
+      EXPECT_NEAR(engine_->model().data()[j] - initial.data()[j], mean[j], bound) << "value " << j;
+    }
+    const RoundRecord& r = engine_->history().back();
+    EXPECT_EQ(r.num_updates, static_cast<int64_t>(included.size()));
+    ASSERT_EQ(r.merged.size(), included.size());
+    for (size_t i = 0; i < included.size(); ++i) EXPECT_EQ(r.merged[i].client_id, included[i]);
+  }
+
+  ManualClock clock_;
+  MemoryStore store_;
+  std::unique_ptr<SyncEngine> engine_;
+  std::map<std::string, Player> players_;
+};
+
+TEST_F(SecureRoundTest, AGroupWhereEveryoneStaysPublishesTheWeightedMeanOfItsUpdates) {
+  Open(SecureOptions(6));
+  const std::vector<std::string> all = {"a", "b", "c", "d", "e", "f"};
+  Begin(all);
+  EXPECT_EQ(players_["a"].setup.params.degree, 5);  // 2·log2(6) rounds to 6, at most n − 1
+  EXPECT_EQ(players_["a"].setup.params.threshold, 3);
+  for (const auto& c : all) Advertise(c);
+  for (const auto& c : all) Share(c);
+  for (const auto& c : all) SendMasked(c);
+  for (const auto& c : all) Reveal(c);
+  ExpectPublished(all);
+  EXPECT_EQ(Query("a").stage, Stage::kDone) << "a member that asks after the round closed hears how it ended";
+  EXPECT_EQ(clock_.NowMs(), 0) << "closed by its last message, not a deadline";
+}
+
+TEST_F(SecureRoundTest, MembersThatDropAtEveryStageLeaveTheMeanOfThoseWhoseUpdatesArrived) {
+  // Each survivor's self seed needs `threshold` revealing neighbours: with four members gone, a
+  // threshold of 3 out of 8 neighbours leaves room.
+  SyncOptions o = SecureOptions(10);
+  o.secagg = *SecAggSettings::Parse("clip=0.5,weight-cap=1000,threshold=3");
+  o.min_clients = 4;  // a round of 3 could not meet the threshold
+  Open(o);
+  const std::vector<std::string> all = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"};
+  Begin(all);
+  for (const auto& c : all) {
+    if (c != "h") Advertise(c);  // h: gone before advertising
+  }
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  for (const auto& c : all) {
+    if (c != "h" && c != "g") Share(c);  // g: gone after advertising
+  }
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  for (const auto& c : all) {
+    if (c != "h" && c != "g" && c != "f") SendMasked(c);  // f: gone after sharing keys (its masks recovered)
+  }
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  for (const auto& c : all) {
+    if (c != "h" && c != "g" && c != "f" && c != "e") Reveal(c);  // e: gone after its masked update
+  }
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  ExpectPublished({"a", "b", "c", "d", "e", "i", "j"});
+  EXPECT_EQ(engine_->history().back().num_dropped, 3);
+}
+
+TEST_F(SecureRoundTest, AGroupBelowTheThresholdAbortsAndTheRoundStartsAgainWithANewGroup) {
+  Open(SecureOptions(6));
+  Begin({"a", "b", "c", "d", "e", "f"});
+  Advertise("a");
+  Advertise("b");
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 0u) << "nothing half-applied";
+  EXPECT_EQ(engine_->status().secure_rounds_aborted, 1);
+  EXPECT_THAT(engine_->status().last_secure_abort, ::testing::HasSubstr("threshold"));
+  EXPECT_EQ(Query("a").stage, Stage::kAborted);
+  Result<PollAnswer> again = engine_->Poll("a");
+  ASSERT_OK(again);
+  ASSERT_EQ(again->kind, PollAnswer::Kind::kTask);
+  EXPECT_NE(again->task.task_id, players_["a"].task.task_id) << "a new attempt, a new group";
+}
+
+TEST_F(SecureRoundTest, BadMessagesAreRefusedAndTheGroupCarriesOn) {
+  Open(SecureOptions(4));
+  const std::vector<std::string> all = {"a", "b", "c", "d"};
+  Begin(all);
+  for (const auto& c : all) Advertise(c);
+  secagg::Call replay;
+  replay.kind = secagg::Call::Kind::kAdvert;
+  replay.advert = players_["a"].advert;
+  EXPECT_THAT(Call("a", replay).status(), StatusIs(StatusCode::kFailedPrecondition, "late, early or replayed"))
+      << "a stage that closed";
+  for (const auto& c : all) Share(c);
+  secagg::Call off;
+  off.kind = secagg::Call::Kind::kMaskedChunk;
+  off.offset = 5;
+  off.values = {1, 2, 3};
+  EXPECT_THAT(Call("a", off).status(), StatusIs(StatusCode::kFailedPrecondition, "resume from there"))
+      << "a chunk not where the server is";
+  off.offset = 0;
+  off.values.assign(kValues + 2, 7);
+  EXPECT_THAT(Call("a", off).status(), StatusIs(StatusCode::kInvalidArgument, "does not fit"))
+      << "longer than the round's input";
+  EXPECT_THAT(engine_->SecureAggregation("a", players_["b"].task.task_id, secagg::Call{}).status(),
+              StatusIs(StatusCode::kPermissionDenied, "belongs to another client"));
+  EXPECT_THAT(engine_->SecureAggregation("a", "no-such-task", secagg::Call{}).status(),
+              StatusIs(StatusCode::kNotFound, "not in the open secure round"));
+  Update clear;
+  clear.client_id = "a";
+  clear.task_id = players_["a"].task.task_id;
+  clear.num_examples = 1;
+  clear.delta = ModelState::ZerosLike(engine_->model());
+  EXPECT_THAT(engine_->Submit(clear), StatusIs(StatusCode::kFailedPrecondition, "never in the clear"))
+      << "no update in the clear";
+  for (const auto& c : all) SendMasked(c, 7);
+  for (const auto& c : all) Reveal(c);
+  ExpectPublished(all);
+}
+
+TEST_F(SecureRoundTest, SettingsThatCannotWorkAreRefusedAtOpen) {
+  SyncOptions o = SecureOptions(4);
+  o.strategy = "median";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "averaging"));
+  o = SecureOptions(4);
+  o.min_clients = 2;
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "at least 3"));
+  o = SecureOptions(4);
+  o.overselect = 1.5;
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "over-selection"));
+  EXPECT_THAT(SecAggSettings::Parse("degree=3").status(), StatusIs(StatusCode::kInvalidArgument, "must be even"));
+  EXPECT_THAT(SecAggSettings::Parse("threshold=9,degree=4").status(),
+              StatusIs(StatusCode::kInvalidArgument, "exceeds"));
+  EXPECT_THAT(SecAggSettings::Parse("colour=red").status(), StatusIs(StatusCode::kInvalidArgument, "colour"));
+}
+
+}  // namespace
+}  // namespace plexus
