@@ -109,14 +109,12 @@ class ClientRuntime {
   Result<TrainedDelta> TrainDelta(const Task& task);
   // Writes the delta to options_.save_updates_dir, if set (a failure is logged, not fatal).
   void SaveUpdateCopy(const Task& task, const TrainedDelta& trained);
-  // The task as a member of its secure aggregation group (client/secure_task.cpp): advertise
-  // keys, share them, train, send the masked update, reveal the shares asked for.
+  // The task as a member of its secure aggregation group (client/secure_task.cpp), the member's
+  // decisions taken by SecureMemberSession: advertise keys, share them, train, send the masked
+  // update, reveal the shares asked for.
   ClientStep TrainSecurely(const Task& task);
   // One call to the task's group, retried with backoff after transient failures.
   Result<secagg::View> CallGroup(const Task& task, const secagg::Call& call);
-  // Asks the group until it reaches `stage` (its answer), or fails: Aborted when the group
-  // aborted, NotFound when it moved past `stage` or closed without this member.
-  Result<secagg::View> WaitForStage(const Task& task, secagg::Server::Stage stage);
   // Sends pending_upload_ (`resume`: the server may hold its first part); drops it, and its kept
   // copy, once the server has answered.
   ClientStep Upload(bool resume);
