@@ -224,17 +224,23 @@ std::string StageName(Server::Stage s) {
 
 // --- Server ---
 
-Server::Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool)
-    : params_(params), stage_ms_(stage_ms), pool_(pool), deadline_ms_(now_ms + stage_ms), expected_(params.members) {
+Server::Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool, int64_t input_stage_ms)
+    : params_(params),
+      stage_ms_(stage_ms),
+      input_stage_ms_(input_stage_ms > 0 ? input_stage_ms : stage_ms),
+      pool_(pool),
+      deadline_ms_(now_ms + stage_ms),
+      expected_(params.members) {
   std::sort(expected_.begin(), expected_.end());
   for (uint32_t m : expected_) graph_[m] = Neighbours(params_, m);
 }
 
-Result<std::unique_ptr<Server>> Server::Create(const Params& params, int64_t now_ms, int64_t stage_ms,
-                                               ThreadPool* pool) {
+Result<std::unique_ptr<Server>> Server::Create(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool,
+                                               int64_t input_stage_ms) {
   PLEXUS_RETURN_IF_ERROR(params.Validate());
   if (stage_ms <= 0) return InvalidArgumentError("secagg: a stage must last some time");
-  return std::unique_ptr<Server>(new Server(params, now_ms, stage_ms, pool));
+  if (input_stage_ms < 0) return InvalidArgumentError("secagg: a stage must last some time");
+  return std::unique_ptr<Server>(new Server(params, now_ms, stage_ms, pool, input_stage_ms));
 }
 
 Status Server::Admit(Stage stage, uint32_t from, int64_t now_ms) {
@@ -344,7 +350,7 @@ void Server::Close(int64_t now_ms) {
   }
   const Stage closing = stage_;
   answered_.clear();
-  deadline_ms_ = now_ms + stage_ms_;
+  deadline_ms_ = now_ms + (closing == Stage::kShareKeys ? input_stage_ms_ : stage_ms_);
   switch (closing) {
     case Stage::kAdvertise:
       stage_ = Stage::kShareKeys;

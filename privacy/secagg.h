@@ -120,10 +120,11 @@ class Server {
  public:
   enum class Stage { kAdvertise, kShareKeys, kMaskedInput, kUnmask, kDone, kAborted };
 
-  // Each stage lasts at most `stage_ms` from its start (the first from `now_ms`). Unmasking (the
+  // Each stage lasts at most `stage_ms` from its start (the first from `now_ms`), the masked-input
+  // stage (the members' training, in a federation) `input_stage_ms` (0: stage_ms). Unmasking (the
   // secrets recovered, their masks expanded) runs on `pool` when given (borrowed, outlives it).
   static Result<std::unique_ptr<Server>> Create(const Params& params, int64_t now_ms, int64_t stage_ms,
-                                                ThreadPool* pool = nullptr);
+                                                ThreadPool* pool = nullptr, int64_t input_stage_ms = 0);
 
   // Each refuses (InvalidArgument or FailedPrecondition, the round unharmed) a message of another
   // stage or after its stage closed, from a member not expected in it, a second one from the same
@@ -154,7 +155,7 @@ class Server {
   const std::string& abort_reason() const { return abort_reason_; }
 
  private:
-  Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool);
+  Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool, int64_t input_stage_ms);
   Status Admit(Stage stage, uint32_t from, int64_t now_ms);
   void MaybeClose(int64_t now_ms);
   void Close(int64_t now_ms);
@@ -163,6 +164,7 @@ class Server {
 
   const Params params_;
   const int64_t stage_ms_;
+  const int64_t input_stage_ms_;
   ThreadPool* const pool_;
   std::map<uint32_t, std::vector<uint32_t>> graph_;
   Stage stage_ = Stage::kAdvertise;

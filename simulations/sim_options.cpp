@@ -25,6 +25,19 @@ Status SimOptions::Validate() const {
   if (!codec.empty()) PLEXUS_RETURN_IF_ERROR(MakeCodec(codec).status());
   if (!download_codec.empty()) PLEXUS_RETURN_IF_ERROR(CodedDownloads::Create(download_codec).status());
   if (!(attackers >= 0.0 && attackers < 1.0)) return InvalidArgumentError("--attackers must lie in [0, 1)");
+  if (!(secagg_dropout >= 0.0 && secagg_dropout < 1.0)) {
+    return InvalidArgumentError("--secagg-dropout must lie in [0, 1)");
+  }
+  if (secagg_dropout > 0 && !sync.secagg) return InvalidArgumentError("--secagg-dropout needs --secagg");
+  if (sync.secagg) {
+    if (mode != Mode::kSync) {
+      return InvalidArgumentError("--secagg runs in sync rounds (FedBuff buffers as secure groups are not built yet)");
+    }
+    if (attack != "none") {
+      return InvalidArgumentError("--secagg with --attack: the simulated attacks see or shape updates in the clear");
+    }
+    if (!codec.empty()) return InvalidArgumentError("--secagg with --codec: a masked update is its own encoding");
+  }
   return Status::Ok();
 }
 

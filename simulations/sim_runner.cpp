@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "client/client_session.h"
+#include "client/secure_member_session.h"
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
 #include "compute/model_zoo.h"
@@ -115,6 +116,26 @@ class FederationSim {
     }
     result_.wall_time_s = Elapsed();
     result_.virtual_time_s = net_.now_ms() / 1000.0;
+    if (o_.sync.secagg) {
+      SimResult::SecureAggregation& st = SecureStats();
+      // Members whose round was published when the run ended never heard so (the run stopped).
+      for (const auto& [i, m] : secure_) {
+        if (!m.session || m.task.round > engine_->model().version()) continue;
+        ++st.members_done;
+        st.member_cpu_ms += m.cpu_ms;
+        st.member_cpu_ms_max = std::max(st.member_cpu_ms_max, m.cpu_ms);
+        st.key_bytes_per_member += static_cast<double>(m.session->key_bytes());
+        st.masked_bytes_per_member += static_cast<double>(m.session->masked_bytes());
+      }
+      st.groups_done = static_cast<int64_t>(engine_->history().size());
+      st.groups_aborted = engine_->status().secure_rounds_aborted;
+      if (st.members_done > 0) {
+        const auto n = static_cast<double>(st.members_done);
+        st.member_cpu_ms /= n;
+        st.key_bytes_per_member /= n;
+        st.masked_bytes_per_member /= n;
+      }
+    }
     return std::move(result_);
   }
 
@@ -173,7 +194,9 @@ class FederationSim {
   void Tick() {
     if (engine_->finished()) return net_.Stop();
     SetClock();
+    const auto began = std::chrono::steady_clock::now();
     if (Status s = engine_->Tick(); !s.ok()) return Guard(s);
+    if (o_.sync.secagg) NoteServerCall(began);  // a stage's deadline may unmask
     ReportNewVersions();
     if (net_.now_ms() >= next_wave_ms_) {
       next_wave_ms_ += static_cast<double>(wave_ms_);
@@ -264,6 +287,7 @@ class FederationSim {
       return Status::Ok();
     }
     const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
+    if (o_.sync.secagg) return StartSecureTask(i, task, start, download_bytes, compute_ms, batch_seed);
     PLEXUS_RETURN_IF_ERROR(
         runner_->Start(i, {start, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
                            TrainOptionsFor(task.hyperparams, batch_seed)}));
@@ -365,6 +389,189 @@ class FederationSim {
     return Status::Ok();
   }
 
+  // --- Secure aggregation: each virtual member runs plexus client's SecureMemberSession; its
+  // calls and the server's answers travel the network with their payload's bytes, and the real
+  // CPU each side spends is charged to it as virtual time before its next message goes out.
+  struct SecureMember {
+    Task task;
+    std::shared_ptr<const ModelState> start;
+    size_t download_bytes = 0;
+    double compute_ms = 0;
+    uint64_t batch_seed = 0;
+    std::optional<SecureMemberSession> session;
+    int drop_at = -1;  // the stage (secagg::Server::Stage) it goes silent at; -1: it stays
+    double cpu_ms = 0;
+  };
+
+  SimResult::SecureAggregation& SecureStats() {
+    if (!result_.secagg) result_.secagg.emplace();
+    return *result_.secagg;
+  }
+  static double MsSince(std::chrono::steady_clock::time_point began) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  }
+  double NoteServerCall(std::chrono::steady_clock::time_point began) {
+    const double ms = MsSince(began);
+    SecureStats().server_call_ms_max = std::max(SecureStats().server_call_ms_max, ms);
+    return ms;
+  }
+
+  Status StartSecureTask(size_t i, const Task& task, std::shared_ptr<const ModelState> start, size_t download_bytes,
+                         double compute_ms, uint64_t batch_seed) {
+    SecureMember m{task, std::move(start), download_bytes, compute_ms, batch_seed, std::nullopt, -1, 0.0};
+    if (o_.secagg_dropout > 0) {
+      Rng rng = Rng::Derive(o_.seed ^ 0x5ecd0ULL, i * 1000003ULL + tasks_of_[i]);
+      if (rng.Uniform() < o_.secagg_dropout) m.drop_at = static_cast<int>(rng.Below(4));
+    }
+    ++handed_out_;
+    secure_[i] = std::move(m);
+    ++pending_;
+    secagg::Call ask;
+    ask.want_setup = true;
+    SecureCall(i, std::move(ask), 0.0);
+    return Status::Ok();
+  }
+
+  void SecureCall(size_t i, secagg::Call call, double delay_ms) {
+    const int64_t bytes = PayloadBytes(call);
+    bytes_up_ += bytes;
+    auto shared = std::make_shared<const secagg::Call>(std::move(call));
+    net_.After(delay_ms, [this, i, bytes, shared] {
+      net_.Send(Node(i), 0, static_cast<uint64_t>(bytes), [this, i, shared] { Guard(SecureCallArrives(i, *shared)); });
+    });
+  }
+
+  Status SecureCallArrives(size_t i, const secagg::Call& call) {
+    if (engine_->finished()) return Status::Ok();
+    SetClock();
+    const auto began = std::chrono::steady_clock::now();
+    Result<secagg::View> view = engine_->SecureAggregation(ClientName(i), secure_.at(i).task.task_id, call);
+    const double server_ms = NoteServerCall(began);
+    ReportNewVersions();
+    WakeIfEpochMoved();
+    if (!view.ok()) {
+      // Refused: a stage closed without this member, or its round is gone. Anything else is a bug.
+      const StatusCode code = view.status().code();
+      if (code != StatusCode::kFailedPrecondition && code != StatusCode::kNotFound &&
+          code != StatusCode::kInvalidArgument) {
+        return view.status().WithContext("simulated member " + ClientName(i));
+      }
+      return EndSecureTask(i, view.status());
+    }
+    const int64_t bytes = PayloadBytes(*view);
+    bytes_down_ += bytes;
+    auto shared = std::make_shared<const secagg::View>(std::move(view).value());
+    net_.After(server_ms, [this, i, bytes, shared] {
+      net_.Send(0, Node(i), static_cast<uint64_t>(bytes), [this, i, shared] { Guard(SecureViewArrives(i, *shared)); });
+    });
+    return Status::Ok();
+  }
+
+  Status SecureViewArrives(size_t i, const secagg::View& view) {
+    if (engine_->finished()) return Status::Ok();
+    SecureMember& m = secure_.at(i);
+    const auto began = std::chrono::steady_clock::now();
+    if (!m.session) {
+      if (!view.setup) return InternalError("simulation: the server sent member " + ClientName(i) + " no setup");
+      PLEXUS_ASSIGN_OR_RETURN(SecureMemberSession session, SecureMemberSession::Create(*view.setup));
+      m.session.emplace(std::move(session));
+    }
+    SecureAction next = m.session->Next(view);
+    const double cpu = MsSince(began);
+    m.cpu_ms += cpu;
+    switch (next.kind) {
+      case SecureAction::Kind::kSend:
+        if (m.drop_at == static_cast<int>(next.stage)) return DropSecureMember(i);
+        SecureCall(i, std::move(next.call), cpu);
+        return Status::Ok();
+      case SecureAction::Kind::kAskLater:
+        SecureCall(i, secagg::Call{}, cpu + static_cast<double>(next.after_ms));
+        return Status::Ok();
+      case SecureAction::Kind::kTrain:
+        // The model's download and the local steps, then the update goes into the session.
+        PLEXUS_RETURN_IF_ERROR(
+            runner_->Start(i, {m.start, data_.Indices(i), false, TrainOptionsFor(m.task.hyperparams, m.batch_seed)}));
+        bytes_down_ += static_cast<int64_t>(m.download_bytes);
+        net_.Send(0, Node(i), m.download_bytes,
+                  [this, i] { net_.After(secure_.at(i).compute_ms, [this, i] { Guard(SecureTrained(i)); }); });
+        return Status::Ok();
+      case SecureAction::Kind::kDone:
+        return EndSecureTask(i, Status::Ok());
+      case SecureAction::Kind::kFail:
+        return EndSecureTask(i, next.error);
+    }
+    return Status::Ok();
+  }
+
+  Status SecureTrained(size_t i) {
+    if (engine_->finished()) return Status::Ok();
+    SetClock();
+    SecureMember& m = secure_.at(i);
+    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, runner_->Finish(i));
+    ++result_.tasks_trained;
+    ModelState delta = std::move(out.weights);
+    delta.Subtract(*m.start);
+    if (o_.local_dp_clip > 0) {  // as plexus client: before the update is encoded
+      auto noise = MakeSeededGaussianNoise(Rng::Derive(o_.seed ^ 0x10ca1dULL, i * 1000003ULL + tasks_of_[i]).NextU64());
+      PLEXUS_RETURN_IF_ERROR(ClipAndAddNoise(delta.data(), o_.local_dp_clip, o_.local_dp_noise, *noise)
+                                 .WithContext("local DP on simulated client " + ClientName(i)));
+      if (local_dp_releases_.empty()) local_dp_releases_.assign(n_, 0);
+      result_.local_dp_most_releases = std::max(result_.local_dp_most_releases, ++local_dp_releases_[i]);
+    }
+    // The rounding's secret: the member's own (seeded here, so that runs repeat).
+    Secret32 rounding{};
+    Rng rng = Rng::Derive(o_.seed ^ 0x50a1dULL, i * 1000003ULL + tasks_of_[i]);
+    for (size_t b = 0; b < rounding.size(); b += 8) {
+      const uint64_t word = rng.NextU64();
+      for (size_t k = 0; k < 8; ++k) rounding[b + k] = static_cast<uint8_t>(word >> (8 * k));
+    }
+    const auto began = std::chrono::steady_clock::now();
+    const Status set = m.session->SetUpdate(delta.data(), out.num_examples, rounding);
+    const double cpu = MsSince(began);
+    m.cpu_ms += cpu;
+    if (!set.ok()) return EndSecureTask(i, AbortedError(std::string(set.message())));  // e.g. diverged
+    SecureCall(i, secagg::Call{}, cpu);
+    return Status::Ok();
+  }
+
+  // The member's task is over: in the published mean (OK) or not; it polls again as plexus client does.
+  Status EndSecureTask(size_t i, const Status& outcome) {
+    SecureMember m = std::move(secure_.at(i));
+    secure_.erase(i);
+    --pending_;
+    SimResult::SecureAggregation& st = SecureStats();
+    ClientSession& session = SessionOf(i);
+    ClientStep step;
+    if (outcome.ok()) {
+      ++st.members_done;
+      st.member_cpu_ms += m.cpu_ms;  // a sum until Run divides it
+      st.member_cpu_ms_max = std::max(st.member_cpu_ms_max, m.cpu_ms);
+      st.key_bytes_per_member += static_cast<double>(m.session->key_bytes());
+      st.masked_bytes_per_member += static_cast<double>(m.session->masked_bytes());
+      step = session.UploadAnswered(m.task.task_id, UploadAck{engine_->model().version(), {}}, now_ms());
+    } else {
+      ++st.members_failed;
+      step = session.TaskFailed(
+          m.task, outcome.code() == StatusCode::kNotFound ? outcome : AbortedError(std::string(outcome.message())));
+    }
+    if (step.kind != ClientStep::Kind::kPoll) {
+      return InternalError("simulation: member " + ClientName(i) +
+                           " did not poll after its group: " + step.error.ToString());
+    }
+    if (session.at_rest()) sessions_.erase(i);
+    Schedule(static_cast<double>(step.after_ms), i);
+    return Status::Ok();
+  }
+
+  // --secagg-dropout: the device is gone for this round; it is back a round deadline later.
+  Status DropSecureMember(size_t i) {
+    secure_.erase(i);
+    --pending_;
+    ++SecureStats().members_dropped;
+    Schedule(static_cast<double>(o_.sync.round_deadline_ms), i);
+    return Status::Ok();
+  }
+
   const SimOptions& o_;
   const DeviceModel& dev_;
   const AttackSpec attack_spec_;
@@ -398,6 +605,7 @@ class FederationSim {
   int64_t wave_ms_ = 0;
   double next_wave_ms_ = 0.0;
   std::map<size_t, InFlight> in_flight_;
+  std::map<size_t, SecureMember> secure_;                 // with secure aggregation: members in a group
   ClientSessionOptions session_options_;                  // the seed's backoff jitter, the defaults otherwise
   std::unordered_map<uint32_t, ClientSession> sessions_;  // clients whose session is not at rest
   std::shared_ptr<const ModelState> current_base_;        // shared by the tasks handed out on it

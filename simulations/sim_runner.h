@@ -59,6 +59,10 @@ struct SimOptions {
   // Compression of the downloads (CodedDownloads, as `plexus server --download-codec`): each
   // client trains from the model it rebuilds; empty: float32.
   std::string download_codec;
+  // With secure aggregation (sync.secagg): the share of the group's members that drop out of
+  // each round, each at a stage drawn uniformly (advertise keys, share keys, masked input,
+  // unmask), going silent there as `plexus client --quit-at-secagg-stage` does.
+  double secagg_dropout = 0;
 
   // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
   // clients, an unknown mode or attack, bad device values); the engine options are checked
@@ -93,6 +97,21 @@ struct SimResult {
   int64_t local_dp_most_releases = 0;  // with local DP: the most noised updates one client sent
   int64_t examples_per_client = 0;     // > 0 when partitions were sampled with replacement
   std::string strategy;
+  // With secure aggregation: what the groups cost, measured as the run went (the members' and
+  // the server's real CPU, charged to the virtual devices and server as it was spent).
+  struct SecureAggregation {
+    int64_t groups_done = 0;
+    int64_t groups_aborted = 0;
+    int64_t members_done = 0;     // members that finished: their update in a published mean
+    int64_t members_dropped = 0;  // by --secagg-dropout
+    int64_t members_failed = 0;   // left out by the group (late, or the group aborted)
+    double member_cpu_ms = 0;     // mean per finished member and round, beyond training
+    double member_cpu_ms_max = 0;
+    double server_call_ms_max = 0;       // the server's longest call: the unmasking
+    double key_bytes_per_member = 0;     // keys, shares and reveals sent, mean per finished member
+    double masked_bytes_per_member = 0;  // the masked update
+  };
+  std::optional<SecureAggregation> secagg;
 };
 
 class ClientData;

@@ -466,12 +466,15 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
       ->capture_default_str();
-  cmd->add_option("--secagg", f->secagg,
-                  "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
-                  "learns only the round's weighted mean. Optional parameters threshold=T,degree=K,clip=R,weight-cap=N "
-                  "(defaults: K the even number nearest above 2·log2(round size), T = K/2+1, clip 1 per value, "
-                  "weights saturating at 65536 examples); each stage lasts at most --round-deadline-s. "
-                  "docs/privacy.md")
+  cmd->add_option(
+         "--secagg", f->secagg,
+         "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
+         "learns only the round's weighted mean. Optional parameters "
+         "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S "
+         "(defaults: K the even number nearest above 2·log2(round size), T = K/2+1, clip 1 per value, "
+         "weights saturating at 65536 examples, stages other than the training one closing after 30 s at most); the "
+         "stage in which members train lasts at most --round-deadline-s. "
+         "docs/privacy.md")
       ->expected(0, 1);
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")
       ->capture_default_str();

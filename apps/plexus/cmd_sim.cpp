@@ -50,6 +50,7 @@ struct SimFlags {
   bool gossip_mode = false;  // --mode gossip
   GossipFlags gossip;
   DpFlags dp;
+  std::string secagg;  // --secagg's parameters (given: cmd->count("--secagg"))
 };
 
 // The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
@@ -175,7 +176,8 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
   }
   for (const char* server_only :
        {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s", "--buffer-size", "--server-lr",
-        "--server-mbps", "--max-tasks", "--backup-workers", "--dp", "--dp-population", "--dp-budget", "--dp-delta"}) {
+        "--server-mbps", "--max-tasks", "--backup-workers", "--dp", "--dp-population", "--dp-budget", "--dp-delta",
+        "--secagg", "--secagg-dropout"}) {
     if (f.cmd->count(server_only)) {
       throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
     }
@@ -241,6 +243,14 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (dp) {
     options.sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) options.sync.rounds = dp->max_releases;
+  }
+  if (f.cmd->count("--secagg") > 0) {
+    if (dp) {
+      throw CommandError(
+          "--secagg with central --dp: the DP strategy clips each update, which the server no longer "
+          "sees (client-side noise: --dp local)");
+    }
+    options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   if (dp) options.async.strategy = dp->strategy;
@@ -328,11 +338,14 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     // ETA from the real time per version so far (the first versions include the setup).
     const double done = static_cast<double>(r.record.model_version);
     const double eta = done > 0 ? r.wall_time_s / done * (static_cast<double>(options.sync.rounds) - done) : 0.0;
+    // With secure aggregation the server (and so the record) has no client's training loss.
+    char loss[32] = "-";
+    if (!options.sync.secagg) std::snprintf(loss, sizeof loss, "%.4f", r.record.mean_train_loss);
     std::printf(
-        "round %3llu/%lld  updates %lld  train_loss %.4f  test_accuracy %.4f  test_loss %.4f  "
+        "round %3llu/%lld  updates %lld  train_loss %s  test_accuracy %.4f  test_loss %.4f  "
         "virtual %.1f s  real %.1f s  eta %.0f s%s\n",
         static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
-        static_cast<long long>(r.record.num_updates), r.record.mean_train_loss, r.record.test_accuracy.value_or(0.0),
+        static_cast<long long>(r.record.num_updates), loss, r.record.test_accuracy.value_or(0.0),
         r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta,
         dp ? ("  " + DpEpsilonText(*dp, static_cast<int64_t>(r.record.model_version))).c_str() : "");
     std::fflush(stdout);
@@ -345,6 +358,17 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
       static_cast<long long>(result.updates_refused), static_cast<double>(PeakRssBytes()) / (1 << 20),
       result.final_model_sha256.c_str());
 
+  if (result.secagg) {
+    const SimResult::SecureAggregation& g = *result.secagg;
+    std::printf(
+        "secure aggregation: %lld groups published, %lld aborted; %lld members finished, %lld dropped, %lld left "
+        "out; per member and round beyond training %.2f ms CPU (at most %.2f), %.0f key bytes and %.0f masked "
+        "bytes sent; the server's longest call %.1f ms\n",
+        static_cast<long long>(g.groups_done), static_cast<long long>(g.groups_aborted),
+        static_cast<long long>(g.members_done), static_cast<long long>(g.members_dropped),
+        static_cast<long long>(g.members_failed), g.member_cpu_ms, g.member_cpu_ms_max, g.key_bytes_per_member,
+        g.masked_bytes_per_member, g.server_call_ms_max);
+  }
   RunSummary s;
   s.mode = ModeName(options.mode);
   s.model = options.model;
@@ -368,6 +392,12 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   s.updates_refused = result.updates_refused;
   s.tasks_trained = result.tasks_trained;
   s.waits_after_refusals = result.waits_after_refusals;
+  if (result.secagg) {
+    const SimResult::SecureAggregation& g = *result.secagg;
+    s.secagg = RunSummary::SecureAggregation{
+        g.groups_done,   g.groups_aborted,    g.members_done,       g.members_dropped,      g.members_failed,
+        g.member_cpu_ms, g.member_cpu_ms_max, g.server_call_ms_max, g.key_bytes_per_member, g.masked_bytes_per_member};
+  }
   if (local_dp) {
     s.privacy =
         LocalDpReport(*local_dp, result.local_dp_most_releases, "seeded(seed=" + std::to_string(options.seed) + ")");
@@ -426,6 +456,15 @@ void AddSimCommand(CLI::App& app) {
   }
   cmd->add_option("--attack", flags->sim.attack,
                   "What malicious clients do, " + OneOf(AttackNames()) + " (ipm takes eps=E, alie z=Z)")
+      ->capture_default_str();
+  cmd->add_option("--secagg", flags->secagg,
+                  "Secure aggregation in sync rounds, as plexus server --secagg: each round's sample is one group "
+                  "whose members run plexus client's member state machine; optional threshold=T,degree=K,clip=R,"
+                  "weight-cap=N. docs/privacy.md")
+      ->expected(0, 1);
+  cmd->add_option("--secagg-dropout", flags->sim.secagg_dropout,
+                  "With --secagg: the share of each round's members that drop out, each at a stage drawn uniformly")
+      ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   cmd->add_option("--attackers", flags->sim.attackers, "Fraction of the clients that are malicious")
       ->capture_default_str();

@@ -62,6 +62,19 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
                       {"upload_bytes_resumed", s.transfers->upload_bytes_resumed},
                       {"download_bytes", s.transfers->download_bytes}};
   }
+  if (s.secagg) {
+    const RunSummary::SecureAggregation& g = *s.secagg;
+    j["secagg"] = {{"groups_published", g.groups_done},
+                   {"groups_aborted", g.groups_aborted},
+                   {"members_finished", g.members_done},
+                   {"members_dropped", g.members_dropped},
+                   {"members_left_out", g.members_failed},
+                   {"member_cpu_ms_mean", g.member_cpu_ms},
+                   {"member_cpu_ms_max", g.member_cpu_ms_max},
+                   {"server_call_ms_max", g.server_call_ms_max},
+                   {"key_bytes_per_member", g.key_bytes_per_member},
+                   {"masked_bytes_per_member", g.masked_bytes_per_member}};
+  }
   if (s.privacy) {
     const RunSummary::Privacy& p = *s.privacy;
     j["dp_epsilon"] = std::isfinite(p.epsilon) ? nlohmann::json(p.epsilon) : nlohmann::json();  // null: not private

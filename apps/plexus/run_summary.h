@@ -42,6 +42,14 @@ struct RunSummary {
     int64_t download_bytes = 0;         // model bytes sent
   };
   std::optional<Transfers> transfers;
+  // Simulator with --secagg: what the secure groups cost ("secagg" in the JSON).
+  struct SecureAggregation {
+    int64_t groups_done = 0, groups_aborted = 0;
+    int64_t members_done = 0, members_dropped = 0, members_failed = 0;
+    double member_cpu_ms = 0, member_cpu_ms_max = 0, server_call_ms_max = 0;
+    double key_bytes_per_member = 0, masked_bytes_per_member = 0;
+  };
+  std::optional<SecureAggregation> secagg;
   // With --dp: what the releases cost ("dp_*" in the JSON, dp_epsilon per round in both files).
   struct Privacy {
     double epsilon = 0;  // after the last version, at delta (improved conversion)

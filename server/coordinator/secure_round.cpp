@@ -21,6 +21,7 @@ Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   PLEXUS_ASSIGN_OR_RETURN(const int64_t threshold, s.GetCount("threshold", 0));
   PLEXUS_ASSIGN_OR_RETURN(out.clip, s.GetDouble("clip", out.clip));
   PLEXUS_ASSIGN_OR_RETURN(out.weight_cap, s.GetCount("weight-cap", out.weight_cap));
+  PLEXUS_ASSIGN_OR_RETURN(out.stage_s, s.GetDouble("stage-s", out.stage_s));
   PLEXUS_RETURN_IF_ERROR(s.CheckAllUsed());
   if (degree > 100000 || threshold > 100000) return InvalidArgumentError("--secagg: degree and threshold up to 100000");
   out.degree = static_cast<int>(degree);
@@ -36,6 +37,8 @@ Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   }
   if (!(out.clip > 0) || !std::isfinite(out.clip)) return InvalidArgumentError("--secagg: clip must be positive");
   if (out.weight_cap < 1) return InvalidArgumentError("--secagg: weight-cap must be at least 1 example");
+  if (!(out.stage_s >= 0 && out.stage_s <= 86400))
+    return InvalidArgumentError("--secagg: stage-s must lie in [0, 86400]");
   return out;
 }
 
@@ -58,14 +61,19 @@ std::string SecAggSettings::Describe() const {
   std::ostringstream out;
   out << "threshold=" << (threshold ? std::to_string(threshold) : "degree/2+1")
       << ",degree=" << (degree ? std::to_string(degree) : "2*ceil(log2 n)") << ",clip=" << clip
-      << ",weight-cap=" << weight_cap;
+      << ",weight-cap=" << weight_cap << ",stage-s=";
+  if (stage_s > 0) {
+    out << stage_s;
+  } else {
+    out << "30";
+  }
   return out.str();
 }
 
 Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& settings, uint64_t binding, uint64_t seed,
                                                         const std::vector<std::string>& clients,
-                                                        const ModelState& layout, int64_t now_ms, int64_t stage_ms,
-                                                        ThreadPool* pool) {
+                                                        const ModelState& layout, int64_t now_ms,
+                                                        int64_t input_stage_ms, ThreadPool* pool) {
   std::vector<std::string> sorted = clients;
   std::sort(sorted.begin(), sorted.end());
   PLEXUS_ASSIGN_OR_RETURN(const auto graph, settings.GraphFor(static_cast<int>(sorted.size())));
@@ -84,8 +92,11 @@ Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& se
     member_of[sorted[i]] = id;
   }
   PLEXUS_ASSIGN_OR_RETURN(secagg::WeightedEncoding encoding, secagg::WeightedEncoding::For(setup));
-  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<secagg::Server> server,
-                          secagg::Server::Create(setup.params, now_ms, stage_ms, pool));
+  const int64_t stage_ms =
+      std::min<int64_t>(input_stage_ms, settings.stage_s > 0 ? std::llround(settings.stage_s * 1000) : int64_t{30000});
+  PLEXUS_ASSIGN_OR_RETURN(
+      std::unique_ptr<secagg::Server> server,
+      secagg::Server::Create(setup.params, now_ms, std::max<int64_t>(1, stage_ms), pool, input_stage_ms));
   // Members waiting for the next stage ask again this often: quick enough that a stage's latency
   // is not the poll's, rare enough to stay far below the door's request rate.
   const int64_t retry_ms = 100;
@@ -102,12 +113,15 @@ secagg::View SecureRound::ViewFor(uint32_t member, bool with_setup) const {
   v.stage = server_->stage();
   const std::vector<uint32_t>& expected = server_->expected();
   const bool expected_now = std::binary_search(expected.begin(), expected.end(), member);
+  v.answered = server_->Answered(member);
+  // The stage's material only to a member that still needs it: members waiting for the next
+  // stage ask every retry_ms, and would otherwise fetch their neighbours' keys or shares each time.
   switch (v.stage) {
     case secagg::Server::Stage::kShareKeys:
-      v.adverts = server_->AdvertsFor(member);
+      if (!v.answered) v.adverts = server_->AdvertsFor(member);
       break;
     case secagg::Server::Stage::kMaskedInput:
-      v.shares = server_->SharesFor(member);
+      if (!v.answered) v.shares = server_->SharesFor(member);
       if (auto it = masked_.find(member); it != masked_.end()) v.masked_received = it->second.size();
       break;
     case secagg::Server::Stage::kUnmask:
@@ -119,7 +133,6 @@ secagg::View SecureRound::ViewFor(uint32_t member, bool with_setup) const {
     default:
       break;
   }
-  v.answered = server_->Answered(member);
   v.retry_after_ms = retry_ms_;
   return v;
 }

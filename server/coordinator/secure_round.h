@@ -31,8 +31,11 @@ struct SecAggSettings {
   int threshold = 0;           // shares that recover a secret; 0: degree/2 + 1
   double clip = 1.0;           // each delta value is clipped to [−clip, clip]
   int64_t weight_cap = 65536;  // examples at which a client's weight reaches 1
+  // Longest a stage other than the masked input (whose members train) may last; 0: 30 s, or the
+  // round deadline when that is shorter. The masked-input stage lasts at most the round deadline.
+  double stage_s = 0;
 
-  // "" or "threshold=T,degree=K,clip=R,weight-cap=N" (any of them). InvalidArgument naming the
+  // "" or "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S" (any of them). InvalidArgument naming the
   // parameter that does not parse or means nothing.
   static Result<SecAggSettings> Parse(const std::string& spec);
   // The group's degree and threshold for `n` members (n ≥ 3); InvalidArgument when a stated
@@ -44,10 +47,11 @@ struct SecAggSettings {
 class SecureRound {
  public:
   // `clients`: the round's members (distinct); `binding`: unique to this round and attempt;
-  // `layout`: the model whose delta the members send. Each stage lasts at most `stage_ms`.
+  // `layout`: the model whose delta the members send. The masked-input stage lasts at most
+  // `input_stage_ms`, the others as the settings say (at most that too).
   static Result<std::unique_ptr<SecureRound>> Start(const SecAggSettings& settings, uint64_t binding, uint64_t seed,
                                                     const std::vector<std::string>& clients, const ModelState& layout,
-                                                    int64_t now_ms, int64_t stage_ms, ThreadPool* pool);
+                                                    int64_t now_ms, int64_t input_stage_ms, ThreadPool* pool);
 
   // A member's call. NotFound for a client not in the group; the stage machine's refusals
   // (replayed, late or malformed messages) otherwise, the round unharmed.
