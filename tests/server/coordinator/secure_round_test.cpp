@@ -285,3 +285,46 @@ TEST_F(SecureRoundTest, SettingsThatCannotWorkAreRefusedAtOpen) {
 
 }  // namespace
 }  // namespace plexus
+
+namespace plexus {
+namespace {
+
+TEST_F(SecureRoundTest, AMessageAfterItsStageClosedIsRefusedAndTheGroupCarriesOn) {
+  Open(SecureOptions(5));
+  const std::vector<std::string> all = {"a", "b", "c", "d", "e"};
+  Begin(all);
+  for (const auto& c : all) Advertise(c);
+  for (const auto& c : {"a", "b", "c", "d"}) Share(c);
+  const secagg::View late_view = Query("e");  // e's neighbours' keys, fetched in time
+  ASSERT_EQ(late_view.stage, Stage::kShareKeys);
+  clock_.AdvanceMs(10000);  // the share-keys stage closes at its deadline without e
+  ASSERT_OK(engine_->Tick());
+  secagg::Call late;
+  late.kind = secagg::Call::Kind::kShares;
+  late.shares = *players_["e"].member->ShareKeys(late_view.adverts);
+  EXPECT_THAT(Call("e", late).status(), StatusIs(StatusCode::kFailedPrecondition, "late, early or replayed"));
+  for (const auto& c : {"a", "b", "c", "d"}) SendMasked(c);
+  for (const auto& c : {"a", "b", "c", "d"}) Reveal(c);
+  ExpectPublished({"a", "b", "c", "d"});
+}
+
+TEST_F(SecureRoundTest, ARestartedServerStartsTheOpenRoundAgainWithANewGroup) {
+  Open(SecureOptions(4));
+  Begin({"a", "b", "c", "d"});
+  for (const auto& c : {"a", "b", "c", "d"}) Advertise(c);
+  const std::string before = players_["a"].task.task_id;
+  engine_.reset();  // the server dies; its store stays
+  Open(SecureOptions(4));
+  for (const char* c : {"a", "b", "c", "d"}) ASSERT_OK(engine_->Join({c, 100, "test"}));
+  EXPECT_THAT(engine_->SecureAggregation("a", before, secagg::Call{}).status(),
+              StatusIs(StatusCode::kNotFound, "not in the open secure round"))
+      << "the keys died with the process: the old group is gone";
+  Result<PollAnswer> again = engine_->Poll("a");
+  ASSERT_OK(again);
+  ASSERT_EQ(again->kind, PollAnswer::Kind::kTask);
+  EXPECT_NE(again->task.task_id, before);
+  EXPECT_EQ(again->task.round, 1u);
+}
+
+}  // namespace
+}  // namespace plexus
