@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <set>
 
@@ -368,9 +369,12 @@ void Server::Close(int64_t now_ms) {
       stage_ = Stage::kUnmask;
       expected_ = answered;
       break;
-    case Stage::kUnmask:
+    case Stage::kUnmask: {
+      const auto began = std::chrono::steady_clock::now();
       Unmask();
+      unmask_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
       break;
+    }
     default:
       break;
   }

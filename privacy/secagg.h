@@ -153,6 +153,9 @@ class Server {
   const std::vector<uint32_t>& included() const { return survivors_; }
   // kAborted: why.
   const std::string& abort_reason() const { return abort_reason_; }
+  // How long the unmasking took (secrets recovered, masks expanded and taken off), in real
+  // milliseconds: a measurement, for reports; 0 before it ran.
+  double unmask_ms() const { return unmask_ms_; }
 
  private:
   Server(const Params& params, int64_t now_ms, int64_t stage_ms, ThreadPool* pool, int64_t input_stage_ms);
@@ -177,6 +180,7 @@ class Server {
   std::vector<uint32_t> sum_;
   std::map<uint32_t, RevealedShares> revealed_;
   std::string abort_reason_;
+  double unmask_ms_ = 0;
 };
 
 // "advertise keys", "share keys", "masked input", "unmask", "done", "aborted".

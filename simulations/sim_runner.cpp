@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "client/client_session.h"
@@ -18,6 +19,7 @@
 #include "compute/model_zoo.h"
 #include "core/clock.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "privacy/gaussian_noise.h"
 #include "server/coordinator/engine_factory.h"
 #include "server/store/memory_store.h"
@@ -33,12 +35,12 @@ constexpr int64_t kTickMs = 100;
 // The engine of the run's mode, through the factory the server uses too, with the simulator's
 // seed and its tick as the poll retry.
 Result<std::unique_ptr<Engine>> OpenSimEngine(const SimOptions& o, const ModelState& initial, Store* store,
-                                              const Clock* clock, ModelEvaluator* evaluator) {
+                                              const Clock* clock, ModelEvaluator* evaluator, ThreadPool* pool) {
   EngineOptions options{o.mode, o.sync, o.async};
   options.sync.seed = o.seed;
   options.sync.poll_retry_ms = kTickMs;
   static_cast<SharedEngineOptions&>(options.async) = options.sync;  // the shared flags bind into sync
-  return OpenEngine(options, initial, store, clock, evaluator, nullptr);
+  return OpenEngine(options, initial, store, clock, evaluator, pool);
 }
 
 std::string ClientName(size_t i) {
@@ -182,6 +184,9 @@ class FederationSim {
     if (engine_->poll_epoch() != parked_epoch_) WakeParked();
   }
   void ReportNewVersions() {
+    if (o_.sync.secagg && reported_ < engine_->history().size()) {
+      SecureStats().unmask_ms_max = std::max(SecureStats().unmask_ms_max, engine_->status().last_secure_unmask_ms);
+    }
     for (; reported_ < engine_->history().size(); ++reported_) {
       SimRound r{engine_->history()[reported_], Elapsed(), net_.now_ms() / 1000.0, bytes_down_, bytes_up_};
       result_.rounds.push_back(r);
@@ -633,7 +638,11 @@ Result<SimResult> RunSimulation(const SimOptions& options, const Dataset& train,
   if (options.mode == Mode::kSync) PLEXUS_RETURN_IF_ERROR(CheckRoundsCanClose(options, data, initial.num_params()));
   ManualClock clock;
   MemoryStore store(/*keep_recovery_data=*/false);
-  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, OpenSimEngine(options, initial, &store, &clock, evaluator));
+  // Secure aggregation's unmasking on every core, as plexus server runs it.
+  std::unique_ptr<ThreadPool> pool;
+  if (options.sync.secagg) pool = std::make_unique<ThreadPool>(std::max(1u, std::thread::hardware_concurrency()));
+  PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                          OpenSimEngine(options, initial, &store, &clock, evaluator, pool.get()));
   for (size_t i = 0; i < static_cast<size_t>(options.clients); ++i) {
     PLEXUS_ASSIGN_OR_RETURN(std::string id, engine->Join({ClientName(i), data.examples(i), "virtual"}));
     if (id != ClientName(i)) return InternalError("simulation: the engine renamed client " + ClientName(i));

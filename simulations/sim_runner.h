@@ -107,8 +107,9 @@ struct SimResult {
     int64_t members_failed = 0;   // left out by the group (late, or the group aborted)
     double member_cpu_ms = 0;     // mean per finished member and round, beyond training
     double member_cpu_ms_max = 0;
-    double server_call_ms_max = 0;       // the server's longest call: the unmasking
-    double key_bytes_per_member = 0;     // keys, shares and reveals sent, mean per finished member
+    double server_call_ms_max = 0;    // the server's longest call (an unmasking, or a publication and its evaluation)
+    double unmask_ms_max = 0;         // the longest unmasking
+    double key_bytes_per_member = 0;  // keys, shares and reveals sent, mean per finished member
     double masked_bytes_per_member = 0;  // the masked update
   };
   std::optional<SecureAggregation> secagg;

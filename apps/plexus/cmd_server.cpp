@@ -23,6 +23,7 @@
 #include "core/clock.h"
 #include "core/memory_tuning.h"
 #include "core/safetensors.h"
+#include "core/thread_pool.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/engine_factory.h"
 #include "server/coordinator/sync_engine.h"
@@ -264,8 +265,11 @@ void RunServer(const ServerFlags& f) {
   // were stored in, whatever this run's --codec. The reader needs the layout, never its values:
   // an uninitialized model costs no pass over memory and no resident pages.
   store->SetCodedDeltaReader(MakeCodedDeltaReader(ModelState::UninitializedLike(initial)));
+  // Secure aggregation unmasks on every core (its masks are independent keystreams).
+  std::unique_ptr<ThreadPool> pool;
+  if (sync.secagg) pool = std::make_unique<ThreadPool>(std::max(1u, std::thread::hardware_concurrency()));
   std::unique_ptr<Engine> engine =
-      Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), nullptr), "open federation");
+      Take(OpenEngine(engine_options, initial, store.get(), &clock, evaluator.get(), pool.get()), "open federation");
   if (engine->model().version() > 0) {
     spdlog::info("resuming from checkpoint version {} in {}", engine->model().version(), f.db);
   }

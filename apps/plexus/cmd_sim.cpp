@@ -363,11 +363,11 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     std::printf(
         "secure aggregation: %lld groups published, %lld aborted; %lld members finished, %lld dropped, %lld left "
         "out; per member and round beyond training %.2f ms CPU (at most %.2f), %.0f key bytes and %.0f masked "
-        "bytes sent; the server's longest call %.1f ms\n",
+        "bytes sent; unmasking at most %.1f ms (the server's longest call %.1f ms)\n",
         static_cast<long long>(g.groups_done), static_cast<long long>(g.groups_aborted),
         static_cast<long long>(g.members_done), static_cast<long long>(g.members_dropped),
         static_cast<long long>(g.members_failed), g.member_cpu_ms, g.member_cpu_ms_max, g.key_bytes_per_member,
-        g.masked_bytes_per_member, g.server_call_ms_max);
+        g.masked_bytes_per_member, g.unmask_ms_max, g.server_call_ms_max);
   }
   RunSummary s;
   s.mode = ModeName(options.mode);

@@ -72,6 +72,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
                    {"member_cpu_ms_mean", g.member_cpu_ms},
                    {"member_cpu_ms_max", g.member_cpu_ms_max},
                    {"server_call_ms_max", g.server_call_ms_max},
+                   {"unmask_ms_max", g.unmask_ms_max},
                    {"key_bytes_per_member", g.key_bytes_per_member},
                    {"masked_bytes_per_member", g.masked_bytes_per_member}};
   }

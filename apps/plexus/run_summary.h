@@ -46,7 +46,7 @@ struct RunSummary {
   struct SecureAggregation {
     int64_t groups_done = 0, groups_aborted = 0;
     int64_t members_done = 0, members_dropped = 0, members_failed = 0;
-    double member_cpu_ms = 0, member_cpu_ms_max = 0, server_call_ms_max = 0;
+    double member_cpu_ms = 0, member_cpu_ms_max = 0, server_call_ms_max = 0, unmask_ms_max = 0;
     double key_bytes_per_member = 0, masked_bytes_per_member = 0;
   };
   std::optional<SecureAggregation> secagg;

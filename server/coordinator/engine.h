@@ -42,7 +42,8 @@ struct EngineStatus {
   std::string secure_stage;
   int64_t secure_rounds_aborted = 0;
   std::string last_secure_abort;
-  std::string error;  // sticky store error, empty when healthy
+  double last_secure_unmask_ms = 0;  // the newest group's unmasking, real milliseconds
+  std::string error;                 // sticky store error, empty when healthy
 };
 
 // A version an engine has aggregated but not yet committed, handed to its caller so that the

@@ -62,6 +62,7 @@ class SecureRound {
 
   secagg::Server::Stage stage() const { return server_->stage(); }
   const std::string& abort_reason() const { return server_->abort_reason(); }
+  double unmask_ms() const { return server_->unmask_ms(); }
   // kDone: the members whose updates are in the mean (sorted client ids).
   std::vector<std::string> included() const;
   // kDone: the weighted mean of the included updates as one update of `base` (its weight the sum

@@ -485,6 +485,7 @@ EngineStatus SyncEngine::status() const {
   s.aggregates_nonfinite = rounds_refused_nonfinite_;
   s.secure_rounds_aborted = secure_rounds_aborted_;
   s.last_secure_abort = last_secure_abort_;
+  if (last_secure_) s.last_secure_unmask_ms = last_secure_->unmask_ms();
   if (open_ && open_->secure) s.secure_stage = secagg::StageName(open_->secure->stage());
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
