@@ -394,9 +394,19 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   s.waits_after_refusals = result.waits_after_refusals;
   if (result.secagg) {
     const SimResult::SecureAggregation& g = *result.secagg;
-    s.secagg = RunSummary::SecureAggregation{
-        g.groups_done,   g.groups_aborted,    g.members_done,       g.members_dropped,      g.members_failed,
-        g.member_cpu_ms, g.member_cpu_ms_max, g.server_call_ms_max, g.key_bytes_per_member, g.masked_bytes_per_member};
+    RunSummary::SecureAggregation out;
+    out.groups_done = g.groups_done;
+    out.groups_aborted = g.groups_aborted;
+    out.members_done = g.members_done;
+    out.members_dropped = g.members_dropped;
+    out.members_failed = g.members_failed;
+    out.member_cpu_ms = g.member_cpu_ms;
+    out.member_cpu_ms_max = g.member_cpu_ms_max;
+    out.server_call_ms_max = g.server_call_ms_max;
+    out.unmask_ms_max = g.unmask_ms_max;
+    out.key_bytes_per_member = g.key_bytes_per_member;
+    out.masked_bytes_per_member = g.masked_bytes_per_member;
+    s.secagg = out;
   }
   if (local_dp) {
     s.privacy =
