@@ -34,8 +34,30 @@ std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::st
   return f;
 }
 
+// What else a peer's first four bytes may be, read as a length prefix: another protocol reached
+// (or answered) a plexus peer port. Empty when they look like nothing known.
+std::string ForeignProtocol(uint32_t prefix) {
+  // A gRPC server's first bytes: an HTTP/2 SETTINGS frame (length 00 00 LL, type 04).
+  if ((prefix & 0xff00ffffU) == 0x04000000U) {
+    return "the other side answered in HTTP/2 (gRPC): that address is a plexus server's, not a plexus peer's "
+           "(--peers takes other peers' addresses; plexus peer --server takes a server's)";
+  }
+  if (prefix == 0x20495250U) {  // "PRI ": the HTTP/2 client preface
+    return "a gRPC client (plexus client, or plexus status --server) reached this plexus peer's port: it needs a "
+           "plexus server's address (plexus status --peer asks a peer)";
+  }
+  if ((prefix & 0x0000ffffU) == 0x00000316U) {  // a TLS record: handshake, version 3.x
+    return "the other side speaks TLS and this link does not: give both sides the same --tls-* flags";
+  }
+  if (prefix == 0x20544547U || prefix == 0x54534f50U || prefix == 0x50545448U) {  // "GET ", "POST", "HTTP"
+    return "plain HTTP reached a plexus peer's port, which speaks only the peers' own protocol";
+  }
+  return "";
+}
+
 Status FrameReader::Check(uint32_t length) const {
   if (length < kFrameFixedBytes || length - kFrameFixedBytes > max_payload_) {
+    if (std::string foreign = ForeignProtocol(length); !foreign.empty()) return InvalidArgumentError(foreign);
     return InvalidArgumentError("frame length " + std::to_string(length) + " outside [" +
                                 std::to_string(kFrameFixedBytes) + ", " +
                                 std::to_string(kFrameFixedBytes + max_payload_) + "]");

@@ -58,6 +58,21 @@ TEST(FrameReader, RefusesUnknownTypesAndShortLengths) {
               StatusIs(StatusCode::kInvalidArgument, "frame length 2"));
 }
 
+// Issue 38: another protocol on a peer's link is named, not reported as a frame length.
+TEST(FrameReader, NamesTheProtocolThatReachedAPeerPort) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string("\x00\x00\x18\x04\x00\x00\x00\x00\x00", 9), "a plexus server's, not a plexus peer's"},
+      {"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "a gRPC client"},
+      {std::string("\x16\x03\x01\x02\x00\x01", 6), "speaks TLS"},
+      {"GET / HTTP/1.1\r\n", "plain HTTP"},
+  };
+  for (const auto& [bytes, says] : cases) {
+    FrameReader reader(1 << 20);
+    std::vector<Frame> frames;
+    EXPECT_THAT(reader.Append(bytes, &frames), StatusIs(StatusCode::kInvalidArgument, says)) << says;
+  }
+}
+
 TEST(ModelAssembler, DecodesChunksInOrderAndChecksSizeAndHash) {
   const ModelState model = VectorModel({1, 2, 3, 4, 5, 6, 7, 8});
   const std::string bytes = EncodeSafetensors(model);
