@@ -34,25 +34,38 @@ std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::st
   return f;
 }
 
+constexpr std::string_view kForeignServer =
+    "the other side answered in HTTP/2 (gRPC): that address is a plexus server's, not a plexus peer's";
+constexpr std::string_view kForeignClient = "a gRPC client (plexus client, or plexus status --server) reached";
+constexpr std::string_view kForeignTls = "the other side speaks TLS and this link does not";
+constexpr std::string_view kForeignHttp = "plain HTTP reached a plexus peer's port";
+
 // What else a peer's first four bytes may be, read as a length prefix: another protocol reached
 // (or answered) a plexus peer port. Empty when they look like nothing known.
 std::string ForeignProtocol(uint32_t prefix) {
   // A gRPC server's first bytes: an HTTP/2 SETTINGS frame (length 00 00 LL, type 04).
   if ((prefix & 0xff00ffffU) == 0x04000000U) {
-    return "the other side answered in HTTP/2 (gRPC): that address is a plexus server's, not a plexus peer's "
-           "(--peers takes other peers' addresses; plexus peer --server takes a server's)";
+    return std::string(kForeignServer) +
+           " (--peers takes other peers' addresses; plexus peer --server takes a server's)";
   }
   if (prefix == 0x20495250U) {  // "PRI ": the HTTP/2 client preface
-    return "a gRPC client (plexus client, or plexus status --server) reached this plexus peer's port: it needs a "
-           "plexus server's address (plexus status --peer asks a peer)";
+    return std::string(kForeignClient) +
+           " this plexus peer's port: it needs a plexus server's address (plexus status --peer asks a peer)";
   }
   if ((prefix & 0x0000ffffU) == 0x00000316U) {  // a TLS record: handshake, version 3.x
-    return "the other side speaks TLS and this link does not: give both sides the same --tls-* flags";
+    return std::string(kForeignTls) + ": give both sides the same --tls-* flags";
   }
   if (prefix == 0x20544547U || prefix == 0x54534f50U || prefix == 0x50545448U) {  // "GET ", "POST", "HTTP"
-    return "plain HTTP reached a plexus peer's port, which speaks only the peers' own protocol";
+    return std::string(kForeignHttp) + ", which speaks only the peers' own protocol";
   }
   return "";
+}
+
+bool NamesForeignProtocol(std::string_view error) {
+  for (std::string_view known : {kForeignServer, kForeignClient, kForeignTls, kForeignHttp}) {
+    if (error.substr(0, known.size()) == known) return true;
+  }
+  return false;
 }
 
 Status FrameReader::Check(uint32_t length) const {

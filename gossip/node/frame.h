@@ -46,6 +46,10 @@ struct FrameView {
   std::string_view payload;
 };
 
+// Whether a FrameReader error names another protocol that reached (or answered) a peer's link, a
+// gRPC server, client, TLS or plain HTTP, rather than a malformed frame: a mistaken address.
+bool NamesForeignProtocol(std::string_view error);
+
 // Cuts a byte stream into frames. Frames that lie whole in the bytes of one read are handed over
 // where they are; only a frame split across reads is gathered in the reader's buffer.
 class FrameReader {

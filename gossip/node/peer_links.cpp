@@ -86,6 +86,7 @@ PeerLinks::Link* PeerLinks::Dial(const std::string& address, NodeId peer) {
   auto ss = ResolvePeerAddress(address);
   if (!ss.ok()) return nullptr;
   Link* c = NewLink(true);
+  c->dialed = address;
   auto* req = new uv_connect_t;
   req->data = c;
   const int rc =
@@ -351,8 +352,9 @@ void PeerLinks::Close(Link* c, const std::string& why) {
 
 void PeerLinks::Refuse(Link* c, const std::string& why) {
   ++counters_.refused;
-  spdlog::warn("refused {} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame",
-               c->peer == kNoPeer ? -1 : static_cast<int64_t>(c->peer), why);
+  spdlog::warn("refused {}{} (peer {}): {}", c->peer == kNoPeer ? "a link" : "a frame",
+               c->dialed.empty() ? "" : " to " + c->dialed, c->peer == kNoPeer ? -1 : static_cast<int64_t>(c->peer),
+               why);
   Close(c, why);
 }
 

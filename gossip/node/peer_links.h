@@ -55,6 +55,7 @@ class PeerLinks {
     uv_tcp_t tcp;
     PeerLinks* links = nullptr;
     NodeId peer = kNoPeer;
+    std::string dialed;      // HOST:PORT this side dialed; empty for an accepted link
     bool hello_in = false;   // the peer's hello arrived and the owner bound the link
     bool connected = false;  // TCP up
     bool closing = false;

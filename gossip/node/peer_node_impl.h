@@ -77,6 +77,7 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   std::shared_ptr<const ModelState> final_model;
   Status fatal = Status::Ok();
   std::string duplicate;           // another peer's hello claimed this peer's id: who, for the give-up error
+  std::string wrong_address;       // a seed that answered in another protocol: ADDRESS: what it spoke
   std::unique_ptr<LoopWork> work;  // training, decoding, saves and pulls off the loop
   std::unique_ptr<PeerLinks> links;
   std::unique_ptr<ModelSender> sender;

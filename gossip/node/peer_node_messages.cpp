@@ -234,6 +234,10 @@ void PeerNode::Impl::Deliver(NodeId from, const Message& m) {
 }
 
 void PeerNode::Impl::OnClosed(Link* c, const std::string& why) {
+  // A seed that turned out to be something else than a peer: the give-up error says what.
+  if (phase == Phase::kJoining && !c->dialed.empty() && NamesForeignProtocol(why)) {
+    wrong_address = c->dialed + ": " + why;
+  }
   pulls->LinkClosed(c, why);
   if (c->peer != kNoPeer && phase != Phase::kExiting) ApplyDeferredLeave(c->peer);
 }
@@ -295,8 +299,10 @@ void PeerNode::Impl::Tick() {
   if (phase == Phase::kJoining && now >= next_dial_ms) {
     if (now - start_ms >= o.give_up_ms) {
       fatal = UnavailableError(
-          !duplicate.empty()
-              ? duplicate + ": start each peer with its own --partition-index"
+          !duplicate.empty() ? duplicate + ": start each peer with its own --partition-index"
+          : !wrong_address.empty()
+              ? "no peer answered in " + std::to_string(static_cast<int64_t>(o.give_up_ms / 1000)) + " s; " +
+                    wrong_address
               : "no peer answered in " + std::to_string(static_cast<int64_t>(o.give_up_ms / 1000)) +
                     " s: are the --peers running and reachable, with the same --num-partitions, algorithm and model?");
       return Finish(0, /*stopping=*/false);
