@@ -394,7 +394,12 @@ class FederationServiceImpl final : public v1::Federation::Service {
     if (Status limited = RateLimited(*who); !limited.ok()) return RefuseLocked("secure aggregation", limited);
     const uint64_t before = engine_->model().version();
     Result<secagg::View> view = engine_->SecureAggregation(*who, req->task_id(), *call);
-    LogSecureStageLocked();
+    // Members ask many times a second: the engine's status (a pass over every client) is read only
+    // when a call saw the group at another stage than the last one did.
+    if (view.ok() && static_cast<int>(view->stage) != last_view_stage_) {
+      last_view_stage_ = static_cast<int>(view->stage);
+      LogSecureStageLocked();
+    }
     if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), "");
     cv_.notify_all();  // a stage or the round may have closed: polls may answer differently
     if (!view.ok()) return RefuseLocked("secure aggregation", view.status().WithContext("client " + *who));
@@ -619,8 +624,9 @@ class FederationServiceImpl final : public v1::Federation::Service {
   const DoorLimits limits_;
   const Clock* const clock_;
   const CallerIdentity identity_;
-  int64_t secure_aborts_seen_ = 0;  // guarded by mu_, as the next
+  int64_t secure_aborts_seen_ = 0;  // guarded by mu_, as the next two
   std::string secure_stage_seen_;
+  int last_view_stage_ = -1;  // the stage the last SecureAggregation answer showed
   PartialUploads partial_;
   UploadPlaces places_;
 
