@@ -8,9 +8,6 @@ namespace {
 
 using Stage = secagg::Server::Stage;
 
-// Values per masked chunk: 1 MiB, the most a server takes in one.
-constexpr size_t kChunkValues = 1 << 18;
-
 Stage After(Stage s) {
   switch (s) {
     case Stage::kAdvertise:
@@ -138,7 +135,7 @@ SecureAction SecureMemberSession::MessageFor(const secagg::View& view) {
         masked_bytes_ += 4 * static_cast<int64_t>(masked_->size());
       }
       const size_t offset = std::min<size_t>(view.masked_received, masked_->size());
-      const size_t n = std::min(kChunkValues, masked_->size() - offset);
+      const size_t n = std::min(secagg::kMaxChunkValues, masked_->size() - offset);
       call.kind = secagg::Call::Kind::kMaskedChunk;
       call.offset = offset;
       call.values.assign(masked_->begin() + static_cast<std::ptrdiff_t>(offset),

@@ -71,6 +71,10 @@ class WeightedEncoding {
   size_t length_;
 };
 
+// The most values one masked chunk carries (1 MiB): far below gRPC's message limit whatever the
+// model. Members cut their input into chunks of this size; the server refuses larger ones.
+inline constexpr size_t kMaxChunkValues = size_t{1} << 18;
+
 // A member's message (one per call).
 struct Call {
   enum class Kind { kQuery, kAdvert, kShares, kMaskedChunk, kRevealed };

@@ -7,12 +7,6 @@
 #include "aggregators/strategy_spec.h"
 
 namespace plexus {
-namespace {
-
-// Chunks of at most this many values (1 MiB): far below gRPC's message limit whatever the model.
-constexpr uint64_t kMaxChunkValues = 1 << 18;
-
-}  // namespace
 
 Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   PLEXUS_ASSIGN_OR_RETURN(StrategySpec s, StrategySpec::Parse(spec.empty() ? "secagg" : "secagg:" + spec));
@@ -174,11 +168,12 @@ Result<secagg::View> SecureRound::Exchange(const std::string& client_id, const s
                                        std::to_string(call.offset) + ", the server holds " +
                                        std::to_string(held.size()) + " (resume from there)");
       }
-      if (call.values.empty() || call.values.size() > kMaxChunkValues || call.offset + call.values.size() > length) {
+      if (call.values.empty() || call.values.size() > secagg::kMaxChunkValues ||
+          call.offset + call.values.size() > length) {
         return InvalidArgumentError("secagg: a masked chunk of " + std::to_string(call.values.size()) + " values at " +
                                     std::to_string(call.offset) + " from " + client_id + " does not fit the round's " +
-                                    std::to_string(length) + " values (at most " + std::to_string(kMaxChunkValues) +
-                                    " per chunk)");
+                                    std::to_string(length) + " values (at most " +
+                                    std::to_string(secagg::kMaxChunkValues) + " per chunk)");
       }
       held.insert(held.end(), call.values.begin(), call.values.end());
       if (held.size() == length) {
