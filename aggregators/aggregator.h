@@ -48,6 +48,12 @@ class Aggregator {
   // averaging family folds them from their codes. Others must be given float32 deltas.
   virtual bool folds_coded() const { return false; }
 
+  // Whether Finalize depends on the folded updates only through their weighted mean, so that one
+  // update carrying that mean (a secure aggregation group's) publishes the same version: the
+  // averaging family without per-update clipping. Strategies that look at each update (robust
+  // ones, clipping, DP) do not.
+  virtual bool takes_the_mean() const { return false; }
+
   // Whether an update from `client_id` trained on version `base_version` would be folded now:
   // false only where the strategy caps contributions (DP-FTRL: m per client and tree). Engines
   // hand tasks only to such clients; Fold still refuses the others.

@@ -39,6 +39,7 @@ class Averaging final : public Aggregator {
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, value_scale); }
 
   bool folds_coded() const override { return true; }
+  bool takes_the_mean() const override { return o_.clip_norm <= 0; }
 
   Status FoldAll(std::span<const Update* const> updates) override {
     // Clipping needs each update's norm before its contribution, and coded updates fold from

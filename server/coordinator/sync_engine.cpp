@@ -41,11 +41,11 @@ Status SyncOptions::Validate() const {
       return InvalidArgumentError(std::string("--secagg with ") + why +
                                   ": a secure group is the round's sample and closes with every member that stays");
     }
-    if (!merge->folds_coded() || merge->Describe().rfind("dp_", 0) == 0) {
+    if (!merge->takes_the_mean()) {
       return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
                                   ": the server sees only the group's weighted mean, which the averaging strategies "
-                                  "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge; robust and DP strategies "
-                                  "need each update");
+                                  "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge without clipping; robust, "
+                                  "clipping and DP strategies need each update");
     }
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(min_clients, 100000))).status());
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(clients_per_round, 100000))).status());

@@ -269,6 +269,11 @@ TEST_F(SecureRoundTest, SettingsThatCannotWorkAreRefusedAtOpen) {
   o.strategy = "median";
   EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
               StatusIs(StatusCode::kInvalidArgument, "averaging"));
+  o.strategy = "dp_fedavg:clip=1,noise=1,expected=4";  // clips each update: the mean is not enough
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "need each update"));
+  o.strategy = "fedadam";  // a server optimizer steps from the mean
+  EXPECT_OK(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr));
   o = SecureOptions(4);
   o.min_clients = 2;
   EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
