@@ -1,9 +1,13 @@
 #include "proto/secagg_wire.h"
 
+#include <bit>
 #include <cstring>
 
 namespace plexus {
 namespace {
+
+// Masked values travel as little-endian uint32, copied as they lie in memory.
+static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
 
 std::string Bytes(const auto& array) { return std::string(reinterpret_cast<const char*>(array.data()), array.size()); }
 
@@ -70,11 +74,7 @@ void SecAggCallToProto(const secagg::Call& call, v1::SecAggRequest* out) {
     case secagg::Call::Kind::kMaskedChunk: {
       v1::SecAggMaskedChunk* chunk = out->mutable_masked();
       chunk->set_offset(call.offset);
-      std::string bytes(call.values.size() * 4, '\0');
-      for (size_t i = 0; i < call.values.size(); ++i) {
-        for (int b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<char>(call.values[i] >> (8 * b));
-      }
-      chunk->set_values(std::move(bytes));
+      chunk->set_values(reinterpret_cast<const char*>(call.values.data()), call.values.size() * sizeof(uint32_t));
       break;
     }
     case secagg::Call::Kind::kRevealed:
@@ -110,11 +110,7 @@ Result<secagg::Call> SecAggCallFromProto(const v1::SecAggRequest& in) {
                                     " bytes, not whole uint32 values");
       }
       call.values.resize(bytes.size() / 4);
-      for (size_t i = 0; i < call.values.size(); ++i) {
-        uint32_t v = 0;
-        for (int b = 0; b < 4; ++b) v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[4 * i + b])) << (8 * b);
-        call.values[i] = v;
-      }
+      std::memcpy(call.values.data(), bytes.data(), bytes.size());
       break;
     }
     case v1::SecAggRequest::kRevealed: {
