@@ -122,12 +122,7 @@ class FederationSim {
       SimResult::SecureAggregation& st = SecureStats();
       // Members whose round was published when the run ended never heard so (the run stopped).
       for (const auto& [i, m] : secure_) {
-        if (!m.session || m.task.round > engine_->model().version()) continue;
-        ++st.members_done;
-        st.member_cpu_ms += m.cpu_ms;
-        st.member_cpu_ms_max = std::max(st.member_cpu_ms_max, m.cpu_ms);
-        st.key_bytes_per_member += static_cast<double>(m.session->key_bytes());
-        st.masked_bytes_per_member += static_cast<double>(m.session->masked_bytes());
+        if (m.session && m.task.round <= engine_->model().version()) CountFinished(m);
       }
       st.groups_done = static_cast<int64_t>(engine_->history().size());
       st.groups_aborted = engine_->status().secure_rounds_aborted;
@@ -539,6 +534,16 @@ class FederationSim {
     return Status::Ok();
   }
 
+  // A member whose update is in a published mean: its costs join the sums Run turns into means.
+  void CountFinished(const SecureMember& m) {
+    SimResult::SecureAggregation& st = SecureStats();
+    ++st.members_done;
+    st.member_cpu_ms += m.cpu_ms;
+    st.member_cpu_ms_max = std::max(st.member_cpu_ms_max, m.cpu_ms);
+    st.key_bytes_per_member += static_cast<double>(m.session->key_bytes());
+    st.masked_bytes_per_member += static_cast<double>(m.session->masked_bytes());
+  }
+
   // The member's task is over: in the published mean (OK) or not; it polls again as plexus client does.
   Status EndSecureTask(size_t i, const Status& outcome) {
     SecureMember m = std::move(secure_.at(i));
@@ -548,11 +553,7 @@ class FederationSim {
     ClientSession& session = SessionOf(i);
     ClientStep step;
     if (outcome.ok()) {
-      ++st.members_done;
-      st.member_cpu_ms += m.cpu_ms;  // a sum until Run divides it
-      st.member_cpu_ms_max = std::max(st.member_cpu_ms_max, m.cpu_ms);
-      st.key_bytes_per_member += static_cast<double>(m.session->key_bytes());
-      st.masked_bytes_per_member += static_cast<double>(m.session->masked_bytes());
+      CountFinished(m);
       step = session.UploadAnswered(m.task.task_id, UploadAck{engine_->model().version(), {}}, now_ms());
     } else {
       ++st.members_failed;
