@@ -6,6 +6,7 @@
 
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
+#include "server/coordinator/engine_factory.h"
 #include "simulations/attack.h"
 #include "simulations/client_data.h"
 #include "simulations/sim_runner.h"
@@ -29,10 +30,8 @@ Status SimOptions::Validate() const {
     return InvalidArgumentError("--secagg-dropout must lie in [0, 1)");
   }
   if (secagg_dropout > 0 && !sync.secagg) return InvalidArgumentError("--secagg-dropout needs --secagg");
+  PLEXUS_RETURN_IF_ERROR(CheckSecAggMode(mode, sync));
   if (sync.secagg) {
-    if (mode != Mode::kSync) {
-      return InvalidArgumentError("--secagg runs in sync rounds (FedBuff buffers as secure groups are not built yet)");
-    }
     if (attack != "none") {
       return InvalidArgumentError("--secagg with --attack: the simulated attacks see or shape updates in the clear");
     }

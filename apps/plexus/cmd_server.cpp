@@ -151,16 +151,7 @@ void RunServer(const ServerFlags& f) {
     if (dp->max_releases > 0 && sync.rounds > dp->max_releases) sync.rounds = dp->max_releases;
   }
   if (f.cmd->count("--secagg") > 0) {
-    if (f.mode != Mode::kSync) {
-      throw CommandError(std::string("--secagg with --mode ") + std::string(ModeName(f.mode)) +
-                         ": secure aggregation runs in sync rounds today (FedBuff buffers as secure groups are not "
-                         "built yet; docs/privacy.md)");
-    }
-    if (dp) {
-      throw CommandError(
-          "--secagg with central --dp: the DP strategy clips each update, which the server no longer "
-          "sees (client-side noise: --dp local on the clients)");
-    }
+    // The mode and the strategy (central --dp's included) are the engine's to refuse.
     for (const char* flag : {"--max-update-norm", "--adaptive-norm-factor"}) {
       if (f.cmd->count(flag) > 0) {
         throw CommandError(
@@ -470,16 +461,7 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
       ->capture_default_str();
-  cmd->add_option(
-         "--secagg", f->secagg,
-         "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
-         "learns only the round's weighted mean. Optional parameters "
-         "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S "
-         "(defaults: K the even number nearest above 2·log2(round size), T = K/2+1, clip 1 per value, "
-         "weights saturating at 65536 examples, stages other than the training one closing after 30 s at most); the "
-         "stage in which members train lasts at most --round-deadline-s. "
-         "docs/privacy.md")
-      ->expected(0, 1);
+  AddSecAggFlag(cmd, &f->secagg);
   cmd->add_option("--round-deadline-s", f->round_deadline_s, "Seconds before stragglers are dropped")
       ->capture_default_str();
   cmd->add_option("--selection-wait-s", f->selection_wait_s,

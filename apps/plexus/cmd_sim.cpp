@@ -245,11 +245,6 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) options.sync.rounds = dp->max_releases;
   }
   if (f.cmd->count("--secagg") > 0) {
-    if (dp) {
-      throw CommandError(
-          "--secagg with central --dp: the DP strategy clips each update, which the server no longer "
-          "sees (client-side noise: --dp local)");
-    }
     options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
@@ -467,11 +462,7 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--attack", flags->sim.attack,
                   "What malicious clients do, " + OneOf(AttackNames()) + " (ipm takes eps=E, alie z=Z)")
       ->capture_default_str();
-  cmd->add_option("--secagg", flags->secagg,
-                  "Secure aggregation in sync rounds, as plexus server --secagg: each round's sample is one group "
-                  "whose members run plexus client's member state machine; optional threshold=T,degree=K,clip=R,"
-                  "weight-cap=N. docs/privacy.md")
-      ->expected(0, 1);
+  AddSecAggFlag(cmd, &flags->secagg);
   cmd->add_option("--secagg-dropout", flags->sim.secagg_dropout,
                   "With --secagg: the share of each round's members that drop out, each at a stage drawn uniformly")
       ->check(CLI::Range(0.0, 0.99))

@@ -35,6 +35,19 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
 }
 
+// --secagg [PARAMS]: secure aggregation in sync rounds (given: cmd->count("--secagg"); the
+// parameters, if any, in *spec for SecAggSettings::Parse).
+inline void AddSecAggFlag(CLI::App* cmd, std::string* spec) {
+  cmd->add_option("--secagg", *spec,
+                  "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
+                  "learns only the round's weighted mean. Optional parameters "
+                  "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S (defaults: K the even number nearest above "
+                  "2·log2(round size), T = K/2+1, clip 1 per value, weights saturating at 65536 examples, stages "
+                  "other than the training one closing after 30 s at most); the stage in which members train lasts "
+                  "at most --round-deadline-s. docs/privacy.md")
+      ->expected(0, 1);
+}
+
 // With `gossip` (plexus sim), --mode also takes "gossip": decentralized nodes, no server.
 inline void AddModeFlags(CLI::App* cmd, Mode* mode, AsyncOptions* o, bool* gossip = nullptr) {
   std::vector<std::string> names{"sync", "async", "semiasync"};

@@ -8,7 +8,19 @@ AsyncOptions EngineOptions::async_for_mode() const {
   return o;
 }
 
-Status EngineOptions::Validate() const { return mode == Mode::kSync ? sync.Validate() : async_for_mode().Validate(); }
+Status CheckSecAggMode(Mode mode, const SyncOptions& sync) {
+  if (sync.secagg && mode != Mode::kSync) {
+    return InvalidArgumentError("--secagg with --mode " + std::string(ModeName(mode)) +
+                                ": secure aggregation runs in sync rounds (FedBuff buffers as secure groups are not "
+                                "built yet; docs/privacy.md)");
+  }
+  return Status::Ok();
+}
+
+Status EngineOptions::Validate() const {
+  PLEXUS_RETURN_IF_ERROR(CheckSecAggMode(mode, sync));
+  return mode == Mode::kSync ? sync.Validate() : async_for_mode().Validate();
+}
 
 Result<std::unique_ptr<Engine>> OpenEngine(const EngineOptions& options, const ModelState& initial_model, Store* store,
                                            const Clock* clock, ModelEvaluator* evaluator, ThreadPool* pool) {

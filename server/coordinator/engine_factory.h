@@ -32,6 +32,9 @@ struct EngineOptions {
 };
 
 // Opens (or resumes from `store`) the engine of options.mode; arguments as in SyncEngine::Open.
+// InvalidArgument when secure aggregation is asked of a mode that does not run it (only sync rounds do).
+Status CheckSecAggMode(Mode mode, const SyncOptions& sync);
+
 Result<std::unique_ptr<Engine>> OpenEngine(const EngineOptions& options, const ModelState& initial_model, Store* store,
                                            const Clock* clock, ModelEvaluator* evaluator, ThreadPool* pool);
 

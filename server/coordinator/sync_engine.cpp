@@ -45,7 +45,8 @@ Status SyncOptions::Validate() const {
       return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
                                   ": the server sees only the group's weighted mean, which the averaging strategies "
                                   "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge without clipping; robust, "
-                                  "clipping and DP strategies need each update");
+                                  "clipping and DP strategies need each update (for DP with it: --dp local on the "
+                                  "clients)");
     }
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(min_clients, 100000))).status());
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(clients_per_round, 100000))).status());
