@@ -40,6 +40,13 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   const int code = static_cast<int>(s.error_code());
   // gRPC and Plexus share code numbers; UNIMPLEMENTED (12), which Plexus lacks, is not retried.
   StatusCode c = code == 12 ? StatusCode::kFailedPrecondition : static_cast<StatusCode>(code);
+  // A certificate that does not name the address will not start to: final, with what it likely
+  // means (a plexus peer's certificate names no address at all).
+  if (c == StatusCode::kUnavailable && s.error_message().find("is not in peer certificate") != std::string::npos) {
+    return FailedPreconditionError(what + ": " + s.error_message() +
+                                   ": the certificate there does not name the address --server gives (is it a plexus "
+                                   "peer? plexus client needs a plexus server's address)");
+  }
   return Status(c, what + ": " + s.error_message());
 }
 

@@ -12,6 +12,7 @@ namespace {
 
 constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1 MiB at once
 constexpr size_t kMaxInboundStreams = 64;     // models announced and not yet complete, per link
+constexpr double kAnsweredLinkMs = 10000;     // a gRPC client's link, answered, kept open for it
 
 struct WriteRequest {
   uv_write_t req;
@@ -76,8 +77,11 @@ PeerLinks::Link* PeerLinks::NewLink(bool initiator) {
   c->tcp.data = c;
   if (o_.tls) c->tls = std::make_unique<TlsChannel>(*o_.tls, initiator);
   links_.insert(c);
-  // The hello goes first on every link.
-  c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, owner_->Hello().SerializeAsString()));
+  // The hello goes first on every link; an accepted link's waits for the dialer's first bytes.
+  if (initiator) {
+    c->sniffed = true;
+    c->control.push_back(EncodeFrame(FrameType::kMessage, 0, 0, owner_->Hello().SerializeAsString()));
+  }
   return c;
 }
 
@@ -248,6 +252,22 @@ void PeerLinks::Received(Link* c, std::string_view bytes) {
     data = plain;
   }
   if (data.empty()) return;
+  std::string first;
+  if (!c->sniffed) {
+    c->first_bytes.append(data);
+    if (c->first_bytes.size() < 4) return;
+    first = std::move(c->first_bytes);
+    c->first_bytes.clear();
+    data = first;
+    c->sniffed = true;
+    if (!Greet(c, data)) return;
+  }
+  if (c->http2) {
+    std::string answer = c->http2->Feed(data);
+    if (!answer.empty()) WriteFrame(c, answer);
+    if (c->http2->failed() && !c->closing) Close(c, "not HTTP/2 after all");
+    return;
+  }
   Status s = c->reader.Read(data, [&](const FrameView& f) {
     HandleFrame(c, f);
     return !c->closing;
@@ -257,6 +277,49 @@ void PeerLinks::Received(Link* c, std::string_view bytes) {
     c->paused = true;
     uv_read_stop(Stream(c));
   }
+}
+
+bool PeerLinks::Greet(Link* c, std::string_view first) {
+  const std::string_view head = first.substr(0, 4);
+  if (head == kHttp2ClientPreface.substr(0, 4)) {
+    ++counters_.refused;
+    spdlog::warn(
+        "a gRPC client (plexus client, or plexus status --server) reached this peer's port: told it "
+        "to use a plexus server's address");
+    c->http2 = std::make_unique<Http2Refusal>(LocalAddress(c) +
+                                              " is a plexus peer: plexus client and plexus status --server need a "
+                                              "plexus server's address (plexus status --peer asks a peer)");
+    c->refusing_since_ms = static_cast<double>(uv_now(loop_));
+    return true;
+  }
+  if (head == "GET " || head == "POST" || head == "HEAD" || head == "PUT ") {
+    ++counters_.refused;
+    spdlog::warn("plain HTTP reached this peer's port: answered 400");
+    const std::string body = LocalAddress(c) +
+                             " is a plexus peer, which speaks only the peers' own protocol (the "
+                             "dashboard and metrics are plexus server's --dashboard-listen and "
+                             "--metrics-listen)\n";
+    c->close_when_drained = true;
+    WriteFrame(c, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body);
+    return false;
+  }
+  c->control.push_front(EncodeFrame(FrameType::kMessage, 0, 0, owner_->Hello().SerializeAsString()));
+  Pump(c);
+  return !c->closing;
+}
+
+std::string PeerLinks::LocalAddress(Link* c) const {
+  sockaddr_storage local{};
+  int len = sizeof local;
+  char host[64] = {0};
+  if (uv_tcp_getsockname(&c->tcp, reinterpret_cast<sockaddr*>(&local), &len) != 0) return "this address";
+  if (local.ss_family == AF_INET) {
+    uv_ip4_name(reinterpret_cast<sockaddr_in*>(&local), host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port));
+  }
+  uv_ip6_name(reinterpret_cast<sockaddr_in6*>(&local), host, sizeof host);
+  return "[" + std::string(host) + "]:" + std::to_string(ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port));
 }
 
 void PeerLinks::HandleFrame(Link* c, const FrameView& f) {
@@ -317,8 +380,10 @@ void PeerLinks::ResumeReading() {
 
 void PeerLinks::CloseStalledStreams(double now) {
   std::vector<std::pair<Link*, uint64_t>> stalled;
+  std::vector<Link*> answered;
   for (Link* c : links_) {
     if (c->closing) continue;
+    if (c->http2 && now - c->refusing_since_ms >= kAnsweredLinkMs) answered.push_back(c);
     for (const auto& [id, in] : c->inbound) {
       if (now - in.last_progress_ms >= o_.inbound_stall_ms) {
         stalled.emplace_back(c, id);
@@ -330,6 +395,7 @@ void PeerLinks::CloseStalledStreams(double now) {
     Refuse(c, "model stream " + std::to_string(id) + " delivered nothing for " +
                   std::to_string(static_cast<int64_t>(o_.inbound_stall_ms / 1000)) + " s");
   }
+  for (Link* c : answered) Close(c, "a gRPC client, answered");
 }
 
 // ---- closing ---------------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 
 #include "core/status.h"
 #include "gossip/node/frame.h"
+#include "gossip/node/http2_refusal.h"
 #include "gossip/node/model_streams.h"
 #include "gossip/node/tls_channel.h"
 #include "gossip/protocol/protocol.h"
@@ -61,6 +62,12 @@ class PeerLinks {
     bool closing = false;
     bool paused = false;              // reading stopped: the inbound budget is full
     bool close_when_drained = false;  // a status query: close once the answer is out
+    // An accepted link says its hello once the first bytes show a peer dialed it (every dialer
+    // speaks first): a gRPC client or a browser is answered in its own protocol instead.
+    bool sniffed = false;                 // the first bytes were looked at (a dialed link's: none)
+    std::string first_bytes;              // until four are in
+    std::unique_ptr<Http2Refusal> http2;  // a gRPC client, being told where it is
+    double refusing_since_ms = 0;
     std::unique_ptr<TlsChannel> tls;
     FrameReader reader;
     std::deque<std::string> control;     // small frames, sent before chunks
@@ -134,7 +141,8 @@ class PeerLinks {
   // Closes `link`, counting it refused, and says why in the log.
   void Refuse(Link* link, const std::string& why);
   // Refuses links whose announced models stopped arriving for inbound_stall_ms: a sender cannot
-  // hold bytes of the budget (and so every link's reading) longer than that.
+  // hold bytes of the budget (and so every link's reading) longer than that. Closes gRPC
+  // clients' links answered more than 10 s ago that their clients left open.
   void CloseStalledStreams(double now_ms);
   // No link has anything waiting to go out.
   bool Drained() const;
@@ -148,6 +156,11 @@ class PeerLinks {
   void Connected(Link* link);
   void StartReading(Link* link);
   void Received(Link* link, std::string_view bytes);
+  // The first bytes of an accepted link: a peer's (say the hello), or another protocol's
+  // (answered in it). False when the link is not a peer's.
+  bool Greet(Link* link, std::string_view first);
+  // This port, for answers to callers that reached it by mistake.
+  std::string LocalAddress(Link* link) const;
   void HandleFrame(Link* link, const FrameView& frame);
   void HandleChunk(Link* link, const FrameView& frame);
   void ResumeReading();

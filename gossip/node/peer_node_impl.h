@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,12 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   uint64_t refused = 0;  // what the node itself refused (rumours, models that failed their checks)
   std::shared_ptr<const ModelState> final_model;
   Status fatal = Status::Ok();
-  std::string duplicate;           // another peer's hello claimed this peer's id: who, for the give-up error
-  std::string wrong_address;       // a seed that answered in another protocol: ADDRESS: what it spoke
+  std::string duplicate;      // another peer's hello claimed this peer's id: who, for the give-up error
+  std::string wrong_address;  // a seed that answered in another protocol: ADDRESS: what it spoke
+  // Mistakes that waiting cannot mend, so the node gives up at once: a peer this node dialed holds
+  // its id, or every address it dials answered in another protocol.
+  bool dialed_duplicate = false;
+  std::set<std::string> foreign_seeds;
   std::unique_ptr<LoopWork> work;  // training, decoding, saves and pulls off the loop
   std::unique_ptr<PeerLinks> links;
   std::unique_ptr<ModelSender> sender;

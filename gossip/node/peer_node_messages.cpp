@@ -120,6 +120,7 @@ bool PeerNode::Impl::AcceptHello(Link* c, const v1::GossipHello& h) {
       return false;
     }
     duplicate = "the peer at " + h.address() + " claims --partition-index " + id + ", this peer's own";
+    if (!c->dialed.empty()) dialed_duplicate = true;
     links->Refuse(c, duplicate + ": two peers were started with the same --partition-index");
     return false;
   }
@@ -237,6 +238,7 @@ void PeerNode::Impl::OnClosed(Link* c, const std::string& why) {
   // A seed that turned out to be something else than a peer: the give-up error says what.
   if (phase == Phase::kJoining && !c->dialed.empty() && NamesForeignProtocol(why)) {
     wrong_address = c->dialed + ": " + why;
+    foreign_seeds.insert(c->dialed);
   }
   pulls->LinkClosed(c, why);
   if (c->peer != kNoPeer && phase != Phase::kExiting) ApplyDeferredLeave(c->peer);
@@ -296,6 +298,14 @@ void PeerNode::Impl::Tick() {
     }
   }
   const double now = Now();
+  const bool every_seed_foreign = !foreign_seeds.empty() && membership->LiveMembers().empty() &&
+                                  std::all_of(dial_until_met.begin(), dial_until_met.end(),
+                                              [&](const std::string& a) { return foreign_seeds.count(a) > 0; });
+  if (phase == Phase::kJoining && (dialed_duplicate || every_seed_foreign)) {
+    fatal = UnavailableError(dialed_duplicate ? duplicate + ": start each peer with its own --partition-index"
+                                              : wrong_address);
+    return Finish(0, /*stopping=*/false);
+  }
   if (phase == Phase::kJoining && now >= next_dial_ms) {
     if (now - start_ms >= o.give_up_ms) {
       fatal = UnavailableError(

@@ -46,6 +46,20 @@ Status LoadInto(SSL_CTX* ctx, const std::string& ca_pem, const std::string& cert
   return Status::Ok();
 }
 
+// Peers offer no ALPN. A gRPC client does (h2) and gives up on a server that selects none, with
+// nothing better to say than that: selecting h2 lets it reach the HTTP/2 answer that tells its
+// user this is a peer (http2_refusal.h).
+int SelectH2(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in, unsigned int inlen,
+             void*) {
+  static const unsigned char kH2[] = {2, 'h', '2'};
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kH2, sizeof kH2, in, inlen) != OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;
+  }
+  *out = selected;
+  return SSL_TLSEXT_ERR_OK;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<TlsContext>> TlsContext::Create(const std::string& ca_pem, const std::string& cert_pem,
@@ -55,6 +69,7 @@ Result<std::shared_ptr<TlsContext>> TlsContext::Create(const std::string& ca_pem
   c->client_ = SSL_CTX_new(TLS_client_method());
   if (!c->server_ || !c->client_) return InternalError("SSL_CTX_new: " + OpenSslErrors());
   PLEXUS_RETURN_IF_ERROR(LoadInto(c->server_, ca_pem, cert_pem, key_pem));
+  SSL_CTX_set_alpn_select_cb(c->server_, SelectH2, nullptr);
   PLEXUS_RETURN_IF_ERROR(LoadInto(c->client_, ca_pem, cert_pem, key_pem));
   return c;
 }
