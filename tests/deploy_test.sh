@@ -37,7 +37,7 @@ doc=$(sed -n 's|^Documentation=file:///usr/local/||p' "$root/deploy/plexus-serve
 "$plexus" certs init --dir "$tmp/certs" >/dev/null
 "$plexus" certs issue --dir "$tmp/certs" --server localhost >/dev/null
 out=$("$plexus" server --config "$root/deploy/server.toml" --dry-run --db "$tmp/fed.db" \
-  --tls-cert "$tmp/certs/localhost.crt" --tls-key "$tmp/certs/localhost.key" --tls-client-ca "$tmp/certs/ca.crt")
+  --tls-cert "$tmp/certs/localhost.crt" --tls-key "$tmp/certs/localhost.key" --tls-ca "$tmp/certs/ca.crt")
 grep -q "settings valid: sync mode, fedavg, listen 0.0.0.0:50051 with TLS" <<<"$out" || { echo "FAIL: $out"; exit 1; }
 [ ! -e "$tmp/fed.db" ] || { echo "FAIL: --dry-run created the database"; exit 1; }
 # Without the certificates the config cannot start (the paths of /etc/plexus/tls do not exist here).

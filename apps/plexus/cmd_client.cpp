@@ -25,7 +25,7 @@ struct ClientFlags {
   std::string model;  // empty: the built-in model the server names
   std::string loss = "cross_entropy";
   bool local_buffers = false;
-  double eval_split = 0;
+  double federated_eval_split = 0;
   std::string dp;  // --dp local:clip=C,noise=Z
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
@@ -73,9 +73,9 @@ void RunClient(const ClientFlags& f) {
                  return std::move(parts[static_cast<size_t>(f.partition_index)]);
                });
   Dataset held_out;
-  if (f.eval_split > 0) {  // the server's evaluation tasks run on this share of the partition
-    HeldOut split =
-        Take(HoldOut(train, f.eval_split, f.seed ^ static_cast<uint64_t>(f.partition_index)), "--eval-split");
+  if (f.federated_eval_split > 0) {  // the server's evaluation tasks run on this share of the partition
+    HeldOut split = Take(HoldOut(train, f.federated_eval_split, f.seed ^ static_cast<uint64_t>(f.partition_index)),
+                         "--federated-eval-split");
     train = std::move(split.kept);
     held_out = std::move(split.held_out);
   }
@@ -226,7 +226,7 @@ void AddClientCommand(CLI::App& app) {
                 "not sent and the client trains and evaluates with its own");
   cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   AddDataFlags(cmd, &f->data, "This client's training data (partitioned like Fashion-MNIST)");
-  cmd->add_option("--eval-split", f->eval_split,
+  cmd->add_option("--federated-eval-split", f->federated_eval_split,
                   "Hold out this share of the partition (seeded) for the server's federated evaluation tasks; 0: "
                   "train on all of it and answer evaluation tasks with no examples")
       ->check(CLI::Range(0.0, 0.9))

@@ -35,7 +35,7 @@ struct PeerFlags {
   std::string gossip = "el:s=2";
   std::string merge = "mean";
   std::string topology;
-  uint64_t rounds = 10;
+  uint64_t rounds = 20;
   std::string model = "mlp";
   std::string data_dir = kDefaultFashionMnistDir;
   std::string partition = "iid";
@@ -56,7 +56,7 @@ struct PeerFlags {
   uint64_t inbound_budget_mb = 256;
   double start_wait_s = 10;
   uint64_t eval_every = 5;
-  std::string attack;
+  std::string attack = "none";
   std::string trainer = "torch";
 };
 
@@ -114,7 +114,7 @@ class PartitionTrainer final : public gossip::PeerTrainer {
 // --attack (tests and demonstrations only): signflip[:scale=S] sends -S times the update it
 // trained (S = 1 by default), scale:f=F sends F times it. Returns the factor on the update.
 double ParseAttack(const std::string& text) {
-  if (text.empty()) return 1.0;
+  if (text.empty() || text == "none") return 1.0;
   StrategySpec spec = Take(StrategySpec::Parse(text), "--attack");
   double factor = 1.0;
   if (spec.name() == "signflip") {
@@ -122,7 +122,7 @@ double ParseAttack(const std::string& text) {
   } else if (spec.name() == "scale") {
     factor = Take(spec.GetDouble("f", 10.0), "--attack");
   } else {
-    throw CommandError("--attack: unknown attack '" + spec.name() + "' (signflip[:scale=S] or scale:f=F)");
+    throw CommandError("--attack: unknown attack '" + spec.name() + "' (none, signflip[:scale=S] or scale:f=F)");
   }
   Check(spec.CheckAllUsed(), "--attack");
   return factor;
@@ -356,8 +356,7 @@ void AddPeerCommand(CLI::App& app) {
                   "semidecentralized: the plexus server, HOST:PORT (async mode, --buffer-size K, --server-lr 1); "
                   "the peer is its client peer-<index>, with the peer's certificate under TLS");
   cmd->add_option("--threads", f->threads, "LibTorch threads")->check(CLI::Range(1, 256))->capture_default_str();
-  cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0: all)")
-      ->capture_default_str();
+  cmd->add_option("--test-subset", f->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--linger-s", f->linger_s, "Seconds to stay after the last round, delivering queued models")
       ->check(CLI::Range(0.0, 600.0))
       ->capture_default_str();
@@ -386,7 +385,8 @@ void AddPeerCommand(CLI::App& app) {
       ->check(CLI::IsMember({"torch", "portable"}))
       ->capture_default_str();
   cmd->add_option("--attack", f->attack,
-                  "For tests and demonstrations only: make this peer an attacker, signflip[:scale=S] or scale:f=F");
+                  "For tests and demonstrations only: make this peer an attacker, signflip[:scale=S] or scale:f=F")
+      ->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f] { RunPeer(*f); });
 }

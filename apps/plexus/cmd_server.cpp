@@ -70,7 +70,7 @@ struct ServerFlags {
   size_t test_subset = 0;
   std::string summary_out;
   int threads = 1;
-  std::string tls_cert, tls_key, tls_client_ca;
+  std::string tls_cert, tls_key, tls_ca;
   bool insecure = false;
   DoorLimits limits;
   std::string tokens_file;
@@ -177,20 +177,20 @@ void RunServer(const ServerFlags& f) {
     limits.tokens = std::make_shared<const TokenRegistry>(
         Take(TokenRegistry::Parse(ReadFileForFlag(f.tokens_file, "--tokens")), "--tokens " + f.tokens_file));
   }
-  const int tls_flags = !f.tls_cert.empty() + !f.tls_key.empty() + !f.tls_client_ca.empty();
-  const bool server_tls_only = tls_flags == 2 && f.tls_client_ca.empty() && limits.tokens;
+  const int tls_flags = !f.tls_cert.empty() + !f.tls_key.empty() + !f.tls_ca.empty();
+  const bool server_tls_only = tls_flags == 2 && f.tls_ca.empty() && limits.tokens;
   if (tls_flags != 0 && tls_flags != 3 && !server_tls_only) {
     throw CommandError(
-        "mutual TLS needs all of --tls-cert, --tls-key and --tls-client-ca (with --tokens, "
+        "mutual TLS needs all of --tls-cert, --tls-key and --tls-ca (with --tokens, "
         "--tls-cert and --tls-key alone encrypt the channel)");
   }
   if (tls_flags > 0) {
     tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
     tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
-    if (!f.tls_client_ca.empty()) tls.client_ca_pem = ReadFileForFlag(f.tls_client_ca, "--tls-client-ca");
+    if (!f.tls_ca.empty()) tls.client_ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
   } else if (!IsLoopback(f.listen) && !f.insecure) {
     throw CommandError("refusing to listen on " + f.listen +
-                       " without TLS: pass --tls-cert, --tls-key and --tls-client-ca (see plexus certs), or "
+                       " without TLS: pass --tls-cert, --tls-key and --tls-ca (see plexus certs), or "
                        "--insecure on a network you trust");
   }
   std::string upload_codec = f.upload_codec;
@@ -426,6 +426,9 @@ void RunServer(const ServerFlags& f) {
 
 void AddServerCommand(CLI::App& app) {
   auto f = std::make_shared<ServerFlags>();
+  // The defaults plexus sim has (docs/vocabulary.md: one default per concept).
+  f->sync.rounds = 20;
+  f->sync.clients_per_round = 5;
   CLI::App* cmd = app.add_subcommand("server", "Run the aggregation server (gRPC), with state in SQLite");
   AddModeFlags(cmd, &f->mode, &f->async);
   cmd->add_option("--listen", f->listen, "Address to serve on, HOST:PORT")->capture_default_str();
@@ -474,7 +477,7 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_flag("--no-eval", f->no_eval, "Skip server-side evaluation");
   cmd->add_option("--federated-eval-every", f->federated_eval.every,
                   "Federated evaluation: every V-th version (and the final one) is evaluated by clients on their "
-                  "held-out data (plexus client --eval-split); 0: off")
+                  "held-out data (plexus client --federated-eval-split); 0: off")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--federated-eval-fraction", f->federated_eval.fraction,
@@ -498,7 +501,7 @@ void AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
-  cmd->add_option("--tls-client-ca", f->tls_client_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that client certificates must chain to");
   cmd->add_option("--revoked", f->revoked_file,
                   "File of revoked client names, one per line: refused although their certificate or token is "
                   "valid; re-read when it changes (it may not exist yet: nobody is revoked until it is written)");

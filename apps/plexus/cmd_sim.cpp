@@ -34,7 +34,7 @@ struct SimFlags {
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
   std::string loss = "cross_entropy";
-  double eval_split = 0.1;  // with --data: the share held out as the test set
+  double test_split = 0.1;  // with --data: the share held out as the test set
   std::string metrics_out;
   std::string summary_out;
   std::string model_out;
@@ -220,7 +220,6 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   const bool training_rank = mpi && mpi->rank() > 0;
   SimOptions options = f.sim;
   options.partition = Take(PartitionSpec::Parse(f.partition), "--partition");
-  if (f.cmd->count("--min-clients") == 0) options.sync.min_clients = options.sync.clients_per_round;
   // --dp: the strategy becomes dp_fedavg (dp_ftrl for a tree) with noise from a seeded stream (reproducible runs; the
   // summary names the source), the population is --clients.
   // --dp local: the virtual clients clip and noise as plexus client does; the strategy is unchanged.
@@ -292,7 +291,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   Dataset train, test;
   if (f.data.given()) {  // a user's data file: a seeded share of it is the test set
     HeldOut split = Take(
-        HoldOut(LoadData(f.data, model.regression(), f.data_dir, Split::kTrain), f.eval_split, options.seed), "--data");
+        HoldOut(LoadData(f.data, model.regression(), f.data_dir, Split::kTrain), f.test_split, options.seed), "--data");
     train = std::move(split.kept);
     test = std::move(split.held_out);
   } else {
@@ -448,8 +447,8 @@ void AddSimCommand(CLI::App& app) {
   AddGossipFlags(cmd, &flags->gossip);
   AddFederationFlags(cmd, &flags->sim.sync);
   AddDpFlags(cmd, &flags->dp);
-  cmd->add_option("--min-clients", flags->sim.sync.min_clients,
-                  "sync: fewest updates to close a round (default: clients-per-round)");
+  cmd->add_option("--min-clients", flags->sim.sync.min_clients, "Fewest clients to start a round and to close it (M)")
+      ->capture_default_str();
   cmd->add_option_function<double>(
          "--round-deadline-s",
          [flags](double s) { flags->sim.sync.round_deadline_ms = static_cast<int64_t>(s * 1000); },
@@ -518,7 +517,7 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--data-dir", flags->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
   AddDataFlags(cmd, &flags->data, "The federation's data, partitioned among the clients");
   AddLossFlag(cmd, &flags->loss);
-  cmd->add_option("--eval-split", flags->eval_split,
+  cmd->add_option("--test-split", flags->test_split,
                   "With --data: the share of it held out (seeded) as the test set the server evaluates on")
       ->check(CLI::Range(0.01, 0.9))
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <toml++/toml.h>
 
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <set>
 #include <sstream>
@@ -19,11 +20,10 @@ namespace {
 std::string Scalar(const std::string& file, const std::string& key, const toml::node& v) {
   if (v.is_string()) return *v.value<std::string>();
   if (v.is_integer()) return std::to_string(*v.value<int64_t>());
-  if (v.is_floating_point()) {
-    std::ostringstream o;
-    o.precision(17);
-    o << *v.value<double>();
-    return o.str();
+  if (v.is_floating_point()) {  // the shortest text that reads back as the same double: 0.2, not 0.2000...01
+    char text[64];
+    const auto end = std::to_chars(text, text + sizeof text, *v.value<double>()).ptr;
+    return std::string(text, end);
   }
   if (v.is_boolean()) return *v.value<bool>() ? "true" : "false";
   throw CommandError("config '" + file + "': key '" + key + "' must be a string, number or boolean");
@@ -76,8 +76,47 @@ void PrintResolvedSettings(const CLI::App& cmd) {
   std::fflush(stdout);
 }
 
-std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args) {
-  if (args.size() < 2) return args;
+namespace {
+
+// Old spellings kept for a release (docs/vocabulary.md): rewritten to the current name before
+// CLI11 parses, on the command line and in --config files, with a warning. So --help, "did you
+// mean" and --dry-run know only the current name.
+struct RenamedFlag {
+  const char* command;
+  const char* old_name;
+  const char* name;
+};
+constexpr RenamedFlag kRenamedFlags[] = {
+    {"server", "tls-client-ca", "tls-ca"},
+    {"client", "eval-split", "federated-eval-split"},
+    {"sim", "eval-split", "test-split"},
+};
+
+// `name` (without dashes) as `command` spells it now; warns when it was an old spelling.
+std::string CurrentName(const std::string& command, const std::string& name, const std::string& where) {
+  for (const RenamedFlag& r : kRenamedFlags) {
+    if (command == r.command && name == r.old_name) {
+      std::fprintf(stderr, "plexus: warning: %s--%s is now --%s (the old name goes in a later release)\n",
+                   where.c_str(), r.old_name, r.name);
+      return r.name;
+    }
+  }
+  return name;
+}
+
+}  // namespace
+
+std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& in) {
+  if (in.size() < 2) return in;
+  std::vector<std::string> args = in;
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string current = CurrentName(args[1], name, "");
+    if (current != name) a = "--" + current + (eq == std::string::npos ? "" : a.substr(eq));
+  }
   CLI::App* cmd = nullptr;
   try {
     cmd = app.get_subcommand(args[1]);
@@ -110,6 +149,7 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
     std::string key(k.str());
     for (char& c : key) c = c == '_' ? '-' : c;
     if (key == "description") continue;  // for people reading the file
+    key = CurrentName(args[1], key, "config '" + file + "': ");
     const CLI::Option* opt = key == "config" || key == "scenario" ? nullptr : cmd->get_option_no_throw("--" + key);
     if (!opt) {
       throw CommandError("config '" + file + "': '" + std::string(k.str()) + "' is not a flag of 'plexus " + args[1] +

@@ -117,7 +117,7 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
 void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
   cmd->add_option("--gossip", g->gossip,
                   "gossip mode: the algorithm, " + OneOf(gossip::GossipNames()) +
-                      " each with its settings, e.g. el:s=3 (docs/gossip.md)")
+                      " each with its settings, e.g. el:s=2 (docs/gossip.md)")
       ->capture_default_str();
   cmd->add_option("--merge", g->merge,
                   "gossip mode: how a node merges its neighbours' models, " + OneOf(gossip::MergeRuleNames()) +

@@ -16,7 +16,7 @@ class MpiSession;
 namespace plexus::cli {
 
 struct GossipFlags {
-  std::string gossip = "el:s=3";
+  std::string gossip = "el:s=2";
   std::string merge = "mean";
   std::string topology;  // empty: the algorithm's own
   std::string train = "all";

@@ -8,7 +8,7 @@
 namespace plexus {
 namespace {
 
-// --eval-split is at most 0.9: a client's held-out share is at most 9 times what it trains on.
+// --federated-eval-split is at most 0.9: a client's held-out share is at most 9 times what it trains on.
 constexpr int64_t kMaxEvalPerTrainExample = 9;
 
 }  // namespace

@@ -30,7 +30,7 @@ class EvaluationDesk {
   // "wait" rather than "finished".
   Result<PollAnswer> Poll(const std::string& client_id);
   // A client's evaluation of task `task_id`: InvalidArgument when it counts more examples than the
-  // client can hold out (nine times what it declared, --eval-split being at most 0.9), else the
+  // client can hold out (nine times what it declared, --federated-eval-split being at most 0.9), else the
   // campaign's answer. Closed campaigns are stored.
   Status Report(const std::string& client_id, const std::string& task_id, const Evaluation& evaluation);
 

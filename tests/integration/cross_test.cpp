@@ -135,7 +135,7 @@ TEST_F(CrossTest, ForeignClientsJoinAnMtlsFederationAndTwoRoundsComplete) {
                        certs + "/localhost.crt",
                        "--tls-key",
                        certs + "/localhost.key",
-                       "--tls-client-ca",
+                       "--tls-ca",
                        certs + "/ca.crt"},
                       (dir_ / "mtls-server.log").string());
   auto client_args = [&](const std::string& name, int index) {

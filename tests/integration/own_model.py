@@ -13,8 +13,14 @@
                                on DATA.csv, the model's plexus.json metadata and, given a safetensors
                                export, the largest difference between its tensors and the module's
                                state_dict (floating-point entries, BatchNorm statistics included)
+  own_model.py builtin DOC.md NAME WEIGHTS.safetensors DATA_DIR N
+                               runs the PyTorch block of DOC.md that rebuilds the built-in models,
+                               loads the export WEIGHTS into NAME (mlp or cnn) and prints, as JSON,
+                               its accuracy on the first N Fashion-MNIST test images of DATA_DIR
+                               (normalized as the docs say)
 
 Needs Debian's python3-torch (run it with /usr/bin/python3)."""
+import gzip
 import json
 import struct
 import sys
@@ -148,6 +154,24 @@ def main():
                 (state[k] - exported[k]).abs().max().item() for k in state if k in exported
             )
         print(json.dumps(result))
+    elif len(sys.argv) == 7 and sys.argv[1] == "builtin":
+        doc, name, weights, data_dir, n = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+        blocks = open(doc).read().split("```python\n")[1:]
+        block = next(b.split("```")[0] for b in blocks if "class PlexusMLP" in b)
+        space = {}
+        exec(block, space)
+        model = space["PlexusCNN" if name == "cnn" else "PlexusMLP"]()
+        model.load_state_dict(read_safetensors(weights))
+        model.eval()
+        with gzip.open(f"{data_dir}/t10k-images-idx3-ubyte.gz") as f:
+            images = torch.frombuffer(bytearray(f.read()[16:]), dtype=torch.uint8)[: n * 784].float()
+        with gzip.open(f"{data_dir}/t10k-labels-idx1-ubyte.gz") as f:
+            labels = torch.frombuffer(bytearray(f.read()[8:]), dtype=torch.uint8)[:n].long()
+        x = (images / 255 - 0.2860) / 0.3530
+        x = x.reshape(n, 1, 28, 28) if name == "cnn" else x.reshape(n, 784)
+        with torch.no_grad():
+            accuracy = (model(x).argmax(1) == labels).float().mean().item()
+        print(json.dumps({"accuracy": accuracy}))
     else:
         print(__doc__, file=sys.stderr)
         sys.exit(2)

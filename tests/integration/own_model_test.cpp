@@ -91,7 +91,7 @@ TEST_F(OwnModelTest, AFederationOfAPyTorchModelOnCsvAndSafetensorsScoresInPyTorc
     clients.push_back(std::make_unique<ChildProcess>(
         PLEXUS_BINARY,
         std::vector<std::string>{"client", "--server", address, "--model", model_, "--data", data, "--num-partitions",
-                                 "3", "--partition-index", std::to_string(i), "--eval-split", "0.3"},
+                                 "3", "--partition-index", std::to_string(i), "--federated-eval-split", "0.3"},
         Path("client" + std::to_string(i) + ".log")));
   }
   ASSERT_EQ(server.Wait(180000), 0) << server.Log();
@@ -250,6 +250,37 @@ TEST_F(OwnModelTest, ARegressionTrainsOnMeanSquaredErrorAndReportsRSquared) {
   EXPECT_NE(out.find("target(s) per example"), std::string::npos) << out;
   EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", "mlp", "--loss", "mse"}, &out), 0);
   EXPECT_NE(out.find("needs a TorchScript model"), std::string::npos) << out;
+}
+
+// docs/models-and-data.md rebuilds the built-in models as PyTorch modules: its code block, given
+// an export of each, scores on the test images what the simulator reported for it.
+TEST_F(OwnModelTest, TheBuiltInModelsAsDocumentedScoreInPyTorchWhatTheSimulatorReported) {
+  const std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  if (!std::filesystem::exists(data_dir)) GTEST_SKIP() << "dataset not installed";
+  const std::string doc = std::string(PLEXUS_SOURCE_DIR) + "/docs/models-and-data.md";
+  constexpr int kTestImages = 500;
+  for (const std::string model : {"mlp", "cnn"}) {
+    SCOPED_TRACE(model);
+    std::string out;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                              {"sim", "--model", model, "--clients", "2", "--clients-per-round", "2", "--rounds", "1",
+                               "--local-steps", "10", "--test-subset", std::to_string(kTestImages), "--model-out",
+                               Path(model + ".safetensors"), "--summary-out", Path(model + ".json")},
+                              &out),
+              0)
+        << out;
+    const double reported = ReadJson(Path(model + ".json"))["final_test_accuracy"].get<double>();
+    ASSERT_EQ(RunToCompletion(
+                  kPython,
+                  {kScript, "builtin", doc, model, Path(model + ".safetensors"), data_dir, std::to_string(kTestImages)},
+                  &out),
+              0)
+        << out;
+    const double in_pytorch = nlohmann::json::parse(out.substr(out.find('{')))["accuracy"].get<double>();
+    EXPECT_GT(reported, 0.2);  // trained: above chance (0.1)
+    // The same weights and images; float rounding may flip an argmax between two close logits.
+    EXPECT_NEAR(in_pytorch, reported, 2.0 / kTestImages);
+  }
 }
 
 }  // namespace

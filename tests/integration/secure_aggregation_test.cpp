@@ -96,7 +96,7 @@ TEST_F(SecureAggregationTest, TwentyClientsOverMutualTlsThreeStopAtDifferentStag
                        Path("certs/localhost.crt"),
                        "--tls-key",
                        Path("certs/localhost.key"),
-                       "--tls-client-ca",
+                       "--tls-ca",
                        Path("certs/ca.crt")},
                       Path("server.log"));
   // c0 leaves before sharing its keys, c1 before sending its masked update (its pairwise masks

@@ -58,7 +58,7 @@ class TlsTest : public ::testing::Test {
                                                                       certs + "/localhost.crt",
                                                                       "--tls-key",
                                                                       certs + "/localhost.key",
-                                                                      "--tls-client-ca",
+                                                                      "--tls-ca",
                                                                       certs + "/ca.crt",
                                                                       "--linger-s",
                                                                       "5"},

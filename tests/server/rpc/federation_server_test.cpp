@@ -1156,7 +1156,7 @@ TEST(FederatedEvaluationDoorTest, AReportCountingMoreExamplesThanTheClientCanHol
   ASSERT_TRUE(eval->task.evaluate_only);
   EXPECT_THAT(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{1e-9, 0.1, int64_t{1} << 40}),
               StatusIs(StatusCode::kInvalidArgument, "declared 10 training examples"));
-  // --eval-split 0.9 of 100 examples: 10 trained on, 90 held out.
+  // --federated-eval-split 0.9 of 100 examples: 10 trained on, 90 held out.
   ASSERT_OK(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{0.75, 0.5, 90}));
   const std::map<uint64_t, RoundRecord> results = fed.server->FederatedEvaluations();
   ASSERT_EQ(results.count(1), 1u);
