@@ -90,7 +90,12 @@ void PeerNode::Impl::SetTimer(uint64_t id, double delay_ms) {
         const uint64_t id = t->id;
         n->timers.erase(id);
         CloseTimer(t);
-        if (n->running()) n->Handle(n->protocol->OnTimer(id));
+        if (!n->running()) return;
+        // A wait that ends on its timer is worth a line: the round went on without something.
+        if (const std::string waited = n->protocol->WaitEndedBy(id); !waited.empty()) {
+          spdlog::warn("stopped waiting for {}", waited);
+        }
+        n->Handle(n->protocol->OnTimer(id));
       },
       static_cast<uint64_t>(std::max(0.0, delay_ms)), 0);
 }

@@ -77,11 +77,12 @@ void PeerNode::Impl::ExchangeWithServer(Message m) {
                   Status check = result->ok() ? (*result)->CheckSameLayout(*protocol->model()) : result->status();
                   if (check.ok()) check = (*result)->CheckFinite();
                   if (!check.ok()) {
-                    if (!finished()) spdlog::warn("round {}: no average from the server: {}", round, check.message());
+                    if (!finished())
+                      spdlog::warn("round {}: no average from the server: {}", round + 1, check.message());
                     return MaybeExit();
                   }
                   ++stats.server_exchanges;
-                  spdlog::info("round {}: took the server's average (version {})", round, (*result)->version());
+                  spdlog::info("round {}: took the server's average (version {})", round + 1, (*result)->version());
                   Deliver(static_cast<NodeId>(o.nodes),
                           Message{Message::Kind::kModelReply, round,
                                   std::make_shared<const ModelState>(std::move(*result).value()), 0.0, 0});

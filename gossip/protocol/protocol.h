@@ -125,6 +125,9 @@ class Protocol {
   virtual Actions OnTrained(ModelState trained) = 0;
   virtual Actions OnMessage(NodeId from, const Message& message) = 0;
   virtual Actions OnTimer(uint64_t timer) = 0;
+  // What the node stops waiting for if `timer` fires now, for the log ("round 3: the models of
+  // peers 2, 5"); empty when the timer would end no wait.
+  virtual std::string WaitEndedBy(uint64_t /*timer*/) { return ""; }
   // Membership changed: `peer` left or (re)joined.
   virtual Actions OnPeerLeft(NodeId peer) = 0;
   virtual Actions OnPeerJoined(NodeId /*peer*/) { return {}; }

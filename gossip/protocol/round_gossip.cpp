@@ -112,6 +112,31 @@ Actions RoundGossip::OnTimer(uint64_t timer) {
   return {};
 }
 
+std::string RoundGossip::WaitEndedBy(uint64_t timer) {
+  // Rounds counted from 1, as the peer's log counts them. The server is awaited after round_ has
+  // moved on past the round whose models it averages.
+  if (phase_ == Phase::kServer && timer == ServerTimer(round_)) {
+    return "round " + std::to_string(round_) + ": the server's model (going on with its own)";
+  }
+  const std::string round = "round " + std::to_string(round_ + 1) + ": ";
+  if (phase_ == Phase::kFetching && timer == FetchTimer(fetches_)) {
+    return "a neighbour's model to rejoin from (starting from its own)";
+  }
+  if (phase_ != Phase::kWaiting || timer != WaitTimer(round_)) return "";
+  std::vector<NodeId> expected;
+  Expected(round_, &expected);
+  const auto it = inbox_.find(round_);
+  std::string missing;
+  for (NodeId peer : expected) {
+    const bool in = it != inbox_.end() && std::any_of(it->second.begin(), it->second.end(),
+                                                      [&](const Received& r) { return r.from == peer; });
+    if (!in) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+  }
+  // Algorithms that wait for the timer alone (Epidemic Learning) expect nobody in particular.
+  if (missing.empty()) return "";
+  return round + "the models of peers " + missing + " (merging without them)";
+}
+
 Actions RoundGossip::OnPeerLeft(NodeId) {
   if (phase_ == Phase::kWaiting && Complete()) return Merge();
   return {};

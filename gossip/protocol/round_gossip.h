@@ -28,6 +28,7 @@ class RoundGossip : public Protocol {
   Actions OnTrained(ModelState trained) override;
   Actions OnMessage(NodeId from, const Message& message) override;
   Actions OnTimer(uint64_t timer) override;
+  std::string WaitEndedBy(uint64_t timer) override;
   Actions OnPeerLeft(NodeId peer) override;
   Actions Leave() override;
   std::shared_ptr<const ModelState> model() const override { return model_; }

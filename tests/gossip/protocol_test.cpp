@@ -144,10 +144,13 @@ TEST(DpsgdTest, TheRoundTimerMergesWhatArrived) {
   h.DeliverAll();
   ASSERT_EQ(h.nodes[0]->rounds_completed(), 0u);
   ASSERT_EQ(h.timers[0].size(), 1u);
+  // What the log says when the timer ends the wait: the round, counted from 1, and who is missing.
+  EXPECT_EQ(h.nodes[0]->WaitEndedBy(h.timers[0][0]), "round 1: the models of peers 3 (merging without them)");
   h.Take(0, h.nodes[0]->OnTimer(h.timers[0][0]));
   EXPECT_EQ(h.nodes[0]->rounds_completed(), 1u);
   EXPECT_NEAR(h.Value(0), (2 * 0 + 3) / 3.0, 1e-5);  // node 3's third stays with node 0
-  h.Take(0, h.nodes[0]->OnTimer(h.timers[0][0]));    // a stale timer does nothing
+  EXPECT_EQ(h.nodes[0]->WaitEndedBy(h.timers[0][0]), "");
+  h.Take(0, h.nodes[0]->OnTimer(h.timers[0][0]));  // a stale timer does nothing
   EXPECT_EQ(h.nodes[0]->rounds_completed(), 1u);
 }
 
@@ -238,6 +241,7 @@ TEST(SemiDecentralizedTest, ServerToSampledLeavesTheOthersTrainingOnAndATimerEnd
   // The upload is lost: the sampled node's timer ends its wait.
   const NodeId sampled = uploads[0].from;
   const uint64_t timer = h.timers[sampled].back();
+  EXPECT_EQ(h.nodes[sampled]->WaitEndedBy(timer), "round 1: the server's model (going on with its own)");
   h.Take(sampled, h.nodes[sampled]->OnTimer(timer));
   EXPECT_EQ(h.to_train.size(), 4u);
 }
