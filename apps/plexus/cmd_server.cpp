@@ -150,6 +150,7 @@ void RunServer(const ServerFlags& f) {
     sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && sync.rounds > dp->max_releases) sync.rounds = dp->max_releases;
   }
+  DefaultMinClients(*f.cmd, &sync);
   if (f.cmd->count("--secagg") > 0) {
     // The mode and the strategy (central --dp's included) are the engine's to refuse.
     for (const char* flag : {"--max-update-norm", "--adaptive-norm-factor"}) {
@@ -459,7 +460,9 @@ void AddServerCommand(CLI::App& app) {
       ->check(CLI::ExistingFile);
   AddFederationFlags(cmd, &f->sync);
   AddDpFlags(cmd, &f->dp);
-  cmd->add_option("--min-clients", f->sync.min_clients, "Fewest clients to start a round and to close it (M)")
+  cmd->add_option("--min-clients", f->sync.min_clients,
+                  "Fewest clients to start a round and to close it (M); left out: 2, or the fewest updates the "
+                  "strategy takes per round")
       ->capture_default_str();
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")

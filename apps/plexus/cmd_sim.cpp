@@ -243,6 +243,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     options.sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) options.sync.rounds = dp->max_releases;
   }
+  DefaultMinClients(*f.cmd, &options.sync);
   if (f.cmd->count("--secagg") > 0) {
     options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
@@ -447,7 +448,9 @@ void AddSimCommand(CLI::App& app) {
   AddGossipFlags(cmd, &flags->gossip);
   AddFederationFlags(cmd, &flags->sim.sync);
   AddDpFlags(cmd, &flags->dp);
-  cmd->add_option("--min-clients", flags->sim.sync.min_clients, "Fewest clients to start a round and to close it (M)")
+  cmd->add_option("--min-clients", flags->sim.sync.min_clients,
+                  "Fewest clients to start a round and to close it (M); left out: 2, or the fewest updates the "
+                  "strategy takes per round")
       ->capture_default_str();
   cmd->add_option_function<double>(
          "--round-deadline-s",

@@ -157,6 +157,14 @@ TEST(CliTest, AStrategyThatNeedsMoreClientsIsRefusedAtStart) {
                       {"sim", "--mode", "async", "--strategy", "bulyan", "--buffer-size", "4", "--dry-run"}, &out),
       1);
   EXPECT_NE(out.find("raise --buffer-size to 7"), std::string::npos) << out;
+  // --min-clients left out takes what the strategy needs, where K allows it (server and sim alike).
+  for (const char* command : {"sim", "server"}) {
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                              {command, "--strategy", "krum:f=2", "--clients-per-round", "10", "--dry-run"}, &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("--min-clients left out: 7, the updates krum(f=2) takes per round"), std::string::npos) << out;
+  }
 }
 
 TEST(CliTest, AMistypedFlagSuggestsTheClosestOne) {
