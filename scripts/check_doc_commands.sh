@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Keeps the docs honest: every `plexus ...` command shown in README.md and docs/*.md (in code
 # blocks, with continuation lines joined, and in inline code) must name a real command, and each
-# of its --flags must appear in that command's --help. Prints what has drifted; exits 1 if any.
+# of its --flags must appear in that command's --help; a default stated beside a flag ("`--flag`
+# (300 by default)", "(default 1)", "(10)") must be one --help shows for it. Prints what has
+# drifted; exits 1 if any.
 # usage: scripts/check_doc_commands.sh [PLEXUS_BINARY]   (default build/apps/plexus/plexus;
 #        DOC_FILES="a.md b.md" checks those files instead)
 set -euo pipefail
@@ -67,8 +69,49 @@ while IFS=$'\t' read -r file cmd; do
   done
 done < <(commands)
 
+# Defaults the docs state beside a flag, "`--flag` (300 by default)", "`--flag F` (default 1)",
+# "`--flag` (10)", must be a default some command's --help shows for that flag.
+for sub in server client sim peer status export merge plot privacy "tokens issue" "certs init" "certs issue"; do
+  read -ra path <<<"$sub"
+  "$plexus" "${path[@]}" --help >"$helps/defaults_${sub// /_}" 2>&1 || true
+done
+defaults=$(python3 - "$helps" ${DOC_FILES:-README.md docs/*.md} <<'PY'
+import glob, re, sys
+helps, docs = sys.argv[1], sys.argv[2:]
+shown = {}  # flag -> defaults any command shows
+line_re = re.compile(r"^\s+(?:-\w,)?(--[a-z0-9-]+)(?: (\S+(?: in \[[^\]]*\]\S*)?))?")
+for path in glob.glob(f"{helps}/defaults_*"):
+    for line in open(path):
+        m = line_re.match(line)
+        if m:
+            t = m.group(2) or ""
+            shown.setdefault(m.group(1), set()).add(t.split("=", 1)[1] if "=" in t else None)
+said = re.compile(r"`(--[a-z0-9-]+)[^`]*` \((?:default `?([^`),;\s]+)`?|`?([^`),;\s]+)`? by default|([0-9][0-9.e-]*)[),])")
+count = 0
+for doc in docs:
+    for n, line in enumerate(open(doc), 1):
+        for m in said.finditer(line):
+            flag, value = m.group(1), m.group(2) or m.group(3) or m.group(4)
+            if flag not in shown:
+                continue
+            if value in ("off", "none") and shown[flag] & {None, "0", "none"}:  # no default, or 0: off
+                count += 1
+                continue
+            count += 1
+            if value not in shown[flag]:
+                have = ", ".join(sorted(v for v in shown[flag] if v)) or "no default"
+                print(f"{doc}:{n}: says {flag} defaults to {value}; --help shows {have}")
+print(f"#checked {count}")
+PY
+)
+default_problems=$(grep -vc '^#checked' <<<"$defaults" || true)
+grep -v '^#checked' <<<"$defaults" || true
+problems=$((problems + default_problems))
+defaults_checked=$(grep '^#checked' <<<"$defaults" | cut -d' ' -f2)
+
 if [ "$problems" -gt 0 ]; then
   echo "check_doc_commands: $problems problem(s) in $checked commands shown in the docs" >&2
   exit 1
 fi
-echo "check_doc_commands: the $checked plexus commands shown in README.md and docs/ use real commands and flags"
+echo "check_doc_commands: the $checked plexus commands shown in README.md and docs/ use real commands and flags;" \
+  "the $defaults_checked defaults stated beside a flag are the ones --help shows"
