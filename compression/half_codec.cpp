@@ -4,6 +4,9 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "aggregators/strategy_spec.h"
 #include "compression/codec.h"
@@ -73,8 +76,47 @@ inline bool FromHalves(const char* in, size_t n, float* v) {
   }
   return bad != 0;
 }
-PLEXUS_VALUE_LOOP void ToFp16(const float* v, size_t n, char* out) { ToHalves<ToHalf>(v, n, out); }
-PLEXUS_VALUE_LOOP bool FromFp16(const char* in, size_t n, float* v) { return FromHalves<FromHalf>(in, n, v); }
+PLEXUS_VALUE_LOOP void ToFp16Portable(const float* v, size_t n, char* out) { ToHalves<ToHalf>(v, n, out); }
+PLEXUS_VALUE_LOOP bool FromFp16Portable(const char* in, size_t n, float* v) { return FromHalves<FromHalf>(in, n, v); }
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// x86-64's F16C converts 8 values per instruction, in the rounding the codec uses (nearest even);
+// the branch-free integer version above reached a third of memory bandwidth. F16C turns values
+// beyond the largest half into infinities, so they are clamped to +-65504 first (which rounds as
+// the portable version saturates): the same bits on every machine (tested against the reference).
+__attribute__((target("avx2,f16c"))) void ToFp16F16c(const float* v, size_t n, char* out) {
+  const __m256 hi = _mm256_set1_ps(65504.0f), lo = _mm256_set1_ps(-65504.0f);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_min_ps(_mm256_max_ps(_mm256_loadu_ps(v + i), lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  ToHalves<ToHalf>(v + i, n - i, out + 2 * i);
+}
+__attribute__((target("avx2,f16c"))) bool FromFp16F16c(const char* in, size_t n, float* v) {
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  __m256i bad = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i)));
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), exponent);
+    bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(e, exponent));
+    _mm256_storeu_ps(v + i, f);
+  }
+  return !_mm256_testz_si256(bad, bad) | FromHalves<FromHalf>(in + 2 * i, n - i, v + i);
+}
+const bool kHasF16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+void ToFp16(const float* v, size_t n, char* out) {
+  return kHasF16c ? ToFp16F16c(v, n, out) : ToFp16Portable(v, n, out);
+}
+bool FromFp16(const char* in, size_t n, float* v) {
+  return kHasF16c ? FromFp16F16c(in, n, v) : FromFp16Portable(in, n, v);
+}
+#else
+void ToFp16(const float* v, size_t n, char* out) { ToFp16Portable(v, n, out); }
+bool FromFp16(const char* in, size_t n, float* v) { return FromFp16Portable(in, n, v); }
+#endif
 PLEXUS_VALUE_LOOP void ToBf16s(const float* v, size_t n, char* out) { ToHalves<ToBf16>(v, n, out); }
 PLEXUS_VALUE_LOOP bool FromBf16s(const char* in, size_t n, float* v) { return FromHalves<FromBf16>(in, n, v); }
 // Whether any of `n` 16-bit floats is an infinity or a NaN (the exponent bits `exponent` all
