@@ -32,6 +32,14 @@ build=$(cd "$(dirname "$plexus")/../.." && pwd)
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 doc=$(sed -n 's|^Documentation=file:///usr/local/||p' "$root/deploy/plexus-server.service")
 [ -n "$doc" ] && [ -f "$tmp/prefix/$doc" ] || { echo "FAIL: Documentation= names $doc, not installed"; exit 1; }
+# The installed plexus loads LibTorch's module from beside it (PREFIX/lib/plexus), not from the
+# build tree, the first time a command trains (compute/torch_module.h).
+if [ -f "$build/lib/libplexus_torch.so" ]; then
+  LD_DEBUG=files "$tmp/prefix/bin/plexus" sim --rounds 1 --clients 2 --clients-per-round 2 --local-steps 1 \
+    --train-subset 200 --test-subset 100 >"$tmp/installed.out" 2>&1 || { cat "$tmp/installed.out"; echo "FAIL: installed plexus sim"; exit 1; }
+  grep -q "file=$tmp/prefix/lib/plexus/libplexus_torch.so" "$tmp/installed.out" \
+    || { echo "FAIL: the installed plexus did not load $tmp/prefix/lib/plexus/libplexus_torch.so"; exit 1; }
+fi
 
 # 2. The example config, with TLS files that exist.
 "$plexus" certs init --dir "$tmp/certs" >/dev/null

@@ -35,6 +35,12 @@ int KillCount() {
   return n > 0 ? n : 20;
 }
 
+size_t Occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // The rounds a run needs so that the federation outlasts its kills (`rounds_for_20` with 20).
 int RoundsFor(int rounds_for_20) { return std::max(10, rounds_for_20 * KillCount() / 20); }
 
@@ -104,7 +110,17 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
   std::unique_ptr<ChildProcess> server = start_server(0);
   const int kills_wanted = KillCount();
   while (kills < kills_wanted) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200 + rng() % 1300));
+    // Each server lives for a random number of published versions (0 to 2), then a random part
+    // of the next one: kills land at every stage of a round however fast rounds run (a restarted
+    // server is up in tens of milliseconds; fixed sleeps of 0.2-1.5 s once let the federation
+    // finish before its kills).
+    const size_t versions_this_life = rng() % 3;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (server->running() && Occurrences(server->Log(), " closed") < versions_this_life &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 60));
     if (!server->running()) break;  // finished before enough kills: rounds is too small
     server->Signal(SIGKILL);
     EXPECT_EQ(server->Wait(10000), 128 + SIGKILL);
@@ -148,7 +164,8 @@ std::vector<std::string> RunTwentyKills(const std::string& name, int rounds, con
 
 TEST(CrashHarness, TwentyKillsLoseNothing) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
-  const int rounds = RoundsFor(40);
+  // At most 3 versions per server life (RunTwentyKills): 80 outlast 20 kills.
+  const int rounds = RoundsFor(80);
   const std::vector<std::string> logs =
       RunTwentyKills("crash_sync", rounds, {"--clients-per-round", "3", "--min-clients", "3"},
                      /*clients_must_finish=*/true);
