@@ -150,7 +150,7 @@ void RunServer(const ServerFlags& f) {
     sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && sync.rounds > dp->max_releases) sync.rounds = dp->max_releases;
   }
-  DefaultMinClients(*f.cmd, &sync);
+  const std::map<std::string, std::string> derived = DefaultMinClients(*f.cmd, &sync);
   if (f.cmd->count("--secagg") > 0) {
     // The mode and the strategy (central --dp's included) are the engine's to refuse.
     for (const char* flag : {"--max-update-norm", "--adaptive-norm-factor"}) {
@@ -214,7 +214,7 @@ void RunServer(const ServerFlags& f) {
     std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
                 std::string(ModeName(f.mode)).c_str(), sync.strategy.c_str(), f.listen.c_str(),
                 tls_flags > 0 ? " with TLS" : "", f.db.c_str());
-    PrintResolvedSettings(*f.cmd);
+    PrintResolvedSettings(*f.cmd, derived);
     return;
   }
   // A start that fails (port in use, data missing, ...) leaves no new empty database behind.

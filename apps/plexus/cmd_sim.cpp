@@ -243,7 +243,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     options.sync.strategy = dp->strategy;
     if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) options.sync.rounds = dp->max_releases;
   }
-  DefaultMinClients(*f.cmd, &options.sync);
+  const std::map<std::string, std::string> derived = DefaultMinClients(*f.cmd, &options.sync);
   if (f.cmd->count("--secagg") > 0) {
     options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
@@ -285,7 +285,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     std::fflush(stdout);
   }
   if (f.dry_run) {  // the settings are valid: what they resolved to, and nothing more
-    if (!training_rank) PrintResolvedSettings(*f.cmd);
+    if (!training_rank) PrintResolvedSettings(*f.cmd, derived);
     return;
   }
   if (model.is_script()) options.initial = std::make_shared<const ModelState>(model.Initial(options.seed));

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -51,7 +52,9 @@ void AddScenarioOption(CLI::App* cmd);
 std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args);
 // For --dry-run: every flag of `cmd` with the value it resolved to and where that came from (the
 // command line, the --config/--scenario file ExpandConfigFile read, or the default), one per line.
-void PrintResolvedSettings(const CLI::App& cmd);
+// `derived`: flags left out whose value the command worked out otherwise (flag without dashes ->
+// "VALUE  (where from)").
+void PrintResolvedSettings(const CLI::App& cmd, const std::map<std::string, std::string>& derived = {});
 
 void AddServerCommand(CLI::App& app);
 void AddClientCommand(CLI::App& app);

@@ -56,13 +56,17 @@ std::string& SettingsFile() {
 
 }  // namespace
 
-void PrintResolvedSettings(const CLI::App& cmd) {
+void PrintResolvedSettings(const CLI::App& cmd, const std::map<std::string, std::string>& derived) {
   std::printf("resolved settings of plexus %s (value, then where it came from):\n", cmd.get_name().c_str());
   for (const CLI::Option* opt : cmd.get_options()) {
     if (opt->get_lnames().empty()) continue;
     const std::string name = opt->get_lnames().front();
     if (name == "help" || name == "config" || name == "scenario" || name == "dry-run") continue;
     std::string value, source;
+    if (opt->count() == 0 && derived.count(name)) {
+      std::printf("  --%s = %s\n", name.c_str(), derived.at(name).c_str());
+      continue;
+    }
     if (opt->count() > 0) {
       for (const std::string& r : opt->results()) value += (value.empty() ? "" : ",") + r;
       source = FlagsFromFile().count(name) ? "config " + SettingsFile() : "command line";

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -104,17 +105,21 @@ inline AsyncOptions AsyncOptionsFor(Mode mode, const AsyncOptions& flags, const 
 // --min-clients left out: 2, or the fewest updates the strategy takes per round (Krum 2f + 3,
 // Bulyan 4f + 3), at most --clients-per-round; the same rule for server and sim. Before, a robust
 // strategy was refused unless --min-clients was raised by hand (server) or M was K (sim).
-inline void DefaultMinClients(const CLI::App& cmd, SyncOptions* sync) {
-  if (cmd.count("--min-clients") > 0) return;
+// Returns, for --dry-run, the setting's value and source when it was raised (else empty).
+inline std::map<std::string, std::string> DefaultMinClients(const CLI::App& cmd, SyncOptions* sync) {
+  if (cmd.count("--min-clients") > 0) return {};
   auto strategy = MakeAggregator(sync->strategy, nullptr);
-  if (!strategy.ok()) return;  // refused later, naming its flag
+  if (!strategy.ok()) return {};  // refused later, naming its flag
   const auto needs = static_cast<int64_t>((*strategy)->min_updates());
   const int64_t m = std::min(sync->clients_per_round, std::max(sync->min_clients, needs));
+  std::map<std::string, std::string> raised;
   if (m != sync->min_clients) {
     std::fprintf(stderr, "plexus: --min-clients left out: %lld, the updates %s takes per round\n",
                  static_cast<long long>(m), (*strategy)->Describe().c_str());
+    raised["min-clients"] = std::to_string(m) + "  (default, raised to what " + (*strategy)->Describe() + " takes)";
   }
   sync->min_clients = m;
+  return raised;
 }
 
 }  // namespace plexus::cli

@@ -164,6 +164,7 @@ TEST(CliTest, AStrategyThatNeedsMoreClientsIsRefusedAtStart) {
               0)
         << out;
     EXPECT_NE(out.find("--min-clients left out: 7, the updates krum(f=2) takes per round"), std::string::npos) << out;
+    EXPECT_NE(out.find("  --min-clients = 7  (default, raised to what krum(f=2) takes)"), std::string::npos) << out;
   }
 }
 
