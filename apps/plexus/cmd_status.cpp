@@ -69,6 +69,11 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
       j["dp_epsilon"] = r.has_dp_epsilon() ? nlohmann::json(r.dp_epsilon()) : nlohmann::json();
       j["dp_delta"] = r.dp_delta();
     }
+    if (!r.secure_stage().empty() || r.secure_rounds_aborted() > 0) {
+      j["secure_stage"] = r.secure_stage();
+      j["secure_rounds_aborted"] = r.secure_rounds_aborted();
+      j["last_secure_abort"] = r.last_secure_abort();
+    }
     if (!r.error().empty()) j["error"] = r.error();
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -83,6 +88,12 @@ void RunStatus(const std::string& server, bool json, double timeout_s, const Cli
     } else {
       std::printf("privacy           none: central DP without noise\n");
     }
+  }
+  if (!r.secure_stage().empty() || r.secure_rounds_aborted() > 0) {
+    std::printf("secure agg.       %s; %lld groups aborted%s%s\n",
+                r.secure_stage().empty() ? "between rounds" : ("round at stage '" + r.secure_stage() + "'").c_str(),
+                static_cast<long long>(r.secure_rounds_aborted()), r.last_secure_abort().empty() ? "" : " (last: ",
+                r.last_secure_abort().empty() ? "" : (r.last_secure_abort() + ")").c_str());
   }
   std::printf("clients           %lld connected, %lld known\n", static_cast<long long>(r.connected_clients()),
               static_cast<long long>(r.known_clients()));

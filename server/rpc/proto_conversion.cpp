@@ -51,6 +51,9 @@ void EngineStatusToProto(const EngineStatus& s, v1::StatusReply* rep) {
   rep->set_federated_version(s.federated_version);
   rep->set_finished(s.finished);
   rep->set_error(s.error);
+  rep->set_secure_stage(s.secure_stage);
+  rep->set_secure_rounds_aborted(s.secure_rounds_aborted);
+  rep->set_last_secure_abort(s.last_secure_abort);
   for (const ClientSchedule& c : s.schedule) {
     v1::ClientSchedule* out = rep->add_schedule();
     out->set_client_id(c.client_id);

@@ -413,6 +413,35 @@ struct OneClientServer {
   std::string target;
 };
 
+// An operator sees a secure round's stage in the status (plexus status --server shows it).
+TEST(SecureStatusTest, TheStatusNamesTheOpenSecureRoundsStage) {
+  RealClock clock;
+  MemoryStore store;
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 3;
+  o.min_clients = 3;
+  o.secagg = *SecAggSettings::Parse("clip=0.5");
+  auto engine = *SyncEngine::Open(o, *ModelState::Create({{"w", {4}}}), &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"tiny", 1}, {}, DoorLimits{});
+  const std::string target = "127.0.0.1:" + std::to_string(server->port());
+  auto status = [&] {
+    auto stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    v1::StatusReply reply;
+    EXPECT_TRUE(stub->GetStatus(&ctx, v1::StatusRequest(), &reply).ok());
+    return reply;
+  };
+  EXPECT_EQ(status().secure_stage(), "");  // no round open yet
+  auto transport = MakeGrpcFederationTransport(target);
+  for (const char* c : {"a", "b", "c"}) ASSERT_OK(transport->Join(c, 10, "test").status());
+  for (const char* c : {"a", "b", "c"}) ASSERT_TRUE(transport->Poll(c, 1000).ok()) << c;
+  const v1::StatusReply reply = status();
+  EXPECT_EQ(reply.secure_stage(), "advertise keys");
+  EXPECT_EQ(reply.secure_rounds_aborted(), 0);
+  server->Shutdown();
+}
+
 TEST(LongPollCapTest, PollsBeyondTheCapAreToldToComeBack) {
   RealClock clock;
   MemoryStore store;
