@@ -52,8 +52,8 @@ void AddScenarioOption(CLI::App* cmd);
 std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::string>& args);
 // For --dry-run: every flag of `cmd` with the value it resolved to and where that came from (the
 // command line, the --config/--scenario file ExpandConfigFile read, or the default), one per line.
-// `derived`: flags left out whose value the command worked out otherwise (flag without dashes ->
-// "VALUE  (where from)").
+// `derived`: settings the command worked out after parsing, over the flag or its default (flag
+// without dashes -> "VALUE  (where from)").
 void PrintResolvedSettings(const CLI::App& cmd, const std::map<std::string, std::string>& derived = {});
 
 void AddServerCommand(CLI::App& app);

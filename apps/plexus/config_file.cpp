@@ -63,7 +63,7 @@ void PrintResolvedSettings(const CLI::App& cmd, const std::map<std::string, std:
     const std::string name = opt->get_lnames().front();
     if (name == "help" || name == "config" || name == "scenario" || name == "dry-run") continue;
     std::string value, source;
-    if (opt->count() == 0 && derived.count(name)) {
+    if (derived.count(name)) {  // worked out after parsing: wins over the flag and its default
       std::printf("  --%s = %s\n", name.c_str(), derived.at(name).c_str());
       continue;
     }

@@ -415,6 +415,18 @@ TEST(CliTest, DryRunPrintsEverySettingAndWhereItCameFrom) {
   EXPECT_NE(out.find("  --no-eval = true  (config " + cfg + ")"), std::string::npos) << out;
   EXPECT_NE(out.find("  --insecure = false  (default)"), std::string::npos) << out;
   std::filesystem::remove(cfg);
+  // What --dp makes of the strategy and the rounds is what the table shows.
+  for (const char* command : {"sim", "server"}) {
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                              {command, "--dp", "central:clip=1,noise=1", "--dp-population", "1000", "--dp-budget", "1",
+                               "--rounds", "100000", "--dry-run"},
+                              &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("  --strategy = dp_fedavg"), std::string::npos) << out;
+    EXPECT_NE(out.find("(from --dp)"), std::string::npos) << out;
+    EXPECT_NE(out.find("  --rounds = 287  (100000 asked, cut to what --dp-budget allows)"), std::string::npos) << out;
+  }
 }
 
 TEST(CliTest, MalformedConfigIsAClearError) {
