@@ -147,15 +147,7 @@ void RunServer(const ServerFlags& f) {
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
   std::map<std::string, std::string> derived;
-  if (dp) {
-    sync.strategy = dp->strategy;
-    derived["strategy"] = dp->strategy + "  (from --dp)";
-    if (dp->max_releases > 0 && sync.rounds > dp->max_releases) {
-      derived["rounds"] = std::to_string(dp->max_releases) + "  (" + std::to_string(sync.rounds) +
-                          " asked, cut to what --dp-budget allows)";
-      sync.rounds = dp->max_releases;
-    }
-  }
+  if (dp) derived = ApplyDpPlan(*dp, &sync.strategy, &sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &sync));
   if (f.cmd->count("--secagg") > 0) {
     // The mode and the strategy (central --dp's included) are the engine's to refuse.

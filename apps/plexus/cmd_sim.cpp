@@ -240,15 +240,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
                         options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
   std::map<std::string, std::string> derived;
-  if (dp) {
-    options.sync.strategy = dp->strategy;
-    derived["strategy"] = dp->strategy + "  (from --dp)";
-    if (dp->max_releases > 0 && options.sync.rounds > dp->max_releases) {
-      derived["rounds"] = std::to_string(dp->max_releases) + "  (" + std::to_string(options.sync.rounds) +
-                          " asked, cut to what --dp-budget allows)";
-      options.sync.rounds = dp->max_releases;
-    }
-  }
+  if (dp) derived = ApplyDpPlan(*dp, &options.sync.strategy, &options.sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &options.sync));
   if (f.cmd->count("--secagg") > 0) {
     options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");

@@ -239,4 +239,16 @@ RunSummary::Privacy LocalDpReport(const LocalDp& dp, int64_t releases, const std
   return p;
 }
 
+std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* strategy, int64_t* rounds) {
+  std::map<std::string, std::string> derived;
+  *strategy = plan.strategy;
+  derived["strategy"] = plan.strategy + "  (from --dp)";
+  if (plan.max_releases > 0 && *rounds > plan.max_releases) {
+    derived["rounds"] =
+        std::to_string(plan.max_releases) + "  (" + std::to_string(*rounds) + " asked, cut to what --dp-budget allows)";
+    *rounds = plan.max_releases;
+  }
+  return derived;
+}
+
 }  // namespace plexus::cli

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,10 @@ struct DpPlan {
 // --dp-population is not given (0: the flag is required, except for a tree), `seed` the simulator's seed (seeded noise)
 // or nullopt (a server: OpenSSL's generator), `strategy_given` whether --strategy was on the command line. Throws
 // CommandError naming the flag for settings that cannot be private or mean nothing.
+// The plan's strategy replaces `strategy`, and `rounds` is cut to the versions --dp-budget allows;
+// returns what --dry-run shows of both (PrintResolvedSettings' `derived`).
+std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* strategy, int64_t* rounds);
+
 std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t versions, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given);
 
