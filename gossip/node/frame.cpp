@@ -40,23 +40,39 @@ constexpr std::string_view kForeignClient = "a gRPC client (plexus client, or pl
 constexpr std::string_view kForeignTls = "the other side speaks TLS and this link does not";
 constexpr std::string_view kForeignHttp = "plain HTTP reached a plexus peer's port";
 
+static ForeignStart StartOf(uint32_t prefix) {  // the four bytes read as a little-endian length
+  // A gRPC server's first bytes: an HTTP/2 SETTINGS frame (length 00 00 LL, type 04).
+  if ((prefix & 0xff00ffffU) == 0x04000000U) return ForeignStart::kGrpcServer;
+  if (prefix == 0x20495250U) return ForeignStart::kGrpcClient;  // "PRI ": the HTTP/2 client preface
+  // A TLS record: handshake, version 3.x.
+  if ((prefix & 0x0000ffffU) == 0x00000316U) return ForeignStart::kTls;
+  // "GET ", "POST", "HEAD", "PUT "
+  if (prefix == 0x20544547U || prefix == 0x54534f50U || prefix == 0x44414548U || prefix == 0x20545550U) {
+    return ForeignStart::kHttpRequest;
+  }
+  if (prefix == 0x50545448U) return ForeignStart::kHttpResponse;  // "HTTP"
+  return ForeignStart::kNone;
+}
+
+ForeignStart RecogniseStart(std::string_view first) { return StartOf(GetU32(first.data())); }
+
 // What else a peer's first four bytes may be, read as a length prefix: another protocol reached
 // (or answered) a plexus peer port. Empty when they look like nothing known.
 std::string ForeignProtocol(uint32_t prefix) {
-  // A gRPC server's first bytes: an HTTP/2 SETTINGS frame (length 00 00 LL, type 04).
-  if ((prefix & 0xff00ffffU) == 0x04000000U) {
-    return std::string(kForeignServer) +
-           " (--peers takes other peers' addresses; plexus peer --server takes a server's)";
-  }
-  if (prefix == 0x20495250U) {  // "PRI ": the HTTP/2 client preface
-    return std::string(kForeignClient) +
-           " this plexus peer's port: it needs a plexus server's address (plexus status --peer asks a peer)";
-  }
-  if ((prefix & 0x0000ffffU) == 0x00000316U) {  // a TLS record: handshake, version 3.x
-    return std::string(kForeignTls) + ": give both sides the same --tls-* flags";
-  }
-  if (prefix == 0x20544547U || prefix == 0x54534f50U || prefix == 0x50545448U) {  // "GET ", "POST", "HTTP"
-    return std::string(kForeignHttp) + ", which speaks only the peers' own protocol";
+  switch (StartOf(prefix)) {
+    case ForeignStart::kGrpcServer:
+      return std::string(kForeignServer) +
+             " (--peers takes other peers' addresses; plexus peer --server takes a server's)";
+    case ForeignStart::kGrpcClient:
+      return std::string(kForeignClient) +
+             " this plexus peer's port: it needs a plexus server's address (plexus status --peer asks a peer)";
+    case ForeignStart::kTls:
+      return std::string(kForeignTls) + ": give both sides the same --tls-* flags";
+    case ForeignStart::kHttpRequest:
+    case ForeignStart::kHttpResponse:
+      return std::string(kForeignHttp) + ", which speaks only the peers' own protocol";
+    case ForeignStart::kNone:
+      break;
   }
   return "";
 }

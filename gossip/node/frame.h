@@ -46,6 +46,12 @@ struct FrameView {
   std::string_view payload;
 };
 
+// What a link's first four bytes are when another protocol reached (or answered) a peer's port:
+// the one place that knows their byte patterns (FrameReader's errors, PeerLinks' answers).
+enum class ForeignStart { kNone, kGrpcServer, kGrpcClient, kTls, kHttpRequest, kHttpResponse };
+// `first` holds at least four bytes.
+ForeignStart RecogniseStart(std::string_view first);
+
 // Whether a FrameReader error names another protocol that reached (or answered) a peer's link, a
 // gRPC server, client, TLS or plain HTTP, rather than a malformed frame: a mistaken address.
 bool NamesForeignProtocol(std::string_view error);

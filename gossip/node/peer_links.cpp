@@ -280,8 +280,8 @@ void PeerLinks::Received(Link* c, std::string_view bytes) {
 }
 
 bool PeerLinks::Greet(Link* c, std::string_view first) {
-  const std::string_view head = first.substr(0, 4);
-  if (head == kHttp2ClientPreface.substr(0, 4)) {
+  const ForeignStart start = RecogniseStart(first);
+  if (start == ForeignStart::kGrpcClient) {
     ++counters_.refused;
     spdlog::warn(
         "a gRPC client (plexus client, or plexus status --server) reached this peer's port: told it "
@@ -292,7 +292,7 @@ bool PeerLinks::Greet(Link* c, std::string_view first) {
     c->refusing_since_ms = static_cast<double>(uv_now(loop_));
     return true;
   }
-  if (head == "GET " || head == "POST" || head == "HEAD" || head == "PUT ") {
+  if (start == ForeignStart::kHttpRequest) {
     ++counters_.refused;
     spdlog::warn("plain HTTP reached this peer's port: answered 400");
     const std::string body = LocalAddress(c) +
