@@ -1,10 +1,10 @@
 #include "crdt/merkle_digest.h"
 
 #include <algorithm>
-#include <set>
 #include <string_view>
 
 #include "core/model_state.h"
+#include "crdt/merkle_walk.h"
 
 namespace plexus {
 namespace {
@@ -53,40 +53,22 @@ std::vector<std::string> MerkleDigest::EntriesUnder(const std::string& prefix) c
   return out;
 }
 
-namespace {
-
-Status Descend(const MerkleDigest& mine, const DigestSource& theirs, const std::string& prefix,
-               std::vector<std::string>* out, size_t* node_hashes) {
-  PLEXUS_ASSIGN_OR_RETURN(auto their_node, theirs.node(prefix));
-  const auto [their_hash, their_leaf] = their_node;
-  const auto [my_hash, my_leaf] = mine.Node(prefix);
-  ++*node_hashes;
-  if (their_hash == my_hash || their_hash.empty()) return Status::Ok();
-  if (their_leaf || my_leaf) {
-    // Small enough on one side: compare the entries themselves.
-    const std::vector<std::string> have = mine.EntriesUnder(prefix);
-    const std::set<std::string> mine_set(have.begin(), have.end());
-    PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> theirs_under, theirs.entries_under(prefix));
-    for (const std::string& e : theirs_under) {
-      if (!mine_set.count(e)) out->push_back(e);
-    }
-    return Status::Ok();
-  }
-  for (char digit : std::string_view(kHex, 16)) {
-    PLEXUS_RETURN_IF_ERROR(Descend(mine, theirs, prefix + digit, out, node_hashes));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
 Result<std::vector<std::string>> MissingFrom(const MerkleDigest& mine, const DigestSource& theirs,
                                              size_t* node_hashes) {
-  std::vector<std::string> out;
-  size_t count = 0;
-  PLEXUS_RETURN_IF_ERROR(Descend(mine, theirs, "", &out, &count));
-  if (node_hashes) *node_hashes = count;
-  return out;
+  MerkleWalk walk(mine);
+  while (!walk.done()) {
+    for (const MerkleWalk::Question& q : walk.TakeQuestions()) {
+      if (q.kind == MerkleWalk::Question::kNode) {
+        PLEXUS_ASSIGN_OR_RETURN(auto node, theirs.node(q.prefix));
+        PLEXUS_RETURN_IF_ERROR(walk.NodeAnswered(q.prefix, node.first, node.second));
+      } else {
+        PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> entries, theirs.entries_under(q.prefix));
+        PLEXUS_RETURN_IF_ERROR(walk.EntriesAnswered(q.prefix, entries));
+      }
+    }
+  }
+  if (node_hashes) *node_hashes = walk.node_hashes();
+  return walk.missing();
 }
 
 std::vector<std::string> MissingFrom(const MerkleDigest& mine, const MerkleDigest& theirs, size_t* node_hashes) {

@@ -23,53 +23,57 @@ void CrdtPulls::Queue(const Actions::Sync& s) {
 }
 
 void CrdtPulls::Pump() {
-  if (in_flight_ || queue_.empty() || stopped_) return;
+  if (pull_ || queue_.empty() || stopped_) return;
   const Actions::Sync s = queue_.front();
   queue_.pop_front();
   const CrdtReplica* mine = hooks_.replica(s.round);
   auto copy = std::make_shared<CrdtReplica>(mine ? *mine : CrdtReplica("peer-" + std::to_string(self_), keys_));
-  auto result = std::make_shared<Result<size_t>>(InvalidArgumentError("not synced"));
-  in_flight_ = true;
-  work_->OnOwnThread(
-      [this, s, copy, result] {
-        NetworkSyncPeer peer(
-            s.round,
-            [this, to = s.from](v1::CrdtRequest request) -> Result<CrdtAnswer> {
-              auto promise = std::make_shared<std::promise<Result<CrdtAnswer>>>();
-              std::future<Result<CrdtAnswer>> answer = promise->get_future();
-              work_->Post([this, to, request = std::move(request), promise]() mutable {
-                Ask(to, std::move(request), promise);
-              });
-              if (answer.wait_for(kAnswerTimeout) != std::future_status::ready) {
-                return UnavailableError("peer " + std::to_string(to) + " did not answer in " +
-                                        std::to_string(kAnswerTimeout.count()) + " s");
-              }
-              return answer.get();
-            },
-            keys_);
-        *result = copy->SyncFrom(peer);
-      },
-      [this, s, copy, result] {
-        in_flight_ = false;
-        if (!result->ok())
-          spdlog::debug("pull from peer {} (round {}): {}", s.from, s.round, result->status().message());
-        hooks_.synced(s.from, s.round, result->ok() ? copy.get() : nullptr);
-        Pump();
-      });
+  pull_.emplace(Pull{s, copy, CrdtPull(s.round, *copy, keys_), false, ""});
+  Advance();
 }
 
-void CrdtPulls::Ask(NodeId to, v1::CrdtRequest request, std::shared_ptr<std::promise<Result<CrdtAnswer>>> promise) {
-  PeerLinks::Link* c = stopped_ ? nullptr : hooks_.link_to(to);
-  if (!c || c->closing) {
-    promise->set_value(UnavailableError("no link to peer " + std::to_string(to)));
+void CrdtPulls::Advance() {
+  Pull& p = *pull_;
+  std::vector<v1::CrdtRequest> requests = p.machine.TakeRequests();
+  if (!requests.empty()) {
+    PeerLinks::Link* c = hooks_.link_to(p.sync.from);
+    if (!c || c->closing) {
+      p.failed = "no link to peer " + std::to_string(p.sync.from);
+      return;
+    }
+    for (v1::CrdtRequest& r : requests) {
+      const uint64_t id = next_request_++;
+      r.set_id(id);
+      v1::GossipEnvelope e = hooks_.envelope();
+      *e.mutable_crdt_request() = r;
+      pending_.emplace(id, Pending{c, std::move(r), hooks_.now_ms(), {}, 0});
+      links_->Send(c, e);
+    }
     return;
   }
-  const uint64_t id = next_request_++;
-  request.set_id(id);
-  pending_[id] = Pending{c, std::move(promise), {}, 0};
-  v1::GossipEnvelope e = hooks_.envelope();
-  *e.mutable_crdt_request() = std::move(request);
-  links_->Send(c, e);
+  if (!p.machine.done()) return;  // answers are on their way
+  if (p.machine.delta().set.adds().empty() && p.machine.delta().set.tombstones().empty()) {
+    return End(p.copy.get(), "");  // nothing to join: the copy holds all the peer holds
+  }
+  // Verifying the fetched contributions hashes whole models: a worker's job, not the loop's.
+  p.joining = true;
+  auto delta = std::make_shared<StateDelta>(p.machine.TakeDelta());
+  auto joined = std::make_shared<Status>();
+  work_->OffLoop([copy = p.copy, delta, joined] { *joined = copy->Restore(delta->set, delta->contributions); },
+                 [this, copy = p.copy, joined] {
+                   pull_->joining = false;
+                   if (stopped_) return End(nullptr, "this node is leaving");
+                   End(joined->ok() ? copy.get() : nullptr, joined->ok() ? "" : joined->message());
+                 });
+}
+
+void CrdtPulls::End(const CrdtReplica* synced, const std::string& why) {
+  const Pull ended = std::move(*pull_);  // keeps the copy alive through the hook
+  pull_.reset();
+  for (auto& [id, q] : pending_) q.abandoned = true;  // every question still out was the pull's
+  if (!why.empty()) spdlog::debug("pull from peer {} (round {}): {}", ended.sync.from, ended.sync.round, why);
+  hooks_.synced(ended.sync.from, ended.sync.round, synced);
+  Pump();
 }
 
 void CrdtPulls::Answer(PeerLinks::Link* c, const CrdtReplica* replica, const v1::CrdtRequest& request) {
@@ -111,7 +115,7 @@ Status CrdtPulls::ReplyArrived(PeerLinks::Link* c, const v1::CrdtReply& reply) {
   p.answer.reply = reply;
   p.answer.deltas.resize(static_cast<size_t>(reply.contributions_size()));
   p.deltas_left = p.answer.deltas.size();
-  if (p.deltas_left == 0) Resolve(it, std::move(p.answer));
+  if (p.deltas_left == 0) Answered(it);
   return Status::Ok();
 }
 
@@ -119,40 +123,64 @@ Status CrdtPulls::DeltaDecoded(NodeId from, const v1::GossipModel& h, Result<Mod
   auto it = pending_.find(h.request());
   if (it == pending_.end()) return Status::Ok();  // its link closed meanwhile: the pull has failed already
   Pending& p = it->second;
+  if (p.abandoned) {
+    if (--p.deltas_left == 0) pending_.erase(it);
+    return Status::Ok();
+  }
   Status check = model.status();  // decoded and checked on the worker
   if (check.ok() && h.part() >= p.answer.deltas.size()) check = InvalidArgumentError("out of place");
   if (!check.ok()) {
-    Resolve(it, InvalidArgumentError("peer " + std::to_string(from) + " sent a bad contribution"));
+    if (--p.deltas_left == 0) pending_.erase(it);
+    End(nullptr, "peer " + std::to_string(from) + " sent a bad contribution: " + check.message());
     return check;
   }
   p.answer.deltas[h.part()] = std::move(model).value();
-  if (--p.deltas_left == 0) Resolve(it, std::move(p.answer));
+  if (--p.deltas_left == 0) Answered(it);
   return Status::Ok();
 }
 
-void CrdtPulls::LinkClosed(PeerLinks::Link* c, const std::string& why) { Fail(c, "the link closed: " + why); }
+void CrdtPulls::Answered(std::map<uint64_t, Pending>::iterator it) {
+  Pending answered = std::move(it->second);
+  pending_.erase(it);
+  if (answered.abandoned || !pull_ || pull_->joining) return;
+  if (Status s = pull_->machine.Answered(answered.request, std::move(answered.answer)); !s.ok()) {
+    return End(nullptr, s.message());
+  }
+  Advance();
+}
+
+void CrdtPulls::LinkClosed(PeerLinks::Link* c, const std::string& why) {
+  bool pulls_question = false;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.link != c) {
+      ++it;
+      continue;
+    }
+    pulls_question |= !it->second.abandoned;
+    it = pending_.erase(it);
+  }
+  if (pulls_question && pull_ && !pull_->joining) End(nullptr, "the link closed: " + why);
+}
+
+void CrdtPulls::Tick() {
+  if (!pull_ || pull_->joining) return;
+  if (!pull_->failed.empty()) return End(nullptr, pull_->failed);
+  const double now = hooks_.now_ms();
+  for (const auto& [id, q] : pending_) {
+    if (!q.abandoned && now - q.asked_ms > kAnswerTimeoutMs) {
+      return End(nullptr, "peer " + std::to_string(pull_->sync.from) + " did not answer in " +
+                              std::to_string(static_cast<int64_t>(kAnswerTimeoutMs / 1000)) + " s");
+    }
+  }
+}
 
 void CrdtPulls::Stop() {
   stopped_ = true;
   queue_.clear();
-  Fail(nullptr, "this node is leaving");
-}
-
-void CrdtPulls::Fail(PeerLinks::Link* c, const std::string& why) {
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (c != nullptr && it->second.link != c) {
-      ++it;
-      continue;
-    }
-    if (!it->second.abandoned) it->second.promise->set_value(UnavailableError(why));
-    it->second.abandoned = true;
-    it = c != nullptr ? pending_.erase(it) : std::next(it);
-  }
-}
-
-void CrdtPulls::Resolve(std::map<uint64_t, Pending>::iterator it, Result<CrdtAnswer> answer) {
-  if (!it->second.abandoned) it->second.promise->set_value(std::move(answer));
-  pending_.erase(it);
+  for (auto& [id, q] : pending_) q.abandoned = true;
+  // A join on a worker ends itself (and the node waits for it: in_flight); any other pull ends
+  // here, its result unwanted.
+  if (pull_ && !pull_->joining) pull_.reset();
 }
 
 }  // namespace plexus::gossip

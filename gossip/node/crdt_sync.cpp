@@ -58,36 +58,50 @@ v1::CrdtReply AnswerCrdtRequest(const CrdtReplica* replica, const v1::CrdtReques
   return reply;
 }
 
-NetworkSyncPeer::NetworkSyncPeer(uint64_t round, Ask ask, const AuthorKeys* keys)
-    : round_(round), ask_(std::move(ask)), keys_(keys) {
-  source_.node = [this](const std::string& prefix) -> Result<std::pair<std::string, bool>> {
-    v1::CrdtRequest r;
-    r.set_node(prefix);
-    PLEXUS_ASSIGN_OR_RETURN(v1::CrdtReply reply, AskReply(std::move(r)));
-    return std::make_pair(reply.hash(), reply.leaf());
-  };
-  source_.entries_under = [this](const std::string& prefix) -> Result<std::vector<std::string>> {
-    v1::CrdtRequest r;
-    r.set_entries_under(prefix);
-    PLEXUS_ASSIGN_OR_RETURN(v1::CrdtReply reply, AskReply(std::move(r)));
-    return std::vector<std::string>(reply.entries().begin(), reply.entries().end());
-  };
+CrdtPull::CrdtPull(uint64_t round, const CrdtReplica& mine, const AuthorKeys* keys)
+    : round_(round), keys_(keys), walk_(MerkleDigest(mine.set().Entries())) {}
+
+std::vector<v1::CrdtRequest> CrdtPull::TakeRequests() {
+  std::vector<v1::CrdtRequest> out;
+  for (const MerkleWalk::Question& q : walk_.TakeQuestions()) {
+    v1::CrdtRequest& r = out.emplace_back();
+    r.set_round(round_);
+    if (q.kind == MerkleWalk::Question::kNode) {
+      r.set_node(q.prefix);
+    } else {
+      r.set_entries_under(q.prefix);
+    }
+  }
+  if (walk_.done() && !walk_.missing().empty() && !fetch_sent_) {
+    fetch_sent_ = true;
+    v1::CrdtRequest& r = out.emplace_back();
+    r.set_round(round_);
+    for (const std::string& e : walk_.missing()) r.mutable_fetch()->add_entries(e);
+  }
+  return out;
 }
 
-Result<v1::CrdtReply> NetworkSyncPeer::AskReply(v1::CrdtRequest request) {
-  request.set_round(round_);
-  PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, ask_(std::move(request)));
-  if (!answer.reply.error().empty()) return UnavailableError("the peer could not answer: " + answer.reply.error());
-  return std::move(answer.reply);
-}
-
-Result<StateDelta> NetworkSyncPeer::Fetch(const std::vector<std::string>& entries) {
-  v1::CrdtRequest request;
-  request.set_round(round_);
-  for (const std::string& e : entries) request.mutable_fetch()->add_entries(e);
-  PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, ask_(std::move(request)));
+Status CrdtPull::Answered(const v1::CrdtRequest& request, CrdtAnswer answer) {
   const v1::CrdtReply& reply = answer.reply;
   if (!reply.error().empty()) return UnavailableError("the peer could not answer: " + reply.error());
+  switch (request.ask_case()) {
+    case v1::CrdtRequest::kNode:
+      return walk_.NodeAnswered(request.node(), reply.hash(), reply.leaf());
+    case v1::CrdtRequest::kEntriesUnder:
+      return walk_.EntriesAnswered(request.entries_under(), {reply.entries().begin(), reply.entries().end()});
+    case v1::CrdtRequest::kFetch: {
+      if (!fetch_sent_ || delta_) return InvalidArgumentError("a CRDT fetch answer nobody asked for");
+      PLEXUS_ASSIGN_OR_RETURN(StateDelta delta, DeltaOf(std::move(answer)));
+      delta_ = std::move(delta);
+      return Status::Ok();
+    }
+    default:
+      return InvalidArgumentError("an answer to an empty CRDT request");
+  }
+}
+
+Result<StateDelta> CrdtPull::DeltaOf(CrdtAnswer answer) const {
+  const v1::CrdtReply& reply = answer.reply;
   if (static_cast<size_t>(reply.contributions_size()) != answer.deltas.size()) {
     return InvalidArgumentError("a CRDT reply with " + std::to_string(reply.contributions_size()) +
                                 " contributions and " + std::to_string(answer.deltas.size()) + " deltas");

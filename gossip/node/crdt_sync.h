@@ -1,21 +1,23 @@
-// The CRDT gossip's network side (gossip/protocol/crdt.cpp): crdt's SyncPeer seam over a peer
-// link. A node pulling from a peer runs CrdtReplica::SyncFrom with a NetworkSyncPeer, whose
-// digest questions and fetches travel as plexus.v1.CrdtRequest messages; the peer answers them
-// from its replica of that round with AnswerCrdtRequest, and a fetched contribution's delta
-// follows its reply as a model stream (checked by size, SHA-256, layout and finiteness like every
-// model, then verified by its author's signature when joined).
-// NetworkSyncPeer blocks on its Ask for every question, so it runs off the event loop (the node
-// runs a pull on a worker thread); it is thread-compatible. AnswerCrdtRequest is a pure function.
+// The CRDT gossip's network side (gossip/protocol/crdt.cpp). A node pulling a peer's replica of
+// a round runs a CrdtPull: a step-driven state machine whose Merkle-digest questions (MerkleWalk)
+// and final fetch travel as plexus.v1.CrdtRequest messages; the peer answers them from its
+// replica of that round with AnswerCrdtRequest, and a fetched contribution's delta follows its
+// reply as a model stream (checked by size, SHA-256, layout and finiteness like every model,
+// then verified by its author's signature when joined). Nothing here waits or does I/O: the
+// peer node sends what TakeRequests gives and feeds the answers back on its loop, tests drive it
+// in a loop of calls. CrdtPull is thread-compatible; AnswerCrdtRequest is a pure function.
 #pragma once
 
-#include <functional>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/model_state.h"
 #include "core/status.h"
 #include "crdt/contribution.h"
 #include "crdt/crdt_replica.h"
+#include "crdt/merkle_walk.h"
 #include "crdt/sync_peer.h"
 #include "plexus/v1/gossip.pb.h"
 
@@ -33,26 +35,34 @@ struct CrdtAnswer {
 v1::CrdtReply AnswerCrdtRequest(const CrdtReplica* replica, const v1::CrdtRequest& request,
                                 std::vector<std::shared_ptr<const ModelState>>* deltas);
 
-class NetworkSyncPeer final : public SyncPeer {
+class CrdtPull {
  public:
-  // Sends one request to the peer's replica and returns its answer (Unavailable when none comes).
-  using Ask = std::function<Result<CrdtAnswer>(v1::CrdtRequest)>;
+  // Pulls the peer's replica of `round` into what `mine` lacks (its entries are read now). Contributions of
+  // authors whose keys `keys` (borrowed) does not hold yet are left out of the fetched delta: they
+  // could not be verified now, and a later pull brings them once the author's key is known.
+  CrdtPull(uint64_t round, const CrdtReplica& mine, const AuthorKeys* keys);
 
-  // Questions about the peer's replica of `round`. Contributions of authors whose keys `keys`
-  // (borrowed) does not hold yet are left out of fetches: they could not be verified now, and a
-  // later pull brings them once the author's key is known.
-  NetworkSyncPeer(uint64_t round, Ask ask, const AuthorKeys* keys);
-
-  const DigestSource& digest() override { return source_; }
-  Result<StateDelta> Fetch(const std::vector<std::string>& entries) override;
+  // The requests to send now (round set, id left to the caller); each is answered once.
+  std::vector<v1::CrdtRequest> TakeRequests();
+  // The peer's answer to `request`, one that TakeRequests gave. Unavailable when the peer could
+  // not answer, InvalidArgument when the answer is malformed or unasked for: the pull has failed.
+  Status Answered(const v1::CrdtRequest& request, CrdtAnswer answer);
+  // Nothing left to ask or wait for: delta() is what the peer holds and `mine` lacks.
+  bool done() const { return walk_.done() && (walk_.missing().empty() || delta_.has_value()); }
+  // The sub-state to join (CrdtReplica::Restore verifies it); empty when nothing was missing.
+  const StateDelta& delta() const { return delta_ ? *delta_ : empty_; }
+  StateDelta TakeDelta() { return delta_ ? std::move(*delta_) : StateDelta{}; }
+  size_t node_hashes() const { return walk_.node_hashes(); }
 
  private:
-  Result<v1::CrdtReply> AskReply(v1::CrdtRequest request);
+  Result<StateDelta> DeltaOf(CrdtAnswer answer) const;
 
   const uint64_t round_;
-  Ask ask_;
-  const AuthorKeys* keys_;
-  DigestSource source_;
+  const AuthorKeys* const keys_;
+  MerkleWalk walk_;
+  bool fetch_sent_ = false;
+  std::optional<StateDelta> delta_;
+  const StateDelta empty_;
 };
 
 }  // namespace plexus::gossip

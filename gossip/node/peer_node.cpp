@@ -150,7 +150,6 @@ void PeerNode::Impl::MaybeExit() {
   timers.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&tick), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&linger), nullptr);
-  work->Close();
 }
 
 // The round a --db says this node completed (0 without one), its model taken as the initial one.
@@ -198,7 +197,6 @@ Result<PeerNodeStats> PeerNode::Impl::Run() {
                                       this);
   Result<std::string> bound = links->Listen(listen_addr);
   if (!bound.ok()) {
-    work->Close();
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
     return UnavailableError("cannot listen on " + o.listen + ": " + bound.status().message());
@@ -217,7 +215,8 @@ Result<PeerNodeStats> PeerNode::Impl::Run() {
                        [this](NodeId from, uint64_t round, const CrdtReplica* synced) {
                          if (running()) Handle(protocol->OnSynced(from, round, synced));
                          MaybeExit();
-                       }});
+                       },
+                       [this] { return Now(); }});
 
   // A restarted node's incarnation must beat the one it died with: the wall clock does.
   const auto incarnation = static_cast<uint64_t>(

@@ -321,6 +321,7 @@ void PeerNode::Impl::Tick() {
     for (const std::string& a : dial_until_met) links->Dial(a);
   }
   links->CloseStalledStreams(now);
+  pulls->Tick();
   std::vector<Membership::Probe> probes;
   Membership::Changes changes;
   membership->Tick(now, &probes, &changes);

@@ -1,14 +1,20 @@
-// The CRDT sync's wire side: a NetworkSyncPeer whose questions are serialized, answered by
+// The CRDT sync's wire side: a CrdtPull whose requests are serialized, answered by
 // AnswerCrdtRequest from a remote replica and parsed back, as between two peers.
 #include "gossip/node/crdt_sync.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "crdt/signing.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
 
 namespace plexus::gossip {
 namespace {
+
+using ::plexus::testing::StatusIs;
 
 class CrdtSyncTest : public ::testing::Test {
  protected:
@@ -29,8 +35,10 @@ class CrdtSyncTest : public ::testing::Test {
     return c;
   }
 
+  using Ask = std::function<Result<CrdtAnswer>(v1::CrdtRequest)>;
+
   // Asks `remote` through the wire messages, counting the questions.
-  NetworkSyncPeer::Ask Wire(const CrdtReplica* remote) {
+  Ask Wire(const CrdtReplica* remote) {
     return [this, remote](v1::CrdtRequest request) -> Result<CrdtAnswer> {
       ++asked_;
       EXPECT_EQ(request.round(), 4u);
@@ -45,9 +53,27 @@ class CrdtSyncTest : public ::testing::Test {
     };
   }
 
+  // Drives a CrdtPull of round 4 to its end, answering each batch of requests in reverse order
+  // (answers may come in any order), then joins its delta into `mine`.
+  Status Pull(CrdtReplica& mine, const Ask& ask, const AuthorKeys* keys) {
+    CrdtPull pull(4, mine, keys);
+    ++pulls_;
+    while (!pull.done()) {
+      std::vector<v1::CrdtRequest> requests = pull.TakeRequests();
+      if (requests.empty()) return InternalError("a pull that is not done asks nothing");
+      for (auto it = requests.rbegin(); it != requests.rend(); ++it) {
+        PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, ask(*it));
+        PLEXUS_RETURN_IF_ERROR(pull.Answered(*it, std::move(answer)));
+      }
+    }
+    const StateDelta delta = pull.TakeDelta();
+    return mine.Restore(delta.set, delta.contributions);
+  }
+
   std::vector<SigningKey> keys_;
   AuthorKeys all_;
   int asked_ = 0;
+  int pulls_ = 0;
 };
 
 TEST_F(CrdtSyncTest, APullOverTheWireEndsInTheSameStateAsALocalOne) {
@@ -58,8 +84,7 @@ TEST_F(CrdtSyncTest, APullOverTheWireEndsInTheSameStateAsALocalOne) {
   const std::string retracted = *remote.Add(Make(2, 99));
   ASSERT_TRUE(remote.Retract(retracted).ok());
 
-  NetworkSyncPeer peer(4, Wire(&remote), &all_);
-  ASSERT_TRUE(mine.SyncFrom(peer).ok());
+  ASSERT_OK(Pull(mine, Wire(&remote), &all_));
   ASSERT_TRUE(local_copy.SyncFrom(remote).ok());
   EXPECT_GT(asked_, 1);  // digest questions, then a fetch
   EXPECT_EQ(mine.StateDigest(), local_copy.StateDigest());
@@ -69,7 +94,7 @@ TEST_F(CrdtSyncTest, APullOverTheWireEndsInTheSameStateAsALocalOne) {
   // Once the remote has pulled from this one too, a pull asks one question: the roots agree.
   ASSERT_TRUE(remote.SyncFrom(mine).ok());
   asked_ = 0;
-  ASSERT_TRUE(mine.SyncFrom(peer).ok());
+  ASSERT_OK(Pull(mine, Wire(&remote), &all_));
   EXPECT_EQ(asked_, 1);
 }
 
@@ -80,50 +105,76 @@ TEST_F(CrdtSyncTest, ContributionsOfAuthorsNotMetYetWaitForTheirKey) {
   CrdtReplica remote("peer-1", &all_), mine("peer-0", &known);
   ASSERT_TRUE(remote.Add(Make(1, 1)).ok());
   ASSERT_TRUE(remote.Add(Make(2, 2)).ok());
-  NetworkSyncPeer peer(4, Wire(&remote), &known);
-  ASSERT_TRUE(mine.SyncFrom(peer).ok());
+  ASSERT_OK(Pull(mine, Wire(&remote), &known));
   EXPECT_EQ(mine.LiveIds().size(), 1u);  // peer 1's only
   known.Add(Author(2), keys_[2].public_key());
-  ASSERT_TRUE(mine.SyncFrom(peer).ok());
+  ASSERT_OK(Pull(mine, Wire(&remote), &known));
   EXPECT_EQ(mine.StateDigest(), remote.StateDigest());
 }
 
 TEST_F(CrdtSyncTest, AForgedContributionIsRefusedAndNothingJoins) {
   CrdtReplica remote("peer-1", &all_), mine("peer-0", &all_);
   ASSERT_TRUE(remote.Add(Make(1, 1)).ok());
-  NetworkSyncPeer::Ask forge = [&](v1::CrdtRequest request) -> Result<CrdtAnswer> {
+  Ask forge = [&](v1::CrdtRequest request) -> Result<CrdtAnswer> {
     PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, Wire(&remote)(std::move(request)));
     for (ModelState& d : answer.deltas) d.data()[0] = 1000;  // altered on the way
     return answer;
   };
-  NetworkSyncPeer peer(4, forge, &all_);
-  EXPECT_FALSE(mine.SyncFrom(peer).ok());
+  EXPECT_THAT(Pull(mine, forge, &all_), StatusIs(StatusCode::kInvalidArgument, "does not match its content"));
   EXPECT_TRUE(mine.LiveIds().empty());
 }
 
 TEST_F(CrdtSyncTest, ARoundThePeerDoesNotHoldIsEmptyAndFailuresComeBackAsErrors) {
   CrdtReplica mine("peer-0", &all_);
   ASSERT_TRUE(mine.Add(Make(0, 1)).ok());
-  NetworkSyncPeer empty(4, Wire(nullptr), &all_);
-  ASSERT_TRUE(mine.SyncFrom(empty).ok());
+  ASSERT_OK(Pull(mine, Wire(nullptr), &all_));
   EXPECT_EQ(mine.LiveIds().size(), 1u);
 
-  NetworkSyncPeer silent(
-      4, [](v1::CrdtRequest) -> Result<CrdtAnswer> { return UnavailableError("no answer"); }, &all_);
-  EXPECT_EQ(mine.SyncFrom(silent).status().code(), StatusCode::kUnavailable);
+  Ask silent = [](v1::CrdtRequest) -> Result<CrdtAnswer> { return UnavailableError("no answer"); };
+  EXPECT_EQ(Pull(mine, silent, &all_).code(), StatusCode::kUnavailable);
 
   CrdtReplica remote("peer-1", &all_);
   ASSERT_TRUE(remote.Add(Make(1, 1)).ok());
-  NetworkSyncPeer short_of_deltas(
-      4,
-      [&](v1::CrdtRequest request) -> Result<CrdtAnswer> {
-        PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, Wire(&remote)(std::move(request)));
-        answer.deltas.clear();
-        return answer;
-      },
-      &all_);
-  EXPECT_EQ(mine.SyncFrom(short_of_deltas).status().code(), StatusCode::kInvalidArgument);
+  Ask short_of_deltas = [&](v1::CrdtRequest request) -> Result<CrdtAnswer> {
+    PLEXUS_ASSIGN_OR_RETURN(CrdtAnswer answer, Wire(&remote)(std::move(request)));
+    answer.deltas.clear();
+    return answer;
+  };
+  EXPECT_EQ(Pull(mine, short_of_deltas, &all_).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(mine.LiveIds().size(), 1u);
+}
+
+TEST_F(CrdtSyncTest, ALevelOfTheTreeTravelsTogetherAndUnaskedAnswersAreRefused) {
+  // 300 entries on the remote side, 100 others here: the roots differ, then their 16 children
+  // are asked in one batch (not one after another), then below those that differ.
+  CrdtReplica remote("peer-1", &all_), mine("peer-0", &all_);
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(remote.Add(Make(i % 3, static_cast<float>(i))).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(mine.Add(Make(0, 1000.0f + static_cast<float>(i))).ok());
+  CrdtPull pull(4, mine, &all_);
+  const Ask ask = Wire(&remote);
+  std::vector<v1::CrdtRequest> root = pull.TakeRequests();
+  ASSERT_EQ(root.size(), 1u);
+  EXPECT_TRUE(pull.TakeRequests().empty());  // nothing more until the root is answered
+  // An answer to a question never asked changes nothing and is refused.
+  v1::CrdtRequest unasked;
+  unasked.set_round(4);
+  unasked.set_node("7");
+  EXPECT_EQ(pull.Answered(unasked, *ask(unasked)).code(), StatusCode::kInvalidArgument);
+  ASSERT_OK(pull.Answered(root[0], *ask(root[0])));
+  const std::vector<v1::CrdtRequest> level = pull.TakeRequests();
+  EXPECT_EQ(level.size(), 16u);
+  for (const v1::CrdtRequest& r : level) ASSERT_OK(pull.Answered(r, *ask(r)));
+  int batches = 2;
+  while (!pull.done()) {
+    const std::vector<v1::CrdtRequest> next = pull.TakeRequests();
+    ASSERT_FALSE(next.empty());
+    ++batches;
+    for (const v1::CrdtRequest& r : next) ASSERT_OK(pull.Answered(r, *ask(r)));
+  }
+  EXPECT_LE(batches, 6);  // root, children, grandchildren or entries, entries, the fetch
+  const StateDelta delta = pull.TakeDelta();
+  ASSERT_OK(mine.Restore(delta.set, delta.contributions));
+  EXPECT_EQ(mine.LiveIds().size(), 400u);
 }
 
 }  // namespace
