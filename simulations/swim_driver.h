@@ -52,6 +52,8 @@ class SwimDriver {
   // it remembers, and a hello to each it holds live.
   void Restart(NodeId i);
 
+  // What node i's membership says of every member (itself included), as a peer reports it.
+  std::vector<gossip::MemberUpdate> Snapshot(NodeId i) const { return members_[i]->Snapshot(); }
   // Over every node since the start (restarted nodes' earlier memberships included).
   gossip::Membership::Counters counters() const;
   // (live node, other node) pairs where the live node's view of the other's liveness is wrong.

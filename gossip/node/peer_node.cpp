@@ -272,6 +272,17 @@ PeerNode::PeerNode(PeerNodeOptions options, const ProtocolFactory* factory, Mode
 
 PeerNode::~PeerNode() = default;
 
+void PeerNode::Kill() { impl_->killed.store(true); }
+
+void PeerNode::Impl::Die() {
+  spdlog::info("peer {} killed: every link cut, no goodbye", o.self);
+  Enter(Phase::kDraining);
+  pulls->Stop();
+  if (in_flight.exchanging) o.server->Cancel();
+  links->CloseAll();
+  MaybeExit();
+}
+
 Result<PeerNodeStats> PeerNode::Run(const std::atomic<bool>* stop,
                                     std::function<void(const PeerNodeStats&)> on_progress) {
   impl_->stop = stop;

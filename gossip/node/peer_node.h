@@ -137,6 +137,11 @@ class PeerNode {
   Result<PeerNodeStats> Run(const std::atomic<bool>* stop, std::function<void(const PeerNodeStats&)> on_progress = {});
   // The node's model (after Run: the final one).
   std::shared_ptr<const ModelState> model() const;
+  // Ends the node as a killed process ends: at its next tick every link and the listener are cut,
+  // with no goodbye to the others and nothing saved after; Run returns once the work already on
+  // the workers has finished. For tests that need a crash inside one process (the others must
+  // find it by SWIM, as they would a dead machine). Any thread; before or during Run.
+  void Kill();
 
  private:
   struct Impl;

@@ -72,6 +72,7 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   // semi-decentralized server exchange that wait overlapped. At most MaxEarlyMessages() are kept.
   std::vector<std::pair<NodeId, Message>> early;
   const std::atomic<bool>* stop = nullptr;
+  std::atomic<bool> killed{false};  // PeerNode::Kill
   std::function<void(const PeerNodeStats&)> on_progress;
   PeerNodeStats stats;   // bytes and refusals of the links are added by Stats()
   uint64_t refused = 0;  // what the node itself refused (rumours, models that failed their checks)
@@ -150,6 +151,8 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   void SendProbes(const std::vector<Membership::Probe>& probes);
   void Apply(const Membership::Changes& changes);
   void Tick();
+  // Kill: cut every link at once, say nothing, and exit once the workers are done.
+  void Die();
 
   // The protocol starts once the node knows every other node live, or start_wait_ms after it met
   // the first (a first node waits for others). A node that rejoins or is late starts at once.

@@ -284,6 +284,10 @@ void PeerNode::Impl::Apply(const Membership::Changes& changes) {
 }
 
 void PeerNode::Impl::Tick() {
+  if (killed.load()) {
+    if (phase < Phase::kDraining) return Die();
+    return MaybeExit();  // when the workers' last job is done
+  }
   if (stop && stop->load()) {
     if (!finished()) {
       spdlog::info("stopping on signal after {} rounds", protocol->rounds_completed());
