@@ -283,6 +283,7 @@ void RunPeer(const PeerFlags& f) {
     j["rounds"] = f.rounds;
     j["rounds_completed"] = stats.rounds_completed;
     j["resumed"] = stats.resumed;
+    j["fetched_at_start"] = stats.fetched_at_start;
     j["final_test_accuracy"] = eval.accuracy;
     j["final_test_loss"] = eval.loss;
     j["peers_seen"] = stats.peers_seen.size();

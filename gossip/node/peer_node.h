@@ -116,6 +116,7 @@ struct PeerNodeStats {
   uint64_t server_exchanges = 0;       // semi-decentralized: averages received from the server
   uint64_t messages_before_start = 0;  // arrived before this node's protocol started; kept for it
   bool resumed = false;                // continued from the state in its --db
+  bool fetched_at_start = false;       // began late or rejoined: took a neighbour's model first
   std::optional<double> accuracy;      // the last evaluation (eval_every), after accuracy_round rounds
   uint64_t accuracy_round = 0;
   std::set<NodeId> peers_seen;        // every peer that completed a hello with this node

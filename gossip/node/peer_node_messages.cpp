@@ -343,6 +343,7 @@ void PeerNode::Impl::MaybeStart() {
   Enter(Phase::kRunning);
   protocol_started = true;
   spdlog::info("peer {} starts{}", o.self, rejoining || late ? ", fetching a neighbour's model first" : "");
+  stats.fetched_at_start = rejoining || late;
   Handle(protocol->Start(rejoining || late));
   std::vector<std::pair<NodeId, Message>> kept;
   kept.swap(early);
