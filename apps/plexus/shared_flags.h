@@ -38,16 +38,18 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
 }
 
-// --secagg [PARAMS]: secure aggregation in sync rounds (given: cmd->count("--secagg"); the
-// parameters, if any, in *spec for SecAggSettings::Parse).
+// --secagg [PARAMS]: secure aggregation in sync rounds and FedBuff buffers (given:
+// cmd->count("--secagg"); the parameters, if any, in *spec for SecAggSettings::Parse).
 inline void AddSecAggFlag(CLI::App* cmd, std::string* spec) {
   cmd->add_option("--secagg", *spec,
-                  "Secure aggregation (sync mode): each round's clients mask their updates so that the server "
-                  "learns only the round's weighted mean. Optional parameters "
-                  "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S (defaults: K the even number nearest above "
-                  "2·log2(round size), T = K/2+1, clip 1 per value, weights saturating at 65536 examples, stages "
-                  "other than the training one closing after 30 s at most); the stage in which members train lasts "
-                  "at most --round-deadline-s. docs/privacy.md")
+                  "Secure aggregation (sync and async modes): each round's clients, or each FedBuff buffer's, mask "
+                  "their updates so that the server learns only the group's weighted mean. Optional parameters "
+                  "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S,spare=M,input-s=I (defaults: K the even "
+                  "number nearest above 2·log2(group size), T = K/2+1, clip 1 per value, weights saturating at 65536 "
+                  "examples, stages other than the training one closing after 30 s at most); the stage in which "
+                  "members train lasts at most --round-deadline-s (sync) or input-s (async; default 600). Async: a "
+                  "group is --buffer-size clients plus M spares for dropouts (default a fifth, at least 1). "
+                  "docs/privacy.md")
       ->expected(0, 1);
 }
 
@@ -110,13 +112,16 @@ inline std::map<std::string, std::string> DefaultMinClients(const CLI::App& cmd,
   if (cmd.count("--min-clients") > 0) return {};
   auto strategy = MakeAggregator(sync->strategy, nullptr);
   if (!strategy.ok()) return {};  // refused later, naming its flag
-  const auto needs = static_cast<int64_t>((*strategy)->min_updates());
+  // A secure aggregation group has three members at least.
+  const bool secure = cmd.count("--secagg") > 0 && (*strategy)->min_updates() < 3;
+  const std::string who = secure ? "a secure aggregation group" : (*strategy)->Describe();
+  const auto needs = secure ? int64_t{3} : static_cast<int64_t>((*strategy)->min_updates());
   const int64_t m = std::min(sync->clients_per_round, std::max(sync->min_clients, needs));
   std::map<std::string, std::string> raised;
   if (m != sync->min_clients) {
     std::fprintf(stderr, "plexus: --min-clients left out: %lld, the updates %s takes per round\n",
-                 static_cast<long long>(m), (*strategy)->Describe().c_str());
-    raised["min-clients"] = std::to_string(m) + "  (default, raised to what " + (*strategy)->Describe() + " takes)";
+                 static_cast<long long>(m), who.c_str());
+    raised["min-clients"] = std::to_string(m) + "  (default, raised to what " + who + " takes)";
   }
   sync->min_clients = m;
   return raised;

@@ -18,6 +18,20 @@ Status AsyncOptions::Validate() const {
   if (max_concurrency < 0) return InvalidArgumentError("max-concurrency must not be negative");
   if (task_timeout_ms <= 0) return InvalidArgumentError("task timeout must be positive");
   if (semi_async) PLEXUS_RETURN_IF_ERROR(compass.Validate());
+  if (secagg) {
+    if (semi_async) {
+      return InvalidArgumentError(
+          "--secagg with --mode semiasync: FedCompass's groups are formed by speed as tasks "
+          "arrive; secure groups run in sync rounds and FedBuff buffers (--mode sync|async)");
+    }
+    const int64_t members = secagg->GroupSize(buffer_size);
+    if (members < 3) {
+      return InvalidArgumentError("--secagg with --buffer-size " + std::to_string(buffer_size) +
+                                  ": a secure group (buffer-size + spare = " + std::to_string(members) +
+                                  " members) needs at least 3");
+    }
+    PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(members, 100000))).status());
+  }
   if (semi_async && commit_outside) {
     return InvalidArgumentError("semi-asynchronous mode commits its versions itself (commit_outside is for FedBuff)");
   }
@@ -26,6 +40,12 @@ Status AsyncOptions::Validate() const {
   Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
   if (!made.ok()) return made.status().WithContext("--strategy");
   const std::unique_ptr<Aggregator>& merge = *made;
+  if (secagg && !merge->takes_the_mean()) {
+    return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
+                                ": the server sees only each group's weighted mean, which the averaging strategies "
+                                "merge; robust, clipping and DP strategies need each update (for DP with it: --dp "
+                                "local on the clients)");
+  }
   if (const size_t fewest = merge->min_updates(); !semi_async && static_cast<size_t>(buffer_size) < fewest) {
     return InvalidArgumentError("strategy " + merge->Describe() + " needs at least " + std::to_string(fewest) +
                                 " updates per version, but buffer-size is " + std::to_string(buffer_size) +
@@ -51,10 +71,18 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   if (options.semi_async) {
     e->policy_ = std::make_unique<CompassArrivals>(options.compass);
   } else {
-    e->policy_ = MakeBufferArrivals(options.buffer_size);
+    // A secure group's mean is the whole buffer: one arrival makes a version.
+    e->policy_ = MakeBufferArrivals(options.secagg ? 1 : options.buffer_size);
   }
   e->description_ = e->policy_->Describe("server_lr=" + std::to_string(options.server_lr) +
                                          ",staleness=" + staleness.Describe() + ",merge=" + merge->Describe());
+  if (options.secagg) {
+    e->description_ = "fedbuff(buffer_size=" + std::to_string(options.buffer_size) +
+                      ",server_lr=" + std::to_string(options.server_lr) + ",staleness=" + staleness.Describe() +
+                      ",merge=" + merge->Describe() + ") over secure aggregation groups of " +
+                      std::to_string(options.secagg->GroupSize(options.buffer_size)) + " (" +
+                      options.secagg->Describe() + ")";
+  }
   PLEXUS_ASSIGN_OR_RETURN(e->buffer_, FedBuffBuffer::Create({e->policy_->buffer_capacity(), options.server_lr},
                                                             staleness, std::move(merge)));
   RestoredState restored;
@@ -64,6 +92,13 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->head_version_ = e->published_->version();
   e->acknowledged_.AddMerged(e->published_->history());
   PLEXUS_RETURN_IF_ERROR(e->CountOpening());
+  if (options.secagg) {
+    const int64_t input_ms =
+        options.secagg->input_s > 0
+            ? std::min<int64_t>(options.task_timeout_ms, static_cast<int64_t>(options.secagg->input_s * 1000))
+            : options.task_timeout_ms;
+    e->secure_ = std::make_unique<SecureBuffers>(*options.secagg, options.buffer_size, input_ms, e->opening_, pool);
+  }
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
@@ -127,6 +162,7 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
     answer.retry_after_ms = options_.poll_retry_ms;
     return answer;
   }
+  if (secure_) return PollSecure(client_id, now);
   std::string task_id;
   if (auto it = task_of_client_.find(client_id); it != task_of_client_.end()) {
     task_id = it->second;  // re-deliver the open task
@@ -188,6 +224,11 @@ Status AsyncEngine::Submit(Update update) {
     return numbers;
   }
   if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
+  if (secure_) {
+    ++updates_refused_;
+    return FailedPreconditionError(
+        "this server runs secure aggregation: updates go through its stages (SecureAggregation), never in the clear");
+  }
   if (Status open = CheckOpenTask(update.client_id, update.task_id); !open.ok()) {
     ++updates_refused_;
     return open;
@@ -231,6 +272,8 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   Update& update = logged.update;
   const uint64_t staleness = head_version_ >= update.base_version ? head_version_ - update.base_version : 0;
   MergedUpdate merged{update.client_id, update.task_id, staleness, group, policy_->SpeedOf(update.client_id)};
+  std::vector<std::pair<std::string, std::string>> members;
+  members.swap(group_members_);
   UpdateTally counted;
   counted.Add(update);
   // Logged coded by a server whose strategy folded codes; this one's may not.
@@ -241,8 +284,15 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
     ++updates_refused_;
     return added.status();
   }
-  merged_.push_back(std::move(merged));
-  ++updates_accepted_;
+  if (members.empty()) {
+    merged_.push_back(std::move(merged));
+    ++updates_accepted_;
+  } else {  // a secure group's mean: the version merges its members' updates
+    for (const auto& [client, task] : members) {
+      merged_.push_back(MergedUpdate{client, task, staleness, group, policy_->SpeedOf(client)});
+      ++updates_accepted_;
+    }
+  }
   tally_ += counted;
   return Status::Ok();
 }
@@ -253,7 +303,7 @@ Status AsyncEngine::Publish() {
     // no later version would take it, so it goes into this one.
     policy_->FoldAllHeld(this);
   }
-  const auto merged = static_cast<int64_t>(buffer_->size());
+  const auto merged = static_cast<int64_t>(secure_ ? merged_.size() : buffer_->size());
   // Flush moves the strategy's state; a version that is not published must not keep that.
   const std::string state_before = buffer_->SaveState();
   Result<ModelState> next = buffer_->Flush();
@@ -345,6 +395,7 @@ Status AsyncEngine::Refused(const std::string& client_id, const std::string& tas
 Status AsyncEngine::Leave(const std::string& client_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   clients_.Forget(client_id);
+  if (secure_) secure_->Forget(client_id);
   auto it = task_of_client_.find(client_id);
   if (it == task_of_client_.end()) return Status::Ok();
   const std::string task = it->second;
@@ -364,7 +415,70 @@ Status AsyncEngine::Tick() {
       ++it;
     }
   }
+  if (secure_) {
+    secure_->Tick(now);
+    PLEXUS_RETURN_IF_ERROR(FoldEndedGroups());
+  }
   return policy_->Tick(now, this);
+}
+
+Result<PollAnswer> AsyncEngine::PollSecure(const std::string& client_id, int64_t now_ms) {
+  PollAnswer answer;
+  answer.kind = PollAnswer::Kind::kWait;
+  answer.retry_after_ms = options_.poll_retry_ms;
+  if (options_.max_concurrency > 0 && static_cast<int64_t>(secure_->members()) >= options_.max_concurrency) {
+    return answer;
+  }
+  const uint64_t started_before = secure_->groups_started();
+  Result<std::optional<SecureBuffers::Assignment>> a =
+      secure_->Poll(client_id, clients_.Connected(), published_->model(), now_ms);
+  if (!a.ok()) {
+    sticky_error_ = a.status().WithContext("start a secure group");
+    return sticky_error_;
+  }
+  if (secure_->groups_started() != started_before) ++poll_epoch_;  // its waiting members have tasks now
+  if (!a->has_value()) return answer;
+  const SecureBuffers::Assignment& t = **a;
+  answer.kind = PollAnswer::Kind::kTask;
+  answer.task.task_id = t.task_id;
+  answer.task.round = published_->version() + 1;
+  // The group's base; should a version have been published since the group formed, the member
+  // trains from the model it downloads, the newest (its group's mean is then weighted as one
+  // version staler than its training was).
+  answer.task.model_version = published_->version();
+  answer.task.model_sha256 = published_->sha256();
+  answer.task.hyperparams = options_.task;
+  answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
+  return answer;
+}
+
+Result<secagg::View> AsyncEngine::SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                                    const secagg::Call& call) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!secure_) return Engine::SecureAggregation(client_id, task_id, call);
+  PLEXUS_RETURN_IF_ERROR(clients_.Admit(client_id));
+  Result<secagg::View> view = secure_->Exchange(client_id, task_id, call, clock_->NowMs());
+  PLEXUS_RETURN_IF_ERROR(FoldEndedGroups());
+  return view;
+}
+
+Status AsyncEngine::FoldEndedGroups() {
+  for (SecureBuffers::Ended& ended : secure_->TakeEnded(published_->model())) {
+    ++poll_epoch_;  // its members poll for their next group
+    if (!ended.mean.ok() || head_version_ >= static_cast<uint64_t>(options_.rounds)) continue;
+    const uint64_t staleness = head_version_ - std::min(head_version_, ended.base_version);
+    if (staleness > static_cast<uint64_t>(options_.max_staleness)) {
+      updates_stale_ += static_cast<int64_t>(ended.included.size());
+      updates_refused_ += static_cast<int64_t>(ended.included.size());
+      continue;
+    }
+    PLEXUS_ASSIGN_OR_RETURN(LoggedUpdate logged, LogAccepted(std::move(ended.mean).value()));
+    acknowledged_.Add(logged.update.client_id, logged.update.task_id);
+    group_members_ = std::move(ended.included);
+    PLEXUS_RETURN_IF_ERROR(policy_->Arrive(std::move(logged), clock_->NowMs(), this));
+    group_members_.clear();
+  }
+  return sticky_error_;
 }
 
 EngineStatus AsyncEngine::status() const {
@@ -379,6 +493,13 @@ EngineStatus AsyncEngine::status() const {
   s.aggregates_nonfinite = versions_refused_nonfinite_;
   s.updates_stale = updates_stale_;
   s.schedule = policy_->Schedule();
+  if (secure_) {
+    s.round_selected = static_cast<int64_t>(secure_->members());
+    s.secure_stage = secure_->stage();
+    s.secure_rounds_aborted = secure_->aborted();
+    s.last_secure_abort = secure_->last_abort();
+    s.last_secure_unmask_ms = secure_->last_unmask_ms();
+  }
   if (!sticky_error_.ok()) s.error = sticky_error_.ToString();
   return s;
 }

@@ -21,7 +21,12 @@
 // the buffer again, in the order they were acknowledged, with their staleness counted from the
 // restored version, and publishes what they fill (semi-async: all of them as one version).
 //
-// Owns its buffer; borrows store, clock and evaluator. Single-threaded.
+// With `secagg` (FedBuff only) each buffer is a secure aggregation group (secure_buffers.h): clients
+// get their tasks as the group forms, send masked updates through SecureAggregation in any order,
+// and the group's mean is logged, folded with the staleness of the group's base version and
+// published as one version; Submit refuses updates in the clear.
+//
+// Owns its buffer; borrows store, clock, evaluator and pool. Single-threaded.
 #pragma once
 
 #include <deque>
@@ -39,6 +44,7 @@
 #include "server/coordinator/engine.h"
 #include "server/coordinator/evaluator.h"
 #include "server/coordinator/published_versions.h"
+#include "server/coordinator/secure_buffers.h"
 #include "server/coordinator/shared_engine_options.h"
 #include "server/coordinator/update_tally.h"
 
@@ -62,6 +68,9 @@ struct AsyncOptions : SharedEngineOptions {
   // an update's staleness counts the versions aggregated since its task started, committed or
   // not. Not with semi_async.
   bool commit_outside = false;
+  // Secure aggregation (FedBuff only): each buffer is a secure group of buffer_size + spare
+  // clients (SecureBuffers), and a version is one group's mean.
+  std::optional<SecAggSettings> secagg;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -108,6 +117,9 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // Internal when `commit` is not the next version; the run's error becomes the sticky error.
   Status FinishCommit(PendingCommit commit, Status committed) override;
   size_t commits_pending() const override { return commits_queued_.size() + commits_running_; }
+  bool secure_aggregation() const override { return secure_ != nullptr; }
+  Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
+                                         const secagg::Call& call) override;
 
  private:
   struct OpenTask {
@@ -130,6 +142,11 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   Status RestoreLogged();
   // Open: numbers this opening of the store (opening_), for task ids unique across restarts.
   Status CountOpening();
+  // With secure aggregation: a task from the client's group, or a wait.
+  Result<PollAnswer> PollSecure(const std::string& client_id, int64_t now_ms);
+  // With secure aggregation: the groups that ended go in as FedBuff buffers (a done group's mean
+  // is logged, then folded and published as a version; an aborted group is counted).
+  Status FoldEndedGroups();
 
   // Constant after construction.
   const AsyncOptions options_;
@@ -155,9 +172,12 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   AcknowledgedTasks acknowledged_;
   UpdateTally tally_;                      // of the updates folded into the buffer since the last version
   std::unique_ptr<ArrivalPolicy> policy_;  // FedBuff's or FedCompass's
-  std::vector<MergedUpdate> merged_;       // folded into the buffer since the last version
-  uint64_t next_log_seq_ = 1;              // the next update's log entry
-  std::vector<uint64_t> logged_done_;      // log entries the next commit forgets
+  std::unique_ptr<SecureBuffers> secure_;  // with secure aggregation
+  // The members whose updates are in the group mean being folded (Fold lists them in the record).
+  std::vector<std::pair<std::string, std::string>> group_members_;
+  std::vector<MergedUpdate> merged_;   // folded into the buffer since the last version
+  uint64_t next_log_seq_ = 1;          // the next update's log entry
+  std::vector<uint64_t> logged_done_;  // log entries the next commit forgets
   int64_t updates_accepted_ = 0;
   int64_t updates_refused_ = 0;
   uint64_t poll_epoch_ = 0;

@@ -5,14 +5,16 @@ namespace plexus {
 AsyncOptions EngineOptions::async_for_mode() const {
   AsyncOptions o = async;
   o.semi_async = mode == Mode::kSemiAsync;
+  o.secagg = sync.secagg;  // the flag binds into the sync options
   return o;
 }
 
 Status CheckSecAggMode(Mode mode, const SyncOptions& sync) {
-  if (sync.secagg && mode != Mode::kSync) {
-    return InvalidArgumentError("--secagg with --mode " + std::string(ModeName(mode)) +
-                                ": secure aggregation runs in sync rounds (FedBuff buffers as secure groups are not "
-                                "built yet; docs/privacy.md)");
+  if (sync.secagg && mode == Mode::kSemiAsync) {
+    return InvalidArgumentError(
+        "--secagg with --mode semiasync: secure groups run in sync rounds and FedBuff "
+        "buffers (--mode sync or async); FedCompass forms its groups by speed as updates "
+        "arrive");
   }
   return Status::Ok();
 }

@@ -16,6 +16,8 @@ Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   PLEXUS_ASSIGN_OR_RETURN(out.clip, s.GetDouble("clip", out.clip));
   PLEXUS_ASSIGN_OR_RETURN(out.weight_cap, s.GetCount("weight-cap", out.weight_cap));
   PLEXUS_ASSIGN_OR_RETURN(out.stage_s, s.GetDouble("stage-s", out.stage_s));
+  PLEXUS_ASSIGN_OR_RETURN(out.spare, s.GetCount("spare", out.spare));
+  PLEXUS_ASSIGN_OR_RETURN(out.input_s, s.GetDouble("input-s", out.input_s));
   PLEXUS_RETURN_IF_ERROR(s.CheckAllUsed());
   if (degree > 100000 || threshold > 100000) return InvalidArgumentError("--secagg: degree and threshold up to 100000");
   out.degree = static_cast<int>(degree);
@@ -33,6 +35,8 @@ Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   if (out.weight_cap < 1) return InvalidArgumentError("--secagg: weight-cap must be at least 1 example");
   if (!(out.stage_s >= 0 && out.stage_s <= 86400))
     return InvalidArgumentError("--secagg: stage-s must lie in [0, 86400]");
+  if (!(out.input_s >= 0 && out.input_s <= 86400))
+    return InvalidArgumentError("--secagg: input-s must lie in [0, 86400]");
   return out;
 }
 
@@ -61,6 +65,8 @@ std::string SecAggSettings::Describe() const {
   } else {
     out << "30";
   }
+  if (spare >= 0) out << ",spare=" << spare;
+  if (input_s > 0) out << ",input-s=" << input_s;
   return out.str();
 }
 

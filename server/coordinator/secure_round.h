@@ -1,8 +1,8 @@
-// SecureRound: one sync round run as a secure aggregation group (SecAgg+, privacy/secagg.h): the
-// clients sampled for the round are its members, each client's masked update arrives in chunks,
-// and what comes out is the group's weighted mean delta (privacy/secagg_exchange.h's
-// WeightedEncoding), never one client's update. The engine that owns it (SyncEngine) asks it each
-// time whether it is done or aborted; a round it aborts is retried by the engine with a new group.
+// SecureRound: one sync round (or one FedBuff buffer) run as a secure aggregation group (SecAgg+, privacy/secagg.h):
+// the clients sampled for the round are its members, each client's masked update arrives in chunks, and what comes out
+// is the group's weighted mean delta (privacy/secagg_exchange.h's WeightedEncoding), never one client's update. The
+// engine that owns it (SyncEngine) asks it each time whether it is done or aborted; a round it aborts is retried by the
+// engine with a new group.
 //
 // What the server learns: each round's weighted mean and total weight, who was sampled, who took
 // part in each stage and when. Nothing of a round survives a restart: the keys and shares live in
@@ -10,6 +10,7 @@
 // Borrows the pool. Thread-compatible (the engine's caller serializes calls).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -25,7 +26,7 @@
 
 namespace plexus {
 
-// `plexus server --secagg [threshold=T,degree=K,clip=R,weight-cap=N]`.
+// `plexus server --secagg [threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S,spare=M,input-s=I]`.
 struct SecAggSettings {
   int degree = 0;              // neighbours per member; 0: the smallest even number ≥ 2·log2(n), at most n − 1
   int threshold = 0;           // shares that recover a secret; 0: degree/2 + 1
@@ -34,6 +35,12 @@ struct SecAggSettings {
   // Longest a stage other than the masked input (whose members train) may last; 0: 30 s, or the
   // round deadline when that is shorter. The masked-input stage lasts at most the round deadline.
   double stage_s = 0;
+  // FedBuff (--mode async): members a group takes beyond --buffer-size, for dropouts; -1: a
+  // fifth of the buffer, at least 1. Sync rounds' groups are their sample: not used there.
+  int64_t spare = -1;
+  // FedBuff: the longest its members may train, the masked-input stage; 0: the task timeout
+  // (sync rounds' is the round deadline).
+  double input_s = 0;
 
   // "" or "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S" (any of them). InvalidArgument naming the
   // parameter that does not parse or means nothing.
@@ -42,6 +49,10 @@ struct SecAggSettings {
   // threshold cannot be met by that group.
   Result<std::pair<int, int>> GraphFor(int n) const;
   std::string Describe() const;
+  // FedBuff: the members of a group for a buffer of `buffer_size` updates.
+  int64_t GroupSize(int64_t buffer_size) const {
+    return buffer_size + (spare >= 0 ? spare : std::max<int64_t>(1, (buffer_size + 4) / 5));
+  }
 };
 
 class SecureRound {

@@ -1,5 +1,6 @@
-// SyncEngine with secure aggregation (SecureRound): members played by the test with the real
-// member state machine (secagg::Member) and encoding, the engine in virtual time.
+// SyncEngine and AsyncEngine (FedBuff) with secure aggregation (SecureRound, SecureBuffers):
+// members played by the test with the real member state machine (secagg::Member) and encoding,
+// the engines in virtual time.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "core/rng.h"
 #include "privacy/secagg_crypto.h"
+#include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
 #include "server/store/memory_store.h"
 #include "tests/testing/status_matchers.h"
@@ -54,6 +56,11 @@ class SecureRoundTest : public ::testing::Test {
     ASSERT_OK(e);
     engine_ = std::move(e).value();
   }
+  void OpenAsync(AsyncOptions options) {
+    auto e = AsyncEngine::Open(options, Initial(), &store_, &clock_, nullptr, nullptr);
+    ASSERT_OK(e);
+    engine_ = std::move(e).value();
+  }
 
   Result<secagg::View> Call(const std::string& client, const secagg::Call& call) {
     return engine_->SecureAggregation(client, players_.at(client).task.task_id, call);
@@ -66,25 +73,43 @@ class SecureRoundTest : public ::testing::Test {
 
   // Joins the clients, hands each its task and its group's setup, and gives each an update.
   void Begin(const std::vector<std::string>& clients) {
-    Rng rng(7);
     for (const std::string& c : clients) ASSERT_OK(engine_->Join({c, 100, "test"}));
     for (size_t i = 0; i < clients.size(); ++i) {
-      const std::string& c = clients[i];
-      Result<PollAnswer> a = engine_->Poll(c);
+      Result<PollAnswer> a = engine_->Poll(clients[i]);
       ASSERT_OK(a);
-      ASSERT_EQ(a->kind, PollAnswer::Kind::kTask) << c;
-      Player& p = players_[c];
-      p.task = a->task;
-      secagg::Call ask;
-      ask.want_setup = true;
-      Result<secagg::View> v = Call(c, ask);
-      ASSERT_OK(v);
-      ASSERT_TRUE(v->setup.has_value());
-      p.setup = *v->setup;
-      p.member = std::move(secagg::Member::Create(p.setup.params, p.setup.member)).value();
-      p.examples = 100 + 150 * static_cast<int64_t>(i);  // unequal weights, one above the cap
-      for (size_t j = 0; j < kValues; ++j) p.delta.push_back(static_cast<float>(rng.Uniform() - 0.5) * 1.2f);
+      ASSERT_EQ(a->kind, PollAnswer::Kind::kTask) << clients[i];
+      Take(clients[i], *a, i);
     }
+  }
+  // FedBuff: polls `clients` in order; each waits until the last fills the group, then all take
+  // their tasks (the i-th client of the test being first_index + i).
+  void FormGroup(const std::vector<std::string>& clients, size_t first_index) {
+    for (size_t i = 0; i + 1 < clients.size(); ++i) {
+      Result<PollAnswer> a = engine_->Poll(clients[i]);
+      ASSERT_OK(a);
+      EXPECT_EQ(a->kind, PollAnswer::Kind::kWait) << clients[i] << " got a task before its group was full";
+    }
+    for (size_t i = clients.size(); i-- > 0;) {
+      Result<PollAnswer> a = engine_->Poll(clients[i]);
+      ASSERT_OK(a);
+      ASSERT_EQ(a->kind, PollAnswer::Kind::kTask) << clients[i];
+      Take(clients[i], *a, first_index + i);
+    }
+  }
+  // Client `c` (the i-th) takes its task and its group's setup, and an update.
+  void Take(const std::string& c, const PollAnswer& a, size_t i) {
+    Rng rng(7 + i);
+    Player& p = players_[c];
+    p.task = a.task;
+    secagg::Call ask;
+    ask.want_setup = true;
+    Result<secagg::View> v = Call(c, ask);
+    ASSERT_OK(v);
+    ASSERT_TRUE(v->setup.has_value());
+    p.setup = *v->setup;
+    p.member = std::move(secagg::Member::Create(p.setup.params, p.setup.member)).value();
+    p.examples = 100 + 150 * static_cast<int64_t>(i);  // unequal weights, one above the cap
+    for (size_t j = 0; j < kValues; ++j) p.delta.push_back(static_cast<float>(rng.Uniform() - 0.5) * 1.2f);
   }
   void Advertise(const std::string& c) {
     secagg::Call call;
@@ -158,7 +183,7 @@ class SecureRoundTest : public ::testing::Test {
 
   ManualClock clock_;
   MemoryStore store_;
-  std::unique_ptr<SyncEngine> engine_;
+  std::unique_ptr<Engine> engine_;
   std::map<std::string, Player> players_;
 };
 
@@ -329,6 +354,105 @@ TEST_F(SecureRoundTest, ARestartedServerStartsTheOpenRoundAgainWithANewGroup) {
   ASSERT_EQ(again->kind, PollAnswer::Kind::kTask);
   EXPECT_NE(again->task.task_id, before);
   EXPECT_EQ(again->task.round, 1u);
+}
+
+// ---- FedBuff: each buffer a secure group -------------------------------------------------------
+
+AsyncOptions AsyncSecure(int64_t buffer_size) {
+  AsyncOptions o;
+  o.rounds = 3;
+  o.buffer_size = buffer_size;
+  o.server_lr = 1.0;
+  o.staleness = "poly:a=0.5";  // s(tau) = (1 + tau)^-0.5
+  o.secagg = *SecAggSettings::Parse("clip=0.5,weight-cap=1000,spare=1");
+  return o;
+}
+
+TEST_F(SecureRoundTest, FedBuffBuffersAreSecureGroupsPublishedInTheOrderTheyEndWithTheirStaleness) {
+  OpenAsync(AsyncSecure(4));  // groups of 4 + 1 spare
+  const std::vector<std::string> first = {"a", "b", "c", "d", "e"}, second = {"f", "g", "h", "i", "j"};
+  for (const auto* group : {&first, &second}) {
+    for (const std::string& c : *group) ASSERT_OK(engine_->Join({c, 100, "test"}));
+  }
+  FormGroup(first, 0);
+  FormGroup(second, 5);
+  EXPECT_NE(players_["a"].setup.params.round, players_["f"].setup.params.round) << "each group its own binding";
+  EXPECT_EQ(engine_->status().round_selected, 10);
+  // Both groups exchange keys; their members then finish training in an order of their own,
+  // the second group first, its members interleaved at random.
+  for (const auto* group : {&first, &second}) {
+    for (const std::string& c : *group) Advertise(c);
+    for (const std::string& c : *group) Share(c);
+  }
+  std::vector<std::string> order = second;
+  Rng(3).Shuffle(std::span<std::string>(order));
+  for (const std::string& c : order) SendMasked(c);
+  for (const std::string& c : order) Reveal(c);
+  ASSERT_EQ(engine_->model().version(), 1u) << "the second group ended first: its mean is version 1";
+  double bound = 0;
+  std::vector<double> mean = ExpectedMean(second, &bound);
+  const ModelState initial = Initial();
+  std::vector<float> v1(engine_->model().data().begin(), engine_->model().data().end());
+  for (size_t j = 0; j < kValues; ++j) EXPECT_NEAR(v1[j] - initial.data()[j], mean[j], bound) << "value " << j;
+
+  for (const std::string& c : first) SendMasked(c);
+  for (const std::string& c : first) Reveal(c);
+  ASSERT_EQ(engine_->model().version(), 2u);
+  // The first group trained on version 0 and is folded after version 1: one version stale.
+  mean = ExpectedMean(first, &bound);
+  const double s1 = 1.0 / std::sqrt(2.0);
+  for (size_t j = 0; j < kValues; ++j) {
+    EXPECT_NEAR(engine_->model().data()[j] - v1[j], s1 * mean[j], bound) << "value " << j;
+  }
+  const RoundRecord& r = engine_->history().back();
+  ASSERT_EQ(r.merged.size(), first.size()) << "the version lists the group's members, not one 'secure' update";
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(r.merged[i].client_id, first[i]);
+    EXPECT_EQ(r.merged[i].staleness, 1u);
+  }
+  EXPECT_EQ(Query("a").stage, Stage::kDone) << "a member of an ended group hears how it ended";
+
+  // An update in the clear is refused: only groups' means go in.
+  Update clear;
+  clear.client_id = "a";
+  clear.task_id = players_["a"].task.task_id;
+  clear.num_examples = 1;
+  clear.delta = ModelState::ZerosLike(engine_->model());
+  EXPECT_THAT(engine_->Submit(clear), StatusIs(StatusCode::kFailedPrecondition, "never in the clear"));
+}
+
+TEST_F(SecureRoundTest, AFedBuffGroupThatAbortsPublishesNothingAndItsMembersFormTheNextGroup) {
+  OpenAsync(AsyncSecure(2));  // groups of 3 (threshold 2): one advertiser alone is too few
+  const std::vector<std::string> group = {"a", "b", "c"};
+  for (const std::string& c : group) ASSERT_OK(engine_->Join({c, 100, "test"}));
+  FormGroup(group, 0);
+  Advertise("a");
+  clock_.AdvanceMs(31000);  // the advertising stage's deadline (30 s)
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 0u) << "nothing half-applied";
+  EXPECT_EQ(engine_->status().secure_rounds_aborted, 1);
+  players_.clear();
+  FormGroup(group, 0);
+  for (const std::string& c : group) Advertise(c);
+  for (const std::string& c : group) Share(c);
+  for (const std::string& c : group) SendMasked(c);
+  for (const std::string& c : group) Reveal(c);
+  EXPECT_EQ(engine_->model().version(), 1u);
+}
+
+TEST_F(SecureRoundTest, FedBuffSettingsThatCannotWorkAreRefusedAtOpen) {
+  AsyncOptions o = AsyncSecure(1);
+  o.secagg = *SecAggSettings::Parse("spare=1");
+  EXPECT_THAT(AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "needs at least 3"));
+  o = AsyncSecure(4);
+  o.strategy = "median";
+  EXPECT_THAT(AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "each group's weighted mean"));
+  o = AsyncSecure(4);
+  o.semi_async = true;
+  EXPECT_THAT(AsyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "semiasync"));
 }
 
 }  // namespace
