@@ -9,6 +9,10 @@
 // dropouts cost signal, never privacy. A staleness weight (FedBuff) multiplies the clipped delta
 // and is capped at 1, so it only lowers a client's share. The server step is x + lr·(noised mean).
 //
+// summed=true (central DP over secure aggregation): each update folded is already a group's sum
+// of deltas its members clipped to `clip` themselves (the server never sees one delta), so it is
+// folded as it is; the noise and the fixed denominator are as above, and so is the guarantee.
+//
 // Adaptive clipping: the clip follows the `target` quantile of the update norms. Each release
 // counts the updates with norm ≤ clip (as TensorFlow Privacy's quantile estimator does; Flower
 // counts the clipped ones, which moves the clip the wrong way), adds N(0, count_noise²) to the
@@ -23,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -43,6 +48,7 @@ struct DpSettings : DpRelease {
   double target = 0.5;     // quantile of update norms the clip tracks
   double clip_lr = 0.2;    // geometric step of the clip
   double count_noise = 0;  // standard deviation of the noise on the unclipped count
+  bool summed = false;     // updates are secure aggregation sums of deltas clipped by their members
 };
 
 constexpr char kStateTag[] = "dpclip1";
@@ -74,7 +80,7 @@ class DpFedAvg final : public Aggregator {
 
   Status FoldAll(std::span<const Update* const> updates) override {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    return sum_.FoldAll(updates, clip_, "dp_fedavg");
+    return sum_.FoldAll(updates, FoldClip(), "dp_fedavg");
   }
 
   Result<ModelState> Finalize() override {
@@ -123,8 +129,8 @@ class DpFedAvg final : public Aggregator {
 
   std::string Describe() const override {
     char text[256];
-    std::snprintf(text, sizeof text, "dp_fedavg(clip=%g,noise=%g,expected=%g%s,noise_source=%s)", s_.clip, s_.noise,
-                  s_.expected, s_.adaptive ? ",adaptive" : "",
+    std::snprintf(text, sizeof text, "dp_fedavg(clip=%g,noise=%g,expected=%g%s%s,noise_source=%s)", s_.clip, s_.noise,
+                  s_.expected, s_.adaptive ? ",adaptive" : "", s_.summed ? ",summed" : "",
                   (s_.seed ? MakeSeededGaussianNoise(*s_.seed)->Describe() : secure_->Describe()).c_str());
     std::string out = text;
     if (s_.lr != 1) out.insert(out.size() - 1, ",lr=" + std::to_string(s_.lr));
@@ -134,8 +140,10 @@ class DpFedAvg final : public Aggregator {
  private:
   Status FoldTimes(const Update& u, double scale) {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    return sum_.Fold(u, clip_, scale, "dp_fedavg");
+    return sum_.Fold(u, FoldClip(), scale, "dp_fedavg");
   }
+  // Summed updates were clipped by their members, each to clip_.
+  double FoldClip() const { return s_.summed ? std::numeric_limits<double>::infinity() : clip_; }
 
   const DpSettings s_;
   ThreadPool* const pool_;
@@ -161,6 +169,12 @@ Result<std::unique_ptr<Aggregator>> MakeDpFedAvg(StrategySpec& spec, ThreadPool*
   PLEXUS_ASSIGN_OR_RETURN(s.target, spec.GetDouble("target", 0.5));
   PLEXUS_ASSIGN_OR_RETURN(s.clip_lr, spec.GetDouble("clip_lr", 0.2));
   PLEXUS_ASSIGN_OR_RETURN(s.count_noise, spec.GetDouble("count_noise", -1));
+  PLEXUS_ASSIGN_OR_RETURN(s.summed, spec.GetBool("summed", false));
+  if (s.summed && s.adaptive) {
+    return InvalidArgumentError(
+        "strategy 'dp_fedavg': adaptive clipping counts the updates under the clip, which summed updates (secure "
+        "aggregation) hide; use a fixed clip");
+  }
   if (s.adaptive) {
     // Andrew et al.'s default is a twentieth of the expected updates; with few updates per
     // release that would take the whole budget from the values (it must exceed noise / 2), so

@@ -11,9 +11,12 @@ Result<WeightedEncoding> WeightedEncoding::For(const Setup& setup) {
   }
   if (setup.weight_cap < 1) return InvalidArgumentError("secagg: the weight cap must be at least one example");
   if (setup.params.length < 2) return InvalidArgumentError("secagg: an input holds the update and its weight");
+  if (!(setup.l2_clip >= 0) || !std::isfinite(setup.l2_clip)) {
+    return InvalidArgumentError("secagg: the L2 clip must be finite and not negative");
+  }
   PLEXUS_ASSIGN_OR_RETURN(FixedPoint fixed,
                           FixedPoint::Create(setup.clip, static_cast<int64_t>(setup.params.members.size())));
-  return WeightedEncoding(fixed, setup.clip, setup.weight_cap, setup.params.length);
+  return WeightedEncoding(fixed, setup.clip, setup.weight_cap, setup.params.length, setup.l2_clip);
 }
 
 Result<std::vector<uint32_t>> WeightedEncoding::Encode(std::span<const float> delta, int64_t examples,
@@ -24,13 +27,20 @@ Result<std::vector<uint32_t>> WeightedEncoding::Encode(std::span<const float> de
   }
   if (examples < 1) return InvalidArgumentError("secagg: an update trained on no example");
   const double w = static_cast<double>(std::min(examples, weight_cap_)) / static_cast<double>(weight_cap_);
+  double scale = 1.0;  // the L2 clip's
+  if (l2_clip_ > 0) {
+    double squares = 0;
+    for (float v : delta) squares += static_cast<double>(v) * v;
+    const double norm = std::sqrt(squares);
+    if (norm > l2_clip_) scale = l2_clip_ / norm;
+  }
   std::vector<float> weighted(length_);
   int64_t outside = 0;
   for (size_t i = 0; i < delta.size(); ++i) {
-    const float v = delta[i];
-    if (!std::isfinite(v)) return InvalidArgumentError("secagg: a non-finite value in the update");
+    if (!std::isfinite(delta[i])) return InvalidArgumentError("secagg: a non-finite value in the update");
+    const double v = scale * delta[i];
     if (v > clip_ || v < -clip_) ++outside;
-    weighted[i] = static_cast<float>(w * std::clamp(static_cast<double>(v), -clip_, clip_));
+    weighted[i] = static_cast<float>(w * std::clamp(v, -clip_, clip_));
   }
   weighted.back() = static_cast<float>(w * clip_);
   std::vector<uint32_t> out(length_);

@@ -29,6 +29,10 @@ struct Setup {
   uint32_t member = 0;     // this member's id in params.members
   double clip = 1.0;       // each delta value is clipped to [−clip, clip]
   int64_t weight_cap = 0;  // examples at which a member's weight reaches 1
+  // > 0: central differential privacy over the group's sum: each member clips its delta to this
+  // L2 norm before anything else (the server, which never sees a delta, cannot), and the server
+  // adds the noise to the unmasked sum (dp_fedavg with summed=1).
+  double l2_clip = 0;
 };
 
 // How a group's updates are quantized, pre-weighted and decoded (see the file comment).
@@ -39,8 +43,9 @@ class WeightedEncoding {
   static Result<WeightedEncoding> For(const Setup& setup);
 
   // The values a member masks for `delta` trained on `examples` examples (params.length of them);
-  // the rounding's randomness comes from `seed`, a secret of the member's own. *clipped counts the
-  // delta values that lay outside [−clip, clip]. InvalidArgument for a delta of another length,
+  // the rounding's randomness comes from `seed`, a secret of the member's own. With an L2 clip the
+  // delta is first scaled to that norm at most. *clipped counts the delta values that lay outside
+  // [−clip, clip] after that. InvalidArgument for a delta of another length,
   // a non-finite value or examples < 1.
   Result<std::vector<uint32_t>> Encode(std::span<const float> delta, int64_t examples, const Secret32& seed,
                                        int64_t* clipped) const;
@@ -63,12 +68,13 @@ class WeightedEncoding {
   double clip() const { return clip_; }
 
  private:
-  WeightedEncoding(FixedPoint fixed, double clip, int64_t weight_cap, size_t length)
-      : fixed_(fixed), clip_(clip), weight_cap_(weight_cap), length_(length) {}
+  WeightedEncoding(FixedPoint fixed, double clip, int64_t weight_cap, size_t length, double l2_clip)
+      : fixed_(fixed), clip_(clip), weight_cap_(weight_cap), length_(length), l2_clip_(l2_clip) {}
   FixedPoint fixed_;
   double clip_;
   int64_t weight_cap_;
   size_t length_;
+  double l2_clip_;  // 0: none
 };
 
 // The most values one masked chunk carries (1 MiB): far below gRPC's message limit whatever the

@@ -138,6 +138,7 @@ void SecAggViewToProto(const secagg::View& view, v1::SecAggReply* out) {
     p->set_length(s.params.length);
     p->set_clip(s.clip);
     p->set_weight_cap(s.weight_cap);
+    p->set_l2_clip(s.l2_clip);
   }
   for (const secagg::KeyAdvert& a : view.adverts) AdvertToProto(a, out->add_adverts());
   for (const auto& [from, sealed] : view.shares) (*out->mutable_shares())[from] = Bytes(sealed);
@@ -167,6 +168,7 @@ Result<secagg::View> SecAggViewFromProto(const v1::SecAggReply& in) {
     s.params.length = p.length();
     s.clip = p.clip();
     s.weight_cap = p.weight_cap();
+    s.l2_clip = p.l2_clip();
     view.setup = std::move(s);
   }
   for (const v1::SecAggKeyAdvert& a : in.adverts()) {

@@ -141,12 +141,16 @@ void RunServer(const ServerFlags& f) {
         "--dp-budget and --dp-population are for central DP: with --dp local each client accounts for its own "
         "updates");
   }
-  const std::optional<DpPlan> dp =
+  std::optional<DpPlan> dp =
       local_dp ? std::nullopt
                : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
   std::map<std::string, std::string> derived;
+  if (dp && f.cmd->count("--secagg") > 0) {
+    sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
+    PlanSecureDp(f.secagg, &*dp, &*sync.secagg);
+  }
   if (dp) derived = ApplyDpPlan(*dp, &sync.strategy, &sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &sync));
   if (f.cmd->count("--secagg") > 0) {
@@ -158,7 +162,7 @@ void RunServer(const ServerFlags& f) {
             ": the server never sees an update's norm; each value is clipped to --secagg clip=R instead");
       }
     }
-    sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
+    if (!sync.secagg) sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");  // (with --dp: above)
   }
   AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
   if (dp) async.strategy = dp->strategy;

@@ -234,15 +234,19 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     options.local_dp_clip = local_dp->clip;
     options.local_dp_noise = local_dp->noise;
   }
-  const std::optional<DpPlan> dp =
+  std::optional<DpPlan> dp =
       local_dp ? std::nullopt
                : PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
                         options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
   std::map<std::string, std::string> derived;
+  if (dp && f.cmd->count("--secagg") > 0) {
+    options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
+    PlanSecureDp(f.secagg, &*dp, &*options.sync.secagg);
+  }
   if (dp) derived = ApplyDpPlan(*dp, &options.sync.strategy, &options.sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &options.sync));
-  if (f.cmd->count("--secagg") > 0) {
+  if (f.cmd->count("--secagg") > 0 && !options.sync.secagg) {
     options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);

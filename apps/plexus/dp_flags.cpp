@@ -251,4 +251,21 @@ std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* 
   return derived;
 }
 
+void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* settings) {
+  if (plan->adaptive) {
+    throw CommandError(
+        "--dp adaptive with --secagg: adaptive clipping counts the updates under the clip, which the "
+        "server no longer sees; use --dp central:clip=C,noise=Z");
+  }
+  if (plan->tree) {
+    throw CommandError(
+        "--dp tree with --secagg: DP-FTRL's tree noise over secure groups is not built; use --dp "
+        "central:clip=C,noise=Z");
+  }
+  settings->l2_clip = plan->clip;
+  settings->weight_cap = 1;
+  if (secagg_spec.find("clip=") == std::string::npos) settings->clip = plan->clip;
+  plan->strategy += ",summed=true";
+}
+
 }  // namespace plexus::cli

@@ -14,6 +14,7 @@
 
 #include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/run_summary.h"
+#include "server/coordinator/secure_round.h"
 
 namespace plexus::cli {
 
@@ -58,6 +59,13 @@ struct DpPlan {
 // The plan's strategy replaces `strategy`, and `rounds` is cut to the versions --dp-budget allows;
 // returns what --dry-run shows of both (PrintResolvedSettings' `derived`).
 std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* strategy, int64_t* rounds);
+
+// --dp central with --secagg (`secagg_spec` its parameters): the members clip their deltas to the
+// plan's clip C themselves (settings->l2_clip; the server never sees a delta), weigh alike
+// (weight-cap 1: dp_fedavg folds updates unweighted) and clip each value to C unless --secagg
+// clip=R says so; the plan's dp_fedavg folds each group's sum (summed=true) and adds the noise.
+// CommandError for adaptive clipping (its count needs each update's norm) and trees.
+void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* settings);
 
 std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t versions, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given);

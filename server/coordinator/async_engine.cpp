@@ -40,12 +40,7 @@ Status AsyncOptions::Validate() const {
   Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
   if (!made.ok()) return made.status().WithContext("--strategy");
   const std::unique_ptr<Aggregator>& merge = *made;
-  if (secagg && !merge->takes_the_mean()) {
-    return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
-                                ": the server sees only each group's weighted mean, which the averaging strategies "
-                                "merge; robust, clipping and DP strategies need each update (for DP with it: --dp "
-                                "local on the clients)");
-  }
+  if (secagg) PLEXUS_RETURN_IF_ERROR(CheckSecureStrategy(*secagg, strategy, *merge));
   if (const size_t fewest = merge->min_updates(); !semi_async && static_cast<size_t>(buffer_size) < fewest) {
     return InvalidArgumentError("strategy " + merge->Describe() + " needs at least " + std::to_string(fewest) +
                                 " updates per version, but buffer-size is " + std::to_string(buffer_size) +

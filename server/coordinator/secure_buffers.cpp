@@ -145,7 +145,7 @@ std::vector<SecureBuffers::Ended> SecureBuffers::TakeEnded(const ModelState& lay
       e.mean = AbortedError("secure group " + std::to_string(number) + " aborted: " + last_abort_);
     } else {
       last_unmask_ms_ = g.round->unmask_ms();
-      e.mean = g.round->MeanUpdate(layout, "g" + std::to_string(number) + "o" + std::to_string(opening_) + "-group");
+      e.mean = g.round->GroupUpdate(layout, "g" + std::to_string(number) + "o" + std::to_string(opening_) + "-group");
       if (e.mean.ok()) {
         e.mean->base_version = g.base_version;
         for (const std::string& client : g.round->included())

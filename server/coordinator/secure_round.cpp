@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "aggregators/aggregator.h"
 #include "aggregators/strategy_spec.h"
 
 namespace plexus {
@@ -70,6 +71,31 @@ std::string SecAggSettings::Describe() const {
   return out.str();
 }
 
+Status CheckSecureStrategy(const SecAggSettings& settings, const std::string& spec, const Aggregator& merge) {
+  PLEXUS_ASSIGN_OR_RETURN(StrategySpec parsed, StrategySpec::Parse(spec));
+  Result<bool> summed = parsed.GetBool("summed", false);
+  const bool sums = parsed.name() == "dp_fedavg" && summed.ok() && *summed;
+  if (settings.l2_clip > 0 && !sums) {
+    return InvalidArgumentError(
+        "central DP over secure aggregation adds its noise to each group's sum: the strategy "
+        "must be dp_fedavg with summed=true (what --dp central makes with --secagg), not " +
+        merge.Describe());
+  }
+  if (settings.l2_clip == 0 && sums) {
+    return InvalidArgumentError(
+        "dp_fedavg with summed=true folds secure groups' sums of deltas their members "
+        "clipped: it needs --secagg with --dp central");
+  }
+  if (settings.l2_clip == 0 && !merge.takes_the_mean()) {
+    return InvalidArgumentError("--secagg with strategy " + merge.Describe() +
+                                ": the server sees only each group's weighted mean, which the averaging strategies "
+                                "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge without clipping; robust and "
+                                "clipping strategies need each update (for DP with it: --dp central, or --dp local "
+                                "on the clients)");
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& settings, uint64_t binding, uint64_t seed,
                                                         const std::vector<std::string>& clients,
                                                         const ModelState& layout, int64_t now_ms,
@@ -85,6 +111,7 @@ Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& se
   setup.params.length = layout.num_params() + 1;
   setup.clip = settings.clip;
   setup.weight_cap = settings.weight_cap;
+  setup.l2_clip = settings.l2_clip;
   std::map<std::string, uint32_t> member_of;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const auto id = static_cast<uint32_t>(i + 1);
@@ -216,6 +243,14 @@ std::vector<std::string> SecureRound::included() const {
 }
 
 Result<Update> SecureRound::MeanUpdate(const ModelState& base, const std::string& task_id) const {
+  return Decoded(base, task_id, /*sum=*/false);
+}
+
+Result<Update> SecureRound::SumUpdate(const ModelState& base, const std::string& task_id) const {
+  return Decoded(base, task_id, /*sum=*/true);
+}
+
+Result<Update> SecureRound::Decoded(const ModelState& base, const std::string& task_id, bool sum) const {
   if (server_->stage() != secagg::Server::Stage::kDone) {
     return FailedPreconditionError("secagg: the round has no sum yet");
   }
@@ -226,9 +261,13 @@ Result<Update> SecureRound::MeanUpdate(const ModelState& base, const std::string
   u.client_id = "secure-aggregation";
   u.task_id = task_id;
   u.base_version = base.version();
-  u.num_examples = std::max<int64_t>(1, std::llround(mean.total_weight * static_cast<double>(setup_.weight_cap)));
+  u.num_examples =
+      sum ? inputs : std::max<int64_t>(1, std::llround(mean.total_weight * static_cast<double>(setup_.weight_cap)));
   u.delta = ModelState::UninitializedLike(base);
-  std::copy(mean.delta.begin(), mean.delta.end(), u.delta.data().begin());
+  const double scale = sum ? mean.total_weight : 1.0;
+  for (size_t i = 0; i < mean.delta.size(); ++i) {
+    u.delta.data()[i] = static_cast<float>(static_cast<double>(mean.delta[i]) * scale);
+  }
   return u;
 }
 

@@ -26,6 +26,8 @@
 
 namespace plexus {
 
+class Aggregator;
+
 // `plexus server --secagg [threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S,spare=M,input-s=I]`.
 struct SecAggSettings {
   int degree = 0;              // neighbours per member; 0: the smallest even number ≥ 2·log2(n), at most n − 1
@@ -41,6 +43,10 @@ struct SecAggSettings {
   // FedBuff: the longest its members may train, the masked-input stage; 0: the task timeout
   // (sync rounds' is the round deadline).
   double input_s = 0;
+  // Central DP (--dp central with --secagg; set by the server, not a --secagg parameter): members
+  // clip their deltas to this L2 norm, and the engine folds the group's sum, not its mean, into
+  // dp_fedavg (summed=1), which adds the noise. 0: none.
+  double l2_clip = 0;
 
   // "" or "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S" (any of them). InvalidArgument naming the
   // parameter that does not parse or means nothing.
@@ -54,6 +60,11 @@ struct SecAggSettings {
     return buffer_size + (spare >= 0 ? spare : std::max<int64_t>(1, (buffer_size + 4) / 5));
   }
 };
+
+// Whether the strategy `spec` (its made instance `merge`) can merge what secure groups give: the
+// group's weighted mean for the averaging strategies, or, under central DP (settings.l2_clip), the
+// group's sum for dp_fedavg with summed=true. InvalidArgument saying why not.
+Status CheckSecureStrategy(const SecAggSettings& settings, const std::string& spec, const Aggregator& merge);
 
 class SecureRound {
  public:
@@ -79,6 +90,13 @@ class SecureRound {
   // kDone: the weighted mean of the included updates as one update of `base` (its weight the sum
   // of theirs, in examples); InvalidArgument when it cannot be decoded.
   Result<Update> MeanUpdate(const ModelState& base, const std::string& task_id) const;
+  // kDone: their weighted sum (with an L2 clip: the sum of the clipped deltas, weights 1), as one
+  // update whose examples count the included members; what dp_fedavg:summed=1 folds.
+  Result<Update> SumUpdate(const ModelState& base, const std::string& task_id) const;
+  // The update the engine folds: the sum under central DP (settings' l2_clip), the mean otherwise.
+  Result<Update> GroupUpdate(const ModelState& base, const std::string& task_id) const {
+    return setup_.l2_clip > 0 ? SumUpdate(base, task_id) : MeanUpdate(base, task_id);
+  }
 
  private:
   SecureRound(secagg::Setup setup, secagg::WeightedEncoding encoding, std::unique_ptr<secagg::Server> server,
@@ -89,6 +107,8 @@ class SecureRound {
         member_of_(std::move(member_of)),
         retry_ms_(retry_ms) {}
   secagg::View ViewFor(uint32_t member, bool with_setup) const;
+  // MeanUpdate (sum false) and SumUpdate (true).
+  Result<Update> Decoded(const ModelState& base, const std::string& task_id, bool sum) const;
 
   secagg::Setup setup_;  // member left 0: each member's copy names it
   secagg::WeightedEncoding encoding_;

@@ -41,13 +41,7 @@ Status SyncOptions::Validate() const {
       return InvalidArgumentError(std::string("--secagg with ") + why +
                                   ": a secure group is the round's sample and closes with every member that stays");
     }
-    if (!merge->takes_the_mean()) {
-      return InvalidArgumentError("--secagg with strategy " + merge->Describe() +
-                                  ": the server sees only the group's weighted mean, which the averaging strategies "
-                                  "(fedavg, fedavgm, fedadam, fedyogi, fedadagrad) merge without clipping; robust, "
-                                  "clipping and DP strategies need each update (for DP with it: --dp local on the "
-                                  "clients)");
-    }
+    PLEXUS_RETURN_IF_ERROR(CheckSecureStrategy(*secagg, strategy, *merge));
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(min_clients, 100000))).status());
     PLEXUS_RETURN_IF_ERROR(secagg->GraphFor(static_cast<int>(std::min<int64_t>(clients_per_round, 100000))).status());
   }
@@ -387,7 +381,7 @@ Status SyncEngine::AfterSecureStage() {
     return Status::Ok();
   }
   const std::string task_id = "r" + std::to_string(open_->round) + "a" + std::to_string(open_->attempt) + "-group";
-  Result<Update> mean = secure->MeanUpdate(published_->model(), task_id);
+  Result<Update> mean = secure->GroupUpdate(published_->model(), task_id);
   Status folded = mean.ok() ? aggregator_->Fold(*mean) : mean.status();
   if (!folded.ok()) {  // e.g. a sum with no weight: nothing to publish, the round is retried
     ++secure_rounds_aborted_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregators/registry.h"
 #include "core/rng.h"
 #include "privacy/secagg_crypto.h"
 #include "server/coordinator/async_engine.h"
@@ -354,6 +355,65 @@ TEST_F(SecureRoundTest, ARestartedServerStartsTheOpenRoundAgainWithANewGroup) {
   ASSERT_EQ(again->kind, PollAnswer::Kind::kTask);
   EXPECT_NE(again->task.task_id, before);
   EXPECT_EQ(again->task.round, 1u);
+}
+
+// Central DP over secure groups: the members clip their deltas to L2 norm C themselves, the
+// engine folds the group's sum into dp_fedavg (summed=true), which adds the noise. With the same
+// seeded noise, the release equals dp_fedavg's over the same deltas in the clear, to within the
+// encoding's rounding.
+TEST_F(SecureRoundTest, CentralDpOverASecureGroupReleasesWhatDpFedAvgReleasesInTheClear) {
+  SyncOptions o = SecureOptions(5);
+  o.secagg->l2_clip = 0.3;
+  o.secagg->clip = 0.3;
+  o.secagg->weight_cap = 1;
+  o.strategy = "dp_fedavg:clip=0.3,noise=0.8,expected=5,seed=11,summed=true";
+  Open(o);
+  const std::vector<std::string> all = {"a", "b", "c", "d", "e"};
+  Begin(all);
+  EXPECT_EQ(players_["a"].setup.l2_clip, 0.3) << "the members learn the clip from the group's setup";
+  for (const auto& c : all) Advertise(c);
+  for (const auto& c : all) Share(c);
+  for (const auto& c : all) SendMasked(c);
+  for (const auto& c : all) Reveal(c);
+  ASSERT_EQ(engine_->model().version(), 1u);
+
+  std::unique_ptr<Aggregator> clear = *MakeAggregator("dp_fedavg:clip=0.3,noise=0.8,expected=5,seed=11", nullptr);
+  ASSERT_OK(clear->Begin(Initial()));
+  double largest_norm = 0;
+  for (const auto& c : all) {
+    Update u;
+    u.client_id = c;
+    u.task_id = players_[c].task.task_id;
+    u.num_examples = players_[c].examples;
+    u.delta = *ModelState::Create({{"w", {kValues}}});
+    std::copy(players_[c].delta.begin(), players_[c].delta.end(), u.delta.data().begin());
+    double squares = 0;
+    for (float v : players_[c].delta) squares += static_cast<double>(v) * v;
+    largest_norm = std::max(largest_norm, std::sqrt(squares));
+    ASSERT_OK(clear->Fold(u));
+  }
+  ASSERT_GT(largest_norm, 0.3) << "the test's deltas must be clipped for the comparison to mean anything";
+  const ModelState expected = *clear->Finalize();
+  const secagg::WeightedEncoding enc = *secagg::WeightedEncoding::For(players_["a"].setup);
+  const double bound = enc.MeanBound(5, 5.0) + 1e-6;  // the sum's rounding over the fixed denominator
+  for (size_t j = 0; j < kValues; ++j) {
+    EXPECT_NEAR(engine_->model().data()[j], expected.data()[j], bound) << "value " << j;
+  }
+  EXPECT_NE(engine_->model().data()[0], Initial().data()[0]);
+}
+
+TEST_F(SecureRoundTest, CentralDpOverSecureGroupsNeedsTheSummedStrategyAndTheReverse) {
+  SyncOptions o = SecureOptions(4);
+  o.secagg->l2_clip = 0.3;
+  o.strategy = "fedavg";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "summed=true"));
+  o = SecureOptions(4);
+  o.strategy = "dp_fedavg:clip=0.3,noise=0.8,expected=4,summed=true";
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "--dp central"));
+  EXPECT_THAT(MakeAggregator("dp_fedavg:clip=0.3,noise=0.8,expected=4,summed=true,adaptive=true", nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "fixed clip"));
 }
 
 // ---- FedBuff: each buffer a secure group -------------------------------------------------------
