@@ -12,6 +12,7 @@
 // summed=true (central DP over secure aggregation): each update folded is already a group's sum
 // of deltas its members clipped to `clip` themselves (the server never sees one delta), so it is
 // folded as it is; the noise and the fixed denominator are as above, and so is the guarantee.
+// noised_by_members=true (distributed DP): the members added the noise as well, and this adds none.
 //
 // Adaptive clipping: the clip follows the `target` quantile of the update norms. Each release
 // counts the updates with norm ≤ clip (as TensorFlow Privacy's quantile estimator does; Flower
@@ -44,11 +45,12 @@ namespace {
 
 // clip is the starting clip when adaptive; noise the multiplier the accountant is told.
 struct DpSettings : DpRelease {
-  bool adaptive = false;   // clip follows the target quantile
-  double target = 0.5;     // quantile of update norms the clip tracks
-  double clip_lr = 0.2;    // geometric step of the clip
-  double count_noise = 0;  // standard deviation of the noise on the unclipped count
-  bool summed = false;     // updates are secure aggregation sums of deltas clipped by their members
+  bool adaptive = false;           // clip follows the target quantile
+  double target = 0.5;             // quantile of update norms the clip tracks
+  double clip_lr = 0.2;            // geometric step of the clip
+  double count_noise = 0;          // standard deviation of the noise on the unclipped count
+  bool summed = false;             // updates are secure aggregation sums of deltas clipped by their members
+  bool noised_by_members = false;  // summed: the members added the noise too (distributed DP)
 };
 
 constexpr char kStateTag[] = "dpclip1";
@@ -94,7 +96,9 @@ class DpFedAvg final : public Aggregator {
       seeded = MakeSeededGaussianNoise(*s_.seed + 0x9e3779b97f4a7c15ULL * (base_.version() + 1));
       noise = seeded.get();
     }
-    if (value_noise_ > 0) PLEXUS_RETURN_IF_ERROR(noise->Add(noised, value_noise_ * clip_, pool_));
+    if (value_noise_ > 0 && !s_.noised_by_members) {
+      PLEXUS_RETURN_IF_ERROR(noise->Add(noised, value_noise_ * clip_, pool_));
+    }
     double next_clip = clip_;
     if (s_.adaptive) {
       double count[1] = {static_cast<double>(sum_.unclipped())};
@@ -130,7 +134,8 @@ class DpFedAvg final : public Aggregator {
   std::string Describe() const override {
     char text[256];
     std::snprintf(text, sizeof text, "dp_fedavg(clip=%g,noise=%g,expected=%g%s%s,noise_source=%s)", s_.clip, s_.noise,
-                  s_.expected, s_.adaptive ? ",adaptive" : "", s_.summed ? ",summed" : "",
+                  s_.expected, s_.adaptive ? ",adaptive" : "",
+                  s_.noised_by_members ? ",summed,noised_by_members" : (s_.summed ? ",summed" : ""),
                   (s_.seed ? MakeSeededGaussianNoise(*s_.seed)->Describe() : secure_->Describe()).c_str());
     std::string out = text;
     if (s_.lr != 1) out.insert(out.size() - 1, ",lr=" + std::to_string(s_.lr));
@@ -170,6 +175,12 @@ Result<std::unique_ptr<Aggregator>> MakeDpFedAvg(StrategySpec& spec, ThreadPool*
   PLEXUS_ASSIGN_OR_RETURN(s.clip_lr, spec.GetDouble("clip_lr", 0.2));
   PLEXUS_ASSIGN_OR_RETURN(s.count_noise, spec.GetDouble("count_noise", -1));
   PLEXUS_ASSIGN_OR_RETURN(s.summed, spec.GetBool("summed", false));
+  PLEXUS_ASSIGN_OR_RETURN(s.noised_by_members, spec.GetBool("noised_by_members", false));
+  if (s.noised_by_members && !s.summed) {
+    return InvalidArgumentError(
+        "strategy 'dp_fedavg': noised_by_members is for summed=true (secure groups whose "
+        "members add the noise)");
+  }
   if (s.summed && s.adaptive) {
     return InvalidArgumentError(
         "strategy 'dp_fedavg': adaptive clipping counts the updates under the clip, which summed updates (secure "

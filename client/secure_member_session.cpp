@@ -49,8 +49,10 @@ Result<SecureMemberSession> SecureMemberSession::Create(const secagg::Setup& set
   return SecureMemberSession(setup, std::move(member), std::move(encoding));
 }
 
-Status SecureMemberSession::SetUpdate(std::span<const float> delta, int64_t examples, const Secret32& rounding_seed) {
-  PLEXUS_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded, encoding_.Encode(delta, examples, rounding_seed, &clipped_));
+Status SecureMemberSession::SetUpdate(std::span<const float> delta, int64_t examples, const Secret32& rounding_seed,
+                                      GaussianNoise* noise) {
+  PLEXUS_ASSIGN_OR_RETURN(std::vector<uint32_t> encoded,
+                          encoding_.Encode(delta, examples, rounding_seed, &clipped_, noise));
   encoded_ = std::move(encoded);
   examples_ = examples;
   return Status::Ok();

@@ -47,7 +47,9 @@ class SecureMemberSession {
   SecureAction Next(const secagg::View& view);
   // The trained delta (kTrain's answer) and a secret of the member's own for the rounding.
   // InvalidArgument for a delta of another length or non-finite values.
-  Status SetUpdate(std::span<const float> delta, int64_t examples, const Secret32& rounding_seed);
+  // `noise`: the member's generator, for a group that asks its members for noise (distributed DP).
+  Status SetUpdate(std::span<const float> delta, int64_t examples, const Secret32& rounding_seed,
+                   GaussianNoise* noise = nullptr);
 
   const secagg::Setup& setup() const { return setup_; }
   // Delta values clipped to ±clip (after SetUpdate).

@@ -7,6 +7,7 @@
 
 #include "client/client_runtime.h"
 #include "client/secure_member_session.h"
+#include "privacy/gaussian_noise.h"
 #include "privacy/secagg_crypto.h"
 
 namespace plexus {
@@ -69,7 +70,10 @@ ClientStep ClientRuntime::TrainSecurely(const Task& task) {
         SaveUpdateCopy(task, *trained);
         Result<X25519KeyPair> rounding = NewX25519KeyPair();  // 32 fresh random bytes for the rounding
         if (!rounding.ok()) return fail(rounding.status());
-        if (Status s = member->SetUpdate(trained->delta.data(), trained->outcome.num_examples, rounding->private_key);
+        // OpenSSL's generator: the noise of distributed DP must be unknown to the server.
+        const std::unique_ptr<GaussianNoise> noise = MakeSecureGaussianNoise();
+        if (Status s = member->SetUpdate(trained->delta.data(), trained->outcome.num_examples, rounding->private_key,
+                                         noise.get());
             !s.ok()) {
           return fail(s);
         }

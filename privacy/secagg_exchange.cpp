@@ -14,13 +14,17 @@ Result<WeightedEncoding> WeightedEncoding::For(const Setup& setup) {
   if (!(setup.l2_clip >= 0) || !std::isfinite(setup.l2_clip)) {
     return InvalidArgumentError("secagg: the L2 clip must be finite and not negative");
   }
+  if (!(setup.noise_std >= 0) || !std::isfinite(setup.noise_std)) {
+    return InvalidArgumentError("secagg: the members' noise must be finite and not negative");
+  }
   PLEXUS_ASSIGN_OR_RETURN(FixedPoint fixed,
                           FixedPoint::Create(setup.clip, static_cast<int64_t>(setup.params.members.size())));
-  return WeightedEncoding(fixed, setup.clip, setup.weight_cap, setup.params.length, setup.l2_clip);
+  return WeightedEncoding(fixed, setup.clip, setup.weight_cap, setup.params.length, setup.l2_clip, setup.noise_std);
 }
 
 Result<std::vector<uint32_t>> WeightedEncoding::Encode(std::span<const float> delta, int64_t examples,
-                                                       const Secret32& seed, int64_t* clipped) const {
+                                                       const Secret32& seed, int64_t* clipped,
+                                                       GaussianNoise* noise) const {
   if (delta.size() + 1 != length_) {
     return InvalidArgumentError("secagg: an update of " + std::to_string(delta.size()) + " values, the round takes " +
                                 std::to_string(length_ - 1));
@@ -34,11 +38,19 @@ Result<std::vector<uint32_t>> WeightedEncoding::Encode(std::span<const float> de
     const double norm = std::sqrt(squares);
     if (norm > l2_clip_) scale = l2_clip_ / norm;
   }
+  std::vector<double> values(delta.size());
+  for (size_t i = 0; i < delta.size(); ++i) {
+    if (!std::isfinite(delta[i])) return InvalidArgumentError("secagg: a non-finite value in the update");
+    values[i] = scale * delta[i];
+  }
+  if (noise_std_ > 0) {
+    if (!noise) return InvalidArgumentError("secagg: the group asks each member for noise, and none was given");
+    PLEXUS_RETURN_IF_ERROR(noise->Add(values, noise_std_).WithContext("secagg: the member's noise"));
+  }
   std::vector<float> weighted(length_);
   int64_t outside = 0;
   for (size_t i = 0; i < delta.size(); ++i) {
-    if (!std::isfinite(delta[i])) return InvalidArgumentError("secagg: a non-finite value in the update");
-    const double v = scale * delta[i];
+    const double v = values[i];
     if (v > clip_ || v < -clip_) ++outside;
     weighted[i] = static_cast<float>(w * std::clamp(v, -clip_, clip_));
   }

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "privacy/fixed_point.h"
+#include "privacy/gaussian_noise.h"
 #include "privacy/secagg.h"
 
 namespace plexus::secagg {
@@ -33,6 +34,10 @@ struct Setup {
   // L2 norm before anything else (the server, which never sees a delta, cannot), and the server
   // adds the noise to the unmasked sum (dp_fedavg with summed=1).
   double l2_clip = 0;
+  // > 0: distributed DP: each member adds Gaussian noise of this standard deviation to each
+  // value after its L2 clip, sized so that any group the server can unmask carries the noise the
+  // accountant counts (--dp distributed; the server adds none).
+  double noise_std = 0;
 };
 
 // How a group's updates are quantized, pre-weighted and decoded (see the file comment).
@@ -47,8 +52,10 @@ class WeightedEncoding {
   // delta is first scaled to that norm at most. *clipped counts the delta values that lay outside
   // [−clip, clip] after that. InvalidArgument for a delta of another length,
   // a non-finite value or examples < 1.
+  // With the setup's noise_std, `noise` (the member's own generator) adds it after the L2 clip;
+  // InvalidArgument without one.
   Result<std::vector<uint32_t>> Encode(std::span<const float> delta, int64_t examples, const Secret32& seed,
-                                       int64_t* clipped) const;
+                                       int64_t* clipped, GaussianNoise* noise = nullptr) const;
 
   struct Mean {
     std::vector<float> delta;  // Σw·clip(δ) / Σw
@@ -68,13 +75,19 @@ class WeightedEncoding {
   double clip() const { return clip_; }
 
  private:
-  WeightedEncoding(FixedPoint fixed, double clip, int64_t weight_cap, size_t length, double l2_clip)
-      : fixed_(fixed), clip_(clip), weight_cap_(weight_cap), length_(length), l2_clip_(l2_clip) {}
+  WeightedEncoding(FixedPoint fixed, double clip, int64_t weight_cap, size_t length, double l2_clip, double noise_std)
+      : fixed_(fixed),
+        clip_(clip),
+        weight_cap_(weight_cap),
+        length_(length),
+        l2_clip_(l2_clip),
+        noise_std_(noise_std) {}
   FixedPoint fixed_;
   double clip_;
   int64_t weight_cap_;
   size_t length_;
-  double l2_clip_;  // 0: none
+  double l2_clip_;    // 0: none
+  double noise_std_;  // 0: none
 };
 
 // The most values one masked chunk carries (1 MiB): far below gRPC's message limit whatever the

@@ -139,6 +139,7 @@ void SecAggViewToProto(const secagg::View& view, v1::SecAggReply* out) {
     p->set_clip(s.clip);
     p->set_weight_cap(s.weight_cap);
     p->set_l2_clip(s.l2_clip);
+    p->set_noise_std(s.noise_std);
   }
   for (const secagg::KeyAdvert& a : view.adverts) AdvertToProto(a, out->add_adverts());
   for (const auto& [from, sealed] : view.shares) (*out->mutable_shares())[from] = Bytes(sealed);
@@ -169,6 +170,7 @@ Result<secagg::View> SecAggViewFromProto(const v1::SecAggReply& in) {
     s.clip = p.clip();
     s.weight_cap = p.weight_cap();
     s.l2_clip = p.l2_clip();
+    s.noise_std = p.noise_std();
     view.setup = std::move(s);
   }
   for (const v1::SecAggKeyAdvert& a : in.adverts()) {

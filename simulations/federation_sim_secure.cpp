@@ -113,7 +113,8 @@ Status FederationSim::SecureTrained(size_t i) {
     for (size_t k = 0; k < 8; ++k) rounding[b + k] = static_cast<uint8_t>(word >> (8 * k));
   }
   const auto began = std::chrono::steady_clock::now();
-  const Status set = m.session->SetUpdate(delta.data(), out.num_examples, rounding);
+  const std::unique_ptr<GaussianNoise> noise = MakeSeededGaussianNoise(rng.NextU64());  // distributed DP's
+  const Status set = m.session->SetUpdate(delta.data(), out.num_examples, rounding, noise.get());
   const double cpu = MsSince(began);
   m.cpu_ms += cpu;
   if (!set.ok()) return EndSecureTask(i, AbortedError(std::string(set.message())));  // e.g. diverged

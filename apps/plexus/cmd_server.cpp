@@ -147,10 +147,7 @@ void RunServer(const ServerFlags& f) {
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
   std::map<std::string, std::string> derived;
-  if (dp && f.cmd->count("--secagg") > 0) {
-    sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
-    PlanSecureDp(f.secagg, &*dp, &*sync.secagg);
-  }
+  PlanDpWithSecAgg(f.cmd->count("--secagg") > 0, f.secagg, &dp, &sync.secagg);
   if (dp) derived = ApplyDpPlan(*dp, &sync.strategy, &sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &sync));
   if (f.cmd->count("--secagg") > 0) {

@@ -240,10 +240,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
                         options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
   std::map<std::string, std::string> derived;
-  if (dp && f.cmd->count("--secagg") > 0) {
-    options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
-    PlanSecureDp(f.secagg, &*dp, &*options.sync.secagg);
-  }
+  PlanDpWithSecAgg(f.cmd->count("--secagg") > 0, f.secagg, &dp, &options.sync.secagg);
   if (dp) derived = ApplyDpPlan(*dp, &options.sync.strategy, &options.sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &options.sync));
   if (f.cmd->count("--secagg") > 0 && !options.sync.secagg) {

@@ -73,8 +73,10 @@ void AddDpFlags(CLI::App* cmd, DpFlags* f) {
                   "Z*C to each version's sum), adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,count_noise=N] (the "
                   "clip follows the target quantile of update norms), tree:clip=C,noise=Z[,restart=K,participations=M] "
                   "(DP-FTRL: no sampling assumed; each client at most M times per tree of K versions, 0: one tree), "
-                  "or local:clip=C,noise=Z (the clients clip and noise: a server refuses clients announcing anything "
-                  "else; the simulator's clients do it as plexus client does); docs/privacy.md");
+                  "local:clip=C,noise=Z (the clients clip and noise: a server refuses clients announcing anything "
+                  "else; the simulator's clients do it as plexus client does), or distributed:clip=C,noise=Z (with "
+                  "--secagg: the members of each secure group clip and add shares of the noise that sum to Z*C at "
+                  "least, the server adds none); docs/privacy.md");
   cmd->add_option("--dp-population", f->population,
                   "DP: every client that could ever be picked, for the sampling rate the accountant assumes");
   cmd->add_option("--dp-delta", f->delta, "DP: delta of (epsilon, delta)")->capture_default_str();
@@ -105,12 +107,13 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t vers
   }
   StrategySpec spec = Take(StrategySpec::Parse(f.dp), "--dp");
   DpPlan plan;
-  if (spec.name() != "central" && spec.name() != "adaptive" && spec.name() != "tree") {
+  if (spec.name() != "central" && spec.name() != "adaptive" && spec.name() != "tree" && spec.name() != "distributed") {
     throw CommandError(
-        "--dp must be central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,..., tree:clip=C,noise=Z,... or "
-        "local:clip=C,noise=Z (got '" +
+        "--dp must be central:clip=C,noise=Z, adaptive:clip=C0,noise=Z,..., tree:clip=C,noise=Z,..., "
+        "local:clip=C,noise=Z or distributed:clip=C,noise=Z (got '" +
         spec.name() + "')");
   }
+  plan.distributed = spec.name() == "distributed";
   plan.adaptive = spec.name() == "adaptive";
   plan.tree = spec.name() == "tree";
   ReadClipAndNoise(spec, &plan.clip, &plan.noise);
@@ -172,9 +175,10 @@ void PrintDpPlan(const DpPlan& plan, int64_t versions_asked, double budget, cons
     how = rate;
   }
   std::printf(
-      "%s: central DP, clip %g%s, noise multiplier %g (noise from %s), %g updates per version, %s; epsilon at delta %g "
+      "%s: %s, clip %g%s, noise multiplier %g (noise from %s), %g updates per version, %s; epsilon at delta %g "
       "after %lld versions: %.4g\n",
-      who, plan.clip, plan.adaptive ? " to start (adaptive)" : "", plan.noise, plan.noise_source.c_str(), plan.expected,
+      who, plan.distributed ? "distributed DP (the members of each secure group add the noise)" : "central DP",
+      plan.clip, plan.adaptive ? " to start (adaptive)" : "", plan.noise, plan.noise_source.c_str(), plan.expected,
       how.c_str(), plan.delta, static_cast<long long>(versions_asked), plan.EpsilonAfter(versions_asked));
   if (plan.noise == 0) std::printf("%s: noise 0: updates are clipped but the versions are NOT private\n", who);
   if (plan.max_releases > 0 && plan.max_releases < versions_asked) {
@@ -213,7 +217,7 @@ RunSummary::Privacy DpReport(const DpPlan& plan, const std::vector<RoundRecord>&
   p.clip = plan.clip;
   p.sampling_rate = plan.q;
   p.adaptive = plan.adaptive;
-  p.mechanism = plan.tree ? "tree" : "sampled";
+  p.mechanism = plan.tree ? "tree" : plan.distributed ? "distributed" : "sampled";
   p.restart = plan.restart;
   p.participations = plan.participations;
   p.noise_source = plan.noise_source;
@@ -264,8 +268,28 @@ void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* 
   }
   settings->l2_clip = plan->clip;
   settings->weight_cap = 1;
-  if (secagg_spec.find("clip=") == std::string::npos) settings->clip = plan->clip;
-  plan->strategy += ",summed=true";
+  if (plan->distributed) settings->member_noise = plan->noise;
+  // Each value is clipped to C (a delta of norm C has none larger), and with the members' noise
+  // to C plus four of its standard deviations (a group's threshold is 2 at least).
+  if (secagg_spec.find("clip=") == std::string::npos) {
+    settings->clip = plan->clip * (1 + (plan->distributed ? 4 * plan->noise / std::sqrt(2.0) : 0.0));
+  }
+  plan->strategy += plan->distributed ? ",summed=true,noised_by_members=true" : ",summed=true";
+}
+
+void PlanDpWithSecAgg(bool secagg_given, const std::string& spec, std::optional<DpPlan>* plan,
+                      std::optional<SecAggSettings>* settings) {
+  if (!*plan) return;
+  if (!secagg_given) {
+    if ((*plan)->distributed) {
+      throw CommandError(
+          "--dp distributed needs --secagg: the members' shares of the noise protect only a sum the "
+          "server cannot take apart (without it, --dp central or --dp local)");
+    }
+    return;
+  }
+  *settings = Take(SecAggSettings::Parse(spec), "--secagg");
+  PlanSecureDp(spec, &**plan, &**settings);
 }
 
 }  // namespace plexus::cli

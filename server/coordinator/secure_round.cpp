@@ -74,7 +74,15 @@ std::string SecAggSettings::Describe() const {
 Status CheckSecureStrategy(const SecAggSettings& settings, const std::string& spec, const Aggregator& merge) {
   PLEXUS_ASSIGN_OR_RETURN(StrategySpec parsed, StrategySpec::Parse(spec));
   Result<bool> summed = parsed.GetBool("summed", false);
+  Result<bool> noised = parsed.GetBool("noised_by_members", false);
   const bool sums = parsed.name() == "dp_fedavg" && summed.ok() && *summed;
+  const bool members_noise = sums && noised.ok() && *noised;
+  if (members_noise != (settings.member_noise > 0)) {
+    return InvalidArgumentError(members_noise ? "dp_fedavg with noised_by_members=true adds no noise: the members of "
+                                                "secure groups must (--dp distributed with --secagg)"
+                                              : "the members of secure groups add the noise (--dp distributed): the "
+                                                "strategy must add none (dp_fedavg with noised_by_members=true)");
+  }
   if (settings.l2_clip > 0 && !sums) {
     return InvalidArgumentError(
         "central DP over secure aggregation adds its noise to each group's sum: the strategy "
@@ -112,6 +120,7 @@ Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& se
   setup.clip = settings.clip;
   setup.weight_cap = settings.weight_cap;
   setup.l2_clip = settings.l2_clip;
+  setup.noise_std = settings.member_noise * settings.l2_clip / std::sqrt(static_cast<double>(graph.second));
   std::map<std::string, uint32_t> member_of;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const auto id = static_cast<uint32_t>(i + 1);

@@ -47,6 +47,10 @@ struct SecAggSettings {
   // clip their deltas to this L2 norm, and the engine folds the group's sum, not its mean, into
   // dp_fedavg (summed=1), which adds the noise. 0: none.
   double l2_clip = 0;
+  // Distributed DP (--dp distributed): the noise multiplier Z of the members' noise; each member of
+  // a group with threshold t adds N(0, (Z·l2_clip)²/t), so any group the server can unmask (t
+  // members at least) carries noise Z·l2_clip or more. 0: the server adds the noise, or none.
+  double member_noise = 0;
 
   // "" or "threshold=T,degree=K,clip=R,weight-cap=N,stage-s=S" (any of them). InvalidArgument naming the
   // parameter that does not parse or means nothing.

@@ -835,6 +835,27 @@ TEST(CliTest, SimWithCentralDpOverSecureAggregationMatchesCentralDpInTheClear) {
   EXPECT_NEAR(accuracy("yes"), accuracy("no"), 0.002) << "within 0.2 points";
 }
 
+// Distributed DP: the members of the secure groups add the noise; it needs --secagg.
+TEST(CliTest, SimWithDistributedDpNeedsSecureAggregationAndSaysWhoAddsTheNoise) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
+  std::string out;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--dp", "distributed:clip=1,noise=0.5", "--rounds", "1"}, &out), 0);
+  EXPECT_NE(out.find("--dp distributed needs --secagg"), std::string::npos) << out;
+  const std::string summary = Temp("distributed.json");
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--clients", "40", "--clients-per-round", "10", "--rounds", "2", "--train-subset",
+                             "4000", "--test-subset", "500", "--local-steps", "5", "--dp",
+                             "distributed:clip=1,noise=0.5", "--secagg", "--summary-out", summary},
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("distributed DP (the members of each secure group add the noise)"), std::string::npos) << out;
+  const std::string json = ReadFile(summary);
+  std::filesystem::remove(summary);
+  EXPECT_EQ(JsonField(json, "dp_mechanism"), "\"dp_mechanism\": \"distributed\"");
+  EXPECT_NE(json.find("noised_by_members"), std::string::npos) << json;
+}
+
 TEST(CliTest, SimWithLocalDpReportsTheBusiestClientsEpsilon) {
   if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) GTEST_SKIP() << "dataset not installed";
   const std::string summary = Temp("local.json");

@@ -40,6 +40,8 @@ TEST(SecAggWireTest, CallsAndViewsSurviveTheTrip) {
   view.setup->params.degree = 2;
   view.setup->member = 2;
   view.setup->clip = 0.25;
+  view.setup->l2_clip = 0.5;
+  view.setup->noise_std = 0.125;
   view.unmask.survivors = {1, 2};
   view.unmask.dropped = {3};
   view.retry_after_ms = 100;
@@ -51,6 +53,8 @@ TEST(SecAggWireTest, CallsAndViewsSurviveTheTrip) {
   EXPECT_EQ(v->setup->params.members, view.setup->params.members);
   EXPECT_EQ(v->setup->member, 2u);
   EXPECT_EQ(v->setup->clip, 0.25);
+  EXPECT_EQ(v->setup->l2_clip, 0.5);
+  EXPECT_EQ(v->setup->noise_std, 0.125);
   EXPECT_EQ(v->unmask.dropped, std::vector<uint32_t>{3});
   EXPECT_EQ(v->retry_after_ms, 100);
 }

@@ -9,6 +9,7 @@
 
 #include "aggregators/registry.h"
 #include "core/rng.h"
+#include "privacy/gaussian_noise.h"
 #include "privacy/secagg_crypto.h"
 #include "server/coordinator/async_engine.h"
 #include "server/coordinator/sync_engine.h"
@@ -126,13 +127,31 @@ class SecureRoundTest : public ::testing::Test {
     call.shares = *players_.at(c).member->ShareKeys(v.adverts);
     ASSERT_OK(Call(c, call));
   }
+  // A sync engine whose group is `clients` under central DP (clip 0.3, noise 0.8, seeded), the
+  // members adding the noise if `distributed`, and the clients' tasks taken.
+  void OpenWithDp(bool distributed, const std::vector<std::string>& clients) {
+    SyncOptions o = SecureOptions(static_cast<int64_t>(clients.size()));
+    o.secagg->l2_clip = 0.3;
+    o.secagg->clip = distributed ? 2.0 : 0.3;
+    o.secagg->weight_cap = 1;
+    o.secagg->member_noise = distributed ? 0.8 : 0.0;
+    o.strategy = std::string("dp_fedavg:clip=0.3,noise=0.8,expected=5,seed=11,summed=true") +
+                 (distributed ? ",noised_by_members=true" : "");
+    Open(o);
+    Begin(clients);
+  }
+  // Client c's own noise generator (distributed DP); each call gives the same draws.
+  static std::unique_ptr<GaussianNoise> MemberNoise(const std::string& c) {
+    return MakeSeededGaussianNoise(1000 + static_cast<uint64_t>(c[0]));
+  }
   // Sends the masked update in chunks of `chunk` values.
   void SendMasked(const std::string& c, size_t chunk = 16) {
     Player& p = players_.at(c);
     const secagg::View v = Query(c);
     ASSERT_EQ(v.stage, Stage::kMaskedInput);
     const secagg::WeightedEncoding enc = *secagg::WeightedEncoding::For(p.setup);
-    const std::vector<uint32_t> encoded = *enc.Encode(p.delta, p.examples, Secret32{1, 2, 3}, nullptr);
+    const std::unique_ptr<GaussianNoise> noise = MemberNoise(c);  // used when the group asks for it
+    const std::vector<uint32_t> encoded = *enc.Encode(p.delta, p.examples, Secret32{1, 2, 3}, nullptr, noise.get());
     const std::vector<uint32_t> masked = p.member->MaskInput(encoded, v.shares)->values;
     for (size_t offset = 0; offset < masked.size(); offset += chunk) {
       secagg::Call call;
@@ -362,14 +381,8 @@ TEST_F(SecureRoundTest, ARestartedServerStartsTheOpenRoundAgainWithANewGroup) {
 // seeded noise, the release equals dp_fedavg's over the same deltas in the clear, to within the
 // encoding's rounding.
 TEST_F(SecureRoundTest, CentralDpOverASecureGroupReleasesWhatDpFedAvgReleasesInTheClear) {
-  SyncOptions o = SecureOptions(5);
-  o.secagg->l2_clip = 0.3;
-  o.secagg->clip = 0.3;
-  o.secagg->weight_cap = 1;
-  o.strategy = "dp_fedavg:clip=0.3,noise=0.8,expected=5,seed=11,summed=true";
-  Open(o);
   const std::vector<std::string> all = {"a", "b", "c", "d", "e"};
-  Begin(all);
+  OpenWithDp(/*distributed=*/false, all);
   EXPECT_EQ(players_["a"].setup.l2_clip, 0.3) << "the members learn the clip from the group's setup";
   for (const auto& c : all) Advertise(c);
   for (const auto& c : all) Share(c);
@@ -402,6 +415,42 @@ TEST_F(SecureRoundTest, CentralDpOverASecureGroupReleasesWhatDpFedAvgReleasesInT
   EXPECT_NE(engine_->model().data()[0], Initial().data()[0]);
 }
 
+// Distributed DP: the members add the noise (each N(0, (Z·C)²/t), t the group's threshold) and
+// the server none; the release is the sum of the members' clipped, noised deltas over the fixed
+// denominator, here rebuilt from the members' own generators.
+TEST_F(SecureRoundTest, DistributedDpMembersAddTheNoiseAndTheServerNone) {
+  const std::vector<std::string> all = {"a", "b", "c", "d", "e"};
+  OpenWithDp(/*distributed=*/true, all);
+  const secagg::Setup& setup = players_["a"].setup;
+  EXPECT_NEAR(setup.noise_std, 0.8 * 0.3 / std::sqrt(static_cast<double>(setup.params.threshold)), 1e-12);
+  for (const auto& c : all) Advertise(c);
+  for (const auto& c : all) Share(c);
+  for (const auto& c : all) SendMasked(c);
+  for (const auto& c : all) Reveal(c);
+  ASSERT_EQ(engine_->model().version(), 1u);
+  std::vector<double> sum(kValues, 0.0), clean(kValues, 0.0);
+  for (const auto& c : all) {
+    const std::vector<float>& d = players_[c].delta;
+    double squares = 0;
+    for (float v : d) squares += static_cast<double>(v) * v;
+    const double scale = std::min(1.0, 0.3 / std::sqrt(squares));
+    std::vector<double> values(kValues);
+    for (size_t j = 0; j < kValues; ++j) values[j] = scale * d[j];
+    for (size_t j = 0; j < kValues; ++j) clean[j] += values[j];
+    ASSERT_OK(MemberNoise(c)->Add(values, setup.noise_std));
+    for (size_t j = 0; j < kValues; ++j) sum[j] += std::clamp(values[j], -2.0, 2.0);
+  }
+  const secagg::WeightedEncoding enc = *secagg::WeightedEncoding::For(setup);
+  const double bound = enc.MeanBound(5, 5.0) + 1e-6;
+  double noise_seen = 0;
+  for (size_t j = 0; j < kValues; ++j) {
+    const double released = engine_->model().data()[j] - Initial().data()[j];
+    EXPECT_NEAR(released, sum[j] / 5.0, bound) << "value " << j;
+    noise_seen = std::max(noise_seen, std::abs(released - clean[j] / 5.0));
+  }
+  EXPECT_GT(noise_seen, 100 * bound) << "the members' noise is in the release";
+}
+
 TEST_F(SecureRoundTest, CentralDpOverSecureGroupsNeedsTheSummedStrategyAndTheReverse) {
   SyncOptions o = SecureOptions(4);
   o.secagg->l2_clip = 0.3;
@@ -414,6 +463,12 @@ TEST_F(SecureRoundTest, CentralDpOverSecureGroupsNeedsTheSummedStrategyAndTheRev
               StatusIs(StatusCode::kInvalidArgument, "--dp central"));
   EXPECT_THAT(MakeAggregator("dp_fedavg:clip=0.3,noise=0.8,expected=4,summed=true,adaptive=true", nullptr).status(),
               StatusIs(StatusCode::kInvalidArgument, "fixed clip"));
+  o = SecureOptions(4);
+  o.secagg->l2_clip = 0.3;
+  o.secagg->member_noise = 1;
+  o.strategy = "dp_fedavg:clip=0.3,noise=1,expected=4,summed=true";  // would add noise again
+  EXPECT_THAT(SyncEngine::Open(o, Initial(), &store_, &clock_, nullptr, nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument, "noised_by_members=true"));
 }
 
 // ---- FedBuff: each buffer a secure group -------------------------------------------------------
