@@ -162,8 +162,11 @@ class GossipSim {
   double Elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
   Status MakeNodes() {
-    PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(o_.model, o_.seed));
-    auto shared = std::make_shared<const ModelState>(std::move(initial));
+    std::shared_ptr<const ModelState> shared = o_.initial;
+    if (!shared) {
+      PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(o_.model, o_.seed));
+      shared = std::make_shared<const ModelState>(std::move(initial));
+    }
     if (factory_->uses_replicas()) {
       // CRDT gossip: every node signs its contributions; the keys are derived from the seed
       // (reproducible runs) and every node knows every other's.
@@ -193,7 +196,7 @@ class GossipSim {
         ctx.author_keys = &author_keys_;
       }
       std::shared_ptr<const ModelState> start = shared;
-      if (!o_.train) {  // nothing will be trained: start the nodes apart, to watch them agree
+      if (!o_.train && !o_.initial) {  // nothing will be trained: start the nodes apart, to watch them agree
         PLEXUS_ASSIGN_OR_RETURN(ModelState own, InitModel(o_.model, o_.seed + 1 + i));
         start = std::make_shared<const ModelState>(std::move(own));
       }

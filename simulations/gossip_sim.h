@@ -41,6 +41,8 @@ struct GossipSimOptions {
   int64_t nodes = 16;
   int64_t rounds = 20;
   std::string model = "mlp";
+  // A user's model's weights (a TorchScript file's), every node's start; null: InitModel(model).
+  std::shared_ptr<const ModelState> initial;
   PartitionSpec partition;
   uint64_t seed = 0;
   std::string gossip = "el:s=3";  // gossip/protocol/registry.h

@@ -1,6 +1,8 @@
 // `plexus peer`: one node of a decentralized federation with no server (gossip/node/peer_node.h),
-// training on its partition of Fashion-MNIST and gossiping with the peers it finds through
-// --peers. Writes a summary JSON at the end, with its own model's accuracy on the test set.
+// training on its partition of Fashion-MNIST or of a user's data file (--data) with a built-in
+// model or a user's TorchScript model (--model PATH.pt), and gossiping with the peers it finds
+// through --peers. Writes a summary JSON at the end, with its own model's accuracy on its test
+// examples (Fashion-MNIST's test set, or its held-out share of --data).
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +12,7 @@
 #include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/help_lists.h"
+#include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
 #include "client/grpc_transport.h"
 #include "client/server_exchange.h"
@@ -37,7 +40,11 @@ struct PeerFlags {
   std::string topology;
   uint64_t rounds = 20;
   std::string model = "mlp";
+  std::string loss = "cross_entropy";
+  bool local_buffers = false;
   std::string data_dir = kDefaultFashionMnistDir;
+  DataFlags data;
+  double test_split = 0.1;  // with --data: the share of the partition held out as the test examples
   std::string partition = "iid";
   int64_t num_partitions = 1;
   int64_t partition_index = 0;
@@ -184,7 +191,14 @@ void RunPeer(const PeerFlags& f) {
     StrategySpec spec = Take(StrategySpec::Parse(f.gossip), "--gossip");
     o.codec = Take(spec.GetString("codec", "int8"), "--gossip");
   }
-  o.run = factory->description() + "/" + factory->merge_description() + "/" + f.model + "/" + f.partition;
+  // The model by its layout (a TorchScript file by its hash, not its path): peers with another
+  // model refuse each other's hello, naming both runs.
+  const ModelChoice model(f.model, f.loss);
+  if (f.local_buffers && !model.is_script()) {
+    throw CommandError("--local-buffers keeps a TorchScript model's buffers local: it needs --model PATH.pt");
+  }
+  o.run = factory->description() + "/" + factory->merge_description() + "/" + model.federation_name() + "/" +
+          f.partition + (f.data.given() ? "/data" : "");
 
   const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
   if (tls_flags != 0 && tls_flags != 3)
@@ -211,22 +225,31 @@ void RunPeer(const PeerFlags& f) {
   PartitionSpec spec = Take(PartitionSpec::Parse(f.partition), "--partition");
   // A peer keeps only its partition and its test examples: 64 peers on one machine must not hold
   // 64 copies of the whole data set.
-  Dataset local_data = Take(LoadFashionMnist(
-      f.data_dir, Split::kTrain, [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
-        PLEXUS_ASSIGN_OR_RETURN(auto parts,
-                                PartitionIndices(labels, spec, static_cast<size_t>(f.num_partitions), f.seed));
-        return std::move(parts[static_cast<size_t>(f.partition_index)]);
-      }));
-  Dataset test_data = Take(LoadFashionMnist(f.data_dir, Split::kTest, [&](const std::vector<uint8_t>& labels) {
-    std::vector<uint32_t> first(f.test_subset > 0 ? std::min<size_t>(labels.size(), f.test_subset) : labels.size());
-    std::iota(first.begin(), first.end(), 0u);
-    return Result<std::vector<uint32_t>>(std::move(first));
-  }));
+  Dataset local_data =
+      LoadData(f.data, model.regression(), f.data_dir, Split::kTrain,
+               [&](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+                 PLEXUS_ASSIGN_OR_RETURN(auto parts,
+                                         PartitionIndices(labels, spec, static_cast<size_t>(f.num_partitions), f.seed));
+                 return std::move(parts[static_cast<size_t>(f.partition_index)]);
+               });
+  Dataset test_data;
+  if (f.data.given()) {  // a seeded share of the peer's partition is its test set
+    HeldOut split =
+        Take(HoldOut(local_data, f.test_split, f.seed ^ static_cast<uint64_t>(f.partition_index + 1)), "--test-split");
+    local_data = std::move(split.kept);
+    test_data = std::move(split.held_out);
+  } else {
+    test_data = Take(LoadFashionMnist(f.data_dir, Split::kTest, [&](const std::vector<uint8_t>& labels) {
+      std::vector<uint32_t> first(f.test_subset > 0 ? std::min<size_t>(labels.size(), f.test_subset) : labels.size());
+      std::iota(first.begin(), first.end(), 0u);
+      return Result<std::vector<uint32_t>>(std::move(first));
+    }));
+  }
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
                spec.ToString(), local_data.size());
-  ModelState initial = Take(InitModel(f.model, f.seed), "--model");
+  ModelState initial = model.Initial(f.seed);
   auto make_trainer = [&](int threads) {
-    return Take(f.trainer == "portable" ? MakePortableTrainer(f.model) : MakeTorchTrainer(f.model, threads));
+    return Take(model.MakeTrainer(threads, f.trainer == "portable", f.local_buffers), "--model");
   };
   PartitionTrainer trainer(make_trainer(f.threads), make_trainer(1), DatasetView::All(local_data),
                            DatasetView::All(test_data), f.task,
@@ -329,8 +352,19 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--rounds", f->rounds, "Gossip rounds to complete")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--model", f->model, "Model from the zoo")->capture_default_str();
+  cmd->add_option("--model", f->model,
+                  "Model: mlp, cnn, or a TorchScript file saved from PyTorch (PATH.pt), the same file on every peer")
+      ->capture_default_str();
+  AddLossFlag(cmd, &f->loss);
+  cmd->add_flag("--local-buffers", f->local_buffers,
+                "Keep the TorchScript model's buffers (BatchNorm statistics) local to this peer (FedBN): it trains and "
+                "evaluates with its own, whatever its neighbours send");
   cmd->add_option("--data-dir", f->data_dir, "Directory with the Fashion-MNIST IDX files")->capture_default_str();
+  AddDataFlags(cmd, &f->data, "This peer's training data (partitioned like Fashion-MNIST)");
+  cmd->add_option("--test-split", f->test_split,
+                  "With --data: the share of this peer's partition held out (seeded) as its test examples")
+      ->check(CLI::Range(0.01, 0.9))
+      ->capture_default_str();
   cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--num-partitions", f->num_partitions, "Peers in the federation (the training set's partitions)")
       ->check(CLI::PositiveNumber)

@@ -195,6 +195,9 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
   o.attack = f.sim.attack;
   o.attackers = f.sim.attackers;
   run.data_dir = f.data_dir;
+  run.loss = f.loss;
+  run.data = f.data;
+  run.test_split = f.test_split;
   run.metrics_out = f.metrics_out;
   run.summary_out = f.summary_out;
   run.model_out = f.model_out;
@@ -210,11 +213,6 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
 // The federation on rank 0 (or alone); with `mpi`, ranks above 0 only train.
 void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   if (f.gossip_mode) {
-    if (f.data.given() || IsScriptModelPath(f.sim.model)) {
-      throw CommandError(
-          "--mode gossip simulates the built-in models on Fashion-MNIST only: --model PATH.pt and "
-          "--data are for the server modes");
-    }
     return RunGossip(f, mpi);
   }
   const bool training_rank = mpi && mpi->rank() > 0;

@@ -161,6 +161,8 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   o.eval_nodes = g.eval_nodes;
   o.liveness = g.liveness;
   Check(o.Validate(), "invalid settings");
+  const ModelChoice model(o.model, run.loss);  // a model file is read (and checked) before anything starts
+  if (model.is_script()) o.initial = std::make_shared<const ModelState>(model.Initial(o.seed));
   if (!run.plot.empty()) CheckPlotterPresent();
   if (!training_rank) {
     std::printf(
@@ -185,16 +187,24 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   Dataset train, test;
   std::unique_ptr<Trainer> trainer;
   if (o.train) {
-    train = Take(LoadFashionMnist(run.data_dir, Split::kTrain));
+    if (run.data.given()) {  // a user's data file: a seeded share of it is the test set
+      HeldOut split =
+          Take(HoldOut(LoadData(run.data, model.regression(), run.data_dir, Split::kTrain), run.test_split, o.seed),
+               "--data");
+      train = std::move(split.kept);
+      test = std::move(split.held_out);
+    } else {
+      train = Take(LoadFashionMnist(run.data_dir, Split::kTrain));
+    }
     if (run.train_subset) {
       train.labels.resize(std::min(train.size(), run.train_subset));
       train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
     }
-    trainer = Take(MakeTorchTrainer(o.model, run.threads));
+    trainer = Take(model.MakeTrainer(run.threads, /*portable=*/false), "--model");
     if (!training_rank) {  // long runs say so before they start
       const int64_t steps =
           o.task.StepsFor(ClientData::ExamplesPerClient(train.size(), o.nodes, o.examples_per_client));
-      PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), Take(InitModel(o.model, 0)), train, o.task.batch_size),
+      PrintTrainingEstimate(MeasureMsPerStep(trainer.get(), model.Initial(0), train, o.task.batch_size),
                             o.rounds * o.nodes, steps, mpi ? mpi->size() : 1);
     }
   }
@@ -217,7 +227,7 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
 #endif
   std::unique_ptr<TestSetEvaluator> average_eval, node_eval;
   if (o.train) {
-    test = Take(LoadFashionMnist(run.data_dir, Split::kTest));
+    if (!run.data.given()) test = Take(LoadFashionMnist(run.data_dir, Split::kTest));
     average_eval = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, run.test_subset));
     node_eval = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, g.node_test_subset));
   }

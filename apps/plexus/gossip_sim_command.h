@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "apps/plexus/model_choice.h"
 #include "simulations/gossip_sim.h"
 
 namespace plexus {
@@ -34,6 +35,9 @@ void AddGossipFlags(CLI::App* cmd, GossipFlags* flags);
 struct GossipRun {
   GossipSimOptions options;
   std::string data_dir, metrics_out, summary_out, model_out, plot;
+  std::string loss = "cross_entropy";
+  DataFlags data;           // a user's data file (with a TorchScript model)
+  double test_split = 0.1;  // with --data: the share held out as the test set
   size_t train_subset = 0, test_subset = 0;
   int threads = 1;
   bool dry_run = false;

@@ -421,8 +421,9 @@ Result<PollAnswer> AsyncEngine::PollSecure(const std::string& client_id, int64_t
   PollAnswer answer;
   answer.kind = PollAnswer::Kind::kWait;
   answer.retry_after_ms = options_.poll_retry_ms;
-  if (options_.max_concurrency > 0 && static_cast<int64_t>(secure_->members()) >= options_.max_concurrency) {
-    return answer;
+  if (options_.max_concurrency > 0 && static_cast<int64_t>(secure_->members()) >= options_.max_concurrency &&
+      !secure_->Knows(client_id)) {
+    return answer;  // full: only those already waiting or in a group go on
   }
   const uint64_t started_before = secure_->groups_started();
   Result<std::optional<SecureBuffers::Assignment>> a =

@@ -72,6 +72,8 @@ class SecureBuffers {
   size_t open_groups() const { return groups_.size(); }
   uint64_t groups_started() const { return next_group_; }
   size_t members() const;  // in open groups, and waiting in the forming one
+  // Whether `client` is one of those.
+  bool Knows(const std::string& client) const { return task_of_client_.count(client) || forming_.count(client); }
   int64_t aborted() const { return aborted_; }
   const std::string& last_abort() const { return last_abort_; }
   // The stage of the oldest open group ("" when none).

@@ -50,6 +50,17 @@ class OwnModelTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  // Runs `args` twice: the same model hash both times, and a final test accuracy above `least`.
+  static void ExpectTheSameModelTwiceAndAccuracyAbove(const std::vector<std::string>& args, double least) {
+    std::string first, second;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &first), 0) << first;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &second), 0) << second;
+    const auto sha = [](const std::string& out) { return out.substr(out.find("model sha256") + 13, 64); };
+    EXPECT_EQ(sha(first), sha(second));
+    const size_t at = first.find("final test accuracy ");
+    ASSERT_NE(at, std::string::npos) << first;
+    EXPECT_GT(std::stod(first.substr(at + 20)), least) << first;
+  }
 
   std::filesystem::path dir_;
   std::string model_;
@@ -191,7 +202,6 @@ TEST_F(OwnModelTest, BadFilesGetAnErrorNamingThemAndNothingTrains) {
 }
 
 TEST_F(OwnModelTest, TheSimulatorRunsTheSameModelDeterministically) {
-  std::string first, second;
   const std::vector<std::string> args{"sim",
                                       "--model",
                                       model_,
@@ -207,13 +217,78 @@ TEST_F(OwnModelTest, TheSimulatorRunsTheSameModelDeterministically) {
                                       "0.05",
                                       "--seed",
                                       "4"};
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &first), 0) << first;
-  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &second), 0) << second;
-  const auto sha = [](const std::string& out) { return out.substr(out.find("model sha256") + 13, 64); };
-  EXPECT_EQ(sha(first), sha(second));
-  const size_t at = first.find("final test accuracy ");
-  ASSERT_NE(at, std::string::npos) << first;
-  EXPECT_GT(std::stod(first.substr(at + 20)), 0.9) << first;
+  ExpectTheSameModelTwiceAndAccuracyAbove(args, 0.9);
+}
+
+// Decentralized: the same model and data with no server. The gossip simulator repeats itself for
+// a seed; three plexus peer processes train the model on their partitions of the CSV file and
+// each scores its own model on its held-out share; a peer with another model file is refused at
+// the hello, the refusal naming both models.
+TEST_F(OwnModelTest, TheGossipSimulatorRunsAUsersModelOnItsDataDeterministically) {
+  const std::vector<std::string> args{
+      "sim",      "--mode", "gossip", "--model", model_,   "--data", Path("train.safetensors"), "--clients", "6",
+      "--rounds", "4",      "--lr",   "0.05",    "--seed", "4"};
+  ExpectTheSameModelTwiceAndAccuracyAbove(args, 0.9);
+}
+
+TEST_F(OwnModelTest, PeersGossipAUsersModelOnItsDataAndRefuseAPeerWithAnotherModel) {
+  const int n = 3;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < n; ++i) addresses.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  std::string all;
+  for (const std::string& a : addresses) all += (all.empty() ? "" : ",") + a;
+  auto peer_args = [&](int i, const std::string& model) {
+    return std::vector<std::string>{"peer",
+                                    "--listen",
+                                    addresses[static_cast<size_t>(i)],
+                                    "--peers",
+                                    all,
+                                    "--num-partitions",
+                                    std::to_string(n),
+                                    "--partition-index",
+                                    std::to_string(i),
+                                    "--model",
+                                    model,
+                                    "--data",
+                                    Path("train.csv"),
+                                    "--rounds",
+                                    "6",
+                                    "--lr",
+                                    "0.05",
+                                    "--gossip",
+                                    "dpsgd",
+                                    "--topology",
+                                    "complete",
+                                    "--linger-s",
+                                    "1",
+                                    "--summary-out",
+                                    Path("peer" + std::to_string(i) + ".json")};
+  };
+  // First a peer with another model file (the same data fits it) meets peer 0 alone: refused.
+  {
+    ChildProcess p0(PLEXUS_BINARY, peer_args(0, model_), Path("lonely0.log"));
+    std::vector<std::string> args = peer_args(1, Path("wider.pt"));
+    args.insert(args.end(), {"--give-up-s", "5"});
+    std::string out;
+    EXPECT_NE(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
+    p0.Signal(SIGTERM);
+    p0.Wait(30000);
+    const std::string log = p0.Log();
+    EXPECT_NE(log.find("peer 1 runs '"), std::string::npos) << log;
+    EXPECT_NE(log.find("torchscript:"), std::string::npos) << log;
+  }
+  std::vector<std::unique_ptr<ChildProcess>> peers;
+  for (int i = 0; i < n; ++i) {
+    peers.push_back(
+        std::make_unique<ChildProcess>(PLEXUS_BINARY, peer_args(i, model_), Path("peer" + std::to_string(i) + ".log")));
+  }
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(peers[static_cast<size_t>(i)]->Wait(240000), 0) << peers[static_cast<size_t>(i)]->Log();
+    std::ifstream in(Path("peer" + std::to_string(i) + ".json"));
+    const nlohmann::json s = nlohmann::json::parse(in);
+    EXPECT_EQ(s["rounds_completed"], 6) << "peer " << i;
+    EXPECT_GT(s["final_test_accuracy"].get<double>(), 0.85) << "peer " << i << ": " << s.dump(2);
+  }
 }
 
 TEST_F(OwnModelTest, ARegressionTrainsOnMeanSquaredErrorAndReportsRSquared) {
