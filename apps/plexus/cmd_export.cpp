@@ -7,6 +7,7 @@
 #include "compute/script_model.h"
 #endif
 #include "core/safetensors.h"
+#include "gossip/node/peer_store.h"
 #include "server/store/sqlite_store.h"
 
 namespace plexus::cli {
@@ -21,14 +22,30 @@ struct ExportFlags {
 };
 
 // What a user of a federation's model needs to know, beside its weights.
+// `store`: the server's (null for a peer's database, which keeps no input shape).
 std::map<std::string, std::string> UserModelMetadata(SqliteStore* store, const std::string& model_name) {
   std::map<std::string, std::string> meta{
       {"plexus.model", model_name},
       {"plexus.preprocess", "none: the model takes the features as the data files the clients trained on hold them"}};
+  if (!store) return meta;
   if (Result<std::string> shape = store->GetMeta("input_shape"); shape.ok() && !shape->empty()) {
     meta["plexus.input_shape"] = *shape;
   }
   return meta;
+}
+
+// A peer's database (plexus peer --db) holds the peer's newest model only.
+ModelState PeerModel(const ExportFlags& f) {
+  if (f.version >= 0) {
+    throw CommandError("--version: '" + f.db + "' is a peer's database, which keeps only the peer's newest model");
+  }
+  std::unique_ptr<gossip::PeerStore> peer = Take(gossip::PeerStore::Open(f.db), "--db " + f.db);
+  std::optional<gossip::SavedPeer> saved = Take(peer->LoadAny(), "--db " + f.db);
+  if (!saved) throw CommandError("peer database '" + f.db + "' holds no model yet");
+  std::printf("peer %u's model after %llu rounds\n", static_cast<unsigned>(saved->node),
+              static_cast<unsigned long long>(saved->rounds));
+  saved->model.set_version(saved->rounds);
+  return std::move(saved->model);
 }
 
 void RunExport(const ExportFlags& f) {
@@ -36,9 +53,12 @@ void RunExport(const ExportFlags& f) {
   if (f.format == "torchscript" && f.model.empty()) {
     throw CommandError("--format torchscript needs --model: the TorchScript file the federation was started with");
   }
-  std::unique_ptr<SqliteStore> store = Take(SqliteStore::Open(f.db));
+  const bool peer = Take(gossip::PeerStore::IsPeerDatabase(f.db), "--db " + f.db);
+  std::unique_ptr<SqliteStore> store = peer ? nullptr : Take(SqliteStore::Open(f.db));
   ModelState model;
-  if (f.version < 0) {
+  if (peer) {
+    model = PeerModel(f);
+  } else if (f.version < 0) {
     std::optional<ModelState> latest = Take(store->LatestCheckpoint());
     if (!latest) throw CommandError("database '" + f.db + "' holds no checkpoint");
     model = std::move(*latest);
@@ -46,8 +66,10 @@ void RunExport(const ExportFlags& f) {
     model = Take(store->Checkpoint(static_cast<uint64_t>(f.version)));
   }
   const std::string built_in = BuiltInModelOf(model);
-  Result<std::string> stored_name = store->GetMeta("model");
-  const std::string model_name = stored_name.ok() ? *stored_name : built_in;
+  Result<std::string> stored_name = store ? store->GetMeta("model") : Result<std::string>(built_in);
+  const std::string model_name = stored_name.ok() && !stored_name->empty() ? *stored_name
+                                 : built_in.empty()                        ? "torchscript"
+                                                                           : built_in;
   std::map<std::string, std::string> metadata =
       built_in.empty() ? UserModelMetadata(store.get(), model_name) : BuiltInModelMetadata(built_in);
   if (f.format == "torchscript") {
@@ -74,8 +96,9 @@ void RunExport(const ExportFlags& f) {
 void AddExportCommand(CLI::App& app) {
   auto f = std::make_shared<ExportFlags>();
   CLI::App* cmd =
-      app.add_subcommand("export", "Write a checkpoint from a server database as .safetensors or TorchScript");
-  cmd->add_option("--db", f->db, "SQLite database of a plexus server")->required();
+      app.add_subcommand("export", "Write a model from a server's or a peer's database as .safetensors or TorchScript");
+  cmd->add_option("--db", f->db, "SQLite database of a plexus server, or of a plexus peer (its newest model)")
+      ->required();
   cmd->add_option("--version", f->version, "Model version to export (default: the latest)");
   cmd->add_option("--out", f->out, "Output file (.safetensors, or .pt with --format torchscript)")->required();
   cmd->add_option("--format", f->format,

@@ -45,6 +45,7 @@ struct PeerFlags {
   std::string data_dir = kDefaultFashionMnistDir;
   DataFlags data;
   double test_split = 0.1;  // with --data: the share of the partition held out as the test examples
+  std::string test_data;    // with --data: a file of test examples instead (read like --data)
   std::string partition = "iid";
   int64_t num_partitions = 1;
   int64_t partition_index = 0;
@@ -233,7 +234,12 @@ void RunPeer(const PeerFlags& f) {
                  return std::move(parts[static_cast<size_t>(f.partition_index)]);
                });
   Dataset test_data;
-  if (f.data.given()) {  // a seeded share of the peer's partition is its test set
+  if (!f.test_data.empty()) {  // a common test file, read as --data is
+    if (!f.data.given()) throw CommandError("--test-data is for --data: Fashion-MNIST peers test on its test set");
+    DataFlags test_flags = f.data;
+    test_flags.data = f.test_data;
+    test_data = LoadData(test_flags, model.regression(), f.data_dir, Split::kTrain);
+  } else if (f.data.given()) {  // a seeded share of the peer's partition is its test set
     HeldOut split =
         Take(HoldOut(local_data, f.test_split, f.seed ^ static_cast<uint64_t>(f.partition_index + 1)), "--test-split");
     local_data = std::move(split.kept);
@@ -365,6 +371,9 @@ void AddPeerCommand(CLI::App& app) {
                   "With --data: the share of this peer's partition held out (seeded) as its test examples")
       ->check(CLI::Range(0.01, 0.9))
       ->capture_default_str();
+  cmd->add_option("--test-data", f->test_data,
+                  "With --data: a file of test examples (read like --data) that this peer evaluates on instead of a "
+                  "held-out share of its partition");
   cmd->add_option("--partition", f->partition, "iid, dirichlet:ALPHA or shards:S")->capture_default_str();
   cmd->add_option("--num-partitions", f->num_partitions, "Peers in the federation (the training set's partitions)")
       ->check(CLI::PositiveNumber)

@@ -30,7 +30,37 @@ Result<std::unique_ptr<PeerStore>> PeerStore::Open(const std::string& path) {
 
 PeerStore::~PeerStore() { sqlite3_close(db_); }
 
+Result<bool> PeerStore::IsPeerDatabase(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string why = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return UnavailableError("cannot read '" + path + "': " + why);
+  }
+  bool peer = false;
+  {
+    SqliteStatement q(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'peer'");
+    if (Status prepared = q.prepared("read the schema"); !prepared.ok()) {
+      sqlite3_close(db);
+      return prepared;
+    }
+    peer = q.Step() == SQLITE_ROW;
+  }
+  sqlite3_close(db);
+  return peer;
+}
+
 Result<std::optional<SavedPeer>> PeerStore::Load(NodeId node) {
+  PLEXUS_ASSIGN_OR_RETURN(std::optional<SavedPeer> saved, LoadAny());
+  if (saved && saved->node != node) {
+    return FailedPreconditionError("the database belongs to peer " + std::to_string(saved->node) + ", not " +
+                                   std::to_string(node) + " (each peer needs its own --db)");
+  }
+  return saved;
+}
+
+Result<std::optional<SavedPeer>> PeerStore::LoadAny() {
   std::lock_guard<std::mutex> lock(mu_);
   SqliteStatement q(db_, "SELECT node, rounds, model FROM peer WHERE id = 1");
   PLEXUS_RETURN_IF_ERROR(q.prepared("load peer"));
@@ -39,10 +69,6 @@ Result<std::optional<SavedPeer>> PeerStore::Load(NodeId node) {
   if (rc != SQLITE_ROW) return SqliteError(db_, rc, "load peer");
   SavedPeer saved;
   saved.node = static_cast<NodeId>(q.Int(0));
-  if (saved.node != node) {
-    return FailedPreconditionError("the database belongs to peer " + std::to_string(saved.node) + ", not " +
-                                   std::to_string(node) + " (each peer needs its own --db)");
-  }
   saved.rounds = static_cast<uint64_t>(q.Int(1));
   PLEXUS_ASSIGN_OR_RETURN(saved.model, DecodeSafetensors(q.Text(2)));
   SqliteStatement m(db_, "SELECT node, address, incarnation, state FROM members ORDER BY node");

@@ -31,9 +31,15 @@ class PeerStore {
   static Result<std::unique_ptr<PeerStore>> Open(const std::string& path);
   ~PeerStore();
 
+  // Whether `path` is a peer's database (read only: nothing is created or changed). Unavailable
+  // when the file cannot be read as SQLite.
+  static Result<bool> IsPeerDatabase(const std::string& path);
+
   // The state saved last, or nullopt for a new database. FailedPrecondition when the database
   // belongs to another node id (two peers must not share a --db).
   Result<std::optional<SavedPeer>> Load(NodeId node);
+  // The same whichever node saved it (plexus export).
+  Result<std::optional<SavedPeer>> LoadAny();
   // Replaces the saved state, atomically (one transaction).
   Status Save(NodeId node, uint64_t rounds, const ModelState& model, const std::vector<MemberUpdate>& members);
 
