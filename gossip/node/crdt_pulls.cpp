@@ -163,9 +163,14 @@ void CrdtPulls::LinkClosed(PeerLinks::Link* c, const std::string& why) {
 }
 
 void CrdtPulls::Tick() {
+  // Questions of ended pulls whose answers never came are forgotten after twice the timeout (an
+  // answer after that is refused as unasked for).
+  const double now = hooks_.now_ms();
+  std::erase_if(pending_, [&](const auto& q) {
+    return q.second.abandoned && q.second.deltas_left == 0 && now - q.second.asked_ms > 2 * kAnswerTimeoutMs;
+  });
   if (!pull_ || pull_->joining) return;
   if (!pull_->failed.empty()) return End(nullptr, pull_->failed);
-  const double now = hooks_.now_ms();
   for (const auto& [id, q] : pending_) {
     if (!q.abandoned && now - q.asked_ms > kAnswerTimeoutMs) {
       return End(nullptr, "peer " + std::to_string(pull_->sync.from) + " did not answer in " +

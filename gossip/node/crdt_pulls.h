@@ -59,7 +59,8 @@ class CrdtPulls {
   Status DeltaDecoded(NodeId from, const v1::GossipModel& header, Result<ModelState> model);
   // The pull fails if its link closed.
   void LinkClosed(PeerLinks::Link* link, const std::string& why);
-  // The pull fails if a question has waited longer than kAnswerTimeoutMs.
+  // The pull fails if a question has waited longer than kAnswerTimeoutMs; questions of ended
+  // pulls still unanswered after twice that are forgotten.
   void Tick();
   // The node leaves: queued pulls are dropped, the running one fails (a join already on a
   // worker finishes first), and answers still on their way are read and dropped.
