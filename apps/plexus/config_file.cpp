@@ -74,7 +74,10 @@ void PrintResolvedSettings(const CLI::App& cmd, const std::map<std::string, std:
       value = opt->get_default_str();
       source = "default";
     }
-    if (value.empty()) value = opt->get_items_expected_max() == 0 ? "false" : "(unset)";  // a switch, or no default
+    // A switch left out; a flag given without its optional value (--secagg); or no default.
+    if (value.empty()) {
+      value = opt->get_items_expected_max() == 0 ? "false" : opt->count() > 0 ? "(given, its defaults)" : "(unset)";
+    }
     std::printf("  --%s = %s  (%s)\n", name.c_str(), value.c_str(), source.c_str());
   }
   std::fflush(stdout);

@@ -414,6 +414,10 @@ TEST(CliTest, DryRunPrintsEverySettingAndWhereItCameFrom) {
   ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--config", cfg, "--dry-run"}, &out), 0) << out;
   EXPECT_NE(out.find("  --no-eval = true  (config " + cfg + ")"), std::string::npos) << out;
   EXPECT_NE(out.find("  --insecure = false  (default)"), std::string::npos) << out;
+  EXPECT_NE(out.find("  --secagg = (unset)  (default)"), std::string::npos) << out;
+  // A flag whose value is optional, given without one: on, with its defaults.
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, {"server", "--secagg", "--min-clients", "3", "--dry-run"}, &out), 0) << out;
+  EXPECT_NE(out.find("  --secagg = (given, its defaults)  (command line)"), std::string::npos) << out;
   std::filesystem::remove(cfg);
   // What --dp makes of the strategy and the rounds is what the table shows.
   for (const char* command : {"sim", "server"}) {
