@@ -555,6 +555,38 @@ TEST_F(SecureRoundTest, AFedBuffGroupThatAbortsPublishesNothingAndItsMembersForm
   EXPECT_EQ(engine_->model().version(), 1u);
 }
 
+TEST_F(SecureRoundTest, FedBuffGroupsRespectMaxConcurrencyAndARestartFormsNewGroups) {
+  AsyncOptions o = AsyncSecure(2);  // groups of 3
+  o.max_concurrency = 3;            // one group at a time
+  OpenAsync(o);
+  const std::vector<std::string> group = {"a", "b", "c"};
+  for (const char* c : {"a", "b", "c", "d"}) ASSERT_OK(engine_->Join({c, 100, "test"}));
+  FormGroup(group, 0);
+  Result<PollAnswer> full = engine_->Poll("d");
+  ASSERT_OK(full);
+  EXPECT_EQ(full->kind, PollAnswer::Kind::kWait) << "three clients in a group: a fourth waits";
+  Result<PollAnswer> again = engine_->Poll("a");  // a member still gets its task
+  ASSERT_OK(again);
+  EXPECT_EQ(again->kind, PollAnswer::Kind::kTask);
+  EXPECT_EQ(again->task.task_id, players_["a"].task.task_id);
+  for (const std::string& c : group) Advertise(c);
+
+  const std::string before = players_["a"].task.task_id;
+  engine_.reset();  // the server dies; its store stays, the group's keys die with it
+  OpenAsync(o);
+  for (const char* c : {"a", "b", "c", "d"}) ASSERT_OK(engine_->Join({c, 100, "test"}));
+  EXPECT_THAT(engine_->SecureAggregation("a", before, secagg::Call{}).status(),
+              StatusIs(StatusCode::kNotFound, "no open secure group"));
+  players_.clear();
+  FormGroup(group, 0);
+  EXPECT_NE(players_["a"].task.task_id, before) << "a new group, with its own task ids";
+  for (const std::string& c : group) Advertise(c);
+  for (const std::string& c : group) Share(c);
+  for (const std::string& c : group) SendMasked(c);
+  for (const std::string& c : group) Reveal(c);
+  EXPECT_EQ(engine_->model().version(), 1u);
+}
+
 TEST_F(SecureRoundTest, FedBuffSettingsThatCannotWorkAreRefusedAtOpen) {
   AsyncOptions o = AsyncSecure(1);
   o.secagg = *SecAggSettings::Parse("spare=1");
