@@ -173,20 +173,30 @@ Status AddKeyedNormals(std::span<double> values, double scale, const NoiseKey& k
   return Status::Ok();
 }
 
+Result<std::vector<double>> ClipToNormAndAddNoise(std::span<const float> values, double clip, double stddev,
+                                                  GaussianNoise* noise) {
+  double squared = 0;
+  for (float v : values) squared += static_cast<double>(v) * v;
+  const double norm = std::sqrt(squared);
+  if (!std::isfinite(norm)) return InvalidArgumentError("the update holds non-finite values");
+  const double scale = clip > 0 && norm > clip ? clip / norm : 1.0;
+  std::vector<double> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i] * scale;
+  if (stddev > 0) {
+    if (!noise) return InvalidArgumentError("noise asked for, and no generator given");
+    PLEXUS_RETURN_IF_ERROR(noise->Add(out, stddev));
+  }
+  return out;
+}
+
 Status ClipAndAddNoise(std::span<float> values, double clip, double noise_multiplier, GaussianNoise& noise) {
   if (!(clip > 0) || !std::isfinite(clip)) return InvalidArgumentError("local DP: the clip must be positive");
   if (!(noise_multiplier >= 0) || !std::isfinite(noise_multiplier)) {
     return InvalidArgumentError("local DP: the noise multiplier must be at least 0");
   }
-  double squared = 0;
-  for (float v : values) squared += static_cast<double>(v) * v;
-  const double norm = std::sqrt(squared);
-  if (!std::isfinite(norm)) return InvalidArgumentError("local DP: the update holds non-finite values");
-  const double scale = norm > clip ? clip / norm : 1.0;
-  std::vector<double> noised(values.size());
-  for (size_t i = 0; i < values.size(); ++i) noised[i] = values[i] * scale;
-  if (noise_multiplier > 0) PLEXUS_RETURN_IF_ERROR(noise.Add(noised, noise_multiplier * clip));
-  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(noised[i]);
+  Result<std::vector<double>> noised = ClipToNormAndAddNoise(values, clip, noise_multiplier * clip, &noise);
+  if (!noised.ok()) return noised.status().WithContext("local DP");
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((*noised)[i]);
   return Status::Ok();
 }
 

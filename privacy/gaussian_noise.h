@@ -20,6 +20,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/thread_pool.h"
@@ -43,6 +44,13 @@ class GaussianNoise {
 // InvalidArgument for a clip that is not positive, a negative noise multiplier or non-finite
 // values (nothing changed then); the noise source's error otherwise (values must be discarded).
 Status ClipAndAddNoise(std::span<float> values, double clip, double noise_multiplier, GaussianNoise& noise);
+
+// What both local DP and secure aggregation's members (distributed DP) do to a delta: `values`
+// scaled to L2 norm at most `clip` (0: not scaled), then N(0, stddev²) added to each (0: none),
+// in double precision. InvalidArgument for non-finite values, or for noise asked of a null `noise`;
+// the noise source's error otherwise.
+Result<std::vector<double>> ClipToNormAndAddNoise(std::span<const float> values, double clip, double stddev,
+                                                  GaussianNoise* noise);
 
 // Draws from ChaCha20 streams keyed by OpenSSL's RAND_bytes, a fresh key per call.
 std::unique_ptr<GaussianNoise> MakeSecureGaussianNoise();

@@ -31,22 +31,10 @@ Result<std::vector<uint32_t>> WeightedEncoding::Encode(std::span<const float> de
   }
   if (examples < 1) return InvalidArgumentError("secagg: an update trained on no example");
   const double w = static_cast<double>(std::min(examples, weight_cap_)) / static_cast<double>(weight_cap_);
-  double scale = 1.0;  // the L2 clip's
-  if (l2_clip_ > 0) {
-    double squares = 0;
-    for (float v : delta) squares += static_cast<double>(v) * v;
-    const double norm = std::sqrt(squares);
-    if (norm > l2_clip_) scale = l2_clip_ / norm;
-  }
-  std::vector<double> values(delta.size());
-  for (size_t i = 0; i < delta.size(); ++i) {
-    if (!std::isfinite(delta[i])) return InvalidArgumentError("secagg: a non-finite value in the update");
-    values[i] = scale * delta[i];
-  }
-  if (noise_std_ > 0) {
-    if (!noise) return InvalidArgumentError("secagg: the group asks each member for noise, and none was given");
-    PLEXUS_RETURN_IF_ERROR(noise->Add(values, noise_std_).WithContext("secagg: the member's noise"));
-  }
+  // The group's L2 clip and noise (central and distributed DP); neither without DP.
+  Result<std::vector<double>> scaled = ClipToNormAndAddNoise(delta, l2_clip_, noise_std_, noise);
+  if (!scaled.ok()) return scaled.status().WithContext("secagg");
+  const std::vector<double>& values = *scaled;
   std::vector<float> weighted(length_);
   int64_t outside = 0;
   for (size_t i = 0; i < delta.size(); ++i) {
