@@ -88,11 +88,8 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->acknowledged_.AddMerged(e->published_->history());
   PLEXUS_RETURN_IF_ERROR(e->CountOpening());
   if (options.secagg) {
-    const int64_t input_ms =
-        options.secagg->input_s > 0
-            ? std::min<int64_t>(options.task_timeout_ms, static_cast<int64_t>(options.secagg->input_s * 1000))
-            : options.task_timeout_ms;
-    e->secure_ = std::make_unique<SecureBuffers>(*options.secagg, options.buffer_size, input_ms, e->opening_, pool);
+    e->secure_ = std::make_unique<SecureBuffers>(
+        *options.secagg, options.buffer_size, options.secagg->InputStageMs(options.task_timeout_ms), e->opening_, pool);
   }
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->RestoreState(restored.aggregator_state)

@@ -34,9 +34,8 @@ Result<std::optional<SecureBuffers::Assignment>> SecureBuffers::Poll(const std::
     std::erase_if(forming_, [&](const auto& f) { return f.first != client_id && !live.count(f.first); });
     int64_t oldest = now_ms;
     for (const auto& [id, since] : forming_) oldest = std::min(oldest, since);
-    const int64_t stage_ms = settings_.stage_s > 0 ? static_cast<int64_t>(settings_.stage_s * 1000) : 30000;
     const auto waiting = static_cast<int64_t>(forming_.size());
-    if (waiting >= group_size_ || (waiting >= kSmallestGroup && now_ms - oldest >= stage_ms)) {
+    if (waiting >= group_size_ || (waiting >= kSmallestGroup && now_ms - oldest >= settings_.StageMs())) {
       PLEXUS_RETURN_IF_ERROR(StartGroup(model, now_ms));
     }
   }

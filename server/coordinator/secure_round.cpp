@@ -14,7 +14,9 @@ Result<SecAggSettings> SecAggSettings::Parse(const std::string& spec) {
   SecAggSettings out;
   PLEXUS_ASSIGN_OR_RETURN(const int64_t degree, s.GetCount("degree", 0));
   PLEXUS_ASSIGN_OR_RETURN(const int64_t threshold, s.GetCount("threshold", 0));
-  PLEXUS_ASSIGN_OR_RETURN(out.clip, s.GetDouble("clip", out.clip));
+  PLEXUS_ASSIGN_OR_RETURN(const double clip, s.GetDouble("clip", std::nan("")));  // NaN: not given
+  out.clip_given = !std::isnan(clip);
+  if (out.clip_given) out.clip = clip;
   PLEXUS_ASSIGN_OR_RETURN(out.weight_cap, s.GetCount("weight-cap", out.weight_cap));
   PLEXUS_ASSIGN_OR_RETURN(out.stage_s, s.GetDouble("stage-s", out.stage_s));
   PLEXUS_ASSIGN_OR_RETURN(out.spare, s.GetCount("spare", out.spare));
@@ -128,8 +130,7 @@ Result<std::unique_ptr<SecureRound>> SecureRound::Start(const SecAggSettings& se
     member_of[sorted[i]] = id;
   }
   PLEXUS_ASSIGN_OR_RETURN(secagg::WeightedEncoding encoding, secagg::WeightedEncoding::For(setup));
-  const int64_t stage_ms =
-      std::min<int64_t>(input_stage_ms, settings.stage_s > 0 ? std::llround(settings.stage_s * 1000) : int64_t{30000});
+  const int64_t stage_ms = std::min<int64_t>(input_stage_ms, settings.StageMs());
   PLEXUS_ASSIGN_OR_RETURN(
       std::unique_ptr<secagg::Server> server,
       secagg::Server::Create(setup.params, now_ms, std::max<int64_t>(1, stage_ms), pool, input_stage_ms));

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,6 +34,7 @@ struct SecAggSettings {
   int degree = 0;              // neighbours per member; 0: the smallest even number ≥ 2·log2(n), at most n − 1
   int threshold = 0;           // shares that recover a secret; 0: degree/2 + 1
   double clip = 1.0;           // each delta value is clipped to [−clip, clip]
+  bool clip_given = false;     // clip=R was in the spec (else the default, which --dp may change)
   int64_t weight_cap = 65536;  // examples at which a client's weight reaches 1
   // Longest a stage other than the masked input (whose members train) may last; 0: 30 s, or the
   // round deadline when that is shorter. The masked-input stage lasts at most the round deadline.
@@ -59,6 +61,12 @@ struct SecAggSettings {
   // threshold cannot be met by that group.
   Result<std::pair<int, int>> GraphFor(int n) const;
   std::string Describe() const;
+  // The longest a stage other than the masked input may last: stage_s, or 30 s.
+  int64_t StageMs() const { return stage_s > 0 ? std::llround(stage_s * 1000) : int64_t{30000}; }
+  // FedBuff: the longest the masked-input stage may last: input_s, at most `task_timeout_ms`.
+  int64_t InputStageMs(int64_t task_timeout_ms) const {
+    return input_s > 0 ? std::min<int64_t>(task_timeout_ms, std::llround(input_s * 1000)) : task_timeout_ms;
+  }
   // FedBuff: the members of a group for a buffer of `buffer_size` updates.
   int64_t GroupSize(int64_t buffer_size) const {
     return buffer_size + (spare >= 0 ? spare : std::max<int64_t>(1, (buffer_size + 4) / 5));
