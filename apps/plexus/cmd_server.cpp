@@ -146,10 +146,6 @@ void RunServer(const ServerFlags& f) {
                : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = sync.rounds;
-  std::map<std::string, std::string> derived;
-  PlanDpWithSecAgg(f.cmd->count("--secagg") > 0, f.secagg, &dp, &sync.secagg);
-  if (dp) derived = ApplyDpPlan(*dp, &sync.strategy, &sync.rounds);
-  derived.merge(DefaultMinClients(*f.cmd, &sync));
   if (f.cmd->count("--secagg") > 0) {
     // The mode and the strategy (central --dp's included) are the engine's to refuse.
     for (const char* flag : {"--max-update-norm", "--adaptive-norm-factor"}) {
@@ -159,8 +155,12 @@ void RunServer(const ServerFlags& f) {
             ": the server never sees an update's norm; each value is clipped to --secagg clip=R instead");
       }
     }
-    if (!sync.secagg) sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");  // (with --dp: above)
+    sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
   }
+  PlanDpWithSecAgg(&dp, &sync.secagg);
+  std::map<std::string, std::string> derived;
+  if (dp) derived = ApplyDpPlan(*dp, &sync.strategy, &sync.rounds);
+  derived.merge(DefaultMinClients(*f.cmd, &sync));
   AsyncOptions async = AsyncOptionsFor(f.mode, f.async, sync, f.cmd);
   if (dp) async.strategy = dp->strategy;
   // FedBuff's versions are hashed and written by the server's committer thread, not under the

@@ -237,13 +237,11 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
                : PlanDp(f.dp, options.mode == Mode::kAsync ? f.sim.async.buffer_size : options.sync.clients_per_round,
                         options.sync.rounds, options.clients, options.seed, f.cmd->count("--strategy") > 0);
   const int64_t rounds_asked = options.sync.rounds;
+  if (f.cmd->count("--secagg") > 0) options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
+  PlanDpWithSecAgg(&dp, &options.sync.secagg);
   std::map<std::string, std::string> derived;
-  PlanDpWithSecAgg(f.cmd->count("--secagg") > 0, f.secagg, &dp, &options.sync.secagg);
   if (dp) derived = ApplyDpPlan(*dp, &options.sync.strategy, &options.sync.rounds);
   derived.merge(DefaultMinClients(*f.cmd, &options.sync));
-  if (f.cmd->count("--secagg") > 0 && !options.sync.secagg) {
-    options.sync.secagg = Take(SecAggSettings::Parse(f.secagg), "--secagg");
-  }
   options.async = AsyncOptionsFor(options.mode, f.sim.async, options.sync, f.cmd);
   if (dp) options.async.strategy = dp->strategy;
   Check(EngineOptions{options.mode, options.sync, options.async}.Validate(), "invalid settings");

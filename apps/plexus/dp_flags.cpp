@@ -255,7 +255,7 @@ std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* 
   return derived;
 }
 
-void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* settings) {
+void PlanSecureDp(DpPlan* plan, SecAggSettings* settings) {
   if (plan->adaptive) {
     throw CommandError(
         "--dp adaptive with --secagg: adaptive clipping counts the updates under the clip, which the "
@@ -271,16 +271,15 @@ void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* 
   if (plan->distributed) settings->member_noise = plan->noise;
   // Each value is clipped to C (a delta of norm C has none larger), and with the members' noise
   // to C plus four of its standard deviations (a group's threshold is 2 at least).
-  if (secagg_spec.find("clip=") == std::string::npos) {
+  if (!settings->clip_given) {
     settings->clip = plan->clip * (1 + (plan->distributed ? 4 * plan->noise / std::sqrt(2.0) : 0.0));
   }
   plan->strategy += plan->distributed ? ",summed=true,noised_by_members=true" : ",summed=true";
 }
 
-void PlanDpWithSecAgg(bool secagg_given, const std::string& spec, std::optional<DpPlan>* plan,
-                      std::optional<SecAggSettings>* settings) {
+void PlanDpWithSecAgg(std::optional<DpPlan>* plan, std::optional<SecAggSettings>* settings) {
   if (!*plan) return;
-  if (!secagg_given) {
+  if (!*settings) {
     if ((*plan)->distributed) {
       throw CommandError(
           "--dp distributed needs --secagg: the members' shares of the noise protect only a sum the "
@@ -288,8 +287,7 @@ void PlanDpWithSecAgg(bool secagg_given, const std::string& spec, std::optional<
     }
     return;
   }
-  *settings = Take(SecAggSettings::Parse(spec), "--secagg");
-  PlanSecureDp(spec, &**plan, &**settings);
+  PlanSecureDp(&**plan, &**settings);
 }
 
 }  // namespace plexus::cli

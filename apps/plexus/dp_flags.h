@@ -61,18 +61,17 @@ struct DpPlan {
 // returns what --dry-run shows of both (PrintResolvedSettings' `derived`).
 std::map<std::string, std::string> ApplyDpPlan(const DpPlan& plan, std::string* strategy, int64_t* rounds);
 
-// --dp central with --secagg (`secagg_spec` its parameters): the members clip their deltas to the
+// --dp central with --secagg (its parsed parameters in *settings): the members clip their deltas to the
 // plan's clip C themselves (settings->l2_clip; the server never sees a delta), weigh alike
 // (weight-cap 1: dp_fedavg folds updates unweighted) and clip each value to C unless --secagg
 // clip=R says so; the plan's dp_fedavg folds each group's sum (summed=true) and adds the noise.
 // With --dp distributed the members add the noise too (settings->member_noise: each the share that
 // makes any group the server can unmask carry Z·C) and the server none (noised_by_members=true).
 // CommandError for adaptive clipping (its count needs each update's norm) and trees.
-void PlanSecureDp(const std::string& secagg_spec, DpPlan* plan, SecAggSettings* settings);
-// What a command does with --dp and --secagg: with both, parses --secagg's `spec` into *settings
-// and PlanSecureDp; --dp distributed without --secagg is a CommandError.
-void PlanDpWithSecAgg(bool secagg_given, const std::string& spec, std::optional<DpPlan>* plan,
-                      std::optional<SecAggSettings>* settings);
+void PlanSecureDp(DpPlan* plan, SecAggSettings* settings);
+// What a command does with --dp (*plan, if any) and --secagg (*settings, set when it was given):
+// PlanSecureDp with both; --dp distributed without --secagg is a CommandError.
+void PlanDpWithSecAgg(std::optional<DpPlan>* plan, std::optional<SecAggSettings>* settings);
 
 std::optional<DpPlan> PlanDp(const DpFlags& flags, int64_t per_release, int64_t versions, int64_t default_population,
                              std::optional<uint64_t> seed, bool strategy_given);
