@@ -169,6 +169,13 @@ class SecureRoundTest : public ::testing::Test {
     call.revealed = *players_.at(c).member->Unmask(v.unmask);
     ASSERT_OK(Call(c, call));
   }
+  // Every member of `clients` takes part in every stage, in turn.
+  void RunEveryStage(const std::vector<std::string>& clients) {
+    for (const auto& c : clients) Advertise(c);
+    for (const auto& c : clients) Share(c);
+    for (const auto& c : clients) SendMasked(c);
+    for (const auto& c : clients) Reveal(c);
+  }
 
   // The weighted mean of the clipped deltas of `clients` (what FedAvg of them publishes), and
   // the engine's rounding bound for it.
@@ -213,10 +220,7 @@ TEST_F(SecureRoundTest, AGroupWhereEveryoneStaysPublishesTheWeightedMeanOfItsUpd
   Begin(all);
   EXPECT_EQ(players_["a"].setup.params.degree, 5);  // 2·log2(6) rounds to 6, at most n − 1
   EXPECT_EQ(players_["a"].setup.params.threshold, 3);
-  for (const auto& c : all) Advertise(c);
-  for (const auto& c : all) Share(c);
-  for (const auto& c : all) SendMasked(c);
-  for (const auto& c : all) Reveal(c);
+  RunEveryStage(all);
   ExpectPublished(all);
   EXPECT_EQ(Query("a").stage, Stage::kDone) << "a member that asks after the round closed hears how it ended";
   EXPECT_EQ(clock_.NowMs(), 0) << "closed by its last message, not a deadline";
@@ -384,10 +388,7 @@ TEST_F(SecureRoundTest, CentralDpOverASecureGroupReleasesWhatDpFedAvgReleasesInT
   const std::vector<std::string> all = {"a", "b", "c", "d", "e"};
   OpenWithDp(/*distributed=*/false, all);
   EXPECT_EQ(players_["a"].setup.l2_clip, 0.3) << "the members learn the clip from the group's setup";
-  for (const auto& c : all) Advertise(c);
-  for (const auto& c : all) Share(c);
-  for (const auto& c : all) SendMasked(c);
-  for (const auto& c : all) Reveal(c);
+  RunEveryStage(all);
   ASSERT_EQ(engine_->model().version(), 1u);
 
   std::unique_ptr<Aggregator> clear = *MakeAggregator("dp_fedavg:clip=0.3,noise=0.8,expected=5,seed=11", nullptr);
@@ -423,10 +424,7 @@ TEST_F(SecureRoundTest, DistributedDpMembersAddTheNoiseAndTheServerNone) {
   OpenWithDp(/*distributed=*/true, all);
   const secagg::Setup& setup = players_["a"].setup;
   EXPECT_NEAR(setup.noise_std, 0.8 * 0.3 / std::sqrt(static_cast<double>(setup.params.threshold)), 1e-12);
-  for (const auto& c : all) Advertise(c);
-  for (const auto& c : all) Share(c);
-  for (const auto& c : all) SendMasked(c);
-  for (const auto& c : all) Reveal(c);
+  RunEveryStage(all);
   ASSERT_EQ(engine_->model().version(), 1u);
   std::vector<double> sum(kValues, 0.0), clean(kValues, 0.0);
   for (const auto& c : all) {
@@ -548,10 +546,7 @@ TEST_F(SecureRoundTest, AFedBuffGroupThatAbortsPublishesNothingAndItsMembersForm
   EXPECT_EQ(engine_->status().secure_rounds_aborted, 1);
   players_.clear();
   FormGroup(group, 0);
-  for (const std::string& c : group) Advertise(c);
-  for (const std::string& c : group) Share(c);
-  for (const std::string& c : group) SendMasked(c);
-  for (const std::string& c : group) Reveal(c);
+  RunEveryStage(group);
   EXPECT_EQ(engine_->model().version(), 1u);
 }
 
@@ -580,10 +575,7 @@ TEST_F(SecureRoundTest, FedBuffGroupsRespectMaxConcurrencyAndARestartFormsNewGro
   players_.clear();
   FormGroup(group, 0);
   EXPECT_NE(players_["a"].task.task_id, before) << "a new group, with its own task ids";
-  for (const std::string& c : group) Advertise(c);
-  for (const std::string& c : group) Share(c);
-  for (const std::string& c : group) SendMasked(c);
-  for (const std::string& c : group) Reveal(c);
+  RunEveryStage(group);
   EXPECT_EQ(engine_->model().version(), 1u);
 }
 
