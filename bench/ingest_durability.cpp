@@ -13,14 +13,21 @@
 // uploads into FedAvg: each a fresh copy of the encoded bytes, read (checked) into a coded delta,
 // logged as those bytes and folded from them. Prints one markdown row per variant (update bytes
 // counted as float32 model bytes throughout) and the ratio to unlogged.
-// usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--codec SPEC]
+// Updates are submitted as the server's upload handlers submit them: `--threads` threads (one
+// per client by default), each Admit and Complete under one lock and the durable write (Persist)
+// outside it, so that updates that finish together share the store's group commit.
+// usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--threads T] [--codec SPEC]
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "compression/codec.h"
 #include "core/clock.h"
@@ -49,13 +56,14 @@ struct Args {
   int64_t params = 1000000;
   int64_t updates = 300;
   int64_t buffer = 10;
-  std::string codec;  // empty: float32 updates only
+  int64_t threads = 0;  // 0: one per client (--buffer)
+  std::string codec;    // empty: float32 updates only
 };
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr,
                "ingest_durability: %s\nusage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] "
-               "[--codec SPEC]\n",
+               "[--threads T] [--codec SPEC]\n",
                why);
   std::exit(2);
 }
@@ -67,7 +75,8 @@ Args Parse(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::printf(
           "ingest_durability: async ingest (AsyncEngine + SqliteStore) with and without the update log\n"
-          "usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--codec SPEC]\n");
+          "usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--threads T] "
+          "[--codec SPEC]\n");
       std::exit(0);
     }
     if (i + 1 >= argc) Usage(("missing value for " + flag).c_str());
@@ -80,6 +89,8 @@ Args Parse(int argc, char** argv) {
       a.updates = std::atoll(v);
     } else if (flag == "--buffer") {
       a.buffer = std::atoll(v);
+    } else if (flag == "--threads") {
+      a.threads = std::atoll(v);
     } else if (flag == "--codec") {
       a.codec = v;
     } else {
@@ -88,6 +99,8 @@ Args Parse(int argc, char** argv) {
   }
   if (a.dir.empty()) Usage("--dir is required");
   if (a.params <= 0 || a.buffer <= 0 || a.updates < a.buffer) Usage("need --params > 0 and --updates >= --buffer > 0");
+  if (a.threads < 0 || a.threads > a.buffer) Usage("need 0 <= --threads <= --buffer");
+  if (a.threads == 0) a.threads = a.buffer;
   return a;
 }
 
@@ -109,28 +122,62 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   ModelState delta = ModelState::ZerosLike(initial);
   for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = 1e-3f * static_cast<float>(i % 11);
   const std::string encoded = codec ? codec->Encode(delta, nullptr, 1) : std::string();
-  const auto start = std::chrono::steady_clock::now();
-  int64_t submitted = 0;
-  while (submitted < o.rounds * a.buffer) {
-    for (int64_t c = 0; c < a.buffer && submitted < o.rounds * a.buffer; ++c, ++submitted) {
-      const std::string id = "c" + std::to_string(c);
-      PLEXUS_ASSIGN_OR_RETURN(PollAnswer answer, engine->Poll(id));
-      if (answer.kind != PollAnswer::Kind::kTask) return InternalError("client " + id + " got no task");
+  const int64_t total = o.rounds * a.buffer;
+  std::mutex engine_mu;  // the server's lock around its engine
+  int64_t taken = 0;     // updates handed to a thread so far; guarded by engine_mu
+  Status failed;         // the first error; guarded by engine_mu
+  // Thread t submits for clients t, t + threads, ...: poll, Admit under the lock, Persist without
+  // it, Complete under it again.
+  auto submitter = [&](int64_t t) {
+    int64_t turn = 0;
+    while (true) {
+      const std::string id =
+          "c" + std::to_string(t + (turn++ % ((a.buffer - t + a.threads - 1) / a.threads)) * a.threads);
       Update u;
+      {
+        std::lock_guard<std::mutex> lock(engine_mu);
+        if (!failed.ok() || taken >= total) return;
+        ++taken;
+        Result<PollAnswer> answer = engine->Poll(id);
+        if (!answer.ok() || answer->kind != PollAnswer::Kind::kTask) {
+          failed = answer.ok() ? InternalError("client " + id + " got no task") : answer.status();
+          return;
+        }
+        u.task_id = answer->task.task_id;
+        u.base_version = answer->task.model_version;
+      }
       u.client_id = id;
-      u.task_id = answer.task.task_id;
-      u.base_version = answer.task.model_version;
       u.num_examples = 10;
       u.local_steps = 1;
       u.metrics["train_loss"] = 0.5;
       if (codec) {  // a fresh copy of the received bytes, checked and kept coded as the door does
-        PLEXUS_ASSIGN_OR_RETURN(u.coded, codec->Read(encoded, delta));
+        Result<std::shared_ptr<const CodedDelta>> read = codec->Read(encoded, delta);
+        if (!read.ok()) {
+          std::lock_guard<std::mutex> lock(engine_mu);
+          failed = read.status();
+          return;
+        }
+        u.coded = std::move(read).value();
       } else {
         u.delta = delta;  // a fresh update, as a decoded upload is
       }
-      PLEXUS_RETURN_IF_ERROR(engine->Submit(std::move(u)));
+      std::unique_lock<std::mutex> lock(engine_mu);
+      Result<AdmittedUpdate> admitted = engine->Admit(std::move(u));
+      Status s = admitted.status();
+      if (admitted.ok()) {
+        lock.unlock();
+        const Status persisted = engine->Persist(*admitted);
+        lock.lock();
+        s = engine->Complete(std::move(admitted).value(), persisted);
+      }
+      if (!s.ok() && failed.ok()) failed = s;
     }
-  }
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < a.threads; ++t) threads.emplace_back(submitter, t);
+  for (std::thread& t : threads) t.join();
+  PLEXUS_RETURN_IF_ERROR(failed);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!engine->finished()) return InternalError("the federation did not finish");
   return seconds;
@@ -155,6 +202,7 @@ int Main(int argc, char** argv) {
   }
   const int variants = codec ? 3 : 2;
   double seconds[3] = {0, 0, 0};
+  std::atomic<int64_t> commits[3] = {0, 0, 0};  // group commits of update rows
   const std::string coded_name = "logged, " + a.codec + " kept coded";
   const char* names[3] = {"logged (durable acknowledgements)", "unlogged (baseline)", coded_name.c_str()};
   for (int variant = 0; variant < variants; ++variant) {
@@ -168,6 +216,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
     (*sqlite)->SetCheckpointRetention(2, 0);  // as a long-running server keeps a few
+    (*sqlite)->SetUpdateRowCommitHook([&commits, variant](size_t) { ++commits[variant]; });
     UnloggedStore unlogged(sqlite->get());
     Result<double> s =
         Ingest(a, variant == 1 ? &unlogged : static_cast<Store*>(sqlite->get()), variant == 2 ? codec.get() : nullptr);
@@ -177,12 +226,19 @@ int Main(int argc, char** argv) {
     }
     seconds[variant] = *s;
   }
-  std::printf("| variant | updates | update size | updates/s | update bytes/s | vs unlogged |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "| variant | threads | updates | update size | updates/s | update bytes/s | vs unlogged | updates per commit "
+      "|\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (int variant = 0; variant < variants; ++variant) {
     const double rate = static_cast<double>(updates) / seconds[variant];
-    std::printf("| %s | %lld | %.1f MB | %.0f | %.2f GB/s | %.2f |\n", names[variant], static_cast<long long>(updates),
-                update_bytes / 1e6, rate, rate * update_bytes / 1e9, seconds[1] / seconds[variant]);
+    const std::string per_commit =
+        commits[variant] > 0
+            ? std::to_string(static_cast<double>(updates) / static_cast<double>(commits[variant])).substr(0, 4)
+            : std::string("-");
+    std::printf("| %s | %lld | %lld | %.1f MB | %.0f | %.2f GB/s | %.2f | %s |\n", names[variant],
+                static_cast<long long>(a.threads), static_cast<long long>(updates), update_bytes / 1e6, rate,
+                rate * update_bytes / 1e9, seconds[1] / seconds[variant], per_commit.c_str());
   }
   return 0;
 }

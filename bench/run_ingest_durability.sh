@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # What durable acknowledgements cost asynchronous ingest (docs/benchmarks.md): builds
-# bench/ingest_durability and runs it twice, the database on this checkout's disk and then on
-# tmpfs (/dev/shm, where a sync costs nothing: what remains is the CPU of writing the log).
-# Each run drives the real AsyncEngine over a real SqliteStore with 4 MB updates from 10 clients
-# (300 updates), with the update log as the server runs it and with the log skipped (the
-# baseline, in the same run), and with int8 uploads logged as their codes (as the server keeps
-# them into FedAvg), and prints a markdown table with the ratios. About a minute.
+# bench/ingest_durability and runs it with the database on this checkout's disk and then on
+# tmpfs (/dev/shm, where a sync costs nothing: what remains is the CPU of writing the log), for
+# 4 MB updates (1e6 parameters, 300 updates) and 40 MB updates (1e7, 60 updates), from 10 clients
+# whose uploads are submitted as the server's handlers submit them (one thread each, the durable
+# write outside the engine's lock, rows group-committed). Each run drives the real AsyncEngine
+# over a real SqliteStore with the update log as the server runs it and with the log skipped (the
+# baseline, in the same run), and with int8 uploads logged as their codes; on the disk, the
+# disk's own synced sequential write rate at the update's size (dd, O_DIRECT and O_DSYNC, one
+# synced write per update) is measured in the same run as the second baseline. Prints markdown
+# tables with the ratios. A few minutes.
 # usage: bench/run_ingest_durability.sh
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -17,12 +21,33 @@ disk=$(mktemp -d -p "$PWD/build")
 shm=""
 if [ -d /dev/shm ]; then shm=$(mktemp -d -p /dev/shm); fi
 trap 'rm -rf "$disk" ${shm:+"$shm"}' EXIT
-echo "Database on disk ($(df --output=source "$disk" | tail -1)):"
-echo
-build/bench/ingest_durability --dir "$disk" --params 1000000 --updates 300 --buffer 10 --codec int8
-if [ -n "$shm" ]; then
+
+# The disk's synced sequential write rate with one synced write of `mb` MB at a time.
+synced_write_rate() {
+  local mb=$1 count=$2 out bytes seconds
+  out=$(LC_ALL=C dd if=/dev/zero of="$disk/dd.bin" bs="${mb}M" count="$count" oflag=direct,dsync 2>&1 | tail -1)
+  rm -f "$disk/dd.bin"
+  bytes=$(echo "$out" | awk '{print $1}')
+  seconds=$(echo "$out" | sed -E 's/.* copied, ([0-9.e+-]+) s.*/\1/')
+  awk -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.2f", b / s / 1e9 }'
+}
+
+for size in "1000000 300 4" "10000000 60 40"; do
+  read -r params updates mb <<<"$size"
+  echo "### ${mb} MB updates"
   echo
-  echo "Database on tmpfs (/dev/shm):"
+  rate=$(synced_write_rate "$mb" $((400 / mb)))
+  echo "Database on disk ($(df --output=source "$disk" | tail -1)); the disk's synced write rate" \
+    "(dd bs=${mb}M oflag=direct,dsync): ${rate} GB/s"
   echo
-  build/bench/ingest_durability --dir "$shm" --params 1000000 --updates 300 --buffer 10 --codec int8
-fi
+  build/bench/ingest_durability --dir "$disk" --params "$params" --updates "$updates" --buffer 10 --codec int8 |
+    awk -v r="$rate" 'NR == 1 { print $0 " vs synced write |"; next } NR == 2 { print $0 " ---: |"; next }
+      { split($0, f, "|"); gsub(/[^0-9.]/, "", f[7]); printf "%s %.2f |\n", $0, f[7] / r }'
+  if [ -n "$shm" ]; then
+    echo
+    echo "Database on tmpfs (/dev/shm):"
+    echo
+    build/bench/ingest_durability --dir "$shm" --params "$params" --updates "$updates" --buffer 10 --codec int8
+  fi
+  echo
+done

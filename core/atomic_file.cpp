@@ -103,11 +103,15 @@ Status SyncDirectory(const std::string& dir) {
   return Status::Ok();
 }
 
-Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
-  const std::string tmp = path + ".tmp";
+namespace {
+
+// Writes `pieces` to `tmp` and syncs it; removes it on failure. `in_place`: a file already there
+// is overwritten from its start and cut to the new size afterwards, not truncated first, so that
+// its blocks (or, on tmpfs, its pages) are reused.
+Status WriteAndSync(const std::string& tmp, std::initializer_list<std::string_view> pieces, bool in_place = false) {
   size_t total = 0;
   for (std::string_view piece : pieces) total += piece.size();
-  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (in_place ? 0 : O_TRUNC);
   int fd = total >= kDirectMinBytes ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
   bool buffered = fd < 0;
   Status s;
@@ -121,13 +125,25 @@ Status WriteFileAtomically(const std::string& path, std::initializer_list<std::s
     for (std::string_view piece : pieces) {
       if (s.ok()) s = WriteAll(fd, piece, tmp);
     }
+    if (s.ok() && in_place && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+      s = UnavailableError("cannot set the size of '" + tmp + "': " + std::strerror(errno));
+    }
   }
   if (s.ok() && ::fsync(fd) != 0) s = UnavailableError("cannot sync '" + tmp + "': " + std::strerror(errno));
   if (::close(fd) != 0 && s.ok()) s = UnavailableError("cannot close '" + tmp + "': " + std::strerror(errno));
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+}  // namespace
+
+Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces) {
+  return WriteAndSync(path, pieces, /*in_place=*/true);
+}
+
+Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
+  const std::string tmp = path + ".tmp";
+  PLEXUS_RETURN_IF_ERROR(WriteAndSync(tmp, pieces));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());

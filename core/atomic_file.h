@@ -18,6 +18,14 @@ namespace plexus {
 // write or sync, Internal when the rename fails.
 Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces);
 
+// Writes the concatenation of `pieces` to `path`, a name nobody else reads yet, and syncs the
+// file but not its directory: for a caller that creates several files and syncs their directory
+// once (SyncDirectory) before anything names them. A file already at `path` (one the caller
+// recycles) is overwritten in place and then cut to size, so its blocks are reused: no block
+// allocation for the file system to journal, no fresh page-cache pages. A failure removes the
+// file; a crash may leave a partial one, which nothing names. Errors as WriteFileAtomically's.
+Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces);
+
 // Syncs a directory, so that files created in or renamed into it survive a power cut.
 // Unavailable on failure.
 Status SyncDirectory(const std::string& dir);

@@ -205,7 +205,7 @@ Status AsyncEngine::CheckOpenTask(const std::string& client_id, const std::strin
   return Status::Ok();
 }
 
-Status AsyncEngine::Submit(Update update) {
+Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
@@ -215,7 +215,9 @@ Status AsyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
-  if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
+  if (acknowledged_.Contains(update.client_id, update.task_id)) {  // its answer was lost
+    return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
+  }
   if (secure_) {
     ++updates_refused_;
     return FailedPreconditionError(
@@ -255,9 +257,33 @@ Status AsyncEngine::Submit(Update update) {
     return valid;
   }
   end_task(true);
-  PLEXUS_ASSIGN_OR_RETURN(LoggedUpdate logged, LogAccepted(std::move(update)));
-  acknowledged_.Add(logged.update.client_id, logged.update.task_id);
-  return policy_->Arrive(std::move(logged), clock_->NowMs(), this);
+  AdmittedUpdate admitted{std::move(update)};
+  admitted.log_seq = next_log_seq_++;
+  return admitted;
+}
+
+Status AsyncEngine::Persist(const AdmittedUpdate& admitted) const {
+  if (admitted.already_acknowledged) return Status::Ok();
+  return store_->LogUpdate(admitted.log_seq, admitted.update);
+}
+
+Status AsyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
+  if (admitted.already_acknowledged) return Status::Ok();
+  Update& update = admitted.update;
+  if (!persisted.ok()) {
+    sticky_error_ = persisted.WithContext("log the update of " + update.client_id);
+    return sticky_error_;
+  }
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (head_version_ >= static_cast<uint64_t>(options_.rounds)) {
+    // The last version was published while this update was being stored: no version will merge
+    // it, so it is not acknowledged (its log entry is forgotten like any left after the end).
+    ++updates_refused_;
+    return FailedPreconditionError("the federation finished while the update of task '" + update.task_id +
+                                   "' was being stored; it is not merged");
+  }
+  acknowledged_.Add(update.client_id, update.task_id);
+  return policy_->Arrive(LoggedUpdate{admitted.log_seq, std::move(update)}, clock_->NowMs(), this);
 }
 
 Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {

@@ -15,7 +15,8 @@
 // each group (with any late arrivals from earlier groups) is merged and published when its last
 // member arrives or its latest time passes (checked by Tick). buffer_size does not apply there.
 //
-// Durability: every update is logged in the store (Store::LogUpdate) before Submit returns OK,
+// Durability: every update is logged in the store (Store::LogUpdate) before Submit (or Complete)
+// returns OK,
 // and each committed version's record names the log entries it makes obsolete. Open folds the
 // entries still logged (acknowledged, but in no committed version when the server stopped) into
 // the buffer again, in the order they were acknowledged, with their staleness counted from the
@@ -89,8 +90,12 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // version that is not the task's, or a finished federation; InvalidArgument: as the strategy's
   // Fold. A refused update changes nothing but ends its task; the client polls for a new one. An
   // update sent again after it was acknowledged (AcknowledgedTasks: the answer was lost, maybe
-  // to a restart) returns OK and is ignored.
-  Status Submit(Update update) override;
+  // to a restart) returns OK and is ignored. Persist logs the update (Store::LogUpdate); a failed
+  // log becomes the sticky error. Complete refuses (FailedPrecondition) an update whose Persist
+  // ended after the federation's last version was published.
+  Result<AdmittedUpdate> Admit(Update update) override;
+  Status Persist(const AdmittedUpdate& admitted) const override;
+  Status Complete(AdmittedUpdate admitted, Status persisted) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
   bool Acknowledged(const std::string& client_id, const std::string& task_id) const override {
     return acknowledged_.Contains(client_id, task_id);

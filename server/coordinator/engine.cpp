@@ -9,6 +9,12 @@ Status PendingCommit::Run(Store* store) {
   return store->CommitRound(record, *model, aggregator_state);
 }
 
+Status Engine::Submit(Update update) {
+  PLEXUS_ASSIGN_OR_RETURN(AdmittedUpdate admitted, Admit(std::move(update)));
+  Status persisted = Persist(admitted);
+  return Complete(std::move(admitted), std::move(persisted));
+}
+
 Status Engine::FinishCommit(PendingCommit commit, Status) {
   return InternalError("version " + std::to_string(commit.record.model_version) +
                        " handed back to an engine that queues no commits");

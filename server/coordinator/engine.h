@@ -59,6 +59,16 @@ struct PendingCommit {
   Status Run(Store* store);
 };
 
+// An update an engine has checked and given a place (Engine::Admit), on its way to the store.
+struct AdmittedUpdate {
+  Update update;
+  // Sent again because its answer was lost: nothing to store, Complete acknowledges it again.
+  bool already_acknowledged = false;
+  uint64_t log_seq = 0;  // asynchronous modes: its entry in the update log (Store::LogUpdate)
+  uint64_t round = 0;    // sync rounds: the round and attempt it belongs to (Store::PutAcceptedUpdate)
+  int64_t attempt = 0;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -70,7 +80,19 @@ class Engine {
   virtual Result<PollAnswer> Poll(const std::string& client_id) = 0;
   // Accepts one update; a refused update changes nothing else (codes in each engine's header).
   // Takes the update: callers that are done with it move it in, so it is not copied.
-  virtual Status Submit(Update update) = 0;
+  // Admit, Persist and Complete in one call.
+  Status Submit(Update update);
+  // Submit in three steps, so that a server makes updates durable outside the lock that
+  // serializes the engine and uploads that finish together share one disk sync (the store's group
+  // commit). Admit checks the update and gives it a place (refusals as Submit's); Persist writes
+  // it to the store and is the one call that may run without the caller's lock, concurrently with
+  // any other call (it reads only `admitted` and the thread-safe store); Complete, under the lock
+  // again, takes it into its round or buffer once Persist succeeded (OK: acknowledge it), or
+  // answers why not. Every admitted update must be completed: until then a sync round does not
+  // close and its place stays taken.
+  virtual Result<AdmittedUpdate> Admit(Update update) = 0;
+  virtual Status Persist(const AdmittedUpdate& admitted) const = 0;
+  virtual Status Complete(AdmittedUpdate admitted, Status persisted) = 0;
   // OK when `task_id` is an open task of `client_id`, a client the engine knows, or one whose
   // update the engine acknowledged (sent again because the answer was lost): what the server
   // checks before it receives (and may keep part of) an upload, so that only joined clients'

@@ -224,7 +224,7 @@ Status SyncEngine::CheckOpenTask(const std::string& client_id, const std::string
   return Status::Ok();
 }
 
-Status SyncEngine::Submit(Update update) {
+Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (Status admitted = clients_.Admit(update.client_id); !admitted.ok()) {
     ++updates_refused_;
@@ -234,7 +234,9 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return numbers;
   }
-  if (acknowledged_.Contains(update.client_id, update.task_id)) return Status::Ok();  // its answer was lost
+  if (acknowledged_.Contains(update.client_id, update.task_id)) {  // its answer was lost
+    return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
+  }
   if (options_.secagg) {
     ++updates_refused_;
     return FailedPreconditionError(
@@ -245,7 +247,12 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return open;
   }
-  if (open_->submitted.count(update.client_id)) return Status::Ok();  // idempotent retry
+  if (open_->submitted.count(update.client_id)) {  // idempotent retry
+    return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
+  }
+  if (open_->persisting.count(update.client_id)) {
+    return UnavailableError("the update of task '" + update.task_id + "' is being stored; ask again for its answer");
+  }
   if (update.base_version != published_->version()) {
     ++updates_refused_;
     return FailedPreconditionError("update trained from version " + std::to_string(update.base_version) +
@@ -256,12 +263,34 @@ Status SyncEngine::Submit(Update update) {
     ++updates_refused_;
     return folded;
   }
+  // Folded already: the round neither closes nor is abandoned until Complete (RoundComplete, Tick).
+  open_->persisting.insert(update.client_id);
+  AdmittedUpdate admitted{std::move(update)};
+  admitted.round = open_->round;
+  admitted.attempt = open_->attempt;
+  return admitted;
+}
+
+Status SyncEngine::Persist(const AdmittedUpdate& admitted) const {
+  if (admitted.already_acknowledged) return Status::Ok();
   // Durable before it is acknowledged: a restarted server folds it in again.
-  Status durable = store_->PutAcceptedUpdate(open_->round, open_->attempt, update);
-  if (!durable.ok()) {
-    sticky_error_ = durable.WithContext("store the update of " + update.client_id);
+  return store_->PutAcceptedUpdate(admitted.round, admitted.attempt, admitted.update);
+}
+
+Status SyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
+  if (admitted.already_acknowledged) return Status::Ok();
+  const Update& update = admitted.update;
+  if (!open_ || open_->round != admitted.round || open_->attempt != admitted.attempt ||
+      open_->persisting.erase(update.client_id) == 0) {
+    // Cannot happen while rounds wait for their admitted updates; a bug if it does.
+    sticky_error_ = InternalError("update of " + update.client_id + " completed outside the round that admitted it");
     return sticky_error_;
   }
+  if (!persisted.ok()) {
+    sticky_error_ = persisted.WithContext("store the update of " + update.client_id);
+    return sticky_error_;
+  }
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);
   open_->merged.push_back(MergedUpdate{update.client_id, update.task_id});
@@ -280,7 +309,9 @@ Status SyncEngine::Submit(Update update) {
 
 Status SyncEngine::Refused(const std::string& client_id, const std::string& task_id) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
-  if (!open_ || open_->submitted.count(client_id) || open_->secure) return Status::Ok();  // a group stays as sampled
+  if (!open_ || open_->submitted.count(client_id) || open_->persisting.count(client_id) || open_->secure) {
+    return Status::Ok();  // a group stays as sampled
+  }
   auto owner = open_->client_of_task.find(task_id);
   if (owner == open_->client_of_task.end() || owner->second != client_id) return Status::Ok();
   if (!open_->refused.insert(client_id).second) return Status::Ok();
@@ -319,6 +350,7 @@ Status SyncEngine::Leave(const std::string& client_id) {
 }
 
 bool SyncEngine::RoundComplete() const {
+  if (!open_->persisting.empty()) return false;  // folded, being stored: Complete checks again
   if (open_->submitted.size() >= open_->wait_for) return true;
   if (open_->refused.empty()) return false;
   // After refusals, what is in closes the round once every task not refused is in and it makes a
@@ -335,6 +367,8 @@ Status SyncEngine::Tick() {
     open_->secure->Tick(clock_->NowMs());
     return AfterSecureStage();
   }
+  if (open_ && !open_->persisting.empty())
+    return Status::Ok();  // past its deadline: Complete or the next Tick closes it
   if (open_ && open_->submitted.size() >= open_->wait_for) return CloseRound();  // e.g. restored full
   if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
   if (static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients) return CloseRound();

@@ -87,7 +87,12 @@ class SyncEngine final : public Engine {
   // changes nothing. A repeated submission of an accepted task returns OK and is ignored, also
   // after its round closed and the server restarted (AcknowledgedTasks, refilled from the last
   // rounds' records): a client whose acknowledgement a crash lost must hear that it is in.
-  Status Submit(Update update) override;
+  // Admit folds the update; Persist stores it in the open round (Store::PutAcceptedUpdate); a
+  // failed store becomes the sticky error. Unavailable for a second upload of the task while the
+  // first is being stored.
+  Result<AdmittedUpdate> Admit(Update update) override;
+  Status Persist(const AdmittedUpdate& admitted) const override;
+  Status Complete(AdmittedUpdate admitted, Status persisted) override;
   Status CheckOpenTask(const std::string& client_id, const std::string& task_id) const override;
   bool Acknowledged(const std::string& client_id, const std::string& task_id) const override {
     return acknowledged_.Contains(client_id, task_id);
@@ -127,6 +132,7 @@ class SyncEngine final : public Engine {
     std::map<std::string, std::string> client_of_task;  // task id -> client id
     std::set<std::string> submitted;                    // client ids
     std::set<std::string> refused;                      // client ids whose update the door refused (Refused)
+    std::set<std::string> persisting;                   // client ids whose folded update is being stored
     std::vector<MergedUpdate> merged;                   // the submitted updates, in arrival order
     std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
     size_t wait_for = 0;                                // updates that close the round

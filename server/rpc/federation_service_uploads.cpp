@@ -97,8 +97,18 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   }
   // Commits the engine left to the committer hold a model each: wait while there are too many.
   cv_.wait(lock, [this] { return engine_->commits_pending() < kMaxPendingCommits || shutting_down_; });
-  const uint64_t version_before = engine_->model().version();
-  Status s = engine_->Submit(std::move(u));
+  Result<AdmittedUpdate> admitted = engine_->Admit(std::move(u));
+  Status s = admitted.status();
+  uint64_t version_before = engine_->model().version();
+  if (admitted.ok()) {
+    // The durable write without the lock: uploads that finish meanwhile are admitted and share
+    // the store's next commit (group commit) instead of syncing one after another.
+    lock.unlock();
+    const Status persisted = engine_->Persist(*admitted);
+    lock.lock();
+    version_before = engine_->model().version();
+    s = engine_->Complete(std::move(admitted).value(), persisted);
+  }
   if (!s.ok() && s.code() == StatusCode::kInvalidArgument) {
     return RefuseContentLocked(header, s.WithContext("update from " + header.client_id()));
   }

@@ -15,6 +15,8 @@
 // Thread-safe (one connection behind a mutex).
 #pragma once
 
+#include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -51,6 +53,11 @@ class SqliteStore final : public Store {
   // How to read back updates that were stored coded (Update::coded, kept as their codec's
   // bytes): without a reader, listing them fails with DataLoss naming the codec.
   void SetCodedDeltaReader(CodedDeltaReader reader);
+  // Tests of the group commit: `hook` is called with the number of update rows (PutAcceptedUpdate,
+  // LogUpdate) about to be committed together, by the thread that commits them, before it does;
+  // set before the store is used. QueuedUpdateRows: rows waiting for the next commit.
+  void SetUpdateRowCommitHook(std::function<void(size_t)> hook) { row_commit_hook_ = std::move(hook); }
+  size_t QueuedUpdateRows();
 
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
@@ -89,8 +96,26 @@ class SqliteStore final : public Store {
   // parameters, round and attempt).
   Result<std::vector<std::string>> AcceptedUpdateFilesLocked(const char* where, int64_t round, int64_t attempt);
   void RemoveUpdateFilesLocked(const std::vector<std::string>& names);
-  // Writes an accepted (sync) or logged (async) update: its file, synced, then its row.
-  Status PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& update, bool replace);
+  // An accepted (sync) or logged (async) update on its way into the database, queued for the
+  // next group commit by the thread that waits for it.
+  struct PendingUpdateRow {
+    int64_t round = 0;
+    int64_t attempt = 0;
+    const Update* update = nullptr;
+    bool replace = false;  // sync rounds: a client's later upload replaces its earlier one
+    std::string file;      // in the updates folder, written and synced; empty: values in the row
+    Status result;
+    bool done = false;  // guarded by row_queue_mu_
+  };
+  // Writes an accepted (sync) or logged (async) update: its file, synced, then its row, committed
+  // together with the rows of every caller that arrives meanwhile.
+  Status PutUpdateRow(int64_t round, int64_t attempt, const Update& update, bool replace);
+  // One transaction for `rows` (after one sync of the updates folder); sets each row's result.
+  void CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows);
+  Status InsertUpdateRowLocked(const PendingUpdateRow& row, std::vector<std::string>* replaced);
+  // Renames a spare update file (one whose row is gone, kept by RemoveUpdateFilesLocked) to
+  // `path`, to be overwritten in place; nothing when there is none.
+  Status TakeSpareUpdateFile(const std::string& path);
   // A coded row's delta from its bytes (inline, or in `file` when that is not empty).
   Result<std::shared_ptr<const CodedDelta>> ReadCodedRowLocked(const std::string& codec, std::string bytes,
                                                                const std::string& file);
@@ -108,6 +133,23 @@ class SqliteStore final : public Store {
   int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
   int64_t keep_every_ = 0;             // guarded by mu_
   CodedDeltaReader coded_reader_;      // guarded by mu_
+  // Update files whose rows are gone, renamed "spare-..." and reused for new updates: writing over
+  // a file's blocks in place costs the file system no allocation (and tmpfs no fresh pages). A
+  // crash leaves them as orphans, which Open removes.
+  struct SpareFile {
+    std::string name;
+    uintmax_t bytes = 0;
+  };
+  static constexpr size_t kMaxSpareUpdateFiles = 32;
+  static constexpr uintmax_t kMaxSpareUpdateBytes = uintmax_t{1} << 30;
+  std::vector<SpareFile> spare_update_files_;  // guarded by mu_
+  uintmax_t spare_update_bytes_ = 0;           // guarded by mu_
+  // The group commit's queue: rows waiting for the next commit, and whether one is running.
+  std::mutex row_queue_mu_;
+  std::condition_variable row_queue_cv_;
+  std::vector<PendingUpdateRow*> row_queue_;     // guarded by row_queue_mu_
+  bool committing_rows_ = false;                 // guarded by row_queue_mu_
+  std::function<void(size_t)> row_commit_hook_;  // set before use; tests only
   // Applies the retention after the commit of `newest`. Requires mu_.
   void PruneCheckpointsLocked(uint64_t newest);
 };

@@ -1,7 +1,8 @@
 // SqliteStore's accepted updates: a sync round's updates (rows of the open round and attempt)
 // and the asynchronous modes' update log (rows of round kLogRound), each row's values in a file of
 // the updates folder (float32 safetensors, or a codec's bytes), written and synced before the
-// row that names it commits.
+// row that names it commits. Rows are group-committed: callers that arrive while a commit runs
+// share the next one.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -57,67 +58,168 @@ void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names)
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
     if (!IsPlainFileName(name)) continue;
+    const std::string path = updates_dir_ + "/" + name;
     std::error_code ec;
-    std::filesystem::remove(updates_dir_ + "/" + name, ec);
+    // Kept as a spare for the next update (its blocks reused) while the spares stay small.
+    const uintmax_t bytes = std::filesystem::file_size(path, ec);
+    if (!ec && spare_update_files_.size() < kMaxSpareUpdateFiles &&
+        spare_update_bytes_ + bytes <= kMaxSpareUpdateBytes) {
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(name_rng_()));
+      const std::string spare = "spare-" + std::string(hex);
+      std::filesystem::rename(path, updates_dir_ + "/" + spare, ec);
+      if (!ec) {
+        spare_update_files_.push_back({spare, bytes});
+        spare_update_bytes_ += bytes;
+        continue;
+      }
+    }
+    std::filesystem::remove(path, ec);
   }
+}
+
+Status SqliteStore::TakeSpareUpdateFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
+  while (!spare_update_files_.empty()) {
+    const SpareFile spare = spare_update_files_.back();
+    spare_update_files_.pop_back();
+    spare_update_bytes_ -= spare.bytes;
+    std::error_code ec;
+    // The new name is made durable by the directory sync before any row names it.
+    std::filesystem::rename(updates_dir_ + "/" + spare.name, path, ec);
+    if (!ec) return Status::Ok();
+  }
+  return Status::Ok();  // none: a new file
 }
 
 Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& u) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Stmt open(db_, "SELECT 1 FROM open_round WHERE id = 1 AND round = ? AND attempt = ?");
-  PLEXUS_RETURN_IF_ERROR(open.prepared("check open round"));
-  open.Bind(1, static_cast<int64_t>(round)).Bind(2, attempt);
-  if (open.Step() != SQLITE_ROW) {
-    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) +
-                                   " is not the open round");
-  }
-  return PutUpdateRowLocked(static_cast<int64_t>(round), attempt, u, /*replace=*/true);
+  return PutUpdateRow(static_cast<int64_t>(round), attempt, u, /*replace=*/true);
 }
 
 Status SqliteStore::LogUpdate(uint64_t seq, const Update& u) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return PutUpdateRowLocked(kLogRound, static_cast<int64_t>(seq), u, /*replace=*/false);
+  return PutUpdateRow(kLogRound, static_cast<int64_t>(seq), u, /*replace=*/false);
 }
 
-Status SqliteStore::PutUpdateRowLocked(int64_t round, int64_t attempt, const Update& u, bool replace) {
-  Stmt st(db_, replace ? "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)"
-                       : "INSERT INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
-                         "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
-  st.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id).Bind(4, u.task_id);
+Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u, bool replace) {
+  PendingUpdateRow row;
+  row.round = round;
+  row.attempt = attempt;
+  row.update = &u;
+  row.replace = replace;
+  if (!updates_dir_.empty()) {
+    // The file first, without the store's lock: uploads that finish together write theirs at
+    // once, and a name no other update has had means nobody reads it before its row names it.
+    const std::string path = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      row.file = AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
+      return updates_dir_ + "/" + row.file;
+    }();
+    PLEXUS_RETURN_IF_ERROR(TakeSpareUpdateFile(path));
+    PLEXUS_RETURN_IF_ERROR(
+        u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
+                : WriteFileInPlaceSynced(path, {SafetensorsPrefix(u.delta),
+                                                std::string_view(reinterpret_cast<const char*>(u.delta.data().data()),
+                                                                 u.delta.num_bytes())}));
+  }
+  // Group commit: the first caller to find no commit running commits every row queued by then
+  // (one directory sync, one transaction, one WAL sync); the others wait for the commit that
+  // takes theirs.
+  std::unique_lock<std::mutex> queue_lock(row_queue_mu_);
+  row_queue_.push_back(&row);
+  while (!row.done) {
+    if (committing_rows_) {
+      row_queue_cv_.wait(queue_lock);
+      continue;
+    }
+    committing_rows_ = true;
+    std::vector<PendingUpdateRow*> batch;
+    batch.swap(row_queue_);
+    queue_lock.unlock();
+    CommitUpdateRows(batch);
+    queue_lock.lock();
+    for (PendingUpdateRow* done : batch) done->done = true;
+    committing_rows_ = false;
+    row_queue_cv_.notify_all();
+  }
+  return row.result;
+}
+
+size_t SqliteStore::QueuedUpdateRows() {
+  std::lock_guard<std::mutex> lock(row_queue_mu_);
+  return row_queue_.size();
+}
+
+void SqliteStore::CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows) {
+  if (row_commit_hook_) row_commit_hook_(rows.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  auto fail_all = [&](const Status& why) {
+    for (PendingUpdateRow* row : rows) {
+      if (row->result.ok()) row->result = why;
+      if (!row->file.empty()) RemoveUpdateFilesLocked({row->file});
+    }
+  };
+  bool any_file = false;
+  for (const PendingUpdateRow* row : rows) any_file = any_file || !row->file.empty();
+  if (any_file) {
+    // One sync makes every new file's name durable before any row names it.
+    if (Status synced = SyncDirectory(updates_dir_); !synced.ok()) return fail_all(synced);
+  }
+  SqliteTransaction transaction(db_);
+  if (!transaction.status().ok()) return fail_all(transaction.status());
+  std::vector<std::string> replaced;
+  for (PendingUpdateRow* row : rows) {
+    // A row that fails (a taken sequence number, a round no longer open) is undone alone.
+    if (Status s = Exec("SAVEPOINT update_row"); !s.ok()) return fail_all(s);
+    row->result = InsertUpdateRowLocked(*row, &replaced);
+    if (!row->result.ok()) {
+      (void)Exec("ROLLBACK TO update_row");
+      if (!row->file.empty()) RemoveUpdateFilesLocked({row->file});
+      row->file.clear();
+    }
+    if (Status s = Exec("RELEASE update_row"); !s.ok()) return fail_all(s);
+  }
+  if (Status committed = transaction.Commit(); !committed.ok()) return fail_all(committed);
+  // The updates these rows replaced keep their files until the rows naming their successors commit.
+  RemoveUpdateFilesLocked(replaced);
+}
+
+Status SqliteStore::InsertUpdateRowLocked(const PendingUpdateRow& row, std::vector<std::string>* replaced) {
+  const Update& u = *row.update;
+  if (row.replace) {
+    Stmt open(db_, "SELECT 1 FROM open_round WHERE id = 1 AND round = ? AND attempt = ?");
+    PLEXUS_RETURN_IF_ERROR(open.prepared("check open round"));
+    open.Bind(1, row.round).Bind(2, row.attempt);
+    if (open.Step() != SQLITE_ROW) {
+      return FailedPreconditionError("round " + std::to_string(row.round) + " attempt " + std::to_string(row.attempt) +
+                                     " is not the open round");
+    }
+    // A client's second upload in the attempt replaces its first.
+    Stmt previous(db_, "SELECT file FROM accepted_updates WHERE round = ? AND attempt = ? AND client_id = ?");
+    PLEXUS_RETURN_IF_ERROR(previous.prepared("find accepted update"));
+    previous.Bind(1, row.round).Bind(2, row.attempt).Bind(3, u.client_id);
+    if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced->push_back(previous.Text(0));
+  }
+  Stmt st(db_, row.replace
+                   ? "INSERT OR REPLACE INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
+                     "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)"
+                   : "INSERT INTO accepted_updates(round, attempt, client_id, task_id, base_version, "
+                     "num_examples, local_steps, train_loss, delta, file, codec) VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+  st.Bind(1, row.round).Bind(2, row.attempt).Bind(3, u.client_id).Bind(4, u.task_id);
   st.Bind(5, static_cast<int64_t>(u.base_version)).Bind(6, u.num_examples).Bind(7, u.local_steps);
   auto loss = u.metrics.find("train_loss");
   st.BindOptional(8, loss == u.metrics.end() ? std::optional<double>() : std::optional<double>(loss->second));
   const std::string what =
-      round == kLogRound ? "log update " + std::to_string(attempt) : std::string("put accepted update");
+      row.round == kLogRound ? "log update " + std::to_string(row.attempt) : std::string("put accepted update");
   // A coded update is kept as it came (its codec's bytes, a quarter of float32's for int8).
   if (u.coded) st.Bind(11, u.coded->codec());
-  if (updates_dir_.empty()) {
+  if (row.file.empty()) {  // no updates folder: the values in the row
     const std::string delta = u.coded ? std::string() : EncodeSafetensors(u.delta);
     st.BindBlobNoCopy(9, u.coded ? std::string_view(u.coded->bytes()) : std::string_view(delta));
-    return UniqueRow(RunStatement(db_, st, what), round, attempt);
+    return UniqueRow(RunStatement(db_, st, what), row.round, row.attempt);
   }
-  // As with checkpoints: the file is durable before the row naming it commits. The update this
-  // one replaces (a client's second upload in the attempt) keeps its own file until then.
-  std::vector<std::string> replaced;
-  if (replace) {
-    Stmt previous(db_, "SELECT file FROM accepted_updates WHERE round = ? AND attempt = ? AND client_id = ?");
-    PLEXUS_RETURN_IF_ERROR(previous.prepared("find accepted update"));
-    previous.Bind(1, round).Bind(2, attempt).Bind(3, u.client_id);
-    if (previous.Step() == SQLITE_ROW && !previous.IsNull(0)) replaced.push_back(previous.Text(0));
-  }
-  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  const std::string name =
-      AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
-  PLEXUS_RETURN_IF_ERROR(u.coded ? WriteFileAtomically(updates_dir_ + "/" + name, {u.coded->bytes()})
-                                 : WriteSafetensorsFile(updates_dir_ + "/" + name, u.delta));
-  st.BindBlob(9, std::string()).Bind(10, name);
-  if (Status s = RunStatement(db_, st, what); !s.ok()) {
-    RemoveUpdateFilesLocked({name});
-    return UniqueRow(s, round, attempt);
-  }
-  RemoveUpdateFilesLocked(replaced);
-  return Status::Ok();
+  st.BindBlob(9, std::string()).Bind(10, row.file);
+  return UniqueRow(RunStatement(db_, st, what), row.round, row.attempt);
 }
 
 void SqliteStore::SetCodedDeltaReader(CodedDeltaReader reader) {

@@ -33,7 +33,7 @@ class AsyncEngineTest : public ::testing::Test {
     EXPECT_EQ(a->kind, Kind::kTask) << client;
     return a->task;
   }
-  Status Report(const std::string& client, const Task& t, float delta) {
+  static Update UpdateOf(const std::string& client, const Task& t, float delta) {
     Update u;
     u.client_id = client;
     u.task_id = t.task_id;
@@ -41,7 +41,10 @@ class AsyncEngineTest : public ::testing::Test {
     u.num_examples = 10;
     u.delta = ModelState::ZerosLike(Initial());
     u.delta.data()[0] = delta;
-    return engine_->Submit(u);
+    return u;
+  }
+  Status Report(const std::string& client, const Task& t, float delta) {
+    return engine_->Submit(UpdateOf(client, t, delta));
   }
   float W() const { return engine_->model().data()[0]; }
   // Semi-async: "a" (1 ms a step) and "slow" (4 ms) are measured by a first task each, then
@@ -83,6 +86,31 @@ TEST_F(AsyncEngineTest, FedAsyncAppliesAlphaTimesStalenessWeight) {
   EXPECT_FLOAT_EQ(W(), 3.0f);
   EXPECT_EQ(engine_->model().version(), 2u);
   EXPECT_EQ(store_.ListRounds()->size(), 2u);
+}
+
+// Submit in three steps (the server logs updates without its lock): an admitted update is logged
+// by Persist and neither acknowledged nor folded before Complete; one whose Persist ends after the
+// federation's last version was published is refused (no version would merge it), not acknowledged.
+TEST_F(AsyncEngineTest, AnUpdateIsFoldedOnlyOnceLoggedAndRefusedWhenTheFederationFinishedMeanwhile) {
+  Open(Options(1, 1, 1.0, "constant"));
+  Task ta = TaskOf("a"), tb = TaskOf("b");
+  Result<AdmittedUpdate> a = engine_->Admit(UpdateOf("a", ta, 2.0f));
+  Result<AdmittedUpdate> b = engine_->Admit(UpdateOf("b", tb, 5.0f));
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(engine_->Persist(*a));
+  ASSERT_OK(engine_->Persist(*b));
+  EXPECT_EQ(store_.ListLoggedUpdates()->size(), 2u);
+  EXPECT_FALSE(engine_->Acknowledged("a", ta.task_id));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  ASSERT_OK(engine_->Complete(std::move(a).value(), Status::Ok()));
+  EXPECT_TRUE(engine_->Acknowledged("a", ta.task_id));
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_FLOAT_EQ(W(), 3.0f);
+  EXPECT_THAT(engine_->Complete(std::move(b).value(), Status::Ok()),
+              StatusIs(StatusCode::kFailedPrecondition, "finished while the update"));
+  EXPECT_FALSE(engine_->Acknowledged("b", tb.task_id));
+  EXPECT_FLOAT_EQ(W(), 3.0f);
 }
 
 TEST_F(AsyncEngineTest, FedBuffPublishesEveryKUpdates) {

@@ -221,6 +221,46 @@ TEST_F(SyncEngineTest, ASnapshotOutlivesTheVersionsPublishedAfterIt) {
   EXPECT_EQ(after.get(), &engine_->model());
 }
 
+// Submit in three steps (the server stores updates without its lock): an admitted update is
+// folded but not acknowledged; while it is being stored the round neither closes at its
+// deadline nor on a refusal, a second upload of the task is told to ask again, and Complete
+// closes the round once the store has it.
+TEST_F(SyncEngineTest, ARoundWaitsForTheUpdatesBeingStored) {
+  Open(Options(2, 2, 1));
+  Join("a");
+  Join("b");
+  Task ta = TaskOf("a");
+  Task tb = TaskOf("b");
+  Result<AdmittedUpdate> admitted = engine_->Admit(UpdateFor("a", ta, 2.0f));
+  ASSERT_OK(admitted);
+  EXPECT_FALSE(engine_->Acknowledged("a", ta.task_id));
+  EXPECT_THAT(engine_->Admit(UpdateFor("a", ta, 2.0f)), StatusIs(StatusCode::kUnavailable, "being stored"));
+  clock_.AdvanceMs(20000);  // past the deadline, with a quorum (min_clients 1) folded
+  ASSERT_OK(engine_->Tick());
+  ASSERT_OK(engine_->Refused("b", tb.task_id));
+  EXPECT_EQ(engine_->model().version(), 0u);
+  EXPECT_TRUE(store_.ListAcceptedUpdates(1, 0)->empty());
+  ASSERT_OK(engine_->Persist(*admitted));
+  EXPECT_EQ(store_.ListAcceptedUpdates(1, 0)->size(), 1u);
+  ASSERT_OK(engine_->Complete(std::move(admitted).value(), Status::Ok()));
+  EXPECT_TRUE(engine_->Acknowledged("a", ta.task_id));
+  EXPECT_EQ(engine_->model().version(), 1u);  // b refused, a in: the round closed
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 3.0f);
+}
+
+// A store that failed to keep an admitted update stops the engine (sticky): it was folded.
+TEST_F(SyncEngineTest, AFailedStoreOfAnAdmittedUpdateIsTheStickyError) {
+  Open(Options(2, 1, 1));
+  Join("a");
+  Task ta = TaskOf("a");
+  Result<AdmittedUpdate> admitted = engine_->Admit(UpdateFor("a", ta, 2.0f));
+  ASSERT_OK(admitted);
+  EXPECT_THAT(engine_->Complete(std::move(admitted).value(), UnavailableError("disk full")),
+              StatusIs(StatusCode::kUnavailable, "disk full"));
+  EXPECT_FALSE(engine_->Acknowledged("a", ta.task_id));
+  EXPECT_THAT(engine_->Tick(), StatusIs(StatusCode::kUnavailable, "disk full"));
+}
+
 TEST_F(SyncEngineTest, FinishesAfterTheLastRound) {
   Open(Options(1, 1, 1));
   Join("a");

@@ -9,7 +9,10 @@
 #ifdef PLEXUS_HAVE_SQLITE_STORE
 #include <sqlite3.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "core/safetensors.h"
 #include "server/store/sqlite_store.h"
@@ -269,19 +272,24 @@ class ScratchDatabase {
     return path_ + ".checkpoints/v" + std::to_string(version) + ".safetensors";
   }
   std::string updates_dir() const { return path_ + ".updates"; }
-  std::vector<std::string> update_files() const {
-    std::vector<std::string> out;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec))
-      out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
+  // The files of updates, and the spares the store keeps for reuse.
+  std::vector<std::string> update_files() const { return Files(false); }
+  std::vector<std::string> spare_files() const { return Files(true); }
 
  private:
   void Remove() {
     for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"})
       std::filesystem::remove_all(path_ + suffix);
+  }
+  std::vector<std::string> Files(bool spares) const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec)) {
+      const std::string name = e.path().filename().string();
+      if ((name.rfind("spare-", 0) == 0) == spares) out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
   }
   std::string path_;
 };
@@ -376,11 +384,17 @@ TEST(SqliteStoreTest, AcceptedUpdatesAreFilesThatGoWithTheirRound) {
   ASSERT_EQ(accepted.size(), 2u);
   EXPECT_EQ(accepted[0].delta.data()[0], 5.0f);
   EXPECT_EQ(accepted[1].delta.data()[0], 2.0f);
+  EXPECT_EQ(db.spare_files().size(), 1u);  // the replaced one's, kept for reuse
   // A new attempt drops the old attempt's files; committing the round drops the rest.
   ASSERT_OK(s->PutOpenRound({1, 1, {{"a", "r1a1-a"}}}));
   EXPECT_TRUE(db.update_files().empty());
-  ASSERT_OK(s->PutAcceptedUpdate(1, 1, AcceptedUpdate("a", 10, 1.0f)));
+  EXPECT_EQ(db.spare_files().size(), 3u);
+  // A smaller update written over a spare in place: the spare is taken and cut to its size.
+  ASSERT_OK(s->PutAcceptedUpdate(1, 1, AcceptedUpdate("a", 10, 7.0f)));
   ASSERT_EQ(db.update_files().size(), 1u);
+  EXPECT_EQ(db.spare_files().size(), 2u);
+  EXPECT_LT(std::filesystem::file_size(db.updates_dir() + "/" + db.update_files()[0]), 1000u);
+  EXPECT_EQ((*s->ListAcceptedUpdates(1, 1))[0].delta, AcceptedUpdate("a", 10, 7.0f).delta);
   ASSERT_OK(s->PutCheckpoint(Filled(10, 0, 0.0f)));
   RoundRecord r;
   r.round = 1;
@@ -534,6 +548,65 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
   ASSERT_OK(s->CommitRound(r, Filled(250000, 1, 1.0f), ""));
   EXPECT_TRUE(s->ListLoggedUpdates()->empty());
   EXPECT_TRUE(db.update_files().empty());  // its file went with its row
+}
+
+// Rows that arrive while a commit runs share the next one: the first writer's commit is held (the
+// hook) until four more writers have written their files and queued; they then commit as one
+// batch, in which a row whose sequence number is taken and a row of a round that is not open fail
+// alone (their files removed) while the others commit.
+TEST(SqliteStoreTest, UpdateRowsArrivingDuringACommitShareTheNextOne) {
+  ScratchDatabase db("plexus_group_commit");
+  auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  ASSERT_OK(s->PutOpenRound({1, 0, {{"c", "r1a0-c"}}}));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<size_t> batches;
+  bool released = false;
+  s->SetUpdateRowCommitHook([&](size_t rows) {
+    std::unique_lock<std::mutex> lock(mu);
+    batches.push_back(rows);
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  });
+  auto logged = [](float fill) { return AcceptedUpdate("a", 1000, fill); };
+  Status first;
+  std::thread leader([&] { first = s->LogUpdate(1, logged(1.0f)); });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return batches.size() == 1; });
+  }
+  Status results[4];
+  const Update sync_update = AcceptedUpdate("c", 1000, 5.0f);
+  const Update not_open = AcceptedUpdate("d", 1000, 6.0f);
+  std::vector<std::thread> writers;
+  writers.emplace_back([&] { results[0] = s->LogUpdate(2, logged(2.0f)); });
+  writers.emplace_back([&] { results[1] = s->LogUpdate(2, logged(3.0f)); });  // the same entry
+  writers.emplace_back([&] { results[2] = s->PutAcceptedUpdate(1, 0, sync_update); });
+  writers.emplace_back([&] { results[3] = s->PutAcceptedUpdate(2, 0, not_open); });
+  while (s->QueuedUpdateRows() < 4) std::this_thread::yield();  // all four wait for the next commit
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  leader.join();
+  for (std::thread& t : writers) t.join();
+  EXPECT_EQ(batches, (std::vector<size_t>{1, 4}));
+  ASSERT_OK(first);
+  // One of the two writers of entry 2 won; the other is AlreadyExists.
+  const int winner = results[0].ok() ? 0 : 1;
+  ASSERT_OK(results[winner]);
+  EXPECT_THAT(results[1 - winner], StatusIs(StatusCode::kAlreadyExists, "2"));
+  ASSERT_OK(results[2]);
+  EXPECT_THAT(results[3], StatusIs(StatusCode::kFailedPrecondition, "not the open round"));
+  std::vector<LoggedUpdate> log = *s->ListLoggedUpdates();
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].update.delta, logged(1.0f).delta);
+  EXPECT_EQ(log[1].update.delta, logged(winner == 0 ? 2.0f : 3.0f).delta);
+  std::vector<Update> accepted = *s->ListAcceptedUpdates(1, 0);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_EQ(accepted[0].delta, sync_update.delta);
+  EXPECT_EQ(db.update_files().size(), 3u);  // the two refused rows' files are gone
 }
 
 Update CodedUpdate(const std::string& client, std::vector<float> values) {
