@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what is needed and builds one benchmark target: by default in build-bench/ (Release,
-# portable profile); with --full in the full build, build/ (RelWithDebInfo), with benchmarks
-# switched on there, for the benchmarks that need the server, the client or the peer.
+# Installs what is needed and builds one benchmark target: by default in build-bench/ (portable
+# profile); with --full in the full build, build/, with benchmarks switched on there, for the
+# benchmarks that need the server, the client or the peer. Both with the build type users build
+# (scripts/build.sh: RelWithDebInfo, -O2 -g), so that what is measured is what runs
+# (bench/compare_build_types.sh measures the other choices).
 # usage: bench/build_bench.sh [--full] TARGET
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -21,8 +23,7 @@ if [ $full = 1 ]; then
   cmake --build build -j2 --target "$1" >/dev/null
   exit 0
 fi
-if [ ! -f build-bench/build.ninja ]; then
-  cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DPLEXUS_PROFILE=portable \
-    -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF >/dev/null
-fi
+# Configured every time: a build-bench/ configured as Release before 2026-12-05 switches over.
+cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPLEXUS_PROFILE=portable \
+  -DPLEXUS_BUILD_BENCH=ON -DPLEXUS_BUILD_TESTS=OFF >/dev/null
 cmake --build build-bench -j2 --target "$1" >/dev/null

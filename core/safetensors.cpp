@@ -237,6 +237,51 @@ std::string SafetensorsStreamDecoder::ReceivedSha256() const {
   return Sha256Hex({std::string_view(header_), data});
 }
 
+namespace {
+
+// Reads exactly `n` bytes at the file's position into `out`. Unavailable on a read error,
+// InvalidArgument (malformed) when the file ends first.
+Status ReadFully(int fd, char* out, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t got = ::read(fd, out, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return UnavailableError("cannot read '" + path + "': " + std::strerror(errno));
+    if (got == 0) return Malformed("the file ended early");
+    out += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+Result<ModelState> ReadSafetensorsFd(int fd, uint64_t size, const std::string& path) {
+  if (size < 8) return Malformed("shorter than the 8-byte header length");
+  uint64_t header_len = 0;
+  PLEXUS_RETURN_IF_ERROR(ReadFully(fd, reinterpret_cast<char*>(&header_len), 8, path));
+  if (header_len > kMaxSafetensorsHeaderBytes || header_len > size - 8) {
+    return Malformed("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(size) +
+                     "-byte input or the limit");
+  }
+  std::string header(header_len, '\0');
+  PLEXUS_RETURN_IF_ERROR(ReadFully(fd, header.data(), header.size(), path));
+  PLEXUS_ASSIGN_OR_RETURN(ModelState model, SafetensorsLayout(header, size - 8 - header_len));
+  // The values straight into the model, a quarter megabyte at a time, each piece checked finite
+  // while it is in cache: no staging buffer, no second copy.
+  constexpr size_t kPiece = size_t{256} << 10;
+  char* values = reinterpret_cast<char*>(model.data().data());
+  const size_t total = model.num_bytes();
+  bool finite = true;
+  for (size_t done = 0; done < total;) {
+    const size_t n = std::min(kPiece, total - done);
+    PLEXUS_RETURN_IF_ERROR(ReadFully(fd, values + done, n, path));
+    finite = finite && AllFinite(std::span<const float>(model.data().data() + done / sizeof(float), n / sizeof(float)));
+    done += n;
+  }
+  if (finite) model.MarkCheckedFinite();
+  return model;
+}
+
+}  // namespace
+
 Result<ModelState> ReadSafetensorsFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFoundError("cannot open model file '" + path + "': " + std::strerror(errno));
@@ -246,25 +291,8 @@ Result<ModelState> ReadSafetensorsFile(const std::string& path) {
     ::close(fd);
     return UnavailableError("cannot stat '" + path + "': " + std::strerror(err));
   }
-  // Piece by piece into the decoder: the file's bytes are never held whole next to the model.
-  SafetensorsStreamDecoder decoder(static_cast<uint64_t>(st.st_size));
-  std::string piece(size_t{4} << 20, '\0');
-  for (;;) {
-    const ssize_t n = ::read(fd, piece.data(), piece.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return UnavailableError("cannot read '" + path + "': " + std::strerror(err));
-    }
-    if (n == 0) break;
-    if (Status s = decoder.Append(std::string_view(piece.data(), static_cast<size_t>(n))); !s.ok()) {
-      ::close(fd);
-      return s.WithContext("reading '" + path + "'");
-    }
-  }
+  Result<ModelState> model = ReadSafetensorsFd(fd, static_cast<uint64_t>(st.st_size), path);
   ::close(fd);
-  Result<ModelState> model = std::move(decoder).Finish();
   if (!model.ok()) return model.status().WithContext("reading '" + path + "'");
   return model;
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -61,22 +62,67 @@ std::vector<int64_t> IntegerWeights(const std::vector<double>& weights, size_t n
   return out;
 }
 
+// The input files as updates against `base` (their deltas when --base was given).
+std::vector<Update> ReadUpdates(const MergeFlags& f, size_t first, size_t count, const std::vector<int64_t>& weights,
+                                const ModelState& base, const std::string& reference_path) {
+  std::vector<Update> updates(count);
+  for (size_t k = 0; k < count; ++k) {
+    const size_t i = first + k;
+    Update& u = updates[k];
+    u.delta = Take(ReadSafetensorsFile(f.inputs[i]));
+    Status same = u.delta.CheckSameLayout(base);
+    if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
+    u.client_id = f.inputs[i];  // canonical order: by path
+    u.task_id = "merge";
+    u.num_examples = weights[i];
+    u.local_steps = 1;
+    if (!f.base.empty()) u.delta.Subtract(base);
+  }
+  return updates;
+}
+
+// Strategies that fold an update without keeping it (the averaging family) take the files four
+// at a time (FoldAll reads four inputs per pass over the sum), so that only four are in memory
+// at once and their buffers are reused: the same bits as one Aggregate over all of them, without
+// the page faults of holding every file. The others take every file at once (Aggregate).
+ModelState MergeFiles(const MergeFlags& f, Aggregator* agg, const std::vector<int64_t>& weights) {
+  const std::string reference_path = f.base.empty() ? f.inputs[0] : f.base;
+  ModelState base = Take(ReadSafetensorsFile(reference_path));
+  if (f.base.empty()) base = ModelState::ZerosLike(base);
+  base.set_version(0);
+  const size_t group = agg->folds_coded() ? 4 : f.inputs.size();
+  if (group == f.inputs.size()) {
+    std::vector<Update> updates = ReadUpdates(f, 0, f.inputs.size(), weights, base, reference_path);
+    std::vector<const Update*> ptrs;
+    for (const Update& u : updates) ptrs.push_back(&u);
+    return Take(agg->Aggregate(base, ptrs));
+  }
+  Check(agg->Begin(base));
+  for (size_t first = 0; first < f.inputs.size(); first += group) {
+    std::vector<Update> updates =
+        ReadUpdates(f, first, std::min(group, f.inputs.size() - first), weights, base, reference_path);
+    std::vector<const Update*> ptrs;
+    for (const Update& u : updates) ptrs.push_back(&u);
+    Check(agg->FoldAll(ptrs));
+  }
+  return Take(agg->Finalize());
+}
+
 void RunMerge(const MergeFlags& f) {
   if (f.inputs.empty()) throw CommandError("no input files");
   ThreadPool pool(static_cast<size_t>(f.threads));
   std::unique_ptr<Aggregator> agg = Take(MakeAggregator(f.strategy, &pool), "--strategy");
   const std::vector<int64_t> weights = IntegerWeights(f.weights, f.inputs.size());
-
-  std::vector<ModelState> models;
-  for (const std::string& path : f.inputs) models.push_back(Take(ReadSafetensorsFile(path)));
-  const std::string reference_path = f.base.empty() ? f.inputs[0] : f.base;
-  ModelState base = f.base.empty() ? ModelState::ZerosLike(models[0]) : Take(ReadSafetensorsFile(f.base));
-  for (size_t i = 0; i < models.size(); ++i) {
-    Status same = models[i].CheckSameLayout(base);
-    if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
-  }
-  base.set_version(0);
   if (f.crdt) {
+    std::vector<ModelState> models;
+    for (const std::string& path : f.inputs) models.push_back(Take(ReadSafetensorsFile(path)));
+    const std::string reference_path = f.base.empty() ? f.inputs[0] : f.base;
+    ModelState base = f.base.empty() ? ModelState::ZerosLike(models[0]) : Take(ReadSafetensorsFile(f.base));
+    for (size_t i = 0; i < models.size(); ++i) {
+      Status same = models[i].CheckSameLayout(base);
+      if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
+    }
+    base.set_version(0);
     ModelState merged = MergeThroughCrdt(f, std::move(models), weights, base);
     merged.set_version(0);
     Check(WriteSafetensorsFile(f.out, merged));
@@ -84,19 +130,7 @@ void RunMerge(const MergeFlags& f) {
                 merged.ContentSha256().c_str());
     return;
   }
-  std::vector<Update> updates(models.size());
-  std::vector<const Update*> ptrs;
-  for (size_t i = 0; i < models.size(); ++i) {
-    Update& u = updates[i];
-    u.client_id = f.inputs[i];  // canonical order: by path
-    u.task_id = "merge";
-    u.num_examples = weights[i];
-    u.local_steps = 1;
-    u.delta = std::move(models[i]);
-    if (!f.base.empty()) u.delta.Subtract(base);
-    ptrs.push_back(&u);
-  }
-  ModelState merged = Take(agg->Aggregate(base, ptrs));
+  ModelState merged = MergeFiles(f, agg.get(), weights);
   merged.set_version(0);
   Check(WriteSafetensorsFile(f.out, merged));
   std::printf("merged %zu files with %s into %s (%zu parameters, sha256 %s)\n", f.inputs.size(),
