@@ -6,6 +6,7 @@
 // Thread-compatible: one aggregation is driven by one thread (it may use a ThreadPool inside).
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,13 @@ class Aggregator {
   // update's weight instead, which spares a pass over the update.
   // REQUIRES: value_scale finite and positive.
   virtual Status FoldScaled(Update& update, double value_scale);
+
+  // Folds the update as FoldScaled(update, value_scale) would, with its checks and errors now,
+  // but may hold it and fold it later together with others: the averaging family folds four held
+  // updates per pass over its running sum, a quarter of the sum's traffic per update. Held
+  // updates count in num_folded() and are folded, in order, before any other fold or Finalize.
+  // The update is shared, never changed. By default: FoldScaled on a copy (Fold when unscaled).
+  virtual Status FoldShared(std::shared_ptr<const Update> update, double value_scale);
 
   // Folds several updates in order, as Fold would, and stops at the first one refused: those
   // before it stay folded, it and the rest are not, and its error is returned. Strategies may

@@ -27,6 +27,7 @@ class Averaging final : public Aggregator {
     } else {
       base_ = base;
     }
+    held_.clear();
     mean_.Reset(base.num_params());
     steps_weighted_ = 0.0;
     begun_ = true;
@@ -41,11 +42,19 @@ class Averaging final : public Aggregator {
   bool folds_coded() const override { return true; }
   bool takes_the_mean() const override { return o_.clip_norm <= 0; }
 
+  Status FoldShared(std::shared_ptr<const Update> u, double value_scale) override {
+    if (o_.clip_norm > 0 || u->coded) return FoldTimes(*u, value_scale);  // their own paths, one by one
+    PLEXUS_RETURN_IF_ERROR(CheckFoldable(*u));
+    held_.push_back({std::move(u), value_scale});
+    return held_.size() == kHeldPerPass ? FoldHeld() : Status::Ok();
+  }
+
   Status FoldAll(std::span<const Update* const> updates) override {
     // Clipping needs each update's norm before its contribution, and coded updates fold from
     // their codes: fold one by one then.
     if (o_.clip_norm > 0 || AnyCoded(updates)) return Aggregator::FoldAll(updates);
     if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
+    PLEXUS_RETURN_IF_ERROR(FoldHeld());
     std::vector<const float*> deltas;
     std::vector<double> weights, scales;
     double steps_weighted = 0.0;
@@ -70,12 +79,13 @@ class Averaging final : public Aggregator {
     return Status::Ok();
   }
 
-  size_t num_folded() const override { return mean_.count(); }
+  size_t num_folded() const override { return mean_.count() + held_.size(); }
 
   // With a stateless step and no clipping the new model is written block by block during the one
   // pass over the inputs: no copy of the base and no model-sized sum. Anything unusual (a
   // refused update, a non-finite value) takes the three-call path, which reports it.
   Result<ModelState> Aggregate(const ModelState& base, std::span<const Update* const> updates) override {
+    held_.clear();  // a new aggregation, as Begin starts one
     const std::optional<double> lr = step_->StatelessRate();
     if (!lr || o_.clip_norm > 0 || updates.empty() || AnyCoded(updates)) return Aggregator::Aggregate(base, updates);
     std::vector<const float*> deltas;
@@ -100,6 +110,7 @@ class Averaging final : public Aggregator {
   }
 
   Result<ModelState> Finalize() override {
+    PLEXUS_RETURN_IF_ERROR(FoldHeld());
     if (!begun_ || mean_.count() == 0) return FailedPreconditionError(o_.name + ": no updates to aggregate");
     begun_ = false;
     return step_->Step(base_, mean_.sum(), SumScale(mean_.total_weight(), steps_weighted_), pool_);
@@ -116,14 +127,41 @@ class Averaging final : public Aggregator {
   }
 
  private:
-  // Folds value_scale x u.delta.
-  Status FoldTimes(const Update& u, double value_scale) {
+  // Fold's checks: begun, the base's layout, finite values, a weight, FedNova's step count.
+  Status CheckFoldable(const Update& u) const {
     if (!begun_) return FailedPreconditionError(o_.name + ": Fold before Begin");
     PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, o_.weighted, o_.name.c_str(), /*takes_coded=*/true));
     if (o_.normalize_by_steps && u.local_steps <= 0) {
       return InvalidArgumentError(o_.name + ": update from client " + u.client_id +
                                   " reports no local steps; FedNova needs the step count");
     }
+    return Status::Ok();
+  }
+
+  // Folds the held updates (checked when they came) in one pass over the sum, in order.
+  Status FoldHeld() {
+    if (held_.empty()) return Status::Ok();
+    const std::vector<Held> held = std::move(held_);  // alive until folded; held_ empty again
+    held_.clear();
+    std::vector<const float*> deltas;
+    std::vector<double> weights, scales;
+    double steps_weighted = 0.0;
+    for (const Held& h : held) {
+      const Update& u = *h.update;
+      deltas.push_back(u.delta.data().data());
+      weights.push_back(o_.weighted ? static_cast<double>(u.num_examples) : 1.0);
+      scales.push_back(o_.normalize_by_steps ? h.value_scale / static_cast<double>(u.local_steps) : h.value_scale);
+      steps_weighted += weights.back() * static_cast<double>(u.local_steps);
+    }
+    mean_.FoldBatchChecked(deltas, weights, scales);
+    steps_weighted_ += steps_weighted;
+    return Status::Ok();
+  }
+
+  // Folds value_scale x u.delta.
+  Status FoldTimes(const Update& u, double value_scale) {
+    PLEXUS_RETURN_IF_ERROR(FoldHeld());
+    PLEXUS_RETURN_IF_ERROR(CheckFoldable(u));
     const double w = o_.weighted ? static_cast<double>(u.num_examples) : 1.0;
     double scale = value_scale;
     if (o_.normalize_by_steps) scale /= static_cast<double>(u.local_steps);
@@ -174,6 +212,13 @@ class Averaging final : public Aggregator {
   ModelState base_;
   double steps_weighted_ = 0.0;
   bool begun_ = false;
+  // FoldShared's updates waiting for a pass over the sum with others, with their value scales.
+  struct Held {
+    std::shared_ptr<const Update> update;
+    double value_scale;
+  };
+  static constexpr size_t kHeldPerPass = 4;
+  std::vector<Held> held_;
 };
 
 Status InRange(const std::string& strategy, const char* key, double v, double lo, double hi, bool hi_open) {

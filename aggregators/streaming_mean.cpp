@@ -74,6 +74,22 @@ void StreamingMean::FoldCoded(const CodedDelta& delta, double weight, double sca
   ++count_;
 }
 
+void StreamingMean::FoldBatchChecked(std::span<const float* const> deltas, std::span<const double> weights,
+                                     std::span<const double> scales) {
+  const size_t n = deltas.size();
+  if (n == 0) return;
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = weights[i] * scales[i];
+  const bool first = count_ == 0;
+  ForRanges(pool_, sum_.size(), [&](size_t begin, size_t end) {
+    for (size_t b = begin; b < end; b += kBlock) {
+      (void)SumBlock(sum_.data() + b, first, deltas, w.data(), b, std::min(kBlock, end - b));
+    }
+  });
+  for (size_t i = 0; i < n; ++i) total_weight_ += weights[i];
+  count_ += n;
+}
+
 size_t StreamingMean::FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
                                 std::span<const double> scales) {
   const size_t n = deltas.size();

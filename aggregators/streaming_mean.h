@@ -28,6 +28,11 @@ class StreamingMean {
   // buffer that replaces the sum only when all inputs were finite. Returns the index of the first input holding a
   // non-finite value (nothing folded then), or deltas.size() on success. REQUIRES: weights/scales parallel to deltas,
   // each delta num_params long.
+  // FoldBatch for inputs already checked finite: the sum takes them in place, with nothing to
+  // undo and so no second buffer (same bits). A sum that overflows stays non-finite for the
+  // caller's check of the result.
+  void FoldBatchChecked(std::span<const float* const> deltas, std::span<const double> weights,
+                        std::span<const double> scales);
   size_t FoldBatch(std::span<const float* const> deltas, std::span<const double> weights,
                    std::span<const double> scales);
   size_t count() const { return count_; }

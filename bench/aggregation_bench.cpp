@@ -44,6 +44,9 @@ const Inputs& GetInputs(size_t n, size_t p) {
       u.local_steps = 10;
       u.delta = fresh->base;
       for (float& x : u.delta.data()) x = static_cast<float>(rng.Uniform() - 0.5);
+      // As the server has them: decoded from the wire, which checks every value finite as it
+      // copies it (so a fold does not read the update once more to check it).
+      u.delta.MarkCheckedFinite();
       fresh->updates.push_back(std::move(u));
     }
     cache[{n, p}] = std::move(fresh);
@@ -52,28 +55,44 @@ const Inputs& GetInputs(size_t n, size_t p) {
   return *in;
 }
 
-// Aggregates the n updates in one call (Aggregate, as offline merges and batch rounds do), or
-// folds them one by one as a server does when they arrive over time (one_by_one).
+// How the n updates reach the strategy: in one call (Aggregate, as offline merges and batch
+// rounds do), one by one as a sync server folds them when they arrive over time (Fold), or one
+// by one as the asynchronous server hands them over (FoldShared with a staleness weight of 1:
+// the averaging family holds them and folds four per pass).
+enum class Feed { kBatch, kOneByOne, kShared };
+
 Result<ModelState> FoldOneByOne(Aggregator& agg, const Inputs& in) {
   (void)agg.Begin(in.base);
   for (const Update& u : in.updates) (void)agg.Fold(u);
   return agg.Finalize();
 }
 
-void RunStrategy(benchmark::State& state, const char* spec, bool one_by_one) {
+Result<ModelState> FoldShared(Aggregator& agg, const Inputs& in, const std::vector<std::shared_ptr<const Update>>& s) {
+  (void)agg.Begin(in.base);
+  for (const auto& u : s) (void)agg.FoldShared(u, 1.0);
+  return agg.Finalize();
+}
+
+void RunStrategy(benchmark::State& state, const char* spec, Feed feed) {
   const auto n = static_cast<size_t>(state.range(0));
   const auto p = static_cast<size_t>(state.range(1));
   ThreadPool& pool = Pool(static_cast<size_t>(state.range(2)));
   const Inputs& in = GetInputs(n, p);
   std::vector<const Update*> batch;
-  for (const Update& u : in.updates) batch.push_back(&u);
+  std::vector<std::shared_ptr<const Update>> shared;  // pointing into the inputs, owning nothing
+  for (const Update& u : in.updates) {
+    batch.push_back(&u);
+    shared.emplace_back(std::shared_ptr<const Update>(), &u);
+  }
   auto agg = *MakeAggregator(spec, &pool);
   // One untimed round first, so that buffers are in place as they are on a running server.
   (void)agg->Begin(in.base);
   (void)agg->FoldAll(batch);
   (void)agg->Finalize();
   for (auto _ : state) {
-    Result<ModelState> out = one_by_one ? FoldOneByOne(*agg, in) : agg->Aggregate(in.base, batch);
+    Result<ModelState> out = feed == Feed::kOneByOne ? FoldOneByOne(*agg, in)
+                             : feed == Feed::kShared ? FoldShared(*agg, in, shared)
+                                                     : agg->Aggregate(in.base, batch);
     if (!out.ok()) {
       state.SkipWithError(out.status().ToString().c_str());
       return;
@@ -83,8 +102,9 @@ void RunStrategy(benchmark::State& state, const char* spec, bool one_by_one) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * p * sizeof(float)));
 }
 
-void BM_Strategy(benchmark::State& state, const char* spec) { RunStrategy(state, spec, false); }
-void BM_StrategyOneByOne(benchmark::State& state, const char* spec) { RunStrategy(state, spec, true); }
+void BM_Strategy(benchmark::State& state, const char* spec) { RunStrategy(state, spec, Feed::kBatch); }
+void BM_StrategyOneByOne(benchmark::State& state, const char* spec) { RunStrategy(state, spec, Feed::kOneByOne); }
+void BM_StrategyShared(benchmark::State& state, const char* spec) { RunStrategy(state, spec, Feed::kShared); }
 
 // Memory-bandwidth baselines over 3 x 128 MiB arrays. Bytes counted: copy reads 1 and writes 1
 // array; triad (a = b + s c) reads 2 and writes 1.
@@ -139,6 +159,7 @@ void Repeated(benchmark::internal::Benchmark* b) {
 #define PLEXUS_BENCH_TARGET(label, spec) BENCHMARK_CAPTURE(BM_Strategy, label, spec)->Apply(Repeated);
 PLEXUS_BENCH_TARGET(fedavg, "fedavg")
 BENCHMARK_CAPTURE(BM_StrategyOneByOne, fedavg, "fedavg")->Apply(Repeated);
+BENCHMARK_CAPTURE(BM_StrategyShared, fedavg, "fedavg")->Apply(Repeated);
 PLEXUS_BENCH_TARGET(fedavgm, "fedavgm")
 PLEXUS_BENCH_STRATEGY(fedadam, "fedadam")
 PLEXUS_BENCH_STRATEGY(norm_bound, "norm_bound:max=5")

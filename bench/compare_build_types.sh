@@ -55,7 +55,8 @@ for c in configs:
             if name[0] == "BM_Triad":
                 triad[name[1]] = max(triad.get(name[1], 0), b["bytes_per_second"])
             elif name[0].startswith("BM_Strategy"):
-                mode = "one by one" if name[0] == "BM_StrategyOneByOne" else "batch"
+                mode = {"BM_StrategyOneByOne": "one by one",
+                        "BM_StrategyShared": "one by one, held (FoldShared)"}.get(name[0], "batch")
                 key = (name[1], mode, name[2], name[3], name[4])
                 rows[key] = max(rows.get(key, 0), b["bytes_per_second"])
         for key, bps in rows.items():

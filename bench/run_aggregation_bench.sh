@@ -43,7 +43,7 @@ print(f"Machine: {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
 print("| strategy | mode | n | P | threads | input GB/s | vs triad |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
 for key, (name, bps, err) in rows.items():
-    mode = "one by one" if name[0] == "BM_StrategyOneByOne" else "batch"
+    mode = {"BM_StrategyOneByOne": "one by one", "BM_StrategyShared": "one by one, held (FoldShared)"}.get(name[0], "batch")
     if runs.get(key, 1) > 1: mode += f" (best of {runs[key]})"
     strategy, n, p, t = name[1], name[2], name[3], name[4]
     if bps is None:

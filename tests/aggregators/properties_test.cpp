@@ -31,22 +31,25 @@ Input RandomInput(Rng& rng, size_t n, size_t dims) {
   return in;
 }
 
+// Input i as an update against `base`.
+Update UpdateOf(const Input& in, size_t i, const ModelState& base) {
+  Update u;
+  u.client_id = in.ids[i];
+  u.task_id = "t";
+  u.num_examples = in.examples[i];
+  // Powers of two: FedNova divides by the steps, and 1/3 would make its sums inexact, and so
+  // order-dependent in their last bit (a seed found it after 87 cases).
+  u.local_steps = int64_t{1} << (i % 3);
+  u.delta = base;
+  std::copy(in.deltas[i].begin(), in.deltas[i].end(), u.delta.data().begin());
+  return u;
+}
+
 ModelState Run(const std::string& spec, const Input& in, const std::vector<size_t>& order) {
   auto agg = *MakeAggregator(spec, nullptr);
   ModelState base = *ModelState::Create({{"w", {static_cast<int64_t>(in.deltas[0].size())}}});
   RC_ASSERT(agg->Begin(base).ok());
-  for (size_t i : order) {
-    Update u;
-    u.client_id = in.ids[i];
-    u.task_id = "t";
-    u.num_examples = in.examples[i];
-    // Powers of two: FedNova divides by the steps, and 1/3 would make its sums inexact, and so
-    // order-dependent in their last bit (a seed found it after 87 cases).
-    u.local_steps = int64_t{1} << (i % 3);
-    u.delta = base;
-    std::copy(in.deltas[i].begin(), in.deltas[i].end(), u.delta.data().begin());
-    RC_ASSERT(agg->Fold(u).ok());
-  }
+  for (size_t i : order) RC_ASSERT(agg->Fold(UpdateOf(in, i, base)).ok());
   Result<ModelState> out = agg->Finalize();
   RC_ASSERT(out.ok());
   return *out;
@@ -78,6 +81,45 @@ RC_GTEST_PROP(AggregatorLaws, PermutationInvariant, ()) {
   rng.Shuffle(std::span<size_t>(order));
   const ModelState b = Run(strategy, in, order);
   RC_ASSERT(a.ContentSha256() == b.ContentSha256());
+}
+
+// FoldShared may hold updates and fold them four per pass (the averaging family); the result is
+// bit for bit FoldScaled's, one at a time, with Fold and FoldScaled calls mixed in, and
+// num_folded counts held updates.
+RC_GTEST_PROP(AggregatorLaws, FoldSharedEqualsFoldScaled, ()) {
+  const auto strategy = *rc::gen::elementOf(kStrategies);
+  const auto n = *rc::gen::inRange<size_t>(7, 14);
+  const auto dims = *rc::gen::inRange<size_t>(1, 40);
+  Rng rng(*rc::gen::arbitrary<uint64_t>());
+  const Input in = RandomInput(rng, n, dims);
+  const ModelState base = *ModelState::Create({{"w", {static_cast<int64_t>(dims)}}});
+  auto update = [&](size_t i) { return UpdateOf(in, i, base); };
+  std::vector<double> scales(n);
+  std::vector<bool> shared(n);
+  for (size_t i = 0; i < n; ++i) {
+    scales[i] = 1.0 / static_cast<double>(int64_t{1} << rng.Below(3));  // powers of two: exact sums
+    shared[i] = rng.Below(4) != 0;
+  }
+  auto one_by_one = *MakeAggregator(strategy, nullptr);
+  auto held = *MakeAggregator(strategy, nullptr);
+  RC_ASSERT(one_by_one->Begin(base).ok());
+  RC_ASSERT(held->Begin(base).ok());
+  for (size_t i = 0; i < n; ++i) {
+    Update a = update(i);
+    RC_ASSERT(one_by_one->FoldScaled(a, scales[i]).ok());
+    if (shared[i]) {
+      RC_ASSERT(held->FoldShared(std::make_shared<const Update>(update(i)), scales[i]).ok());
+    } else {
+      Update b = update(i);
+      RC_ASSERT(held->FoldScaled(b, scales[i]).ok());
+    }
+    RC_ASSERT(held->num_folded() == one_by_one->num_folded());
+  }
+  Result<ModelState> a = one_by_one->Finalize();
+  Result<ModelState> b = held->Finalize();
+  RC_ASSERT(a.ok());
+  RC_ASSERT(b.ok());
+  RC_ASSERT(a->ContentSha256() == b->ContentSha256());
 }
 
 RC_GTEST_PROP(AggregatorLaws, RobustRulesStayWithinTheHonestRange, ()) {
