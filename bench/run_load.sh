@@ -18,7 +18,12 @@
 # errors, the server's peak RSS, the server's CPU time (user and system, start-up included) and
 # update bytes per second of it (what the server alone would ingest per core, were the clients
 # elsewhere and the work spread over cores without loss).
-# usage: bench/run_load.sh [load|throughput|all]   (default all)
+#   endtoend:   sync FedAvg rounds of 10 clients with the full client runtime (download, the
+#               lightweight "training", upload), 4 MB and 40 MB models, every update stored before
+#               it is acknowledged, with the database on this checkout's disk and on tmpfs
+#               (/dev/shm): the whole run's update bytes per second, joins, downloads and
+#               aggregation included.
+# usage: bench/run_load.sh [load|throughput|endtoend|all]   (default all)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
@@ -26,21 +31,22 @@ script_no_options "$@"
 cd "$(dirname "$0")/.."
 what=${1:-all}
 case "$what" in
-  load|throughput|all) ;;
-  *) echo "run_load.sh: unknown run '$what' (load, throughput or all); see $0 --help" >&2; exit 2 ;;
+  load|throughput|endtoend|all) ;;
+  *) echo "run_load.sh: unknown run '$what' (load, throughput, endtoend or all); see $0 --help" >&2; exit 2 ;;
 esac
 if [ $# -gt 1 ]; then echo "run_load.sh: takes one argument at most; see $0 --help" >&2; exit 2; fi
 bench/build_bench.sh --full federation_load
 ulimit -n 65536 2>/dev/null || true
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=$(mktemp -d -p "$PWD/build")  # on the disk (/tmp may be anything)
+shm=""
+trap 'rm -rf "$work" ${shm:+"$shm"}' EXIT
 port=$((20000 + RANDOM % 20000))
 
 # run NAME CLIENTS SERVER_FLAGS...: one federation; appends a table row to $work/rows.
 run() {
   local name=$1 clients=$2; shift 2
   echo "== $name" >&2
-  build/apps/plexus/plexus server --listen 127.0.0.1:$port --db "$work/$name.db" --no-eval --rate-limit 0 \
+  build/apps/plexus/plexus server --listen 127.0.0.1:$port --db "${DB_DIR:-$work}/$name.db" --no-eval --rate-limit 0 \
     --linger-s 30 --summary-out "$work/$name.json" "$@" >"$work/$name.server.log" 2>&1 &
   local pid=$!
   # Start the clients once the server answers: a client that connects too early waits out gRPC's
@@ -107,9 +113,24 @@ if [ "$what" = load ] || [ "$what" = all ]; then
   run load-1000-async 1000 --mode async --buffer-size 100 --rounds 30
   run load-1000-async-fixed-windows 1000 --mode async --buffer-size 100 --rounds 30 --flow-control fixed
 fi
+model 1e6 "$work/model-1e6.safetensors"
+model 1e7 "$work/model-1e7.safetensors"
+if [ "$what" = endtoend ] || [ "$what" = all ]; then
+  for where in disk tmpfs; do
+    DB_DIR=$work
+    if [ $where = tmpfs ]; then
+      [ -d /dev/shm ] || continue
+      shm=$(mktemp -d -p /dev/shm)
+      DB_DIR=$shm
+    fi
+    # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB.
+    DB_DIR=$DB_DIR run "sync-10-clients-1e6-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
+      --clients-per-round 10 --min-clients 10 --rounds 60
+    DB_DIR=$DB_DIR run "sync-10-clients-1e7-db-on-$where" 10 --initial-model "$work/model-1e7.safetensors" \
+      --clients-per-round 10 --min-clients 10 --rounds 6
+  done
+fi
 if [ "$what" = throughput ] || [ "$what" = all ]; then
-  model 1e6 "$work/model-1e6.safetensors"
-  model 1e7 "$work/model-1e7.safetensors"
   # 100 clients x 40 MB is left out: one load process would hold some 16 GB of models, copies and
   # encoded updates (each client caches the model, trains a copy, encodes the delta).
   # Fields: clients, parameters, uploads at once, "only" for upload-only clients, then "sync"
