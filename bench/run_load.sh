@@ -22,7 +22,9 @@
 #               lightweight "training", upload), 4 MB and 40 MB models, every update stored before
 #               it is acknowledged, with the database on this checkout's disk and on tmpfs
 #               (/dev/shm): the whole run's update bytes per second, joins, downloads and
-#               aggregation included.
+#               aggregation included, and the time from the upload that completes a round to the
+#               next version being served, on average and as a share of the round (the
+#               server's summary, transfers.after_last_upload).
 # usage: bench/run_load.sh [load|throughput|endtoend|all]   (default all)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -67,7 +69,9 @@ print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s'
       f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['update_bytes_per_s'] / baseline:.2f} | "
       f"{load['refused']} refused, {load['errors']} errors | "
       f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB | {server['cpu_time_s']:.1f} s | "
-      f"{load['update_bytes'] / server['cpu_time_s'] / 1e9:.2f} GB |")
+      f"{load['update_bytes'] / server['cpu_time_s'] / 1e9:.2f} GB | "
+      + (lambda t: f"{t['mean_ms']:.0f} ms ({t['share_of_version_interval']:.0%}) |" if t else "- |")(
+          server.get("transfers", {}).get("after_last_upload")))
 PY
   port=$((port + 1))
 }
@@ -163,6 +167,6 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
 fi
 python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"
 echo
-echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
+echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second | after the last upload (share) |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
 cat "$work/rows"

@@ -416,6 +416,13 @@ void RunServer(const ServerFlags& f) {
     s.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     s.transfers = RunSummary::Transfers{door.received_upload_bytes, door.uploads_resumed, door.upload_bytes_resumed,
                                         door.download_bytes};
+    if (door.versions_timed > 0) {
+      s.transfers->versions_timed = door.versions_timed;
+      s.transfers->after_last_upload_ms = door.after_last_upload_ms_sum / static_cast<double>(door.versions_timed);
+      if (door.version_interval_ms_sum > 0) {
+        s.transfers->after_last_upload_share = door.after_last_upload_ms_sum / door.version_interval_ms_sum;
+      }
+    }
     if (dp) s.privacy = DpReport(*dp, s.rounds, rounds_asked);
     if (!f.summary_out.empty()) Check(WriteSummaryJson(f.summary_out, s));
     if (!f.metrics_out.empty()) Check(WriteMetricsCsv(f.metrics_out, s));

@@ -61,6 +61,11 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
                       {"uploads_resumed", s.transfers->uploads_resumed},
                       {"upload_bytes_resumed", s.transfers->upload_bytes_resumed},
                       {"download_bytes", s.transfers->download_bytes}};
+    if (s.transfers->versions_timed > 0) {
+      j["transfers"]["after_last_upload"] = {{"versions", s.transfers->versions_timed},
+                                             {"mean_ms", s.transfers->after_last_upload_ms},
+                                             {"share_of_version_interval", s.transfers->after_last_upload_share}};
+    }
   }
   if (s.secagg) {
     const RunSummary::SecureAggregation& g = *s.secagg;

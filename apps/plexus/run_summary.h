@@ -40,6 +40,11 @@ struct RunSummary {
     int64_t uploads_resumed = 0;        // uploads that continued an interrupted one
     int64_t upload_bytes_resumed = 0;   // bytes those did not send again
     int64_t download_bytes = 0;         // model bytes sent
+    // Versions an upload completed: from that upload's last byte to the version served, on
+    // average, and its share of the time between served versions (ServerMetrics).
+    int64_t versions_timed = 0;
+    double after_last_upload_ms = 0;
+    double after_last_upload_share = 0;
   };
   std::optional<Transfers> transfers;
   // Simulator with --secagg: what the secure groups cost ("secagg" in the JSON).

@@ -124,6 +124,12 @@ struct ServerMetrics {
   int64_t upload_bytes = 0;           // payload bytes of accepted updates
   int64_t received_upload_bytes = 0;  // payload bytes that arrived in uploads, accepted or not
   int64_t download_bytes = 0;         // model bytes sent
+  // Versions that an upload completed (a sync round's last update, a full FedBuff buffer): how
+  // long from that upload's last byte to the version being served (its durable write,
+  // aggregation, commit, evaluation), and from the version before being served to this one.
+  int64_t versions_timed = 0;
+  double after_last_upload_ms_sum = 0;
+  double version_interval_ms_sum = 0;
   // Accepted uploads by how long they took (first chunk to acknowledgement): counts of those at
   // most kUploadSecondsBounds[i] seconds, then all of them.
   static constexpr double kUploadSecondsBounds[] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60};

@@ -3,9 +3,21 @@
 namespace plexus {
 
 void FederationServiceImpl::LogRoundClosed(const RoundRecord& r, std::string_view how) {
+  TimeServedVersionLocked();
   spdlog::info("round {} closed{}: {} updates, {} dropped{}, version {}{}", r.round, how, r.num_updates, r.num_dropped,
                r.num_refused > 0 ? fmt::format(", {} refused", r.num_refused) : std::string(), r.model_version,
                r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+}
+
+void FederationServiceImpl::TimeServedVersionLocked() {
+  const int64_t now = clock_->NowMs();
+  if (closing_upload_received_ms_ >= 0 && last_served_ms_ >= 0) {
+    ++upload_metrics_.versions_timed;
+    upload_metrics_.after_last_upload_ms_sum += static_cast<double>(now - closing_upload_received_ms_);
+    upload_metrics_.version_interval_ms_sum += static_cast<double>(now - last_served_ms_);
+  }
+  closing_upload_received_ms_ = -1;
+  last_served_ms_ = now;
 }
 
 FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, ServerInfo info, bool mtls,

@@ -66,6 +66,7 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
             : ReceiveUpload(chunks, header, &partial_, &place);
   if (!received.ok()) return Refuse("upload", received.status());
   place.Received();
+  const int64_t received_ms = clock_->NowMs();
   Update u = UpdateFromHeader(header, std::move(received->values));
   u.coded = std::move(received->coded);
   if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
@@ -100,6 +101,7 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   Result<AdmittedUpdate> admitted = engine_->Admit(std::move(u));
   Status s = admitted.status();
   uint64_t version_before = engine_->model().version();
+  size_t commits_before = engine_->commits_pending();
   if (admitted.ok()) {
     // The durable write without the lock: uploads that finish meanwhile are admitted and share
     // the store's next commit (group commit) instead of syncing one after another.
@@ -107,7 +109,11 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     const Status persisted = engine_->Persist(*admitted);
     lock.lock();
     version_before = engine_->model().version();
+    commits_before = engine_->commits_pending();
     s = engine_->Complete(std::move(admitted).value(), persisted);
+  }
+  if (s.ok() && (engine_->model().version() != version_before || engine_->commits_pending() > commits_before)) {
+    closing_upload_received_ms_ = received_ms;  // this upload completed a version
   }
   if (!s.ok() && s.code() == StatusCode::kInvalidArgument) {
     return RefuseContentLocked(header, s.WithContext("update from " + header.client_id()));
