@@ -156,6 +156,13 @@ TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
   EXPECT_EQ(s["model_version"], 3);
   EXPECT_GT(s["final_test_accuracy"].get<double>(), 0.6);  // chance is 0.1
   EXPECT_TRUE(s.contains("wall_time_s"));
+  // Rounds 2 and 3 were closed by an upload and followed a served version: both timed, each
+  // after-the-last-upload time within the time between the versions.
+  const nlohmann::json after = s["transfers"]["after_last_upload"];
+  EXPECT_EQ(after["versions"], 2) << s;
+  EXPECT_GE(after["mean_ms"].get<double>(), 0.0) << s;
+  EXPECT_GE(after["share_of_version_interval"].get<double>(), 0.0) << s;
+  EXPECT_LE(after["share_of_version_interval"].get<double>(), 1.0) << s;
 
   auto store = *SqliteStore::Open(db_);
   EXPECT_EQ(*store->CheckpointVersions(), (std::vector<uint64_t>{0, 1, 2, 3}));
