@@ -8,7 +8,8 @@
 # over a real SqliteStore with the update log as the server runs it and with the log skipped (the
 # baseline, in the same run), and with int8 uploads logged as their codes; on the disk, the
 # disk's own synced sequential write rate at the update's size (dd, O_DIRECT and O_DSYNC, one
-# synced write per update) is measured in the same run as the second baseline. Prints markdown
+# synced write per update, the better of a fresh file and of writing over it) is measured in the
+# same run as the second baseline. Prints markdown
 # tables with the ratios. A few minutes.
 # usage: bench/run_ingest_durability.sh
 set -euo pipefail
@@ -22,14 +23,21 @@ shm=""
 if [ -d /dev/shm ]; then shm=$(mktemp -d -p /dev/shm); fi
 trap 'rm -rf "$disk" ${shm:+"$shm"}' EXIT
 
-# The disk's synced sequential write rate with one synced write of `mb` MB at a time.
+# The disk's synced sequential write rate with one synced write of `mb` MB at a time, over a file
+# written once before (as the store writes over its spare files): the better of that and of a
+# fresh file, so the yardstick is the disk's best.
 synced_write_rate() {
-  local mb=$1 count=$2 out bytes seconds
+  local mb=$1 count=$2 out bytes seconds fresh
   out=$(LC_ALL=C dd if=/dev/zero of="$disk/dd.bin" bs="${mb}M" count="$count" oflag=direct,dsync 2>&1 | tail -1)
+  bytes=$(echo "$out" | awk '{print $1}')
+  seconds=$(echo "$out" | sed -E 's/.* copied, ([0-9.e+-]+) s.*/\1/')
+  fresh=$(awk -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.2f", b / s / 1e9 }')
+  out=$(LC_ALL=C dd if=/dev/zero of="$disk/dd.bin" bs="${mb}M" count="$count" oflag=direct,dsync conv=notrunc 2>&1 |
+    tail -1)
   rm -f "$disk/dd.bin"
   bytes=$(echo "$out" | awk '{print $1}')
   seconds=$(echo "$out" | sed -E 's/.* copied, ([0-9.e+-]+) s.*/\1/')
-  awk -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.2f", b / s / 1e9 }'
+  awk -v b="$bytes" -v s="$seconds" -v f="$fresh" 'BEGIN { r = b / s / 1e9; printf "%.2f", (r > f ? r : f) }'
 }
 
 for size in "1000000 300 4" "10000000 60 40"; do
@@ -38,7 +46,7 @@ for size in "1000000 300 4" "10000000 60 40"; do
   echo
   rate=$(synced_write_rate "$mb" $((400 / mb)))
   echo "Database on disk ($(df --output=source "$disk" | tail -1)); the disk's synced write rate" \
-    "(dd bs=${mb}M oflag=direct,dsync): ${rate} GB/s"
+    "(dd bs=${mb}M oflag=direct,dsync, the better of a fresh file and writing over it): ${rate} GB/s"
   echo
   build/bench/ingest_durability --dir "$disk" --params "$params" --updates "$updates" --buffer 10 --codec int8 |
     awk -v r="$rate" 'NR == 1 { print $0 " vs synced write |"; next } NR == 2 { print $0 " ---: |"; next }

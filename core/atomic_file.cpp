@@ -141,15 +141,27 @@ Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std
   return WriteAndSync(path, pieces, /*in_place=*/true);
 }
 
-Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
+namespace {
+
+Status WriteThenRename(const std::string& path, std::initializer_list<std::string_view> pieces, bool in_place) {
   const std::string tmp = path + ".tmp";
-  PLEXUS_RETURN_IF_ERROR(WriteAndSync(tmp, pieces));
+  PLEXUS_RETURN_IF_ERROR(WriteAndSync(tmp, pieces, in_place));
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return InternalError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
   }
   return SyncDirectory(ParentDirectory(path));
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
+  return WriteThenRename(path, pieces, /*in_place=*/false);
+}
+
+Status WriteFileAtomicallyOver(const std::string& path, std::initializer_list<std::string_view> pieces) {
+  return WriteThenRename(path, pieces, /*in_place=*/true);
 }
 
 }  // namespace plexus

@@ -18,6 +18,10 @@ namespace plexus {
 // write or sync, Internal when the rename fails.
 Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces);
 
+// WriteFileAtomically, except that a file already at `path`.tmp (one the caller recycles) is
+// written over in place and cut to size, not truncated first: its blocks are reused.
+Status WriteFileAtomicallyOver(const std::string& path, std::initializer_list<std::string_view> pieces);
+
 // Writes the concatenation of `pieces` to `path`, a name nobody else reads yet, and syncs the
 // file but not its directory: for a caller that creates several files and syncs their directory
 // once (SyncDirectory) before anything names them. A file already at `path` (one the caller

@@ -138,6 +138,13 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
     Result<std::vector<std::string>> named = store->AcceptedUpdateFilesLocked("", 0, 0);
     if (!named.ok()) return named.status().WithContext("open database '" + path + "'");
     RemoveOrphans(store->updates_dir_, std::set<std::string>(named->begin(), named->end()));
+    // Spares and temporaries a crash left among the checkpoints.
+    std::set<std::string> checkpoints;
+    Stmt files(db, "SELECT file FROM checkpoints WHERE file IS NOT NULL");
+    if (files.prepared("list checkpoint files").ok()) {
+      while (files.Step() == SQLITE_ROW) checkpoints.insert(files.Text(0));
+      RemoveOrphans(store->checkpoint_dir_, checkpoints);
+    }
   }
   return store;
 }
@@ -209,7 +216,13 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   // no row names; it is replaced when this version is committed again.
   PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(checkpoint_dir_, &checkpoint_dir_ready_));
   const std::string name = CheckpointFileName(model.version());
-  PLEXUS_RETURN_IF_ERROR(WriteSafetensorsFile(checkpoint_dir_ + "/" + name, model));
+  const std::string path = checkpoint_dir_ + "/" + name;
+  // Over a pruned checkpoint's file where there is one (renamed to the temporary name the write
+  // goes through): its blocks are reused, so the file system allocates and journals nothing.
+  const bool recycled = TakeSpareFileLocked(checkpoint_dir_, &spare_checkpoints_, path + ".tmp");
+  const std::string_view values(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
+  PLEXUS_RETURN_IF_ERROR(recycled ? WriteFileAtomicallyOver(path, {SafetensorsPrefix(model), values})
+                                  : WriteFileAtomically(path, {SafetensorsPrefix(model), values}));
   Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
   st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
   return RunStatement(db_, st, "put checkpoint");
@@ -326,9 +339,7 @@ void SqliteStore::PruneCheckpointsLocked(uint64_t newest) {
   }
   if (!transaction.Commit().ok()) return;
   for (const auto& [version, file] : old) {
-    if (!IsPlainFileName(file)) continue;
-    std::error_code ec;
-    std::filesystem::remove(checkpoint_dir_ + "/" + file, ec);
+    if (IsPlainFileName(file)) KeepOrRemoveLocked(checkpoint_dir_, file, &spare_checkpoints_);
   }
 }
 

@@ -113,9 +113,25 @@ class SqliteStore final : public Store {
   // One transaction for `rows` (after one sync of the updates folder); sets each row's result.
   void CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows);
   Status InsertUpdateRowLocked(const PendingUpdateRow& row, std::vector<std::string>* replaced);
-  // Renames a spare update file (one whose row is gone, kept by RemoveUpdateFilesLocked) to
-  // `path`, to be overwritten in place; nothing when there is none.
-  Status TakeSpareUpdateFile(const std::string& path);
+  // Files whose rows are gone (merged updates, pruned checkpoints), renamed "spare-..." in their
+  // folder and reused for new files of the same kind: writing over a file's blocks in place costs
+  // the file system no allocation (and tmpfs no fresh pages). A crash leaves them as orphans,
+  // which Open removes.
+  struct SpareFile {
+    std::string name;
+    uintmax_t bytes = 0;
+  };
+  struct SparePool {
+    std::vector<SpareFile> files;
+    uintmax_t bytes = 0;
+  };
+  static constexpr size_t kMaxSpareFiles = 32;  // per pool
+  static constexpr uintmax_t kMaxSpareBytes = uintmax_t{1} << 30;
+  // Keeps `dir`/`name` in `pool` as a spare while the pool is small, else removes it. Requires mu_.
+  void KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool);
+  // Renames a spare of `pool` to `path`, to be written over in place; false when there is none.
+  // Requires mu_.
+  bool TakeSpareFileLocked(const std::string& dir, SparePool* pool, const std::string& path);
   // A coded row's delta from its bytes (inline, or in `file` when that is not empty).
   Result<std::shared_ptr<const CodedDelta>> ReadCodedRowLocked(const std::string& codec, std::string bytes,
                                                                const std::string& file);
@@ -133,17 +149,8 @@ class SqliteStore final : public Store {
   int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
   int64_t keep_every_ = 0;             // guarded by mu_
   CodedDeltaReader coded_reader_;      // guarded by mu_
-  // Update files whose rows are gone, renamed "spare-..." and reused for new updates: writing over
-  // a file's blocks in place costs the file system no allocation (and tmpfs no fresh pages). A
-  // crash leaves them as orphans, which Open removes.
-  struct SpareFile {
-    std::string name;
-    uintmax_t bytes = 0;
-  };
-  static constexpr size_t kMaxSpareUpdateFiles = 32;
-  static constexpr uintmax_t kMaxSpareUpdateBytes = uintmax_t{1} << 30;
-  std::vector<SpareFile> spare_update_files_;  // guarded by mu_
-  uintmax_t spare_update_bytes_ = 0;           // guarded by mu_
+  SparePool spare_updates_;            // guarded by mu_
+  SparePool spare_checkpoints_;        // guarded by mu_
   // The group commit's queue: rows waiting for the next commit, and whether one is running.
   std::mutex row_queue_mu_;
   std::condition_variable row_queue_cv_;

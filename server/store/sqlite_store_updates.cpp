@@ -57,40 +57,38 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
 void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
-    if (!IsPlainFileName(name)) continue;
-    const std::string path = updates_dir_ + "/" + name;
-    std::error_code ec;
-    // Kept as a spare for the next update (its blocks reused) while the spares stay small.
-    const uintmax_t bytes = std::filesystem::file_size(path, ec);
-    if (!ec && spare_update_files_.size() < kMaxSpareUpdateFiles &&
-        spare_update_bytes_ + bytes <= kMaxSpareUpdateBytes) {
-      char hex[17];
-      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(name_rng_()));
-      const std::string spare = "spare-" + std::string(hex);
-      std::filesystem::rename(path, updates_dir_ + "/" + spare, ec);
-      if (!ec) {
-        spare_update_files_.push_back({spare, bytes});
-        spare_update_bytes_ += bytes;
-        continue;
-      }
-    }
-    std::filesystem::remove(path, ec);
+    if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_);
   }
 }
 
-Status SqliteStore::TakeSpareUpdateFile(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
-  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-  while (!spare_update_files_.empty()) {
-    const SpareFile spare = spare_update_files_.back();
-    spare_update_files_.pop_back();
-    spare_update_bytes_ -= spare.bytes;
-    std::error_code ec;
-    // The new name is made durable by the directory sync before any row names it.
-    std::filesystem::rename(updates_dir_ + "/" + spare.name, path, ec);
-    if (!ec) return Status::Ok();
+void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool) {
+  const std::string path = dir + "/" + name;
+  std::error_code ec;
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (!ec && pool->files.size() < kMaxSpareFiles && pool->bytes + bytes <= kMaxSpareBytes) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(name_rng_()));
+    const std::string spare = "spare-" + std::string(hex);
+    std::filesystem::rename(path, dir + "/" + spare, ec);
+    if (!ec) {
+      pool->files.push_back({spare, bytes});
+      pool->bytes += bytes;
+      return;
+    }
   }
-  return Status::Ok();  // none: a new file
+  std::filesystem::remove(path, ec);
+}
+
+bool SqliteStore::TakeSpareFileLocked(const std::string& dir, SparePool* pool, const std::string& path) {
+  while (!pool->files.empty()) {
+    const SpareFile spare = pool->files.back();
+    pool->files.pop_back();
+    pool->bytes -= spare.bytes;
+    std::error_code ec;
+    std::filesystem::rename(dir + "/" + spare.name, path, ec);
+    if (!ec) return true;
+  }
+  return false;
 }
 
 Status SqliteStore::PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& u) {
@@ -110,12 +108,15 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
   if (!updates_dir_.empty()) {
     // The file first, without the store's lock: uploads that finish together write theirs at
     // once, and a name no other update has had means nobody reads it before its row names it.
-    const std::string path = [&] {
+    std::string path;
+    {
       std::lock_guard<std::mutex> lock(mu_);
+      PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
       row.file = AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
-      return updates_dir_ + "/" + row.file;
-    }();
-    PLEXUS_RETURN_IF_ERROR(TakeSpareUpdateFile(path));
+      path = updates_dir_ + "/" + row.file;
+      // A spare's new name is made durable by the directory sync before any row names it.
+      (void)TakeSpareFileLocked(updates_dir_, &spare_updates_, path);
+    }
     PLEXUS_RETURN_IF_ERROR(
         u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
                 : WriteFileInPlaceSynced(path, {SafetensorsPrefix(u.delta),

@@ -685,6 +685,18 @@ TEST(SqliteStoreTest, CheckpointRetentionKeepsTheNewestVersionZeroAndEveryKth) {
   EXPECT_EQ((*s->Checkpoint(6)).data()[0], 6.0f);
   EXPECT_EQ((**s->LatestCheckpoint()).version(), 7u);
   EXPECT_EQ(s->ListRounds()->size(), 7u);  // every round's record stays
+  // Pruned files are kept as spares and written over by the next checkpoints (v4, v5 and v7 took
+  // the files of v1, v2 and v4); v5's is the one spare left. Each reads back whole.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(db.path() + ".checkpoints"))
+    files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 5u);
+  EXPECT_EQ(files[0].rfind("spare-", 0), 0u);
+  EXPECT_EQ(std::vector<std::string>(files.begin() + 1, files.end()),
+            (std::vector<std::string>{"v0.safetensors", "v3.safetensors", "v6.safetensors", "v7.safetensors"}));
+  EXPECT_EQ((**s->LatestCheckpoint()).data()[999], 7.0f);
+  EXPECT_EQ((*s->Checkpoint(7)).ContentSha256(), Filled(1000, 7, 7.0f).ContentSha256());
 }
 
 TEST(SqliteStoreTest, RefusesAFileThatIsNotADatabase) {
