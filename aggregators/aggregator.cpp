@@ -12,10 +12,8 @@ Status Aggregator::FoldScaled(Update& update, double value_scale) {
   return Fold(update);
 }
 
-Status Aggregator::FoldShared(std::shared_ptr<const Update> update, double value_scale) {
-  if (value_scale == 1.0) return Fold(*update);
-  Update copy = *update;
-  return FoldScaled(copy, value_scale);
+Status Aggregator::FoldShared(std::shared_ptr<Update> update, double value_scale) {
+  return FoldScaled(*update, value_scale);
 }
 
 Status Aggregator::RestoreState(std::string_view state) {

@@ -35,12 +35,12 @@ class Aggregator {
   // REQUIRES: value_scale finite and positive.
   virtual Status FoldScaled(Update& update, double value_scale);
 
-  // Folds the update as FoldScaled(update, value_scale) would, with its checks and errors now,
-  // but may hold it and fold it later together with others: the averaging family folds four held
-  // updates per pass over its running sum, a quarter of the sum's traffic per update. Held
-  // updates count in num_folded() and are folded, in order, before any other fold or Finalize.
-  // The update is shared, never changed. By default: FoldScaled on a copy (Fold when unscaled).
-  virtual Status FoldShared(std::shared_ptr<const Update> update, double value_scale);
+  // FoldScaled(update, value_scale), with its checks and errors now, for a caller that gives the
+  // update up: a strategy may hold it and fold it later together with others (the averaging
+  // family folds four held updates per pass over its running sum, a quarter of the sum's traffic
+  // per update, and never changes them). Held updates count in num_folded() and are folded, in
+  // order, before any other fold or Finalize. By default: FoldScaled.
+  virtual Status FoldShared(std::shared_ptr<Update> update, double value_scale);
 
   // Folds several updates in order, as Fold would, and stops at the first one refused: those
   // before it stay folded, it and the rest are not, and its error is returned. Strategies may

@@ -42,7 +42,7 @@ class Averaging final : public Aggregator {
   bool folds_coded() const override { return true; }
   bool takes_the_mean() const override { return o_.clip_norm <= 0; }
 
-  Status FoldShared(std::shared_ptr<const Update> u, double value_scale) override {
+  Status FoldShared(std::shared_ptr<Update> u, double value_scale) override {
     if (o_.clip_norm > 0 || u->coded) return FoldTimes(*u, value_scale);  // their own paths, one by one
     PLEXUS_RETURN_IF_ERROR(CheckFoldable(*u));
     held_.push_back({std::move(u), value_scale});
@@ -148,10 +148,11 @@ class Averaging final : public Aggregator {
     double steps_weighted = 0.0;
     for (const Held& h : held) {
       const Update& u = *h.update;
+      const Share share = ShareOf(u, h.value_scale);
       deltas.push_back(u.delta.data().data());
-      weights.push_back(o_.weighted ? static_cast<double>(u.num_examples) : 1.0);
-      scales.push_back(o_.normalize_by_steps ? h.value_scale / static_cast<double>(u.local_steps) : h.value_scale);
-      steps_weighted += weights.back() * static_cast<double>(u.local_steps);
+      weights.push_back(share.weight);
+      scales.push_back(share.scale);
+      steps_weighted += share.weight * static_cast<double>(u.local_steps);
     }
     mean_.FoldBatchChecked(deltas, weights, scales);
     steps_weighted_ += steps_weighted;
@@ -162,9 +163,9 @@ class Averaging final : public Aggregator {
   Status FoldTimes(const Update& u, double value_scale) {
     PLEXUS_RETURN_IF_ERROR(FoldHeld());
     PLEXUS_RETURN_IF_ERROR(CheckFoldable(u));
-    const double w = o_.weighted ? static_cast<double>(u.num_examples) : 1.0;
-    double scale = value_scale;
-    if (o_.normalize_by_steps) scale /= static_cast<double>(u.local_steps);
+    const Share share = ShareOf(u, value_scale);
+    const double w = share.weight;
+    double scale = share.scale;
     if (o_.clip_norm > 0) {
       const double norm =
           value_scale *
@@ -194,8 +195,13 @@ class Averaging final : public Aggregator {
     if (!u.delta.CheckSameLayout(base).ok()) return std::nullopt;
     if (o_.weighted && u.num_examples <= 0) return std::nullopt;
     if (o_.normalize_by_steps && u.local_steps <= 0) return std::nullopt;
+    return ShareOf(u, 1.0);
+  }
+  // An update's weight (examples, or 1) and the scale of value_scale x its values (divided by its
+  // local steps for FedNova): the one formula of every fold path.
+  Share ShareOf(const Update& u, double value_scale) const {
     return Share{o_.weighted ? static_cast<double>(u.num_examples) : 1.0,
-                 o_.normalize_by_steps ? 1.0 / static_cast<double>(u.local_steps) : 1.0};
+                 o_.normalize_by_steps ? value_scale / static_cast<double>(u.local_steps) : value_scale};
   }
 
   // What turns the weighted sum into the averaged delta.
@@ -214,7 +220,7 @@ class Averaging final : public Aggregator {
   bool begun_ = false;
   // FoldShared's updates waiting for a pass over the sum with others, with their value scales.
   struct Held {
-    std::shared_ptr<const Update> update;
+    std::shared_ptr<const Update> update;  // given up by the caller, never changed here
     double value_scale;
   };
   static constexpr size_t kHeldPerPass = 4;

@@ -21,14 +21,8 @@ Status FedBuffBuffer::Begin(const ModelState& base) {
 }
 
 Result<bool> FedBuffBuffer::Add(Update update, uint64_t staleness) {
-  // The averaging family may hold it and fold it with the next ones in one pass (FoldShared);
-  // the others scale it in place and fold it now.
-  if (merge_->folds_coded()) {
-    PLEXUS_RETURN_IF_ERROR(
-        merge_->FoldShared(std::make_shared<const Update>(std::move(update)), staleness_.Weight(staleness)));
-  } else {
-    PLEXUS_RETURN_IF_ERROR(merge_->FoldScaled(update, staleness_.Weight(staleness)));
-  }
+  // Given up: the averaging family may hold it and fold it with the next ones in one pass.
+  PLEXUS_RETURN_IF_ERROR(merge_->FoldShared(std::make_shared<Update>(std::move(update)), staleness_.Weight(staleness)));
   return static_cast<int64_t>(merge_->num_folded()) >= options_.buffer_size;
 }
 

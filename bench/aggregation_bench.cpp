@@ -67,7 +67,7 @@ Result<ModelState> FoldOneByOne(Aggregator& agg, const Inputs& in) {
   return agg.Finalize();
 }
 
-Result<ModelState> FoldShared(Aggregator& agg, const Inputs& in, const std::vector<std::shared_ptr<const Update>>& s) {
+Result<ModelState> FoldShared(Aggregator& agg, const Inputs& in, const std::vector<std::shared_ptr<Update>>& s) {
   (void)agg.Begin(in.base);
   for (const auto& u : s) (void)agg.FoldShared(u, 1.0);
   return agg.Finalize();
@@ -79,10 +79,11 @@ void RunStrategy(benchmark::State& state, const char* spec, Feed feed) {
   ThreadPool& pool = Pool(static_cast<size_t>(state.range(2)));
   const Inputs& in = GetInputs(n, p);
   std::vector<const Update*> batch;
-  std::vector<std::shared_ptr<const Update>> shared;  // pointing into the inputs, owning nothing
+  // Pointing into the inputs, owning nothing; with a staleness weight of 1 nothing scales them.
+  std::vector<std::shared_ptr<Update>> shared;
   for (const Update& u : in.updates) {
     batch.push_back(&u);
-    shared.emplace_back(std::shared_ptr<const Update>(), &u);
+    shared.emplace_back(std::shared_ptr<Update>(), const_cast<Update*>(&u));
   }
   auto agg = *MakeAggregator(spec, &pool);
   // One untimed round first, so that buffers are in place as they are on a running server.

@@ -108,7 +108,7 @@ RC_GTEST_PROP(AggregatorLaws, FoldSharedEqualsFoldScaled, ()) {
     Update a = update(i);
     RC_ASSERT(one_by_one->FoldScaled(a, scales[i]).ok());
     if (shared[i]) {
-      RC_ASSERT(held->FoldShared(std::make_shared<const Update>(update(i)), scales[i]).ok());
+      RC_ASSERT(held->FoldShared(std::make_shared<Update>(update(i)), scales[i]).ok());
     } else {
       Update b = update(i);
       RC_ASSERT(held->FoldScaled(b, scales[i]).ok());
