@@ -105,44 +105,37 @@ Status SyncDirectory(const std::string& dir) {
 
 namespace {
 
-// Writes `pieces` to `tmp` and syncs it; removes it on failure. `in_place`: a file already there
+// Writes `pieces` to `path` and syncs it; removes it on failure. `in_place`: a file already there
 // is overwritten from its start and cut to the new size afterwards, not truncated first, so that
 // its blocks (or, on tmpfs, its pages) are reused.
-Status WriteAndSync(const std::string& tmp, std::initializer_list<std::string_view> pieces, bool in_place = false) {
+Status WriteAndSync(const std::string& path, std::initializer_list<std::string_view> pieces, bool in_place) {
   size_t total = 0;
   for (std::string_view piece : pieces) total += piece.size();
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (in_place ? 0 : O_TRUNC);
-  int fd = total >= kDirectMinBytes ? ::open(tmp.c_str(), flags | O_DIRECT, 0644) : -1;
+  int fd = total >= kDirectMinBytes ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
   bool buffered = fd < 0;
   Status s;
   if (!buffered) {
-    s = WriteDirect(fd, pieces, total, tmp, &buffered);
+    s = WriteDirect(fd, pieces, total, path, &buffered);
     if (buffered) ::close(fd);  // O_DIRECT refused: start over with an ordinary file
   }
   if (buffered) {
-    fd = ::open(tmp.c_str(), flags, 0644);
-    if (fd < 0) return InvalidArgumentError("cannot write '" + tmp + "': " + std::strerror(errno));
+    fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) return InvalidArgumentError("cannot write '" + path + "': " + std::strerror(errno));
     for (std::string_view piece : pieces) {
-      if (s.ok()) s = WriteAll(fd, piece, tmp);
+      if (s.ok()) s = WriteAll(fd, piece, path);
     }
     if (s.ok() && in_place && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
-      s = UnavailableError("cannot set the size of '" + tmp + "': " + std::strerror(errno));
+      s = UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
     }
   }
-  if (s.ok() && ::fsync(fd) != 0) s = UnavailableError("cannot sync '" + tmp + "': " + std::strerror(errno));
-  if (::close(fd) != 0 && s.ok()) s = UnavailableError("cannot close '" + tmp + "': " + std::strerror(errno));
-  if (!s.ok()) ::unlink(tmp.c_str());
+  if (s.ok() && ::fsync(fd) != 0) s = UnavailableError("cannot sync '" + path + "': " + std::strerror(errno));
+  if (::close(fd) != 0 && s.ok()) s = UnavailableError("cannot close '" + path + "': " + std::strerror(errno));
+  if (!s.ok()) ::unlink(path.c_str());
   return s;
 }
 
-}  // namespace
-
-Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces) {
-  return WriteAndSync(path, pieces, /*in_place=*/true);
-}
-
-namespace {
-
+// WriteAndSync to `path`.tmp, then renamed over `path`, then the directory synced.
 Status WriteThenRename(const std::string& path, std::initializer_list<std::string_view> pieces, bool in_place) {
   const std::string tmp = path + ".tmp";
   PLEXUS_RETURN_IF_ERROR(WriteAndSync(tmp, pieces, in_place));
@@ -155,6 +148,10 @@ Status WriteThenRename(const std::string& path, std::initializer_list<std::strin
 }
 
 }  // namespace
+
+Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces) {
+  return WriteAndSync(path, pieces, /*in_place=*/true);
+}
 
 Status WriteFileAtomically(const std::string& path, std::initializer_list<std::string_view> pieces) {
   return WriteThenRename(path, pieces, /*in_place=*/false);

@@ -20,6 +20,16 @@ constexpr const char* kVersionKey = "plexus.version";
 
 Status Malformed(const std::string& why) { return InvalidArgumentError("malformed safetensors: " + why); }
 
+// The 8-byte header length of a `total`-byte input: within the input and the limit.
+// REQUIRES: total >= 8.
+Status CheckHeaderLength(uint64_t header_len, uint64_t total) {
+  if (header_len > kMaxSafetensorsHeaderBytes || header_len > total - 8) {
+    return Malformed("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(total) +
+                     "-byte input or the limit");
+  }
+  return Status::Ok();
+}
+
 // A safetensors header nests three levels deep (object, tensor entry, shape array). Deeper input is
 // refused before it is parsed: the JSON library and its dump() recurse on nesting, so an
 // attacker-chosen depth would be an attacker-chosen stack depth.
@@ -175,10 +185,7 @@ Result<ModelState> DecodeSafetensors(std::string_view bytes) {
   if (bytes.size() < 8) return Malformed("shorter than the 8-byte header length");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > kMaxSafetensorsHeaderBytes || header_len > bytes.size() - 8) {
-    return Malformed("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(bytes.size()) +
-                     "-byte input or the limit");
-  }
+  PLEXUS_RETURN_IF_ERROR(CheckHeaderLength(header_len, bytes.size()));
   const std::string_view payload = bytes.substr(8 + header_len);
   PLEXUS_ASSIGN_OR_RETURN(ModelState model, SafetensorsLayout(bytes.substr(8, header_len), payload.size()));
   if (!payload.empty()) std::memcpy(model.data().data(), payload.data(), payload.size());
@@ -198,10 +205,7 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
     bytes.remove_prefix(take);
     if (header_.size() == 8 && take == want) {
       std::memcpy(&header_len_, header_.data(), 8);
-      if (header_len_ > kMaxSafetensorsHeaderBytes || header_len_ > total_bytes_ - 8) {
-        return Malformed("header length " + std::to_string(header_len_) + " exceeds the " +
-                         std::to_string(total_bytes_) + "-byte input or the limit");
-      }
+      PLEXUS_RETURN_IF_ERROR(CheckHeaderLength(header_len_, total_bytes_));
     }
     if (header_.size() >= 8 && header_.size() == 8 + header_len_) {
       PLEXUS_ASSIGN_OR_RETURN(ModelState m,
@@ -257,10 +261,7 @@ Result<ModelState> ReadSafetensorsFd(int fd, uint64_t size, const std::string& p
   if (size < 8) return Malformed("shorter than the 8-byte header length");
   uint64_t header_len = 0;
   PLEXUS_RETURN_IF_ERROR(ReadFully(fd, reinterpret_cast<char*>(&header_len), 8, path));
-  if (header_len > kMaxSafetensorsHeaderBytes || header_len > size - 8) {
-    return Malformed("header length " + std::to_string(header_len) + " exceeds the " + std::to_string(size) +
-                     "-byte input or the limit");
-  }
+  PLEXUS_RETURN_IF_ERROR(CheckHeaderLength(header_len, size));
   std::string header(header_len, '\0');
   PLEXUS_RETURN_IF_ERROR(ReadFully(fd, header.data(), header.size(), path));
   PLEXUS_ASSIGN_OR_RETURN(ModelState model, SafetensorsLayout(header, size - 8 - header_len));

@@ -31,10 +31,15 @@ Status UniqueRow(Status s, int64_t round, int64_t attempt) {
 // A name no other accepted update has had (`tag` random): a replaced update's file must not be
 // overwritten before the row naming its successor commits. A coded update's file holds its
 // codec's bytes (".codes").
-std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag, bool coded) {
+std::string HexTag(uint64_t tag) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
-  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + hex + (coded ? ".codes" : ".safetensors");
+  return hex;
+}
+
+std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag, bool coded) {
+  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + HexTag(tag) +
+         (coded ? ".codes" : ".safetensors");
 }
 
 }  // namespace
@@ -66,9 +71,7 @@ void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& 
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
   if (!ec && pool->files.size() < kMaxSpareFiles && pool->bytes + bytes <= kMaxSpareBytes) {
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(name_rng_()));
-    const std::string spare = "spare-" + std::string(hex);
+    const std::string spare = "spare-" + HexTag(name_rng_());
     std::filesystem::rename(path, dir + "/" + spare, ec);
     if (!ec) {
       pool->files.push_back({spare, bytes});
