@@ -2,14 +2,7 @@
 
 namespace plexus {
 
-void FederationServiceImpl::LogRoundClosed(const RoundRecord& r, std::string_view how) {
-  TimeServedVersionLocked();
-  spdlog::info("round {} closed{}: {} updates, {} dropped{}, version {}{}", r.round, how, r.num_updates, r.num_dropped,
-               r.num_refused > 0 ? fmt::format(", {} refused", r.num_refused) : std::string(), r.model_version,
-               r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
-}
-
-void FederationServiceImpl::TimeServedVersionLocked() {
+void FederationServiceImpl::VersionServedLocked(const RoundRecord& r, std::string_view how) {
   const int64_t now = clock_->NowMs();
   if (closing_upload_received_ms_ >= 0 && last_served_ms_ >= 0) {
     ++upload_metrics_.versions_timed;
@@ -18,6 +11,9 @@ void FederationServiceImpl::TimeServedVersionLocked() {
   }
   closing_upload_received_ms_ = -1;
   last_served_ms_ = now;
+  spdlog::info("round {} closed{}: {} updates, {} dropped{}, version {}{}", r.round, how, r.num_updates, r.num_dropped,
+               r.num_refused > 0 ? fmt::format(", {} refused", r.num_refused) : std::string(), r.model_version,
+               r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
 }
 
 FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, ServerInfo info, bool mtls,
@@ -261,7 +257,7 @@ void FederationServiceImpl::Tick() {
   const uint64_t before = engine_->model().version();
   Status s = engine_->Tick();
   if (!s.ok()) spdlog::error("{}", s.ToString());
-  if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " at its deadline");
+  if (engine_->model().version() != before) VersionServedLocked(engine_->history().back(), " at its deadline");
   LogSecureStageLocked();
   cv_.notify_all();
 }
@@ -280,7 +276,7 @@ void FederationServiceImpl::RunCommits(const std::atomic<bool>& stop) {
     lock.lock();
     Status s = engine_->FinishCommit(std::move(*commit), std::move(committed));
     if (s.ok()) {
-      LogRoundClosed(engine_->history().back(), "");
+      VersionServedLocked(engine_->history().back(), "");
     } else {
       spdlog::error("{}", s.ToString());
     }

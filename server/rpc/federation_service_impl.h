@@ -105,9 +105,10 @@ class FederationServiceImpl final : public v1::Federation::Service {
   static constexpr int kUploadUpdateMethod = 3;
   static constexpr uint32_t kModelChunkDataField = 4;  // ModelChunk.data
 
-  // Logs a version just served (`how`: "" or e.g. " at its deadline") and times it
-  // (TimeServedVersionLocked). Requires mu_.
-  void LogRoundClosed(const RoundRecord& r, std::string_view how);
+  // A version was just served: logs it (`how`: "" or e.g. " at its deadline") and, when an
+  // upload completed it, counts the time since that upload and since the previous version in
+  // upload_metrics_ (ServerMetrics::versions_timed). Requires mu_.
+  void VersionServedLocked(const RoundRecord& r, std::string_view how);
 
   // Says when the open secure group moved to another stage or a group aborted. Requires mu_.
   void LogSecureStageLocked();
@@ -162,9 +163,6 @@ class FederationServiceImpl final : public v1::Federation::Service {
   // whole (-1: none such), and when the newest version was served (-1: none yet).
   int64_t closing_upload_received_ms_ = -1;
   int64_t last_served_ms_ = -1;
-  // Counts a version served now in upload_metrics_ (ServerMetrics::versions_timed); LogRoundClosed
-  // calls it, as every served version is logged. Requires mu_.
-  void TimeServedVersionLocked();
   std::atomic<int64_t> download_bytes_{0};
   bool shutting_down_ = false;                                  // guarded by mu_
   std::set<std::string> active_clients_;                        // guarded by mu_; clients seen by this process

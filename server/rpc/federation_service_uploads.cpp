@@ -121,7 +121,7 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   if (!s.ok()) return RefuseLocked("upload", s.WithContext("update from " + header.client_id()));
   upload_metrics_.CountUpload(header.total_bytes(), static_cast<double>(clock_->NowMs() - started_ms) / 1000.0);
   rep->set_accepted_for_version(version_before);
-  if (engine_->model().version() != version_before) LogRoundClosed(engine_->history().back(), "");
+  if (engine_->model().version() != version_before) VersionServedLocked(engine_->history().back(), "");
   if (header.want_next_task()) {
     // What a poll would answer at once; "wait" is left to the client's next (long) poll. A
     // failed poll does not undo the accepted update: the client polls and hears the error.
@@ -142,7 +142,7 @@ grpc::Status FederationServiceImpl::RefuseContentLocked(const v1::UpdateHeader& 
   if (Status s = engine_->Refused(header.client_id(), header.task_id()); !s.ok()) {
     spdlog::error("after refusing task {}: {}", header.task_id(), s.ToString());
   }
-  if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), " after a refusal");
+  if (engine_->model().version() != before) VersionServedLocked(engine_->history().back(), " after a refusal");
   cv_.notify_all();
   return RefuseLocked("upload", why);
 }
@@ -190,7 +190,7 @@ grpc::Status FederationServiceImpl::SecureAggregation(grpc::ServerContext* ctx, 
     last_view_stage_ = static_cast<int>(view->stage);
     LogSecureStageLocked();
   }
-  if (engine_->model().version() != before) LogRoundClosed(engine_->history().back(), "");
+  if (engine_->model().version() != before) VersionServedLocked(engine_->history().back(), "");
   cv_.notify_all();  // a stage or the round may have closed: polls may answer differently
   if (!view.ok()) return RefuseLocked("secure aggregation", view.status().WithContext("client " + *who));
   SecAggViewToProto(*view, rep);
