@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "aggregators/registry.h"
 #include "apps/plexus/commands.h"
@@ -62,21 +63,27 @@ std::vector<int64_t> IntegerWeights(const std::vector<double>& weights, size_t n
   return out;
 }
 
-// The input files as updates against `base` (their deltas when --base was given).
+// Inputs [first, first + count) as updates against `*base` (their deltas when --base was given).
+// Without --base, `*base` starts empty and becomes zeros shaped like the first input read.
 std::vector<Update> ReadUpdates(const MergeFlags& f, size_t first, size_t count, const std::vector<int64_t>& weights,
-                                const ModelState& base, const std::string& reference_path) {
+                                std::optional<ModelState>* base) {
+  const std::string& reference_path = f.base.empty() ? f.inputs[0] : f.base;
   std::vector<Update> updates(count);
   for (size_t k = 0; k < count; ++k) {
     const size_t i = first + k;
     Update& u = updates[k];
     u.delta = Take(ReadSafetensorsFile(f.inputs[i]));
-    Status same = u.delta.CheckSameLayout(base);
+    if (!*base) {
+      *base = ModelState::ZerosLike(u.delta);
+      (*base)->set_version(0);
+    }
+    Status same = u.delta.CheckSameLayout(**base);
     if (!same.ok()) throw CommandError(f.inputs[i] + ": " + same.message() + " (as in " + reference_path + ")");
     u.client_id = f.inputs[i];  // canonical order: by path
     u.task_id = "merge";
     u.num_examples = weights[i];
     u.local_steps = 1;
-    if (!f.base.empty()) u.delta.Subtract(base);
+    if (!f.base.empty()) u.delta.Subtract(**base);
   }
   return updates;
 }
@@ -86,23 +93,18 @@ std::vector<Update> ReadUpdates(const MergeFlags& f, size_t first, size_t count,
 // at once and their buffers are reused: the same bits as one Aggregate over all of them, without
 // the page faults of holding every file. The others take every file at once (Aggregate).
 ModelState MergeFiles(const MergeFlags& f, Aggregator* agg, const std::vector<int64_t>& weights) {
-  const std::string reference_path = f.base.empty() ? f.inputs[0] : f.base;
-  ModelState base = Take(ReadSafetensorsFile(reference_path));
-  if (f.base.empty()) base = ModelState::ZerosLike(base);
-  base.set_version(0);
-  const size_t group = agg->folds_coded() ? 4 : f.inputs.size();
-  if (group == f.inputs.size()) {
-    std::vector<Update> updates = ReadUpdates(f, 0, f.inputs.size(), weights, base, reference_path);
-    std::vector<const Update*> ptrs;
-    for (const Update& u : updates) ptrs.push_back(&u);
-    return Take(agg->Aggregate(base, ptrs));
+  std::optional<ModelState> base;
+  if (!f.base.empty()) {
+    base = Take(ReadSafetensorsFile(f.base));
+    base->set_version(0);
   }
-  Check(agg->Begin(base));
+  const size_t group = agg->folds_coded() ? 4 : f.inputs.size();
   for (size_t first = 0; first < f.inputs.size(); first += group) {
-    std::vector<Update> updates =
-        ReadUpdates(f, first, std::min(group, f.inputs.size() - first), weights, base, reference_path);
+    std::vector<Update> updates = ReadUpdates(f, first, std::min(group, f.inputs.size() - first), weights, &base);
     std::vector<const Update*> ptrs;
     for (const Update& u : updates) ptrs.push_back(&u);
+    if (group == f.inputs.size()) return Take(agg->Aggregate(*base, ptrs));
+    if (first == 0) Check(agg->Begin(*base));
     Check(agg->FoldAll(ptrs));
   }
   return Take(agg->Finalize());
