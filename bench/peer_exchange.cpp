@@ -1,18 +1,27 @@
 // Model exchange between two `plexus peer` nodes over loopback (gossip/node/peer_node.h), against
-// one raw TCP stream measured in the same run. Both nodes run D-PSGD on two nodes with a trainer
-// that returns its start model, so every round is: each node encodes its model (safetensors,
-// SHA-256), sends it to the other in chunks, receives, checks and decodes the other's, averages.
-// Reported: model bytes per second in each direction (both directions run at once, as in a real
-// exchange), its ratio to the raw stream, with and without TLS; and the user-space memory a peer
-// holds per idle connection (heap growth over many connected links, each past its hello).
-// usage: peer_exchange [--mb MODEL_MB] [--rounds R]   (prints a JSON object)
+// what the exchange is on the wire, measured in the same run: two opposite raw streams at once on
+// one connection, each end one thread (as each node runs one loop thread), plain TCP and TLS 1.3
+// through the same OpenSSL contexts the peers use (the same certificates, so the same cipher).
+// Both nodes run D-PSGD on two nodes with a trainer that returns its start model, so every round
+// is: each node sends its model to the other in chunks (CRC-32C per chunk on plaintext, TLS
+// records otherwise), receives and decodes the other's, checks it, averages.
+// Reported: model bytes per second in each direction (both directions run at once), its ratio to
+// the raw streams, with and without TLS; and the user-space memory a peer holds per idle
+// connection (heap growth over many connected links, each past its hello).
+// usage: peer_exchange [--mb MODEL_MB] [--rounds R] [--only plain|tls]   (prints a JSON object; with
+// --only, just that exchange's rate, for profiling)
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -61,7 +70,120 @@ int Connect(int port) {
   return -1;
 }
 
-// One raw TCP stream of `bytes`, in 1 MiB writes: bytes per second.
+// One end of a duplex stream: sends `bytes` in 1 MiB writes while it receives as many, on one
+// thread (non-blocking socket, poll), through `ssl` when given (after its handshake). False on
+// an error.
+bool PumpBothWays(int fd, SSL* ssl, uint64_t bytes) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  std::string out(1 << 20, 'x');
+  std::vector<char> in(1 << 20);
+  uint64_t sent = 0, got = 0;
+  while (sent < bytes || got < bytes) {
+    pollfd p{fd, static_cast<short>(POLLIN | (sent < bytes ? POLLOUT : 0)), 0};
+    if (!(ssl && SSL_pending(ssl) > 0) && poll(&p, 1, 10000) <= 0) {
+      std::fprintf(stderr, "raw duplex: nothing moved for 10 s (sent %llu, received %llu)\n",
+                   static_cast<unsigned long long>(sent), static_cast<unsigned long long>(got));
+      return false;
+    }
+    for (;;) {  // read what is there
+      const int n = ssl ? SSL_read(ssl, in.data(), static_cast<int>(in.size()))
+                        : static_cast<int>(recv(fd, in.data(), in.size(), 0));
+      if (n > 0) {
+        got += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (ssl ? SSL_get_error(ssl, n) == SSL_ERROR_WANT_READ || SSL_get_error(ssl, n) == SSL_ERROR_WANT_WRITE
+              : (n < 0 && errno == EAGAIN)) {
+        break;
+      }
+      std::fprintf(stderr, "raw duplex: read failed (%d, %s)\n", ssl ? SSL_get_error(ssl, n) : n, std::strerror(errno));
+      ERR_print_errors_fp(stderr);
+      return false;
+    }
+    while (sent < bytes) {  // write what fits
+      const int want = static_cast<int>(std::min<uint64_t>(out.size(), bytes - sent));
+      const int n = ssl ? SSL_write(ssl, out.data(), want) : static_cast<int>(send(fd, out.data(), want, MSG_NOSIGNAL));
+      if (n > 0) {
+        sent += static_cast<uint64_t>(n);
+        continue;
+      }
+      if (ssl ? SSL_get_error(ssl, n) == SSL_ERROR_WANT_WRITE || SSL_get_error(ssl, n) == SSL_ERROR_WANT_READ
+              : (n < 0 && errno == EAGAIN)) {
+        break;
+      }
+      std::fprintf(stderr, "raw duplex: write failed (%d, %s)\n", ssl ? SSL_get_error(ssl, n) : n,
+                   std::strerror(errno));
+      return false;
+    }
+  }
+  return true;
+}
+
+// Two opposite streams of `bytes` each at once on one loopback connection, in the process layout
+// of the exchange (one thread per end), plain or through `tls`'s contexts: bytes per second in
+// each direction.
+double RawDuplex(uint64_t bytes, const gossip::TlsContext* tls) {
+  const int port = FreePort();
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(listener, 1);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  // Handshake (blocking), then both ends start together.
+  auto end = [&](int fd, bool initiator, bool* ok) {
+    SSL* ssl = nullptr;
+    if (tls) {
+      ssl = SSL_new(initiator ? tls->client() : tls->server());
+      SSL_set_fd(ssl, fd);
+      SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+      if ((initiator ? SSL_connect(ssl) : SSL_accept(ssl)) != 1) {
+        ERR_print_errors_fp(stderr);
+        *ok = false;
+      }
+    }
+    ++ready;
+    while (!go) std::this_thread::yield();  // a start line, not a wait for work
+    if (*ok) *ok = PumpBothWays(fd, ssl, bytes);
+    return ssl;
+  };
+  bool ok0 = true, ok1 = true;
+  // Sockets closed and TLS state freed once both ends are done: an end closing early could reset
+  // the other.
+  int dialed = -1;
+  SSL* ssl0 = nullptr;
+  SSL* ssl1 = nullptr;
+  std::thread dialer([&] {
+    dialed = Connect(port);
+    ssl1 = end(dialed, true, &ok1);
+  });
+  const int fd = accept(listener, nullptr, nullptr);
+  std::thread acceptor([&] { ssl0 = end(fd, false, &ok0); });
+  while (ready < 2) std::this_thread::yield();
+  const auto start = Clock::now();
+  go = true;
+  acceptor.join();
+  dialer.join();
+  const double s = std::chrono::duration<double>(Clock::now() - start).count();
+  for (SSL* ssl : {ssl0, ssl1}) {
+    if (ssl) SSL_free(ssl);
+  }
+  close(fd);
+  close(dialed);
+  close(listener);
+  if (!ok0 || !ok1) {
+    std::fprintf(stderr, "raw duplex stream failed\n");
+    return 0;
+  }
+  return static_cast<double>(bytes) / s;
+}
+
+// One raw TCP stream of `bytes`, in 1 MiB writes: bytes per second (the figure before issue 39).
 double RawTcp(uint64_t bytes) {
   const int port = FreePort();
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
@@ -206,7 +328,9 @@ int main(int argc, char** argv) {
   KeepLargeAllocations();  // as the plexus binary does
   double mb = 4;
   uint64_t rounds = 40;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
     if (std::strcmp(argv[i], "--mb") == 0) mb = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoull(argv[i + 1], nullptr, 10);
   }
@@ -220,15 +344,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot create certificates in %s\n", dir.c_str());
     return 1;
   }
-  const double raw = RawTcp(std::max<uint64_t>(static_cast<uint64_t>(floats) * 4 * rounds, 1ull << 30));
+  if (!only.empty()) {
+    const double rate = Exchange(floats, rounds, only == "tls" ? dir : "");
+    std::filesystem::remove_all(dir);
+    std::printf("{\"model_mb\": %.2f, \"%s_exchange_gbps\": %.3f}\n", mb, only.c_str(), rate / 1e9);
+    return rate > 0 ? 0 : 1;
+  }
+  const uint64_t stream_bytes = std::max<uint64_t>(static_cast<uint64_t>(floats) * 4 * rounds, 1ull << 30);
+  const std::string name = dir + "/peer-0";
+  const auto tls_context =
+      gossip::TlsContext::Create(Read(dir + "/ca.crt"), Read(name + ".crt"), Read(name + ".key")).value();
+  const double raw = RawTcp(stream_bytes);
+  const double duplex = RawDuplex(stream_bytes, nullptr);
+  const double duplex_tls = RawDuplex(stream_bytes / 2, tls_context.get());
   const double plain = Exchange(floats, rounds, "");
   const double tls = Exchange(floats, rounds, dir);
   const double per_link = BytesPerConnection(256);
   std::filesystem::remove_all(dir);
   std::printf(
-      "{\"model_mb\": %.2f, \"rounds\": %llu, \"raw_tcp_gbps\": %.3f, \"exchange_gbps\": %.3f, "
-      "\"exchange_vs_raw\": %.3f, \"exchange_tls_gbps\": %.3f, \"exchange_tls_vs_raw\": %.3f, "
+      "{\"model_mb\": %.2f, \"rounds\": %llu, \"raw_tcp_gbps\": %.3f, \"duplex_tcp_gbps\": %.3f, "
+      "\"duplex_tls_gbps\": %.3f, \"exchange_gbps\": %.3f, \"exchange_vs_duplex\": %.3f, "
+      "\"exchange_tls_gbps\": %.3f, \"exchange_tls_vs_duplex\": %.3f, \"exchange_vs_one_stream\": %.3f, "
       "\"bytes_per_idle_link\": %.0f}\n",
-      mb, static_cast<unsigned long long>(rounds), raw / 1e9, plain / 1e9, plain / raw, tls / 1e9, tls / raw, per_link);
-  return plain > 0 && tls > 0 ? 0 : 1;
+      mb, static_cast<unsigned long long>(rounds), raw / 1e9, duplex / 1e9, duplex_tls / 1e9, plain / 1e9,
+      plain / duplex, tls / 1e9, tls / duplex_tls, plain / raw, per_link);
+  return plain > 0 && tls > 0 && duplex > 0 && duplex_tls > 0 ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/crc32c.h"
 #include "core/model_state.h"
 
 namespace plexus::gossip {
@@ -31,6 +32,22 @@ std::string EncodeFrameHeader(FrameType type, uint32_t stream, uint32_t index, s
 std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::string_view payload) {
   std::string f = EncodeFrameHeader(type, stream, index, payload.size());
   f.append(payload);
+  return f;
+}
+
+std::string CheckedChunkTrailer(std::string_view header, std::initializer_list<std::string_view> pieces) {
+  uint32_t crc = Crc32c(header.substr(4));
+  for (std::string_view piece : pieces) crc = ExtendCrc32c(crc, piece);
+  std::string trailer(kChunkCrcBytes, '\0');
+  PutU32(trailer.data(), crc);
+  return trailer;
+}
+
+std::string EncodeCheckedChunk(uint32_t stream, uint32_t index, std::string_view bytes) {
+  std::string f = EncodeFrameHeader(FrameType::kCheckedChunk, stream, index, bytes.size() + kChunkCrcBytes);
+  const std::string trailer = CheckedChunkTrailer(f, {bytes});
+  f.append(bytes);
+  f.append(trailer);
   return f;
 }
 
@@ -99,12 +116,26 @@ Status FrameReader::Read(std::string_view bytes, const std::function<bool(const 
   Status status = Status::Ok();
   auto emit = [&](std::string_view frame) {
     const auto type = static_cast<uint8_t>(frame[0]);
-    if (type != static_cast<uint8_t>(FrameType::kMessage) && type != static_cast<uint8_t>(FrameType::kChunk)) {
+    FrameView v{static_cast<FrameType>(type), GetU32(frame.data() + 1), GetU32(frame.data() + 5),
+                frame.substr(kFrameFixedBytes)};
+    if (v.type == FrameType::kCheckedChunk) {
+      if (v.payload.size() < kChunkCrcBytes) {
+        status = InvalidArgumentError("a checked chunk too short for its CRC-32C");
+        return false;
+      }
+      const std::string_view body = frame.substr(0, frame.size() - kChunkCrcBytes);
+      if (Crc32c(body) != GetU32(frame.data() + body.size())) {
+        status = DataLossError("chunk " + std::to_string(v.index) + " of model stream " + std::to_string(v.stream) +
+                               " fails its CRC-32C: its bytes were altered in flight");
+        return false;
+      }
+      v.type = FrameType::kChunk;
+      v.payload.remove_suffix(kChunkCrcBytes);
+      v.checked = true;
+    } else if (v.type != FrameType::kMessage && v.type != FrameType::kChunk) {
       status = InvalidArgumentError("unknown frame type " + std::to_string(type));
       return false;
     }
-    FrameView v{static_cast<FrameType>(type), GetU32(frame.data() + 1), GetU32(frame.data() + 5),
-                frame.substr(kFrameFixedBytes)};
     return on_frame(v);
   };
   size_t pos = 0;
@@ -171,23 +202,34 @@ Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
   return Status::Ok();
 }
 
+Result<ModelAssembler> ModelAssembler::BeginUnhashed(uint64_t total_bytes, uint64_t max_model_bytes) {
+  // The size checks of Begin, with a placeholder hash that passes them.
+  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, Begin(total_bytes, std::string(64, '0'), max_model_bytes));
+  a.sha_.clear();
+  return a;
+}
+
 Result<ModelAssembler> ModelAssembler::BeginBytes(uint64_t total_bytes, std::string sha256_hex,
                                                   uint64_t max_model_bytes) {
-  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, Begin(total_bytes, std::move(sha256_hex), max_model_bytes));
+  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, sha256_hex.empty()
+                                                ? BeginUnhashed(total_bytes, max_model_bytes)
+                                                : Begin(total_bytes, std::move(sha256_hex), max_model_bytes));
   a.bytes_stream_ = true;
   return a;
 }
 
 Result<std::string> ModelAssembler::FinishBytes() && {
   if (!bytes_stream_ || !complete()) return InvalidArgumentError("byte stream incomplete");
-  if (Sha256Hex(bytes_) != sha_) return DataLossError("byte stream's SHA-256 differs from its header's");
+  if (!sha_.empty() && Sha256Hex(bytes_) != sha_)
+    return DataLossError("byte stream's SHA-256 differs from its header's");
   return std::move(bytes_);
 }
 
 Result<ModelState> ModelAssembler::Finish() && {
   if (bytes_stream_) return InvalidArgumentError("a byte stream is not a model");
   if (!complete()) return InvalidArgumentError("model stream incomplete");
-  if (decoder_.ReceivedSha256() != sha_) return DataLossError("model stream's SHA-256 differs from its header's");
+  if (!sha_.empty() && decoder_.ReceivedSha256() != sha_)
+    return DataLossError("model stream's SHA-256 differs from its header's");
   return std::move(decoder_).Finish();
 }
 

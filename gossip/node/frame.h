@@ -2,14 +2,20 @@
 //   u32 length (little-endian, of what follows) | u8 type | u32 stream | u32 index | payload
 // A kMessage frame's payload is one protobuf plexus.v1.GossipEnvelope (proto/plexus/v1/gossip.proto);
 // a kChunk frame carries bytes `index` of model stream `stream`, announced before by an envelope
-// holding the stream's total size and the SHA-256 of the whole model. Sizes are checked before
-// anything is allocated: a length beyond the limit ends the connection, a stream larger than the
-// model limit is refused. Model bytes are safetensors (core/safetensors.h). Plain C++; FrameReader and ModelAssembler
-// are thread-compatible.
+// holding the stream's total size. A kCheckedChunk frame is the same with a u32 CRC-32C
+// (core/crc32c.h) of type, stream, index and bytes after the bytes: what a plaintext link sends,
+// so that a byte altered in flight is caught in the frame it hit, while it arrives. Over TLS the
+// record layer already authenticates every byte, so chunks go unchecked there. A whole-stream
+// SHA-256 in the announcement is needed only where the hash is the content's identity (CRDT
+// contributions); models are not hashed in a separate pass. Sizes are checked before anything is
+// allocated: a length beyond the limit ends the connection, a stream larger than the model limit
+// is refused. Model bytes are safetensors (core/safetensors.h). Plain C++; FrameReader and
+// ModelAssembler are thread-compatible.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,7 +25,7 @@
 
 namespace plexus::gossip {
 
-enum class FrameType : uint8_t { kMessage = 1, kChunk = 2 };
+enum class FrameType : uint8_t { kMessage = 1, kChunk = 2, kCheckedChunk = 3 };
 
 inline constexpr size_t kFrameHeaderBytes = 4 + 1 + 4 + 4;
 // What follows the length prefix apart from the payload: type, stream, index.
@@ -32,18 +38,28 @@ struct Frame {
   std::string payload;
 };
 
-// The 13 header bytes of a frame carrying `payload_bytes`.
+// The 13 header bytes of a frame carrying `payload_bytes` (a checked chunk's: its bytes and CRC).
 std::string EncodeFrameHeader(FrameType type, uint32_t stream, uint32_t index, size_t payload_bytes);
+inline constexpr size_t kChunkCrcBytes = 4;
+// The trailer of a kCheckedChunk frame whose 13-byte `header` (EncodeFrameHeader with the
+// payload size of `bytes` + kChunkCrcBytes) precedes `bytes`: the CRC-32C of what follows the
+// length prefix. `pieces`: the chunk's bytes, in order (a stream's prefix and values may both
+// lie in one chunk).
+std::string CheckedChunkTrailer(std::string_view header, std::initializer_list<std::string_view> pieces);
+// A whole kCheckedChunk frame (tests, and what a sender without scatter-gather writes).
+std::string EncodeCheckedChunk(uint32_t stream, uint32_t index, std::string_view bytes);
 // A whole frame.
 std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::string_view payload);
 
 // A frame seen in place: the payload points into the bytes just read or into the reader's
-// buffer, valid during the callback only.
+// buffer, valid during the callback only. A kCheckedChunk is handed over as a kChunk with
+// `checked` set, its payload without the CRC, once the CRC matched.
 struct FrameView {
   FrameType type = FrameType::kMessage;
   uint32_t stream = 0;
   uint32_t index = 0;
   std::string_view payload;
+  bool checked = false;
 };
 
 // What a link's first four bytes are when another protocol reached (or answered) a peer's port:
@@ -63,7 +79,8 @@ class FrameReader {
   explicit FrameReader(uint32_t max_payload_bytes) : max_payload_(max_payload_bytes) {}
   // Calls `on_frame` for every complete frame in order, until it returns false. InvalidArgument
   // for a length prefix beyond the limit (checked before the payload is buffered) or an unknown
-  // frame type; the reader (and the connection) is then of no further use.
+  // frame type, DataLoss for a checked chunk whose CRC-32C does not match its bytes; the reader
+  // (and the connection) is then of no further use.
   Status Read(std::string_view bytes, const std::function<bool(const FrameView&)>& on_frame);
   // The same, copying each frame into `out`.
   Status Append(std::string_view bytes, std::vector<Frame>* out);
@@ -77,13 +94,16 @@ class FrameReader {
 };
 
 // Reassembles the chunks of one model stream straight into the model (safetensors, decoded as
-// it arrives: the model's bytes are held once): in order, no more than announced, then the
-// SHA-256 of the whole compared with the header's.
+// it arrives: the model's bytes are held once): in order, no more than announced, then, for a
+// stream announced with one, the SHA-256 of the whole compared with the header's.
 class ModelAssembler {
  public:
   // InvalidArgument when `total_bytes` is zero or beyond `max_model_bytes`, or the hash is not 64
   // hex digits. Nothing is allocated before these checks.
   static Result<ModelAssembler> Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes);
+  // A stream without a whole-stream hash: its link vouches for its bytes (TLS records, or the
+  // CRC-32C of every chunk). The same size checks.
+  static Result<ModelAssembler> BeginUnhashed(uint64_t total_bytes, uint64_t max_model_bytes);
   // InvalidArgument for a chunk out of order, past the announced size, or bytes that are not
   // safetensors.
   Status Add(uint32_t index, std::string_view bytes);
@@ -93,7 +113,8 @@ class ModelAssembler {
   Result<ModelState> Finish() &&;
 
   // A stream of a codec's bytes (compressed gossip): kept whole, for the codec to decode. The same
-  // checks as Begin; Add takes any bytes; FinishBytes returns them once their SHA-256 checks.
+  // checks as Begin (an empty hash: unhashed, as BeginUnhashed); Add takes any bytes; FinishBytes
+  // returns them once their SHA-256, if announced, checks.
   static Result<ModelAssembler> BeginBytes(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes);
   bool bytes_stream() const { return bytes_stream_; }
   Result<std::string> FinishBytes() &&;
@@ -102,7 +123,7 @@ class ModelAssembler {
   ModelAssembler(uint64_t total, std::string sha) : total_(total), sha_(std::move(sha)), decoder_(total) {}
   uint64_t received() const { return bytes_stream_ ? bytes_.size() : decoder_.received(); }
   uint64_t total_;
-  std::string sha_;
+  std::string sha_;  // empty: unhashed
   uint32_t next_index_ = 0;
   SafetensorsStreamDecoder decoder_;
   bool bytes_stream_ = false;

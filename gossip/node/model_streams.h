@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,11 +19,10 @@
 
 namespace plexus::gossip {
 
-// A model's safetensors prefix and hash, kept while the model lives: reused for every target.
+// A model's safetensors prefix, kept while the model lives: reused for every target.
 struct EncodedModel {
   std::weak_ptr<const ModelState> model;
   std::shared_ptr<const std::string> prefix;
-  std::string sha;
 };
 
 struct OutboundStream {
@@ -34,21 +34,25 @@ struct OutboundStream {
   std::shared_ptr<const std::string> coded;  // compressed gossip: a codec's bytes, sent instead
 
   size_t size() const { return coded ? coded->size() : prefix->size() + model->num_bytes(); }
-  // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), appended to `out`.
-  void CopyTo(size_t n, std::string* out) const {
-    if (coded) {
-      out->append(*coded, offset, n);
-      return;
-    }
+  // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), where they lie: the
+  // part in the prefix, then the part in the model's values or the coded bytes (either may be
+  // empty). Valid while the stream holds its model.
+  std::array<std::string_view, 2> Pieces(size_t n) const {
+    if (coded) return {std::string_view(), std::string_view(*coded).substr(offset, n)};
     const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
     size_t at = offset;
+    std::string_view head;
     if (at < prefix->size()) {
       const size_t k = std::min(n, prefix->size() - at);
-      out->append(*prefix, at, k);
+      head = std::string_view(*prefix).substr(at, k);
       at += k;
       n -= k;
     }
-    out->append(values.substr(at - prefix->size(), n));
+    return {head, values.substr(at - prefix->size(), n)};
+  }
+  // What keeps the bytes of the second piece alive.
+  std::shared_ptr<const void> body_owner() const {
+    return coded ? std::shared_ptr<const void>(coded) : std::shared_ptr<const void>(model);
   }
 };
 

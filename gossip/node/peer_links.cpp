@@ -14,10 +14,16 @@ constexpr size_t kReadBufferBytes = 1 << 20;  // loopback reads deliver up to ~1
 constexpr size_t kMaxInboundStreams = 64;     // models announced and not yet complete, per link
 constexpr double kAnsweredLinkMs = 10000;     // a gRPC client's link, answered, kept open for it
 
+// One uv_write: bytes it owns (a frame, ciphertext, or a chunk's header and CRC) around bytes it
+// borrows from a model (a plaintext chunk, written from where the model holds it), kept alive by
+// `borrowed_owner` until the write completes.
 struct WriteRequest {
   uv_write_t req;
   PeerLinks::Link* link;
   std::string bytes;
+  std::string trailer;
+  std::shared_ptr<const void> borrowed_owner;
+  size_t size = 0;
 };
 
 uv_stream_t* Stream(PeerLinks::Link* link) { return reinterpret_cast<uv_stream_t*>(&link->tcp); }
@@ -154,34 +160,71 @@ uint32_t PeerLinks::QueueStream(Link* c, OutboundStream stream) {
   return c->streams.back().id;
 }
 
-void PeerLinks::WriteRaw(Link* c, std::string bytes) {
-  if (bytes.empty() || c->closing) return;
-  counters_.bytes_sent += bytes.size();
-  auto* w = new WriteRequest{{}, c, std::move(bytes)};
+void PeerLinks::WriteRaw(Link* c, std::string bytes) { WriteGathered(c, std::move(bytes), {}, "", nullptr); }
+
+void PeerLinks::WriteGathered(Link* c, std::string head, std::string_view borrowed, std::string trailer,
+                              std::shared_ptr<const void> borrowed_owner) {
+  if (c->closing) return;
+  auto* w = new WriteRequest{{}, c, std::move(head), std::move(trailer), std::move(borrowed_owner), 0};
   w->req.data = w;
-  c->writing += w->bytes.size();
-  uv_buf_t buf = uv_buf_init(w->bytes.data(), static_cast<unsigned>(w->bytes.size()));
-  const int rc = uv_write(&w->req, Stream(c), &buf, 1, [](uv_write_t* req, int status) {
+  std::array<uv_buf_t, 3> bufs;
+  unsigned n = 0;
+  auto add = [&](char* data, size_t size) {
+    if (size == 0) return;
+    bufs[n++] = uv_buf_init(data, static_cast<unsigned>(size));
+    w->size += size;
+  };
+  add(w->bytes.data(), w->bytes.size());
+  // uv_write only reads the buffers it is given; its signature is not const-correct.
+  add(const_cast<char*>(borrowed.data()), borrowed.size());
+  add(w->trailer.data(), w->trailer.size());
+  if (n == 0) {
+    delete w;
+    return;
+  }
+  counters_.bytes_sent += w->size;
+  c->writing += w->size;
+  const int rc = uv_write(&w->req, Stream(c), bufs.data(), n, [](uv_write_t* req, int status) {
     auto* w = static_cast<WriteRequest*>(req->data);
     Link* c = w->link;
-    c->writing -= w->bytes.size();
+    c->writing -= w->size;
     delete w;
     if (status < 0) return c->links->Close(c, "write failed");
     c->links->Pump(c);
   });
   if (rc < 0) {
-    c->writing -= w->bytes.size();
+    c->writing -= w->size;
     delete w;
     Close(c, "write failed");
   }
 }
 
-void PeerLinks::WriteFrame(Link* c, const std::string& frame) {
-  if (!c->tls) return WriteRaw(c, frame);
+void PeerLinks::WriteFrame(Link* c, std::string frame) {
+  if (!c->tls) return WriteRaw(c, std::move(frame));
   std::string cipher;
   Status s = c->tls->Write(frame, &cipher);
   WriteRaw(c, std::move(cipher));
   if (!s.ok()) Close(c, s.message());
+}
+
+// A chunk of model bytes, never copied into a frame: on a plaintext link the socket writes it
+// from the model's own memory between its header and CRC; over TLS it is encrypted from there
+// (the records authenticate it, so no CRC).
+void PeerLinks::WriteChunk(Link* c, const OutboundStream& s, size_t n) {
+  const auto [prefix_part, body] = s.Pieces(n);
+  if (!c->tls) {
+    std::string head = EncodeFrameHeader(FrameType::kCheckedChunk, s.id, s.index, n + kChunkCrcBytes);
+    std::string trailer = CheckedChunkTrailer(head, {prefix_part, body});
+    head.append(prefix_part);  // small, and in the first chunks only
+    return WriteGathered(c, std::move(head), body, std::move(trailer), s.body_owner());
+  }
+  std::string cipher;
+  Status st = c->tls->Write(EncodeFrameHeader(FrameType::kChunk, s.id, s.index, n), &cipher);
+  for (std::string_view piece : {prefix_part, body}) {
+    if (st.ok() && !piece.empty()) st = c->tls->Write(piece, &cipher);
+  }
+  WriteRaw(c, std::move(cipher));
+  if (!st.ok()) Close(c, st.message());
 }
 
 void PeerLinks::Pump(Link* c) {
@@ -190,16 +233,14 @@ void PeerLinks::Pump(Link* c) {
     if (!c->control.empty()) {
       std::string f = std::move(c->control.front());
       c->control.pop_front();
-      WriteFrame(c, f);
+      WriteFrame(c, std::move(f));
       continue;
     }
     if (c->streams.empty()) break;
     OutboundStream& s = c->streams.front();
     const size_t n = std::min(o_.chunk_bytes, s.size() - s.offset);
-    std::string frame = EncodeFrameHeader(FrameType::kChunk, s.id, s.index++, n);
-    frame.reserve(frame.size() + n);
-    s.CopyTo(n, &frame);
-    WriteFrame(c, frame);
+    WriteChunk(c, s, n);
+    ++s.index;
     s.offset += n;
     if (s.offset == s.size()) c->streams.pop_front();
   }
@@ -333,8 +374,15 @@ Status PeerLinks::Expect(Link* c, const v1::GossipModel& header, bool bytes_stre
   if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(header.stream())) {
     return InvalidArgumentError("too many model streams at once, or a stream id reused");
   }
+  // A CRDT contribution's hash is its identity: always announced and checked. Other models may
+  // come unhashed (the link vouches for their bytes).
+  if (header.kind() == v1::GossipModel::CRDT_DELTA && header.sha256().empty()) {
+    return InvalidArgumentError("a CRDT contribution announced without its SHA-256");
+  }
   auto assembler = bytes_stream ? ModelAssembler::BeginBytes(header.total_bytes(), header.sha256(), stream_limit_)
-                                : ModelAssembler::Begin(header.total_bytes(), header.sha256(), stream_limit_);
+                   : header.sha256().empty()
+                       ? ModelAssembler::BeginUnhashed(header.total_bytes(), stream_limit_)
+                       : ModelAssembler::Begin(header.total_bytes(), header.sha256(), stream_limit_);
   PLEXUS_RETURN_IF_ERROR(assembler.status());
   c->inbound.emplace(header.stream(),
                      InboundStream{header, std::move(assembler).value(), 0, static_cast<double>(uv_now(loop_))});
@@ -342,6 +390,8 @@ Status PeerLinks::Expect(Link* c, const v1::GossipModel& header, bool bytes_stre
 }
 
 void PeerLinks::HandleChunk(Link* c, const FrameView& f) {
+  // Nothing else guards a plaintext link's bytes: every chunk must carry its CRC.
+  if (!c->tls && !f.checked) return Refuse(c, "a chunk without its CRC-32C on a plaintext link");
   auto it = c->inbound.find(f.stream);
   if (it == c->inbound.end()) return Refuse(c, "a chunk of an unannounced model stream");
   if (Status s = it->second.assembler.Add(f.index, f.payload); !s.ok()) return Refuse(c, s.message());

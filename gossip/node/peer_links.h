@@ -22,6 +22,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -165,7 +166,13 @@ class PeerLinks {
   void HandleChunk(Link* link, const FrameView& frame);
   void ResumeReading();
   void WriteRaw(Link* link, std::string bytes);
-  void WriteFrame(Link* link, const std::string& frame);
+  // `head`, then `borrowed` (bytes `borrowed_owner` keeps alive until written), then `trailer`,
+  // in one write.
+  void WriteGathered(Link* link, std::string head, std::string_view borrowed, std::string trailer,
+                     std::shared_ptr<const void> borrowed_owner);
+  void WriteFrame(Link* link, std::string frame);
+  // The next `n` bytes of `stream` as one chunk frame.
+  void WriteChunk(Link* link, const OutboundStream& stream, size_t n);
   // Sends what the link may send now: control frames first, then model chunks.
   void Pump(Link* link);
 

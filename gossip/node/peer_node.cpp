@@ -113,8 +113,7 @@ void PeerNode::Impl::Finish(double linger_ms, bool stopping) {
   pulls->Stop();
   if (in_flight.exchanging) o.server->Cancel();
   if (was_running) Handle(protocol->Leave());
-  leave_pending = true;
-  SendLeaveWhenReady();
+  SendLeave();
   uv_timer_start(
       &linger,
       [](uv_timer_t* t) {
@@ -131,9 +130,7 @@ void PeerNode::Impl::Finish(double linger_ms, bool stopping) {
   MaybeExit();
 }
 
-void PeerNode::Impl::SendLeaveWhenReady() {
-  if (!leave_pending || sender->encoding()) return;
-  leave_pending = false;
+void PeerNode::Impl::SendLeave() {
   v1::GossipEnvelope bye = Envelope();
   *bye.mutable_leave() = ToProto(membership->Leave());
   for (const auto& [peer, c] : links->bound()) {
@@ -142,7 +139,7 @@ void PeerNode::Impl::SendLeaveWhenReady() {
 }
 
 void PeerNode::Impl::MaybeExit() {
-  if (phase != Phase::kDraining || in_flight.any() || pulls->in_flight() || sender->encoding()) return;
+  if (phase != Phase::kDraining || in_flight.any() || pulls->in_flight()) return;
   if (!links->Drained() && drain_waits < kMaxDrainWaits) return;
   Enter(Phase::kExiting);
   links->CloseAll();
@@ -204,11 +201,7 @@ Result<PeerNodeStats> PeerNode::Impl::Run() {
   address = o.advertise.empty() ? *bound : o.advertise;
   auto envelope = [this] { return Envelope(); };
   auto link_to = [this](NodeId peer) { return LinkTo(peer); };
-  sender =
-      std::make_unique<ModelSender>(links.get(), work.get(), o.codec, ModelSender::Hooks{link_to, envelope, [this] {
-                                                                                           SendLeaveWhenReady();
-                                                                                           MaybeExit();
-                                                                                         }});
+  sender = std::make_unique<ModelSender>(links.get(), o.codec, ModelSender::Hooks{link_to, envelope});
   pulls = std::make_unique<CrdtPulls>(
       o.self, o.nodes, links.get(), work.get(), &author_keys,
       CrdtPulls::Hooks{envelope, [this](uint64_t round) { return protocol->replica(round); }, link_to,

@@ -54,7 +54,6 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   Phase phase = Phase::kJoining;
   bool protocol_started = false;  // Start was called: it answers requests while the node lingers
   bool rejoining = false;         // continues from its --db: fetches a neighbour's model first
-  bool leave_pending = false;     // the goodbye waits for encodings in flight
   int drain_waits = 0;
   static constexpr int kMaxDrainWaits = 60;
   // Work off the loop, one of each kind at a time; the node exits only once none is in flight.
@@ -189,8 +188,8 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   void Finish(double linger_ms, bool stopping);
 
   // The goodbye goes out on each peer's message link after every model already handed to the
-  // links (encodings still in flight included), so that it never overtakes the last model.
-  void SendLeaveWhenReady();
+  // links (models are queued on their links at once), so that it never overtakes the last model.
+  void SendLeave();
 
   // After the linger, the queued models still go out (a peer waits for them), unless a link does
   // not drain within a minute.

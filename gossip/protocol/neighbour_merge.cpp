@@ -34,11 +34,17 @@ class MeanMerge final : public NeighbourMerge {
     std::span<float> o = out.data();
     std::span<const float> x = self.data();
     const auto sw = static_cast<float>(self_weight);
-    for (size_t k = 0; k < o.size(); ++k) o[k] = sw * x[k];
-    for (const WeightedModel& n : neighbours) {
-      std::span<const float> y = n.model->data();
-      const auto w = static_cast<float>(n.weight);
-      for (size_t k = 0; k < o.size(); ++k) o[k] += w * y[k];
+    // Block by block, so that each block of the result stays in cache while every neighbour is
+    // added to it: one pass over memory instead of one per neighbour (same sums, same order).
+    constexpr size_t kBlock = 4096;
+    for (size_t begin = 0; begin < o.size(); begin += kBlock) {
+      const size_t end = std::min(o.size(), begin + kBlock);
+      for (size_t k = begin; k < end; ++k) o[k] = sw * x[k];
+      for (const WeightedModel& n : neighbours) {
+        std::span<const float> y = n.model->data();
+        const auto w = static_cast<float>(n.weight);
+        for (size_t k = begin; k < end; ++k) o[k] += w * y[k];
+      }
     }
     return out;
   }

@@ -177,10 +177,10 @@ std::string ModelAnnouncement(uint32_t stream, uint64_t total_bytes, const std::
   return Envelope(e);
 }
 
-// A model message on `stream` announcing `sha` for `bytes`, then the bytes in one chunk.
+// A model message on `stream` announcing `sha` for `bytes`, then the bytes in one chunk with its
+// CRC-32C (as a plaintext link carries chunks).
 std::string ModelFrames(uint32_t stream, const std::string& bytes, const std::string& sha) {
-  return ModelAnnouncement(stream, bytes.size(), sha) +
-         gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0, bytes);
+  return ModelAnnouncement(stream, bytes.size(), sha) + gossip::EncodeCheckedChunk(stream, 0, bytes);
 }
 
 TEST_F(PeerTest, EightPeersWithMutualTlsReachEightyPercent) {
@@ -514,6 +514,17 @@ TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
     }
     EXPECT_EQ(refused(), expected_refusals) << p0->Log();
   }
+  {  // After a hello, a good model whose chunk lacks its CRC-32C: on a plaintext link nothing else
+     // guards its bytes, so the link is refused.
+    auto mlp = InitModel("mlp", 0);
+    ASSERT_TRUE(mlp.ok());
+    const std::string good = EncodeSafetensors(*mlp);
+    RawLink l(addresses_[0]);
+    l.Send(Hello(2, n, run) + ModelAnnouncement(1, good.size(), "") +
+           gossip::EncodeFrame(gossip::FrameType::kChunk, 1, 0, good));
+    EXPECT_TRUE(l.ClosedByPeer(10000));
+    ++expected_refusals;
+  }
   auto p1 = StartPeer(1, n, rounds, fast);
   ASSERT_EQ(p0->Wait(300000), 0) << p0->Log();
   ASSERT_EQ(p1->Wait(300000), 0) << p1->Log();
@@ -616,8 +627,7 @@ TEST_F(PeerTest, ALinkDrippingIntoManyModelsAtOnceIsRefusedPastItsShareOfTheBudg
   std::string frames = Hello(2, n, run);
   for (uint32_t stream = 1; stream <= 4; ++stream) {  // each all but its last 1,000 bytes
     frames += ModelAnnouncement(stream, model.size(), Sha256Hex(model)) +
-              gossip::EncodeFrame(gossip::FrameType::kChunk, stream, 0,
-                                  std::string_view(model).substr(0, model.size() - 1000));
+              gossip::EncodeCheckedChunk(stream, 0, std::string_view(model).substr(0, model.size() - 1000));
   }
   attacker.Send(frames);
   // Refused at the second stream (its deadline is 300 s away).

@@ -152,6 +152,64 @@ TEST(ModelAssembler, KeepsAByteStreamWholeAndChecksItsHash) {
   EXPECT_FALSE(ModelAssembler::BeginBytes(2 << 20, Sha256Hex(bytes), 1 << 20).ok());  // beyond the limit
 }
 
+// A plaintext link's chunks carry a CRC-32C of type, stream, index and bytes: handed over without
+// it once it matches; any one flipped byte (in the bytes, the index or the CRC itself) is DataLoss.
+TEST(FrameReader, ChecksEveryCheckedChunkAndCatchesAFlippedByte) {
+  const std::string bytes = "model bytes on a plaintext link";
+  const std::string frame = EncodeCheckedChunk(7, 3, bytes);
+  ASSERT_EQ(frame.size(), kFrameHeaderBytes + bytes.size() + kChunkCrcBytes);
+  FrameReader reader(1024);
+  std::vector<FrameView> seen;
+  std::string payload;
+  ASSERT_OK(reader.Read(frame, [&](const FrameView& v) {
+    seen.push_back(v);
+    payload = std::string(v.payload);
+    return true;
+  }));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].type, FrameType::kChunk);
+  EXPECT_TRUE(seen[0].checked);
+  EXPECT_EQ(seen[0].stream, 7u);
+  EXPECT_EQ(seen[0].index, 3u);
+  EXPECT_EQ(payload, bytes);
+  // The trailer computed from the pieces a sender writes from (header, prefix part, values).
+  const std::string header = frame.substr(0, kFrameHeaderBytes);
+  EXPECT_EQ(CheckedChunkTrailer(header, {bytes.substr(0, 5), bytes.substr(5)}), frame.substr(frame.size() - 4));
+
+  for (size_t at : {size_t{9}, kFrameHeaderBytes, kFrameHeaderBytes + 10, frame.size() - 1}) {
+    std::string altered = frame;
+    altered[at] = static_cast<char>(altered[at] ^ 0x10);
+    FrameReader r(1024);
+    int handed = 0;
+    EXPECT_THAT(r.Read(altered,
+                       [&](const FrameView&) {
+                         ++handed;
+                         return true;
+                       }),
+                StatusIs(StatusCode::kDataLoss, "CRC-32C"))
+        << "byte " << at;
+    EXPECT_EQ(handed, 0) << "byte " << at;
+  }
+  // Too short to hold a CRC.
+  FrameReader r(1024);
+  EXPECT_THAT(r.Read(EncodeFrame(FrameType::kCheckedChunk, 1, 0, "ab"), [](const FrameView&) { return true; }),
+              StatusIs(StatusCode::kInvalidArgument, "too short"));
+}
+
+// A stream its link vouches for: no hash announced, none computed; the size checks stay.
+TEST(ModelAssembler, AnUnhashedStreamDecodesWithTheSameSizeChecks) {
+  const ModelState model = VectorModel({1, 2, 3, 4});
+  const std::string bytes = EncodeSafetensors(model);
+  auto a = ModelAssembler::BeginUnhashed(bytes.size(), 1 << 20);
+  ASSERT_OK(a);
+  ASSERT_OK(a->Add(0, bytes));
+  auto decoded = std::move(*a).Finish();
+  ASSERT_OK(decoded);
+  EXPECT_EQ(decoded->ContentSha256(), model.ContentSha256());
+  EXPECT_THAT(ModelAssembler::BeginUnhashed(101, 100), StatusIs(StatusCode::kInvalidArgument, "outside [1, 100]"));
+  EXPECT_THAT(ModelAssembler::BeginUnhashed(0, 100), StatusIs(StatusCode::kInvalidArgument, ""));
+}
+
 TEST(ModelAssembler, RefusesSizesBeyondTheLimitAndMissingHashes) {
   EXPECT_THAT(ModelAssembler::Begin(101, Sha256Hex(std::string("x")), 100),
               StatusIs(StatusCode::kInvalidArgument, "outside [1, 100]"));

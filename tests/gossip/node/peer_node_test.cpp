@@ -15,6 +15,16 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "apps/plexus/certificate_authority.h"
+#include "core/file_contents.h"
 #include "gossip/protocol/registry.h"
 #include "tests/integration/process.h"
 #include "tests/testing/status_matchers.h"
@@ -194,6 +204,151 @@ TEST_F(PeerNodeTest, TwoPeersWithTheSameIndexAreToldWhoElseHoldsIt) {
                                        StatusCode::kUnavailable,
                                        "the peer at " + address_[1] + " claims --partition-index 1, this peer's own"));
 }
+
+// A TCP relay on 127.0.0.1 in front of `target_port`: every link it accepts is passed through both
+// ways, except for one fault on the wire: the first direction of any link to carry `flip_at`
+// bytes gets one bit of that byte flipped (once per relay: which link carries the models
+// depends on how the peers' dials race). Blocking sockets, a thread per direction.
+class FlippingRelay {
+ public:
+  FlippingRelay(int target_port, uint64_t flip_at) : target_(target_port), flip_at_(flip_at) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a = Loopback(0);
+    socklen_t len = sizeof a;
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(listener_, 8) != 0 ||
+        getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "relay cannot listen";
+    }
+    port_ = ntohs(a.sin_port);
+    accepter_ = std::thread([this] { Accept(); });
+  }
+  ~FlippingRelay() {
+    shutdown(listener_, SHUT_RDWR);  // ends the blocked accept
+    accepter_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int fd : fds_) shutdown(fd, SHUT_RDWR);  // ends the blocked reads
+    }
+    for (std::thread& t : pipes_) t.join();
+    for (int fd : fds_) close(fd);
+    close(listener_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  bool flipped() const { return flipped_; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
+  }
+  void Accept() {
+    for (;;) {
+      const int in = accept(listener_, nullptr, nullptr);
+      if (in < 0) return;
+      const int out = socket(AF_INET, SOCK_STREAM, 0);
+      const sockaddr_in target = Loopback(target_);
+      std::lock_guard<std::mutex> lock(mu_);
+      fds_.push_back(in);
+      fds_.push_back(out);
+      if (connect(out, reinterpret_cast<const sockaddr*>(&target), sizeof target) != 0) {
+        shutdown(in, SHUT_RDWR);
+        continue;
+      }
+      pipes_.emplace_back([this, in, out] { Pipe(in, out); });
+      pipes_.emplace_back([this, in, out] { Pipe(out, in); });
+    }
+  }
+  void Pipe(int from, int to) {
+    std::vector<char> buf(1 << 16);
+    uint64_t seen = 0;
+    for (;;) {
+      const ssize_t n = recv(from, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      if (flip_at_ >= seen && flip_at_ < seen + static_cast<uint64_t>(n) && !flipped_.exchange(true)) {
+        buf[flip_at_ - seen] ^= 0x10;
+      }
+      seen += static_cast<uint64_t>(n);
+      if (send(to, buf.data(), static_cast<size_t>(n), MSG_NOSIGNAL) != n) break;
+    }
+    shutdown(to, SHUT_WR);
+  }
+
+  const int target_;
+  const uint64_t flip_at_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread accepter_;
+  std::mutex mu_;
+  std::vector<int> fds_;
+  std::vector<std::thread> pipes_;
+  std::atomic<bool> flipped_{false};
+};
+
+// A byte altered on the wire never reaches a model: on a plaintext link the chunk's CRC-32C
+// catches it, over TLS the record's authentication does; either way the receiving node refuses
+// the link, and both nodes go on and finish every round with exact models. Each node is reached
+// only through a relay (it advertises the relay's address), which flips a bit 100 000 bytes into
+// a link: inside the first model sent on it (256 KB), past the hellos.
+class AlteredBytesTest : public PeerNodeTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
+  const bool tls = GetParam();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plexus_flip_" + std::to_string(::getpid()));
+  std::shared_ptr<const TlsContext> contexts[2];
+  if (tls) {
+    std::filesystem::remove_all(dir);
+    ASSERT_OK(cli::CreateCertificateAuthority(dir, 1));
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = "peer-" + std::to_string(i);
+      ASSERT_OK(cli::IssueCertificate(dir, name, cli::CertificateKind::kPeer, 1));
+      auto c = TlsContext::Create(*ReadFileContents(dir / "ca.crt"), *ReadFileContents(dir / (name + ".crt")),
+                                  *ReadFileContents(dir / (name + ".key")));
+      ASSERT_OK(c);
+      contexts[i] = *c;
+    }
+  }
+  Result<std::unique_ptr<ProtocolFactory>> f = MakeGossip("dpsgd:wait_ms=1000", "mean");
+  ASSERT_OK(f.status());
+  std::array<PeerNodeOptions, 2> options{Options(0), Options(1)};
+  std::vector<std::unique_ptr<FlippingRelay>> relays;
+  for (size_t i = 0; i < 2; ++i) {
+    const int port = ::plexus::testing::FreePort();
+    relays.push_back(std::make_unique<FlippingRelay>(port, 100000));
+    options[i].listen = "127.0.0.1:" + std::to_string(port);
+    options[i].advertise = relays[i]->address();
+  }
+  options[1].seeds = {relays[0]->address()};
+  for (size_t i = 0; i < 2; ++i) {
+    options[i].nodes = 2;
+    options[i].tls = contexts[i];
+    options[i].start_wait_ms = 5000;
+  }
+  std::vector<float> zeros(64 << 10, 0.0f);
+  std::array<std::atomic<bool>, 2> stop{};
+  std::vector<Result<PeerNodeStats>> results(2, InternalError("not run"));
+  std::vector<std::unique_ptr<PeerNode>> nodes;
+  for (const PeerNodeOptions& o : options) {
+    nodes.push_back(std::make_unique<PeerNode>(o, f->get(), ::plexus::testing::VectorModel(zeros), &trainer_, nullptr));
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < 2; ++i) threads.emplace_back([&, i] { results[i] = nodes[i]->Run(&stop[i]); });
+  for (std::thread& t : threads) t.join();
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(relays[0]->flipped() || relays[1]->flipped()) << "no link carried 100000 bytes: nothing was tested";
+  EXPECT_GE(results[0]->frames_refused + results[1]->frames_refused, 1u) << "the altered bytes were taken";
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_OK(results[i].status()) << "node " << i;
+    EXPECT_EQ(results[i]->rounds_completed, kRounds) << "node " << i;
+    for (float x : nodes[i]->model()->data()) ASSERT_EQ(x, static_cast<float>(kRounds)) << "node " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PlainAndTls, AlteredBytesTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Tls" : "Plaintext"; });
 
 }  // namespace
 }  // namespace plexus::gossip

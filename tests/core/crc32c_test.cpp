@@ -1,0 +1,63 @@
+// CRC-32C against the published check values (RFC 3720 B.4 and the catalogue's "123456789"),
+// and the laws the framing rests on: extending equals hashing the concatenation, the hardware
+// path equals the table path, and any one flipped bit changes the value.
+#include "core/crc32c.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <string>
+
+namespace plexus {
+namespace {
+
+TEST(Crc32c, MatchesThePublishedCheckValues) {
+  EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);
+  EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8a9136aau);
+  EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62a8ab43u);
+  std::string ascending, descending;
+  for (int i = 0; i < 32; ++i) {
+    ascending.push_back(static_cast<char>(i));
+    descending.push_back(static_cast<char>(31 - i));
+  }
+  EXPECT_EQ(Crc32c(ascending), 0x46dd794eu);
+  EXPECT_EQ(Crc32c(descending), 0x113fdb5cu);
+  EXPECT_EQ(Crc32c(""), 0u);
+  EXPECT_EQ(ExtendCrc32cPortable(0, "123456789"), 0xe3069283u);
+  RecordProperty("hardware", Crc32cUsesHardware() ? "yes" : "no");
+}
+
+RC_GTEST_PROP(Crc32cProperties, ExtendingEqualsTheCrcOfTheWholeOnEitherPath,
+              (const std::string& a, const std::string& b)) {
+  const uint32_t whole = Crc32c(a + b);
+  RC_ASSERT(ExtendCrc32c(Crc32c(a), b) == whole);
+  RC_ASSERT(ExtendCrc32cPortable(ExtendCrc32cPortable(0, a), b) == whole);
+}
+
+// The hardware path joins three streams over blocks of 3 x 8192 and 3 x 256 bytes: lengths
+// around those edges, at every alignment, against the table path.
+TEST(Crc32c, EveryLengthAroundTheBlockEdgesMatchesTheTablePath) {
+  std::string bytes(3 * 8192 * 2 + 3 * 256 + 40, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  for (size_t length : {size_t{0}, size_t{7}, size_t{767}, size_t{768}, size_t{769}, size_t{24575}, size_t{24576},
+                        size_t{24577}, size_t{24576 + 768 + 9}, bytes.size() - 8}) {
+    for (size_t offset = 0; offset < 8; ++offset) {
+      const std::string_view piece = std::string_view(bytes).substr(offset, length);
+      EXPECT_EQ(Crc32c(piece), ExtendCrc32cPortable(0, piece)) << length << " bytes at " << offset;
+      EXPECT_EQ(ExtendCrc32c(0x12345678u, piece), ExtendCrc32cPortable(0x12345678u, piece)) << length;
+    }
+  }
+}
+
+RC_GTEST_PROP(Crc32cProperties, AnyFlippedBitChangesIt, (const std::string& bytes)) {
+  RC_PRE(!bytes.empty());
+  const size_t at = *rc::gen::inRange<size_t>(0, bytes.size());
+  const int bit = *rc::gen::inRange(0, 8);
+  std::string flipped = bytes;
+  flipped[at] = static_cast<char>(flipped[at] ^ (1 << bit));
+  RC_ASSERT(Crc32c(flipped) != Crc32c(bytes));
+}
+
+}  // namespace
+}  // namespace plexus
