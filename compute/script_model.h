@@ -24,6 +24,8 @@ namespace plexus {
 // whose model file has another layout is told so when it joins.
 inline constexpr const char* kScriptModelPrefix = "torchscript:";
 inline bool IsScriptModelName(const std::string& model_name) { return model_name.starts_with(kScriptModelPrefix); }
+// That name for a model of `layout`'s tensor names and shapes, in its order (no LibTorch needed).
+std::string ScriptModelNameOf(const ModelState& layout);
 // True when `model` names a file rather than a built-in model (it ends in .pt or .pth).
 inline bool IsScriptModelPath(const std::string& model) { return model.ends_with(".pt") || model.ends_with(".pth"); }
 

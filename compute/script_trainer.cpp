@@ -22,12 +22,6 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string LayoutName(const ModelState& m) {
-  std::string text;
-  for (const TensorSlot& t : m.tensors()) text += t.name + ShapeText(t.shape) + ";";
-  return kScriptModelPrefix + Sha256Hex(text).substr(0, 16);  // the digest's first 8 bytes
-}
-
 // The module's federated tensors, in ModelState order: parameters, then floating-point buffers.
 struct NamedTensors {
   std::vector<std::string> names;
@@ -232,7 +226,7 @@ Result<ScriptModelInfo> ReadScriptModel(const std::string& path) {
   CopyOut(federated, &info.initial, /*skip_buffers=*/false);
   PLEXUS_RETURN_IF_ERROR(
       info.initial.CheckFinite().WithContext("model file '" + path + "' holds non-finite initial weights"));
-  info.name = LayoutName(info.initial);
+  info.name = ScriptModelNameOf(info.initial);
   return info;
 }
 

@@ -25,6 +25,9 @@ struct TrainOptions {
   double momentum = 0.9;
   double prox_mu = 0.0;  // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
   uint64_t seed = 0;     // batch order
+  // The task being trained (for trainers that tell their user, such as a Python training loop).
+  std::string task_id;
+  uint64_t round = 0;
   // A last batch of a single example joins the batch before it (StepsPerEpoch). The TorchScript
   // trainer sets it: a user's model may hold BatchNorm, which cannot train on one example. The
   // built-in models have none and keep their batches (and every published figure).

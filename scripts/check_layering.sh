@@ -50,9 +50,10 @@ part_of() {
   esac
 }
 
-# Folders at the top of the graph, which may include every part: the program, tests, benchmarks,
-# fuzz targets, and the protobuf helpers beside the generated code.
-unruled="apps tests bench fuzz proto"
+# Folders at the top of the graph, which may include every part: the program, the Python
+# package's binding, tests, benchmarks, fuzz targets, and the protobuf helpers beside the
+# generated code.
+unruled="apps python tests bench fuzz proto"
 
 # Every C++ file: those git tracks or would in a clone (ignored build folders left out), else every file
 # under ROOT (a tree made by a test).

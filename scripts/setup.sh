@@ -16,7 +16,7 @@ packages=(
   clang-14 libclang-rt-14-dev clang-format
   libopenmpi-dev openmpi-bin
   systemd python3-yaml chromium
-  python3-torch
+  python3-torch python3-numpy python3-dev pybind11-dev
 )
 
 missing=()

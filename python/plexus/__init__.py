@@ -1,0 +1,194 @@
+"""Plexus from Python: your own training loop inside a native Plexus client.
+
+    import plexus
+    client = plexus.Client(server="127.0.0.1:50051", state_dir="state")
+    summary = client.run(model, train=my_train, evaluate=my_eval)
+
+The client underneath is the one `plexus client` runs (C++: joining, long polls, resumable
+downloads and uploads, the state directory, TLS and tokens, the server's codecs); for each task it
+loads the task's weights into `model`, calls `my_train(model, task)`, and sends what changed.
+docs/python.md has a complete example.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import _native
+
+__all__ = ["Client", "Task"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What the server asks of one task. `local_steps` (when positive) or `local_epochs` say how
+    long to train, the other fields are the server's hints (yours to follow or not); `seed` is
+    this client's seed for the task, for a reproducible batch order."""
+
+    task_id: str
+    round: int
+    local_steps: int
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    seed: int
+
+
+def _read(path: Optional[str]) -> str:
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _examples_and_metrics(result: Any, who: str) -> tuple[int, dict]:
+    """A training function's result: examples, or (examples, metrics)."""
+    if isinstance(result, tuple) and len(result) == 2:
+        examples, metrics = result
+    else:
+        examples, metrics = result, {}
+    if not isinstance(examples, (int, np.integer)) or isinstance(examples, bool):
+        raise TypeError(f"{who} must return the number of examples it trained on (an int), "
+                        f"or (examples, metrics); it returned {result!r}")
+    return int(examples), dict(metrics or {})
+
+
+def _with_times(summary: dict, user_s: float) -> dict:
+    """The summary with the binding's cost: `train_s`, the time inside your training function,
+    and `binding_s`, the time the binding spent getting each task's weights into your model and
+    its weights back out (both sides of the language boundary), over every trained task."""
+    summary = dict(summary)
+    native = summary.pop("binding_native_s")
+    call = summary.pop("train_call_s")
+    summary["train_s"] = user_s
+    summary["binding_s"] = native + max(call - user_s, 0.0)
+    return summary
+
+
+def _call_user(fn: Callable, *args):
+    """Calls user code; prints its traceback before the exception reaches the client (which
+    refuses the task with the exception's one-line message and goes on)."""
+    try:
+        return fn(*args)
+    except Exception:
+        traceback.print_exc()
+        raise
+
+
+class Client:
+    """A Plexus client whose training is yours.
+
+    server: HOST:PORT of `plexus server`. tls_ca / tls_cert / tls_key: PEM files (TLS with the CA
+    alone, mutual TLS with all three); token_file: a client token (`plexus tokens`). state_dir:
+    where the client keeps its identity and unfinished work, so a restarted script resumes.
+    examples: how many local examples you hold (announced at join; the server may weigh by it).
+    eval_examples: held-out examples your `evaluate` uses (0: evaluation tasks are answered with
+    none). give_up_s: how long the server may stay unreachable before run() raises.
+    """
+
+    def __init__(self, server: str = "127.0.0.1:50051", *, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 token_file: Optional[str] = None, state_dir: Optional[str] = None,
+                 client_id: str = "", examples: int = 0, eval_examples: int = 0,
+                 give_up_s: float = 300.0, poll_wait_s: float = 10.0, seed: int = 0,
+                 log_level: str = "info"):
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("mutual TLS needs both tls_cert and tls_key (and tls_ca)")
+        if tls_cert and not tls_ca:
+            raise ValueError("mutual TLS needs tls_ca, the CA that signed the server's certificate")
+        token = _read(token_file).strip()
+        _native.set_log_level(log_level)
+        self._native = _native.NativeClient(
+            server=server, ca_pem=_read(tls_ca), cert_pem=_read(tls_cert), key_pem=_read(tls_key),
+            token=token, state_dir=state_dir or "", client_id=client_id, give_up_s=give_up_s,
+            seed=seed, examples=examples, eval_examples=eval_examples, poll_wait_s=poll_wait_s)
+
+    def run(self, model, train: Callable, evaluate: Optional[Callable] = None) -> dict:
+        """Takes part until the federation finishes; returns the client's summary (tasks
+        completed, refused, failed, ...).
+
+        model: a torch.nn.Module with the server model's layout: its parameters, then its
+        floating-point buffers, in registration order (as `plexus export` or the server's
+        TorchScript file name them); checked at join. train(model, task) trains `model` in place
+        and returns the number of examples it used, or (examples, {"loss": ...}). evaluate(model)
+        returns (examples, loss, accuracy) on held-out data. An exception in either, weights that
+        come back NaN, or a tensor whose shape changed refuse that task, with the reason in the
+        log, and the client goes on with the next one.
+        """
+        import torch  # only this form needs PyTorch
+
+        tensors = [t for _, t in model.named_parameters()]
+        names = [n for n, _ in model.named_parameters()]
+        for n, b in model.named_buffers():
+            if b.is_floating_point():
+                tensors.append(b)
+                names.append(n)
+        layout = [(n, list(t.shape)) for n, t in zip(names, tensors)]
+
+        def load(arrays: Sequence[np.ndarray]) -> None:
+            with torch.no_grad(), warnings.catch_warnings():
+                # The arrays are read-only views of the client's copy of the task's model;
+                # torch only reads them here.
+                warnings.simplefilter("ignore", UserWarning)
+                for t, a in zip(tensors, arrays):
+                    if tuple(t.shape) != a.shape:  # the last task's loop changed it: the server's shape again
+                        t.data = torch.empty(a.shape, dtype=t.dtype, device=t.device)
+                    t.copy_(torch.from_numpy(a))
+
+        def weights() -> list:
+            return [t.detach().to("cpu", torch.float32).contiguous().numpy() for t in tensors]
+
+        spent = {"user": 0.0}
+
+        def native_train(arrays, task):
+            load(arrays)
+            model.train()
+            began = time.perf_counter()
+            try:
+                result = _call_user(train, model, Task(**task))
+            finally:
+                spent["user"] += time.perf_counter() - began
+            examples, metrics = _examples_and_metrics(result, "train")
+            return examples, weights(), float(metrics.get("loss", 0.0))
+
+        def native_evaluate(arrays):
+            load(arrays)
+            model.eval()
+            with torch.no_grad():
+                return tuple(_call_user(evaluate, model))
+
+        return _with_times(self._native.run(layout, native_train, native_evaluate if evaluate else None),
+                           spent["user"])
+
+    def run_numpy(self, train: Callable, evaluate: Optional[Callable] = None) -> dict:
+        """The same for a model that is not PyTorch: train(weights, task), weights being the
+        task's model as a list of float32 NumPy arrays in the server's tensor order (yours to keep
+        or change), returns (new weights, examples) or (new weights, examples, metrics).
+        evaluate(weights) returns (examples, loss, accuracy)."""
+
+        spent = {"user": 0.0}
+
+        def native_train(arrays, task):
+            copies = [np.array(a) for a in arrays]
+            began = time.perf_counter()
+            try:
+                result = _call_user(train, copies, Task(**task))
+            finally:
+                spent["user"] += time.perf_counter() - began
+            if not isinstance(result, tuple) or len(result) not in (2, 3):
+                raise TypeError("train must return (weights, examples) or (weights, examples, metrics)")
+            new_weights = result[0]
+            examples, metrics = _examples_and_metrics(result[1:] if len(result) == 3 else result[1], "train")
+            return examples, list(new_weights), float(metrics.get("loss", 0.0))
+
+        def native_evaluate(arrays):
+            return tuple(_call_user(evaluate, [np.array(a) for a in arrays]))
+
+        return _with_times(self._native.run(None, native_train, native_evaluate if evaluate else None),
+                           spent["user"])

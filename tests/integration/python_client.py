@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A user's own training loop on a Plexus client, as docs/python.md shows it: the built-in MLP's
+layout written as a PyTorch module, Fashion-MNIST read from Debian's dataset-fashion-mnist, AdamW
+with a cosine learning-rate schedule over each task, batches twice the server's hint, and
+augmentation (Gaussian pixel noise; random shifts cost accuracy in runs this short). Used by
+tests/integration/python_client_test.cpp; prints the client's summary as JSON on its last line.
+
+usage: python_client.py SERVER PARTITION PARTITIONS [--cnn] [--fail raise|nan|shape] [--wider]
+  --cnn        the built-in cnn's layout (the server runs --model cnn) instead of the mlp's
+  --fail MODE  the first task fails that way (the client must refuse that task and go on)
+  --wider      a model whose hidden layer is wider than the server's (the join must refuse it)
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+
+import numpy as np
+import torch
+
+import plexus
+
+DATA = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # the built-in models' preprocessing (the server evaluates with it)
+
+
+def read_idx(path):
+    with gzip.open(path) as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+class Mlp(torch.nn.Module):
+    """Plexus's built-in mlp (784-200-10, ReLU), with its tensor names."""
+
+    def __init__(self, hidden=200):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class Cnn(torch.nn.Module):
+    """Plexus's built-in cnn: conv3x3(32)-pool-conv3x3(64)-pool-fc128-fc10, ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.fc1 = torch.nn.Linear(3136, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = torch.max_pool2d(torch.relu(self.conv1(x.unsqueeze(1))), 2)
+        h = torch.max_pool2d(torch.relu(self.conv2(h)), 2)
+        return self.fc2(torch.relu(self.fc1(h.flatten(1))))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("server")
+    p.add_argument("partition", type=int)
+    p.add_argument("partitions", type=int)
+    p.add_argument("--fail", choices=["raise", "nan", "shape"])
+    p.add_argument("--wider", action="store_true")
+    p.add_argument("--cnn", action="store_true")
+    a = p.parse_args()
+    torch.manual_seed(a.partition)
+    torch.set_num_threads(1)
+    images = read_idx(os.path.join(DATA, "train-images-idx3-ubyte.gz"))[a.partition::a.partitions]
+    labels = read_idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))[a.partition::a.partitions]
+    x_all = (torch.from_numpy(images.astype(np.float32)) / 255 - MEAN) / STD
+    y_all = torch.from_numpy(labels.astype(np.int64))
+    model = Cnn() if a.cnn else Mlp(hidden=256 if a.wider else 200)
+    failed = {"done": False}
+
+    def augment(x):
+        return x + 0.05 * torch.randn_like(x)
+
+    def train(model, task):
+        if a.fail and not failed["done"]:
+            failed["done"] = True
+            if a.fail == "raise":
+                raise ValueError("this user loop fails its first task on purpose")
+            with torch.no_grad():
+                if a.fail == "nan":
+                    model.fc1.weight[0, 0] = float("nan")
+                else:
+                    model.fc2.bias.data = torch.zeros(11)
+            return len(y_all)
+        steps = task.local_steps or task.local_epochs * math.ceil(len(y_all) / task.batch_size)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+        g = torch.Generator().manual_seed(task.seed)
+        total = 0.0
+        for _ in range(steps):
+            batch = torch.randint(0, len(y_all), (2 * task.batch_size,), generator=g)
+            loss = torch.nn.functional.cross_entropy(model(augment(x_all[batch])), y_all[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            total += loss.item()
+        return len(y_all), {"loss": total / steps}
+
+    client = plexus.Client(a.server, examples=len(y_all), give_up_s=120, log_level="info")
+    summary = client.run(model, train)
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

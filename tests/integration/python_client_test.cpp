@@ -1,0 +1,177 @@
+// The Python package (python/, docs/python.md) end to end, with real processes on 127.0.0.1: a
+// `plexus server`, Python clients that federate their own training loop (python_client.py:
+// AdamW, a schedule, augmentation) through plexus.Client, and the C++ `plexus client`.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/integration/process.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::ChildProcess;
+using ::plexus::testing::FreePort;
+using ::plexus::testing::RunToCompletion;
+
+constexpr const char* kPython = "/usr/bin/python3";  // Debian's, with python3-torch
+const std::string kClient = std::string(PLEXUS_SOURCE_DIR) + "/tests/integration/python_client.py";
+constexpr int kRounds = 3;
+
+class PythonClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The package as the build lays it out; the child processes inherit the path.
+    setenv("PYTHONPATH", PLEXUS_PYTHON_PACKAGE_DIR, 1);
+    std::string out;
+    ASSERT_EQ(RunToCompletion(kPython, {"-c", "import torch, plexus"}, &out), 0)
+        << "the plexus package or Debian's python3-torch cannot be imported: " << out;
+    dir_ = std::filesystem::temp_directory_path() / ("plexus_python_" + std::to_string(::getpid()) + "_" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    address_ = "127.0.0.1:" + std::to_string(FreePort());
+  }
+  void TearDown() override {
+    if (HasFailure()) testing::PrintLogs(dir_.string(), 4000);
+    std::filesystem::remove_all(dir_);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Sync FedAvg of the built-in MLP for three clients, kRounds rounds of 50 steps.
+  std::unique_ptr<ChildProcess> StartServer(const std::string& name) {
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY,
+                                          std::vector<std::string>{"server",
+                                                                   "--listen",
+                                                                   address_,
+                                                                   "--db",
+                                                                   Path(name + ".db"),
+                                                                   "--rounds",
+                                                                   std::to_string(kRounds),
+                                                                   "--clients-per-round",
+                                                                   "3",
+                                                                   "--min-clients",
+                                                                   "3",
+                                                                   "--model",
+                                                                   "mlp",
+                                                                   "--local-steps",
+                                                                   "50",
+                                                                   "--test-subset",
+                                                                   "2000",
+                                                                   "--summary-out",
+                                                                   Path(name + ".json"),
+                                                                   "--round-deadline-s",
+                                                                   "120"},
+                                          Path(name + "-server.log"));
+  }
+  std::unique_ptr<ChildProcess> StartCppClient(int partition, const std::string& log) {
+    return std::make_unique<ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"client", "--server", address_, "--partition", "iid", "--num-partitions", "3",
+                                 "--partition-index", std::to_string(partition), "--give-up-s", "120"},
+        Path(log));
+  }
+  std::unique_ptr<ChildProcess> StartPythonClient(int partition, const std::vector<std::string>& extra,
+                                                  const std::string& log) {
+    std::vector<std::string> args{kClient, address_, std::to_string(partition), "3"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(kPython, args, Path(log));
+  }
+  nlohmann::json Json(const std::string& path) const {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return nlohmann::json::parse(s.str(), nullptr, false);
+  }
+  // The client summary a python_client.py printed on its last line.
+  static nlohmann::json LastLine(const std::string& log) {
+    std::string text = log;
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return nlohmann::json::parse(text.substr(text.rfind('\n') + 1), nullptr, false);
+  }
+
+  std::filesystem::path dir_;
+  std::string address_;
+};
+
+// Two clients running their own PyTorch loop and one C++ client reach at least the accuracy of
+// three C++ clients with the same server settings.
+TEST_F(PythonClientTest, TwoPythonLoopsAndACppClientReachTheCppOnlyAccuracy) {
+  double cpp_only = 0;
+  {
+    auto server = StartServer("cpp");
+    std::vector<std::unique_ptr<ChildProcess>> clients;
+    for (int i = 0; i < 3; ++i) clients.push_back(StartCppClient(i, "cpp-client" + std::to_string(i) + ".log"));
+    for (auto& c : clients) ASSERT_EQ(c->Wait(240000), 0) << c->Log();
+    ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+    cpp_only = Json(Path("cpp.json"))["final_test_accuracy"].get<double>();
+  }
+  address_ = "127.0.0.1:" + std::to_string(FreePort());
+  auto server = StartServer("mixed");
+  auto py0 = StartPythonClient(0, {}, "py0.log");
+  auto py1 = StartPythonClient(1, {}, "py1.log");
+  auto cpp = StartCppClient(2, "mixed-cpp.log");
+  for (ChildProcess* c : {py0.get(), py1.get(), cpp.get()}) ASSERT_EQ(c->Wait(240000), 0) << c->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  for (ChildProcess* c : {py0.get(), py1.get()}) {
+    const nlohmann::json s = LastLine(c->Log());
+    ASSERT_TRUE(s.is_object()) << c->Log();
+    EXPECT_EQ(s["tasks_completed"], kRounds) << c->Log();
+    EXPECT_EQ(s["tasks_failed"], 0) << c->Log();
+  }
+  const nlohmann::json mixed = Json(Path("mixed.json"));
+  ASSERT_TRUE(mixed.is_object());
+  EXPECT_EQ(mixed["model_version"], kRounds);
+  const double with_python = mixed["final_test_accuracy"].get<double>();
+  RecordProperty("cpp_only_accuracy", std::to_string(cpp_only));
+  RecordProperty("with_python_accuracy", std::to_string(with_python));
+  EXPECT_GE(with_python, cpp_only) << "C++ only: " << cpp_only;
+}
+
+// A user loop that raises, returns NaN weights, or changes a tensor's shape has that task refused
+// with the reason, and the client goes on and completes the federation's rounds.
+TEST_F(PythonClientTest, AFailingUserLoopIsRefusedForThatTaskAndTheClientGoesOn) {
+  auto server = StartServer("failing");
+  const std::vector<std::pair<std::string, std::string>> failures = {
+      {"raise", "the training function raised ValueError: this user loop fails its first task on purpose"},
+      {"nan", "tensor fc1.weight came back holding NaN or infinite values"},
+      {"shape", "tensor fc2.bias came back with shape (11,) where the model has (10,)"}};
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(StartPythonClient(i, {"--fail", failures[i].first}, "py" + std::to_string(i) + ".log"));
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(clients[i]->Wait(240000), 0) << clients[i]->Log();
+    const std::string log = clients[i]->Log();
+    EXPECT_NE(log.find("dropped: ABORTED: " + failures[i].second), std::string::npos) << log;
+    const nlohmann::json s = LastLine(log);
+    ASSERT_TRUE(s.is_object()) << log;
+    EXPECT_EQ(s["tasks_failed"], 1) << log;
+    EXPECT_EQ(s["tasks_completed"], kRounds) << log;
+  }
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  EXPECT_EQ(Json(Path("failing.json"))["model_version"], kRounds);
+}
+
+// A model of another layout is refused when the client joins, in one line, before any task.
+TEST_F(PythonClientTest, AModelOfAnotherLayoutIsRefusedAtJoin) {
+  auto server = StartServer("layout");
+  auto wider = StartPythonClient(0, {"--wider"}, "wider.log");
+  EXPECT_NE(wider->Wait(120000), 0);
+  EXPECT_NE(wider->Log().find("the model's tensor 0 is fc1.weight(256, 784) where the server's mlp has "
+                              "fc1.weight(200, 784)"),
+            std::string::npos)
+      << wider->Log();
+  server->Signal(SIGTERM);
+  server->Wait(60000);
+}
+
+}  // namespace
+}  // namespace plexus
