@@ -21,6 +21,7 @@
 #include "compute/model_zoo.h"
 #include "compute/script_model.h"
 #include "python/python_trainer.h"
+#include "python/server_database.h"
 
 namespace plexus::python {
 namespace py = pybind11;
@@ -186,6 +187,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("state_dir"), py::arg("client_id"), py::arg("give_up_s"), py::arg("seed"), py::arg("examples"),
            py::arg("eval_examples"), py::arg("poll_wait_s"))
       .def("run", &NativeClient::Run, py::arg("layout"), py::arg("train"), py::arg("evaluate"));
+  BindServerDatabase(m);
   m.def(
       "set_log_level", [](const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); },
       py::arg("level"));

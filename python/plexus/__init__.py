@@ -1,8 +1,12 @@
-"""Plexus from Python: your own training loop inside a native Plexus client.
+"""Plexus from Python: your own training loop inside a native Plexus client, the simulator's
+results and a server's database as Python objects.
 
     import plexus
     client = plexus.Client(server="127.0.0.1:50051", state_dir="state")
     summary = client.run(model, train=my_train, evaluate=my_eval)
+
+    result = plexus.sim(rounds=20, model="cnn", partition="dirichlet:0.5")
+    db = plexus.open_db("fed.db")
 
 The client underneath is the one `plexus client` runs (C++: joining, long polls, resumable
 downloads and uploads, the state directory, TLS and tokens, the server's codecs); for each task it
@@ -11,7 +15,15 @@ docs/python.md has a complete example.
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -21,7 +33,7 @@ import numpy as np
 
 from . import _native
 
-__all__ = ["Client", "Task"]
+__all__ = ["Client", "Task", "sim", "SimResult", "open_db", "Database"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,3 +204,118 @@ class Client:
 
         return _with_times(self._native.run(None, native_train, native_evaluate if evaluate else None),
                            spent["user"])
+
+
+def _plexus_binary() -> str:
+    try:
+        from ._config import PLEXUS_BINARY
+        if os.access(PLEXUS_BINARY, os.X_OK):
+            return PLEXUS_BINARY
+    except ImportError:
+        pass
+    found = shutil.which("plexus")
+    if not found:
+        raise RuntimeError("the plexus program is neither where this package was built or installed nor on PATH")
+    return found
+
+
+def _number(text: str):
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+@dataclasses.dataclass
+class SimResult:
+    """What `plexus sim` produced: `summary` (its --summary-out JSON, without the rounds) and
+    `rounds` (one dict per round: the --metrics-out CSV's columns, numbers as numbers, None where
+    empty)."""
+
+    summary: dict
+    rounds: list
+    _csv: str = dataclasses.field(repr=False, default="")
+
+    def to_csv(self, path: str) -> None:
+        """Writes the per-round metrics, as `plexus sim --metrics-out` writes them."""
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(self._csv)
+
+
+def sim(*, quiet: bool = False, **settings) -> SimResult:
+    """Runs `plexus sim` with `settings` as its flags (rounds=20 is --rounds 20, partition=
+    "dirichlet:0.5" is --partition dirichlet:0.5, a True value is a flag without a value, None or
+    False leaves it out; `plexus sim --help` lists them) and returns its results. Its progress
+    lines go to this process's output unless `quiet`. RuntimeError with the last lines it printed
+    when it fails (a bad setting, for one)."""
+    args = [_plexus_binary(), "sim"]
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if key in ("summary_out", "metrics_out"):
+            raise ValueError(f"{key} is where plexus.sim reads its results from; write them with to_csv")
+        args += [flag] if value is True else [flag, str(value)]
+    with tempfile.TemporaryDirectory(prefix="plexus-sim-") as work:
+        summary_path = os.path.join(work, "summary.json")
+        metrics_path = os.path.join(work, "metrics.csv")
+        args += ["--summary-out", summary_path, "--metrics-out", metrics_path]
+        tail = []
+        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+            for line in p.stdout:
+                tail = (tail + [line])[-20:]
+                if not quiet:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+        if p.returncode != 0:
+            raise RuntimeError(f"plexus sim failed (exit {p.returncode}):\n" + "".join(tail))
+        with open(summary_path, encoding="utf-8") as f:
+            summary = json.load(f)
+        with open(metrics_path, encoding="utf-8") as f:
+            text = f.read()
+    summary.pop("rounds", None)
+    rounds = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    return SimResult(summary, rounds, text)
+
+
+class Database:
+    """A server's database (`plexus server --db`), read next to a running server without
+    disturbing it. `versions()`: the model versions it holds; `rounds()`: one dict per committed
+    round (metrics, and for the asynchronous modes the updates merged into it, in order);
+    `model(version=None)`: that version (default the latest) as a dict of NumPy arrays by tensor
+    name, in the model's order; `state_dict(version=None)`: the same as torch tensors, for
+    `model.load_state_dict`; `model_name`: the federation's model ("mlp", "cnn", or
+    "torchscript:..." for a user's file)."""
+
+    def __init__(self, path: str):
+        self._db = _native.ServerDatabase(path)
+        self.path = path
+
+    @property
+    def model_name(self) -> str:
+        return self._db.meta("model")
+
+    def versions(self) -> list:
+        return list(self._db.versions())
+
+    def rounds(self) -> list:
+        return list(self._db.rounds())
+
+    def model(self, version: Optional[int] = None) -> dict:
+        _, tensors = self._db.model(version)
+        return {name: array for name, array in tensors}
+
+    def state_dict(self, version: Optional[int] = None) -> dict:
+        import torch
+
+        return {name: torch.from_numpy(array) for name, array in self.model(version).items()}
+
+
+def open_db(path: str) -> Database:
+    """Opens a server's database for reading (see Database)."""
+    return Database(path)

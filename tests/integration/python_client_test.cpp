@@ -23,6 +23,7 @@ using ::plexus::testing::RunToCompletion;
 
 constexpr const char* kPython = "/usr/bin/python3";  // Debian's, with python3-torch
 const std::string kClient = std::string(PLEXUS_SOURCE_DIR) + "/tests/integration/python_client.py";
+const std::string kPackageChecks = std::string(PLEXUS_SOURCE_DIR) + "/tests/integration/python_package.py";
 constexpr int kRounds = 3;
 
 class PythonClientTest : public ::testing::Test {
@@ -175,6 +176,72 @@ TEST_F(PythonClientTest, AModelOfAnotherLayoutIsRefusedAtJoin) {
       << wider->Log();
   server->Signal(SIGTERM);
   server->Wait(60000);
+}
+
+// plexus.sim returns what `plexus sim` with the same settings writes (the same model, to the
+// bit), and a failing setting raises with the program's message.
+TEST_F(PythonClientTest, TheSimulatorComesBackAsPythonObjects) {
+  std::string out, cli;
+  ASSERT_EQ(RunToCompletion(kPython, {kPackageChecks, "sim"}, &out), 0) << out;
+  const nlohmann::json py = LastLine(out);
+  ASSERT_TRUE(py.is_object()) << out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--rounds", "2", "--clients", "4", "--clients-per-round", "2", "--seed", "7",
+                             "--summary-out", Path("cli.json")},
+                            &cli),
+            0)
+      << cli;
+  const nlohmann::json direct = Json(Path("cli.json"));
+  EXPECT_EQ(py["summary"]["final_model_sha256"], direct["final_model_sha256"]);
+  EXPECT_EQ(py["summary"]["final_test_accuracy"], direct["final_test_accuracy"]);
+  ASSERT_EQ(py["rounds"].size(), 2u);
+  EXPECT_EQ(py["rounds"][1]["test_accuracy"], direct["final_test_accuracy"]);
+  EXPECT_EQ(py["rounds"][0]["round"], 1);
+  EXPECT_EQ(py["csv_lines"], 3);  // the header and two rounds
+  EXPECT_NE(py["bad"].get<std::string>().find("unknown partition 'nonsense'"), std::string::npos) << out;
+}
+
+// plexus.open_db reads a server's database: its versions, rounds and models.
+TEST_F(PythonClientTest, AServersDatabaseComesBackAsPythonObjects) {
+  auto server = StartServer("db");
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(StartCppClient(i, "db-client" + std::to_string(i) + ".log"));
+  for (auto& c : clients) ASSERT_EQ(c->Wait(240000), 0) << c->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  std::string out;
+  ASSERT_EQ(RunToCompletion(kPython, {kPackageChecks, "db", Path("db.db")}, &out), 0) << out;
+  const nlohmann::json py = LastLine(out);
+  ASSERT_TRUE(py.is_object()) << out;
+  const nlohmann::json summary = Json(Path("db.json"));
+  EXPECT_EQ(py["model_name"], "mlp");
+  EXPECT_EQ(py["versions"].back(), kRounds);
+  ASSERT_EQ(py["rounds"].size(), static_cast<size_t>(kRounds));
+  for (int r = 0; r < kRounds; ++r) {
+    EXPECT_EQ(py["rounds"][r]["round"], r + 1);
+    EXPECT_EQ(py["rounds"][r]["updates"], 3);
+    EXPECT_EQ(py["rounds"][r]["test_accuracy"], summary["rounds"][r]["test_accuracy"]);
+  }
+  EXPECT_EQ(py["tensors"]["fc1.weight"], nlohmann::json::array({200, 784}));
+  EXPECT_TRUE(py["state_dict_matches"].get<bool>());
+  // The values are the ones `plexus export` writes for the latest version.
+  std::string exported;
+  ASSERT_EQ(
+      RunToCompletion(PLEXUS_BINARY, {"export", "--db", Path("db.db"), "--out", Path("m.safetensors")}, &exported), 0)
+      << exported;
+  std::string check;
+  ASSERT_EQ(RunToCompletion(kPython,
+                            {"-c",
+                             "import hashlib, json, struct, sys\n"
+                             "b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]\n"
+                             "h = json.loads(b[8:8 + n]); h.pop('__metadata__', None)\n"
+                             "data = b[8 + n:]\n"
+                             "print(hashlib.sha256(b''.join(data[v['data_offsets'][0]:v['data_offsets'][1]] for v in "
+                             "sorted(h.values(), key=lambda v: v['data_offsets'][0]))).hexdigest())",
+                             Path("m.safetensors")},
+                            &check),
+            0)
+      << check;
+  EXPECT_NE(check.find(py["values_sha256"].get<std::string>()), std::string::npos) << check;
 }
 
 }  // namespace
