@@ -6,7 +6,9 @@ augmentation (Gaussian pixel noise; random shifts cost accuracy in runs this sho
 tests/integration/python_client_test.cpp; prints the client's summary as JSON on its last line.
 
 usage: python_client.py SERVER PARTITION PARTITIONS [--cnn] [--fail raise|nan|shape] [--wider]
+                        [--tls-dir DIR --tls-name NAME]
   --cnn        the built-in cnn's layout (the server runs --model cnn) instead of the mlp's
+  --tls-dir    mutual TLS with DIR/ca.crt and DIR/NAME.crt, DIR/NAME.key (plexus certs)
   --fail MODE  the first task fails that way (the client must refuse that task and go on)
   --wider      a model whose hidden layer is wider than the server's (the join must refuse it)
 """
@@ -69,6 +71,8 @@ def main():
     p.add_argument("--fail", choices=["raise", "nan", "shape"])
     p.add_argument("--wider", action="store_true")
     p.add_argument("--cnn", action="store_true")
+    p.add_argument("--tls-dir")
+    p.add_argument("--tls-name")
     a = p.parse_args()
     torch.manual_seed(a.partition)
     torch.set_num_threads(1)
@@ -108,7 +112,11 @@ def main():
             total += loss.item()
         return len(y_all), {"loss": total / steps}
 
-    client = plexus.Client(a.server, examples=len(y_all), give_up_s=120, log_level="info")
+    tls = {}
+    if a.tls_dir:
+        tls = {"tls_ca": os.path.join(a.tls_dir, "ca.crt"), "tls_cert": os.path.join(a.tls_dir, a.tls_name + ".crt"),
+               "tls_key": os.path.join(a.tls_dir, a.tls_name + ".key")}
+    client = plexus.Client(a.server, examples=len(y_all), give_up_s=120, log_level="info", **tls)
     summary = client.run(model, train)
     print(json.dumps(summary), flush=True)
 

@@ -46,31 +46,32 @@ class PythonClientTest : public ::testing::Test {
   }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
-  // Sync FedAvg of the built-in MLP for three clients, kRounds rounds of 50 steps.
-  std::unique_ptr<ChildProcess> StartServer(const std::string& name) {
-    return std::make_unique<ChildProcess>(PLEXUS_BINARY,
-                                          std::vector<std::string>{"server",
-                                                                   "--listen",
-                                                                   address_,
-                                                                   "--db",
-                                                                   Path(name + ".db"),
-                                                                   "--rounds",
-                                                                   std::to_string(kRounds),
-                                                                   "--clients-per-round",
-                                                                   "3",
-                                                                   "--min-clients",
-                                                                   "3",
-                                                                   "--model",
-                                                                   "mlp",
-                                                                   "--local-steps",
-                                                                   "50",
-                                                                   "--test-subset",
-                                                                   "2000",
-                                                                   "--summary-out",
-                                                                   Path(name + ".json"),
-                                                                   "--round-deadline-s",
-                                                                   "120"},
-                                          Path(name + "-server.log"));
+  // Sync FedAvg of the built-in MLP for `clients` clients, kRounds rounds of 50 steps.
+  std::unique_ptr<ChildProcess> StartServer(const std::string& name, int clients = 3,
+                                            const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"server",
+                                  "--listen",
+                                  address_,
+                                  "--db",
+                                  Path(name + ".db"),
+                                  "--rounds",
+                                  std::to_string(kRounds),
+                                  "--clients-per-round",
+                                  std::to_string(clients),
+                                  "--min-clients",
+                                  std::to_string(clients),
+                                  "--model",
+                                  "mlp",
+                                  "--local-steps",
+                                  "50",
+                                  "--test-subset",
+                                  "2000",
+                                  "--summary-out",
+                                  Path(name + ".json"),
+                                  "--round-deadline-s",
+                                  "120"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(name + "-server.log"));
   }
   std::unique_ptr<ChildProcess> StartCppClient(int partition, const std::string& log) {
     return std::make_unique<ChildProcess>(
@@ -176,6 +177,28 @@ TEST_F(PythonClientTest, AModelOfAnotherLayoutIsRefusedAtJoin) {
       << wider->Log();
   server->Signal(SIGTERM);
   server->Wait(60000);
+}
+
+// A Python client takes part over mutual TLS, with certificates from `plexus certs`.
+TEST_F(PythonClientTest, APythonClientTakesPartOverMutualTls) {
+  const std::string certs = Path("certs");
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"certs", "init", "--dir", certs},
+                                               {"certs", "issue", "--dir", certs, "--server", "localhost"},
+                                               {"certs", "issue", "--dir", certs, "--client", "alice"}}) {
+    std::string out;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY, args, &out), 0) << out;
+  }
+  auto server = StartServer(
+      "tls", 1,
+      {"--tls-cert", certs + "/localhost.crt", "--tls-key", certs + "/localhost.key", "--tls-ca", certs + "/ca.crt"});
+  address_ = "localhost:" + address_.substr(address_.rfind(':') + 1);  // the name the certificate holds
+  auto client = StartPythonClient(0, {"--tls-dir", certs, "--tls-name", "alice"}, "tls-client.log");
+  ASSERT_EQ(client->Wait(240000), 0) << client->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  const nlohmann::json s = LastLine(client->Log());
+  ASSERT_TRUE(s.is_object()) << client->Log();
+  EXPECT_EQ(s["tasks_completed"], kRounds) << client->Log();
+  EXPECT_NE(server->Log().find("alice"), std::string::npos) << server->Log();  // the identity its certificate names
 }
 
 // plexus.sim returns what `plexus sim` with the same settings writes (the same model, to the
