@@ -9,6 +9,7 @@ usage: python_client.py SERVER PARTITION PARTITIONS [--cnn] [--fail raise|nan|sh
                         [--tls-dir DIR --tls-name NAME]
   --cnn        the built-in cnn's layout (the server runs --model cnn) instead of the mlp's
   --tls-dir    mutual TLS with DIR/ca.crt and DIR/NAME.crt, DIR/NAME.key (plexus certs)
+  --evaluate   answer the server's evaluation tasks on 1,000 held-out test images
   --fail MODE  the first task fails that way (the client must refuse that task and go on)
   --wider      a model whose hidden layer is wider than the server's (the join must refuse it)
 """
@@ -73,6 +74,7 @@ def main():
     p.add_argument("--cnn", action="store_true")
     p.add_argument("--tls-dir")
     p.add_argument("--tls-name")
+    p.add_argument("--evaluate", action="store_true")
     a = p.parse_args()
     torch.manual_seed(a.partition)
     torch.set_num_threads(1)
@@ -116,8 +118,19 @@ def main():
     if a.tls_dir:
         tls = {"tls_ca": os.path.join(a.tls_dir, "ca.crt"), "tls_cert": os.path.join(a.tls_dir, a.tls_name + ".crt"),
                "tls_key": os.path.join(a.tls_dir, a.tls_name + ".key")}
-    client = plexus.Client(a.server, examples=len(y_all), give_up_s=120, log_level="info", **tls)
-    summary = client.run(model, train)
+    held_out = 1000
+    x_test = (torch.from_numpy(read_idx(os.path.join(DATA, "t10k-images-idx3-ubyte.gz"))[:held_out].astype(np.float32))
+              / 255 - MEAN) / STD
+    y_test = torch.from_numpy(read_idx(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz"))[:held_out].astype(np.int64))
+
+    def evaluate(model):
+        logits = model(x_test)
+        loss = torch.nn.functional.cross_entropy(logits, y_test).item()
+        return len(y_test), loss, (logits.argmax(1) == y_test).float().mean().item()
+
+    client = plexus.Client(a.server, examples=len(y_all), eval_examples=held_out if a.evaluate else 0,
+                           give_up_s=120, log_level="info", **tls)
+    summary = client.run(model, train, evaluate if a.evaluate else None)
     print(json.dumps(summary), flush=True)
 
 

@@ -201,6 +201,21 @@ TEST_F(PythonClientTest, APythonClientTakesPartOverMutualTls) {
   EXPECT_NE(server->Log().find("alice"), std::string::npos) << server->Log();  // the identity its certificate names
 }
 
+// The server's federated evaluation tasks reach the user's evaluate function: its examples, loss
+// and accuracy come back in the server's summary.
+TEST_F(PythonClientTest, FederatedEvaluationCallsTheUsersEvaluateFunction) {
+  auto server = StartServer("eval", 1, {"--federated-eval-every", "1", "--federated-eval-fraction", "1"});
+  auto client = StartPythonClient(0, {"--evaluate"}, "eval-client.log");
+  ASSERT_EQ(client->Wait(240000), 0) << client->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  const nlohmann::json s = LastLine(client->Log());
+  ASSERT_TRUE(s.is_object()) << client->Log();
+  EXPECT_GE(s["evaluations"].get<int>(), 1) << client->Log();
+  const nlohmann::json summary = Json(Path("eval.json"));
+  ASSERT_TRUE(summary["federated_test_accuracy"].is_number()) << summary.dump(2);
+  EXPECT_GT(summary["federated_test_accuracy"].get<double>(), 0.5);  // chance is 0.1
+}
+
 // plexus.sim returns what `plexus sim` with the same settings writes (the same model, to the
 // bit), and a failing setting raises with the program's message.
 TEST_F(PythonClientTest, TheSimulatorComesBackAsPythonObjects) {
