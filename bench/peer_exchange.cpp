@@ -70,6 +70,20 @@ int Connect(int port) {
   return -1;
 }
 
+// A listening socket on 127.0.0.1:`port`, for one connection.
+int Listen(int port) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(listener, 1);
+  return listener;
+}
+
 // One end of a duplex stream: sends `bytes` in 1 MiB writes while it receives as many, on one
 // thread (non-blocking socket, poll), through `ssl` when given (after its handshake). False on
 // an error.
@@ -124,15 +138,7 @@ bool PumpBothWays(int fd, SSL* ssl, uint64_t bytes) {
 // each direction.
 double RawDuplex(uint64_t bytes, const gossip::TlsContext* tls) {
   const int port = FreePort();
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(listener, 1);
+  const int listener = Listen(port);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   // Handshake (blocking), then both ends start together.
@@ -186,15 +192,7 @@ double RawDuplex(uint64_t bytes, const gossip::TlsContext* tls) {
 // One raw TCP stream of `bytes`, in 1 MiB writes: bytes per second (the figure before issue 39).
 double RawTcp(uint64_t bytes) {
   const int port = FreePort();
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(listener, 1);
+  const int listener = Listen(port);
   std::thread sender([&] {
     const int fd = Connect(port);
     std::string chunk(1 << 20, 'x');

@@ -29,12 +29,6 @@ namespace {
 
 using Layout = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 // Whether a model of `layout` can take part in a federation of `announced` (the model name the
 // server gives at join): FailedPrecondition saying how they differ, in one line.
 Status CheckLayout(const Layout& layout, const std::string& announced) {

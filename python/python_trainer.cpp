@@ -10,13 +10,13 @@
 namespace plexus::python {
 namespace py = pybind11;
 
-namespace {
-
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
+
+namespace {
 
 // What a Python exception says, in one line: its type and message.
 std::string Describe(const py::error_already_set& e) {

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compute/trainer.h"
 
@@ -43,6 +44,9 @@ class PythonTrainer final : public Trainer {
   pybind11::object evaluate_;
   std::shared_ptr<BindingTimes> times_;
 };
+
+// A shape as Python writes it: (200, 784), (10,).
+std::string ShapeText(const std::vector<int64_t>& shape);
 
 // The model's tensors as read-only NumPy arrays that view its memory (valid while it lives), in
 // its order. The GIL must be held.

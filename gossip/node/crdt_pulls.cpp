@@ -103,6 +103,8 @@ Status CrdtPulls::ReplyArrived(PeerLinks::Link* c, const v1::CrdtReply& reply) {
   Pending& p = it->second;
   for (int i = 0; i < reply.contributions_size(); ++i) {
     const v1::CrdtContribution& w = reply.contributions(i);
+    // A contribution's hash is its identity: always announced, and checked as the delta arrives.
+    if (w.sha256().empty()) return InvalidArgumentError("a CRDT contribution announced without its SHA-256");
     v1::GossipModel header;
     header.set_kind(v1::GossipModel::CRDT_DELTA);
     header.set_stream(w.stream());

@@ -174,15 +174,21 @@ Status FrameReader::Append(std::string_view bytes, std::vector<Frame>* out) {
   });
 }
 
-Result<ModelAssembler> ModelAssembler::Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes) {
+Result<ModelAssembler> ModelAssembler::BeginUnhashed(uint64_t total_bytes, uint64_t max_model_bytes) {
   if (total_bytes == 0 || total_bytes > max_model_bytes) {
     return InvalidArgumentError("model stream of " + std::to_string(total_bytes) + " bytes outside [1, " +
                                 std::to_string(max_model_bytes) + "]");
   }
+  return ModelAssembler(total_bytes, "");
+}
+
+Result<ModelAssembler> ModelAssembler::Begin(uint64_t total_bytes, std::string sha256_hex, uint64_t max_model_bytes) {
+  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, BeginUnhashed(total_bytes, max_model_bytes));
   if (sha256_hex.size() != 64 || sha256_hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return InvalidArgumentError("model stream without a SHA-256 (64 lower-case hex digits)");
   }
-  return ModelAssembler(total_bytes, std::move(sha256_hex));
+  a.sha_ = std::move(sha256_hex);
+  return a;
 }
 
 Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
@@ -200,13 +206,6 @@ Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
   }
   ++next_index_;
   return Status::Ok();
-}
-
-Result<ModelAssembler> ModelAssembler::BeginUnhashed(uint64_t total_bytes, uint64_t max_model_bytes) {
-  // The size checks of Begin, with a placeholder hash that passes them.
-  PLEXUS_ASSIGN_OR_RETURN(ModelAssembler a, Begin(total_bytes, std::string(64, '0'), max_model_bytes));
-  a.sha_.clear();
-  return a;
 }
 
 Result<ModelAssembler> ModelAssembler::BeginBytes(uint64_t total_bytes, std::string sha256_hex,

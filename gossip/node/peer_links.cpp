@@ -374,11 +374,7 @@ Status PeerLinks::Expect(Link* c, const v1::GossipModel& header, bool bytes_stre
   if (c->inbound.size() >= kMaxInboundStreams || c->inbound.count(header.stream())) {
     return InvalidArgumentError("too many model streams at once, or a stream id reused");
   }
-  // A CRDT contribution's hash is its identity: always announced and checked. Other models may
-  // come unhashed (the link vouches for their bytes).
-  if (header.kind() == v1::GossipModel::CRDT_DELTA && header.sha256().empty()) {
-    return InvalidArgumentError("a CRDT contribution announced without its SHA-256");
-  }
+  // Without a hash the link vouches for the bytes (TLS records, or every chunk's CRC-32C).
   auto assembler = bytes_stream ? ModelAssembler::BeginBytes(header.total_bytes(), header.sha256(), stream_limit_)
                    : header.sha256().empty()
                        ? ModelAssembler::BeginUnhashed(header.total_bytes(), stream_limit_)
