@@ -1,6 +1,9 @@
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+
 #include <cstdio>
+#include <utility>
 
 #include "aggregators/registry.h"
 #include "apps/plexus/accuracy_plot.h"
@@ -23,6 +26,7 @@
 #include "simulations/client_data.h"
 #include "simulations/crdt_sim.h"
 #include "simulations/mpi_task_runner.h"
+#include "simulations/pipe_task_runner.h"
 #include "simulations/sim_runner.h"
 
 namespace plexus::cli {
@@ -50,8 +54,24 @@ struct SimFlags {
   bool gossip_mode = false;  // --mode gossip
   GossipFlags gossip;
   DpFlags dp;
-  std::string secagg;  // --secagg's parameters (given: cmd->count("--secagg"))
+  std::string secagg;        // --secagg's parameters (given: cmd->count("--secagg"))
+  std::string trainer_pipe;  // --trainer-pipe IN,OUT: the caller trains (plexus.sim(train=...) from Python)
 };
+
+// The two descriptors of --trainer-pipe IN,OUT, open in this process.
+std::pair<int, int> TrainerPipeOf(const std::string& text) {
+  int in = -1, out = -1;
+  char rest = 0;
+  if (std::sscanf(text.c_str(), "%d,%d%c", &in, &out, &rest) != 2 || in < 0 || out < 0) {
+    throw CommandError("--trainer-pipe takes IN,OUT: two file descriptors (got '" + text + "')");
+  }
+  for (int fd : {in, out}) {
+    if (::fcntl(fd, F_GETFD) < 0) {
+      throw CommandError("--trainer-pipe: file descriptor " + std::to_string(fd) + " is not open in this process");
+    }
+  }
+  return {in, out};
+}
 
 // The device flags, each a field of DeviceModel: given on the command line (or in a scenario),
 // they override the named profile's value.
@@ -182,6 +202,10 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
       throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
     }
   }
+  if (!f.trainer_pipe.empty()) {
+    throw CommandError(
+        "--trainer-pipe trains the clients of the server modes; gossip nodes train on the simulator's own");
+  }
   GossipRun run;
   GossipSimOptions& o = run.options;
   o.nodes = f.sim.clients;
@@ -251,6 +275,21 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
+  const bool caller_trains = !f.trainer_pipe.empty();
+  std::pair<int, int> trainer_pipe{-1, -1};
+  if (caller_trains) {  // a loop of the caller's trains, over the simulator's training set
+    trainer_pipe = TrainerPipeOf(f.trainer_pipe);
+    if (mpi) throw CommandError("--trainer-pipe and MPI ranks both say where training runs: choose one");
+    if (Take(ParseAttack(options.attack), "--attack") == AttackKind::kLabelFlip) {
+      throw CommandError(
+          "--attack labelflip poisons the simulator's own trainer's data; a loop of yours reads its own");
+    }
+    if (f.data.given()) {
+      throw CommandError(
+          "--trainer-pipe: the training loop indexes the simulator's Fashion-MNIST training set, so "
+          "--data is for the simulator's own trainers");
+    }
+  }
 
   const DeviceModel& dev = options.devices;
   if (!training_rank) {
@@ -299,7 +338,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
   }
   std::unique_ptr<Trainer> trainer = Take(model.MakeTrainer(f.threads, /*portable=*/false));
-  if (!training_rank) {  // long runs say so before they start
+  if (!training_rank && !caller_trains) {  // long runs say so before they start
     const TaskHyperparams& hp = options.sync.task;
     int64_t steps =
         hp.StepsFor(ClientData::ExamplesPerClient(train.size(), options.clients, options.examples_per_client));
@@ -319,6 +358,12 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
 #endif
   LocalTaskRunner local(trainer.get(), &train);
   TaskRunner* runner = &local;
+  std::unique_ptr<PipeTaskRunner> caller;
+  if (caller_trains) {
+    caller = std::make_unique<PipeTaskRunner>(trainer_pipe.first, trainer_pipe.second);
+    Check(caller->SendLayout(model.Initial(options.seed), static_cast<int64_t>(train.size())), "--trainer-pipe");
+    runner = caller.get();
+  }
 #if PLEXUS_WITH_MPI
   if (spread) runner = spread.get();
 #endif
@@ -524,6 +569,9 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--model-out", flags->model_out, "Write the final model to this .safetensors file");
   cmd->add_option("--train-subset", flags->train_subset, "Use only the first N training examples (0 = all)");
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
+  cmd->add_option("--trainer-pipe", flags->trainer_pipe,
+                  "IN,OUT: the virtual clients train with the caller's loop: jobs go out on descriptor OUT, "
+                  "outcomes come back on IN (what Python's plexus.sim(train=...) uses; docs/python.md)");
   cmd->add_option("--threads", flags->threads,
                   "LibTorch and OpenBLAS threads per process (equal counts give equal bits)")
       ->check(CLI::Range(1, 256))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -50,6 +51,10 @@ class Task:
     learning_rate: float
     momentum: float
     seed: int
+    # In plexus.sim: this virtual client's examples, as indices (an int64 NumPy array) into the
+    # simulator's training set (Fashion-MNIST's training file in its order). None in a Client,
+    # whose data is yours.
+    indices: Optional[np.ndarray] = None
 
 
 def _read(path: Optional[str]) -> str:
@@ -133,29 +138,10 @@ class Client:
         come back NaN, or a tensor whose shape changed refuse that task, with the reason in the
         log, and the client goes on with the next one.
         """
-        import torch  # only this form needs PyTorch
-
-        tensors = [t for _, t in model.named_parameters()]
-        names = [n for n, _ in model.named_parameters()]
-        for n, b in model.named_buffers():
-            if b.is_floating_point():
-                tensors.append(b)
-                names.append(n)
+        names, tensors = _tensors_of(model)
         layout = [(n, list(t.shape)) for n, t in zip(names, tensors)]
-
-        def load(arrays: Sequence[np.ndarray]) -> None:
-            with torch.no_grad(), warnings.catch_warnings():
-                # The arrays are read-only views of the client's copy of the task's model;
-                # torch only reads them here.
-                warnings.simplefilter("ignore", UserWarning)
-                for t, a in zip(tensors, arrays):
-                    if tuple(t.shape) != a.shape:  # the last task's loop changed it: the server's shape again
-                        t.data = torch.empty(a.shape, dtype=t.dtype, device=t.device)
-                    t.copy_(torch.from_numpy(a))
-
-        def weights() -> list:
-            return [t.detach().to("cpu", torch.float32).contiguous().numpy() for t in tensors]
-
+        load = functools.partial(_load_into, tensors)
+        weights = functools.partial(_weights_of, tensors)
         spent = {"user": 0.0}
 
         def native_train(arrays, task):
@@ -206,6 +192,38 @@ class Client:
                            spent["user"])
 
 
+def _tensors_of(model) -> tuple[list, list]:
+    """A module's tensors in the order Plexus models have: its parameters, then its
+    floating-point buffers, in registration order; with their names."""
+    names = [n for n, _ in model.named_parameters()]
+    tensors = [t for _, t in model.named_parameters()]
+    for n, b in model.named_buffers():
+        if b.is_floating_point():
+            names.append(n)
+            tensors.append(b)
+    return names, tensors
+
+
+def _load_into(tensors: list, arrays: Sequence[np.ndarray]) -> None:
+    """Copies a task's weights into the module's tensors, in place (an optimizer's references to
+    them stay good); a tensor whose shape the last task's loop changed gets the model's again."""
+    import torch
+
+    with torch.no_grad(), warnings.catch_warnings():
+        # The arrays may be read-only views of the native side's copy; torch only reads them here.
+        warnings.simplefilter("ignore", UserWarning)
+        for t, a in zip(tensors, arrays):
+            if tuple(t.shape) != a.shape:
+                t.data = torch.empty(a.shape, dtype=t.dtype, device=t.device)
+            t.copy_(torch.from_numpy(a))
+
+
+def _weights_of(tensors: list) -> list:
+    import torch
+
+    return [t.detach().to("cpu", torch.float32).contiguous().numpy() for t in tensors]
+
+
 def _plexus_binary() -> str:
     try:
         from ._config import PLEXUS_BINARY
@@ -247,33 +265,42 @@ class SimResult:
             f.write(self._csv)
 
 
-def sim(*, quiet: bool = False, **settings) -> SimResult:
+def sim(*, train: Optional[Callable] = None, module=None, quiet: bool = False, **settings) -> SimResult:
     """Runs `plexus sim` with `settings` as its flags (rounds=20 is --rounds 20, partition=
     "dirichlet:0.5" is --partition dirichlet:0.5, a True value is a flag without a value, None or
     False leaves it out; `plexus sim --help` lists them) and returns its results. Its progress
     lines go to this process's output unless `quiet`. RuntimeError with the last lines it printed
-    when it fails (a bad setting, for one)."""
+    when it fails (a bad setting, for one).
+
+    train: your training loop for the virtual clients, called here, in this process, for every
+    task of the run in the simulation's order (the simulator keeps the engines, devices, links,
+    evaluation and results). With `module` (a torch.nn.Module of the simulated model's layout,
+    checked before the run starts) it is called as in Client.run: train(module, task), the
+    task's weights loaded into the module, returning examples or (examples, metrics); without,
+    as in Client.run_numpy: train(weights, task) returning (new weights, examples[, metrics]).
+    `task.indices` are the virtual client's examples in the simulator's training set
+    (Fashion-MNIST's training file, in its order). An exception in your loop stops the
+    simulation and reaches you as it was raised."""
     args = [_plexus_binary(), "sim"]
     for key, value in settings.items():
         flag = "--" + key.replace("_", "-")
         if value is None or value is False:
             continue
-        if key in ("summary_out", "metrics_out"):
-            raise ValueError(f"{key} is where plexus.sim reads its results from; write them with to_csv")
+        if key in ("summary_out", "metrics_out", "trainer_pipe"):
+            raise ValueError(f"{key} is plexus.sim's own; write results with to_csv, train with train=")
         args += [flag] if value is True else [flag, str(value)]
+    if module is not None and train is None:
+        raise ValueError("module is the model your train function trains: give train= too")
     with tempfile.TemporaryDirectory(prefix="plexus-sim-") as work:
         summary_path = os.path.join(work, "summary.json")
         metrics_path = os.path.join(work, "metrics.csv")
         args += ["--summary-out", summary_path, "--metrics-out", metrics_path]
-        tail = []
-        with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
-            for line in p.stdout:
-                tail = (tail + [line])[-20:]
-                if not quiet:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
-        if p.returncode != 0:
-            raise RuntimeError(f"plexus sim failed (exit {p.returncode}):\n" + "".join(tail))
+        if train is None:
+            returncode, tail = _run_sim(args, quiet)
+        else:
+            returncode, tail = _run_sim_with_loop(args, quiet, _SimTrainer(train, module, settings.get("model", "mlp")))
+        if returncode != 0:
+            raise RuntimeError(f"plexus sim failed (exit {returncode}):\n" + "".join(tail))
         with open(summary_path, encoding="utf-8") as f:
             summary = json.load(f)
         with open(metrics_path, encoding="utf-8") as f:
@@ -281,6 +308,133 @@ def sim(*, quiet: bool = False, **settings) -> SimResult:
     summary.pop("rounds", None)
     rounds = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
     return SimResult(summary, rounds, text)
+
+
+def _echo(stream, quiet: bool, tail: list) -> None:
+    """Copies the simulator's output lines here (unless quiet), keeping the last 20."""
+    for line in stream:
+        tail[:] = (tail + [line])[-20:]
+        if not quiet:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+
+def _run_sim(args: list, quiet: bool) -> tuple[int, list]:
+    tail: list = []
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        _echo(p.stdout, quiet, tail)
+    return p.returncode, tail
+
+
+def _read_exactly(stream, n: int) -> bytes:
+    data = stream.read(n)
+    if data is None or len(data) != n:
+        raise EOFError("the simulator stopped in the middle of a job")
+    return data
+
+
+class _SimTrainer:
+    """The Python end of `plexus sim --trainer-pipe` (simulations/pipe_task_runner.h has the
+    exchange): takes the simulator's jobs, runs the user's loop on each, sends the weights back."""
+
+    def __init__(self, train: Callable, module, model_name: str):
+        self.train = train
+        self.module = module
+        self.model_name = model_name
+        self.layout: list = []
+        if module is not None:
+            self.names, self.tensors = _tensors_of(module)
+
+    def check_layout(self, hello: dict) -> None:
+        self.layout = [(t["name"], tuple(t["shape"])) for t in hello["layout"]]
+        if self.module is None:
+            return
+        mine = [(n, tuple(t.shape)) for n, t in zip(self.names, self.tensors)]
+        theirs = f"simulated {self.model_name}"
+        for i in range(max(len(mine), len(self.layout))):
+            if i >= len(mine):
+                raise ValueError(f"the module lacks {self.layout[i][0]} of the {theirs}")
+            if i >= len(self.layout):
+                raise ValueError(f"the module has {mine[i][0]}, which the {theirs} has not")
+            if mine[i] != self.layout[i]:
+                raise ValueError(f"the module's tensor {i} is {mine[i][0]}{mine[i][1]} where the {theirs} has "
+                                 f"{self.layout[i][0]}{self.layout[i][1]}")
+
+    def run_job(self, job: dict, indices: np.ndarray, flat: np.ndarray) -> tuple[dict, list]:
+        arrays, at = [], 0
+        for _, shape in self.layout:
+            n = int(np.prod(shape, dtype=np.int64))
+            arrays.append(flat[at:at + n].reshape(shape))
+            at += n
+        task = Task(task_id=job["task_id"], round=job["round"], local_steps=job["local_steps"],
+                    local_epochs=job["local_epochs"], batch_size=job["batch_size"],
+                    learning_rate=job["learning_rate"], momentum=job["momentum"], seed=job["seed"],
+                    indices=indices)
+        if self.module is not None:
+            _load_into(self.tensors, arrays)
+            self.module.train()
+            examples, metrics = _examples_and_metrics(self.train(self.module, task), "train")
+            weights = _weights_of(self.tensors)
+        else:
+            result = self.train([np.array(a) for a in arrays], task)
+            if not isinstance(result, tuple) or len(result) not in (2, 3):
+                raise TypeError("train must return (weights, examples) or (weights, examples, metrics)")
+            weights = [np.asarray(w, dtype=np.float32) for w in result[0]]
+            examples, metrics = _examples_and_metrics(result[1:] if len(result) == 3 else result[1], "train")
+        if len(weights) != len(self.layout):
+            raise ValueError(f"train left {len(weights)} tensors where the model has {len(self.layout)}")
+        for w, (name, shape) in zip(weights, self.layout):
+            if tuple(w.shape) != shape:
+                raise ValueError(f"train changed the shape of {name} from {shape} to {tuple(w.shape)}")
+            if not np.isfinite(w).all():
+                raise ValueError(f"train left a NaN or an infinity in {name}")
+        reply = {"examples": examples, "loss": float(metrics.get("loss", 0.0)),
+                 "floats": sum(int(w.size) for w in weights)}
+        return reply, weights
+
+
+def _run_sim_with_loop(args: list, quiet: bool, trainer: _SimTrainer) -> tuple[int, list]:
+    """Runs the simulator with the user's loop as its trainer: jobs come in on one pipe and
+    outcomes go back on another, while a thread copies its output lines."""
+    import threading
+
+    jobs_in, jobs_out = os.pipe()        # simulator -> here
+    replies_in, replies_out = os.pipe()  # here -> simulator
+    tail: list = []
+    p = subprocess.Popen(args + ["--trainer-pipe", f"{replies_in},{jobs_out}"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, pass_fds=(replies_in, jobs_out))
+    os.close(replies_in)
+    os.close(jobs_out)
+    echo = threading.Thread(target=_echo, args=(p.stdout, quiet, tail), daemon=True)
+    echo.start()
+    try:
+        with os.fdopen(jobs_in, "rb") as jobs, os.fdopen(replies_out, "wb") as replies:
+            line = jobs.readline()
+            if line:  # nothing when the simulator stopped before training (a bad setting)
+                trainer.check_layout(json.loads(line))
+                while True:
+                    line = jobs.readline()
+                    if not line:
+                        break  # the run is over
+                    job = json.loads(line)
+                    # int64, which both NumPy and torch index with
+                    indices = np.frombuffer(_read_exactly(jobs, 4 * job["indices"]), dtype=np.uint32).astype(np.int64)
+                    flat = np.frombuffer(_read_exactly(jobs, 4 * job["floats"]), dtype=np.float32)
+                    reply, weights = trainer.run_job(job, indices, flat)
+                    replies.write(json.dumps(reply).encode() + b"\n")
+                    for w in weights:
+                        replies.write(np.ascontiguousarray(w, dtype=np.float32).tobytes())
+                    replies.flush()
+    except (BrokenPipeError, EOFError):
+        pass  # the simulator stopped on its own: its exit status and last lines say why
+    except BaseException:
+        p.kill()  # the user's loop (or Ctrl-C) ends the run; its exception goes to the caller as raised
+        p.wait()
+        echo.join()
+        raise
+    p.wait()
+    echo.join()
+    return p.returncode, tail
 
 
 class Database:

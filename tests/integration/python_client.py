@@ -2,11 +2,14 @@
 """A user's own training loop on a Plexus client, as docs/python.md shows it: the built-in MLP's
 layout written as a PyTorch module, Fashion-MNIST read from Debian's dataset-fashion-mnist, AdamW
 with a cosine learning-rate schedule over each task, batches twice the server's hint, and
-augmentation (Gaussian pixel noise; random shifts cost accuracy in runs this short). Used by
+augmentation (Gaussian pixel noise; random shifts cost accuracy in runs this short), every random
+draw from the task's seed, so a task's result repeats. Used by
 tests/integration/python_client_test.cpp; prints the client's summary as JSON on its last line.
 
 usage: python_client.py SERVER PARTITION PARTITIONS [--cnn] [--fail raise|nan|shape] [--wider]
                         [--tls-dir DIR --tls-name NAME]
+       python_client.py sim 0 1    (the same loop trains plexus.sim's virtual clients; prints what
+                                    the runs, and a wider module and a raising loop, came to)
   --cnn        the built-in cnn's layout (the server runs --model cnn) instead of the mlp's
   --tls-dir    mutual TLS with DIR/ca.crt and DIR/NAME.crt, DIR/NAME.key (plexus certs)
   --evaluate   answer the server's evaluation tasks on 1,000 held-out test images
@@ -78,15 +81,19 @@ def main():
     a = p.parse_args()
     torch.manual_seed(a.partition)
     torch.set_num_threads(1)
-    images = read_idx(os.path.join(DATA, "train-images-idx3-ubyte.gz"))[a.partition::a.partitions]
-    labels = read_idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))[a.partition::a.partitions]
-    x_all = (torch.from_numpy(images.astype(np.float32)) / 255 - MEAN) / STD
-    y_all = torch.from_numpy(labels.astype(np.int64))
+    images = read_idx(os.path.join(DATA, "train-images-idx3-ubyte.gz"))
+    labels = read_idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz"))
+    x_train = (torch.from_numpy(images.astype(np.float32)) / 255 - MEAN) / STD
+    y_train = torch.from_numpy(labels.astype(np.int64))
+    x_all, y_all = x_train[a.partition::a.partitions], y_train[a.partition::a.partitions]
     model = Cnn() if a.cnn else Mlp(hidden=256 if a.wider else 200)
     failed = {"done": False}
 
-    def augment(x):
-        return x + 0.05 * torch.randn_like(x)
+    def augment(x, g):
+        return x + 0.05 * torch.randn(x.shape, generator=g)
+
+    def fail_on_purpose(model, task):
+        raise ValueError("this user loop fails in the simulator on purpose")
 
     def train(model, task):
         if a.fail and not failed["done"]:
@@ -99,20 +106,36 @@ def main():
                 else:
                     model.fc2.bias.data = torch.zeros(11)
             return len(y_all)
-        steps = task.local_steps or task.local_epochs * math.ceil(len(y_all) / task.batch_size)
+        # A Client trains on its own data; in plexus.sim the task names the virtual client's examples.
+        x_mine, y_mine = (x_all, y_all) if task.indices is None else (x_train[task.indices], y_train[task.indices])
+        steps = task.local_steps or task.local_epochs * math.ceil(len(y_mine) / task.batch_size)
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
         g = torch.Generator().manual_seed(task.seed)
         total = 0.0
         for _ in range(steps):
-            batch = torch.randint(0, len(y_all), (2 * task.batch_size,), generator=g)
-            loss = torch.nn.functional.cross_entropy(model(augment(x_all[batch])), y_all[batch])
+            batch = torch.randint(0, len(y_mine), (2 * task.batch_size,), generator=g)
+            loss = torch.nn.functional.cross_entropy(model(augment(x_mine[batch], g)), y_mine[batch])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             schedule.step()
             total += loss.item()
-        return len(y_all), {"loss": total / steps}
+        return len(y_mine), {"loss": total / steps}
+
+    if a.server == "sim":
+        settings = dict(rounds=3, clients=3, clients_per_round=3, local_steps=50, seed=1, quiet=True)
+        runs = [plexus.sim(train=train, module=Mlp(), **settings).summary for _ in range(2)]
+        refused = {}
+        for name, module, loop in [("wider", Mlp(hidden=256), train), ("raised", Mlp(), fail_on_purpose)]:
+            try:
+                plexus.sim(train=loop, module=module, **settings)
+                refused[name] = ""
+            except ValueError as e:
+                refused[name] = str(e)
+        untouched = plexus.sim(train=lambda weights, task: (weights, len(task.indices)), **settings).summary
+        print(json.dumps({"runs": runs, "refused": refused, "numpy_form": untouched}), flush=True)
+        return
 
     tls = {}
     if a.tls_dir:

@@ -239,6 +239,38 @@ TEST_F(PythonClientTest, TheSimulatorComesBackAsPythonObjects) {
   EXPECT_NE(py["bad"].get<std::string>().find("unknown partition 'nonsense'"), std::string::npos) << out;
 }
 
+// The loop the Python clients run trains plexus.sim's virtual clients (its own examples named by
+// the task): the run repeats to the bit, reaches at least the simulator's own trainer's accuracy
+// with the same settings, a module of another layout is refused before training with the
+// layout's one line, an exception in the loop reaches the caller as raised, and the NumPy form
+// (here a loop that changes nothing) runs every task.
+TEST_F(PythonClientTest, TheUsersLoopTrainsTheSimulatorsClients) {
+  std::string out, cli;
+  ASSERT_EQ(RunToCompletion(kPython, {kClient, "sim", "0", "1"}, &out), 0) << out;
+  const nlohmann::json py = LastLine(out);
+  ASSERT_TRUE(py.is_object()) << out;
+  const nlohmann::json& run = py["runs"][0];
+  EXPECT_EQ(run["tasks_trained"], 9);
+  EXPECT_EQ(run["rounds_completed"], 3);
+  EXPECT_EQ(py["runs"][1]["final_model_sha256"], run["final_model_sha256"]);
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--rounds", "3", "--clients", "3", "--clients-per-round", "3", "--local-steps",
+                             "50", "--seed", "1", "--summary-out", Path("native.json")},
+                            &cli),
+            0)
+      << cli;
+  const nlohmann::json native = Json(Path("native.json"));
+  std::printf("plexus.sim with the user's loop: accuracy %.4f; the simulator's own trainer: %.4f\n",
+              run["final_test_accuracy"].get<double>(), native["final_test_accuracy"].get<double>());
+  EXPECT_GE(run["final_test_accuracy"].get<double>(), native["final_test_accuracy"].get<double>());
+  EXPECT_EQ(py["refused"]["wider"],
+            "the module's tensor 0 is fc1.weight(256, 784) where the simulated mlp has "
+            "fc1.weight(200, 784)");
+  EXPECT_EQ(py["refused"]["raised"], "this user loop fails in the simulator on purpose");
+  EXPECT_EQ(py["numpy_form"]["tasks_trained"], 9);
+  EXPECT_LT(py["numpy_form"]["final_test_accuracy"].get<double>(), 0.2);  // untrained: chance is 0.1
+}
+
 // plexus.open_db reads a server's database: its versions, rounds and models.
 TEST_F(PythonClientTest, AServersDatabaseComesBackAsPythonObjects) {
   auto server = StartServer("db");
