@@ -260,4 +260,13 @@ Result<PrivacySpent> PrivacyAccountant::Spent(double delta, EpsilonConversion co
   return EpsilonFromRdp(rdp_, orders_, delta, conversion);
 }
 
+double LocalDpEpsilon(double noise_multiplier, int64_t releases) {
+  if (releases <= 0) return 0;
+  if (noise_multiplier <= 0) return std::numeric_limits<double>::infinity();
+  Result<std::vector<double>> rdp = SampledGaussianRdp(1.0, noise_multiplier / 2, DefaultRdpOrders());
+  if (!rdp.ok()) return std::numeric_limits<double>::infinity();
+  Result<PrivacySpent> spent = EpsilonAfterReleases(*rdp, releases, 1e-5);
+  return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
+}
+
 }  // namespace plexus

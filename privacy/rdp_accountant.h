@@ -61,6 +61,13 @@ Result<double> NoiseForEpsilon(double q, int64_t releases, double delta, double 
 Result<double> TreeNoiseForEpsilon(int64_t releases, int64_t restart_every, double delta, double epsilon,
                                    int64_t participations = 1);
 
+// Local DP: what `releases` updates of one client, each clipped to L2 norm C and given
+// N(0, (Z·C)²) noise per value before it leaves, cost against whoever sees them. Each is the
+// Gaussian mechanism with sensitivity 2C (two clipped updates lie within 2C of each other), so
+// noise multiplier Z/2, no sampling. ε at δ = 1e-5 (improved conversion); +infinity without
+// noise, 0 without releases.
+double LocalDpEpsilon(double noise_multiplier, int64_t releases);
+
 // The RDP spent so far, release by release: what a server or simulator keeps while it publishes.
 // Value type; thread-compatible.
 class PrivacyAccountant {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "client/grpc_transport.h"
 #include "compute/model_zoo.h"
 #include "compute/script_model.h"
+#include "privacy/rdp_accountant.h"
 #include "python/python_trainer.h"
 #include "python/server_database.h"
 
@@ -76,7 +78,8 @@ class NativeClient {
  public:
   NativeClient(std::string server, std::string ca_pem, std::string cert_pem, std::string key_pem, std::string token,
                std::string state_dir, std::string client_id, double give_up_s, uint64_t seed, int64_t examples,
-               int64_t eval_examples, double poll_wait_s)
+               int64_t eval_examples, double poll_wait_s, double local_dp_clip, double local_dp_noise,
+               double max_upload_kib_s, std::string save_updates_dir, py::object device_blocked, double device_check_s)
       : server_(std::move(server)),
         state_dir_(std::move(state_dir)),
         examples_(examples),
@@ -90,6 +93,35 @@ class NativeClient {
     options_.give_up_after_ms = static_cast<int64_t>(give_up_s * 1000);
     options_.poll_wait_ms = static_cast<int64_t>(poll_wait_s * 1000);
     options_.seed = seed;
+    if (local_dp_clip > 0) {
+      options_.local_dp_clip = local_dp_clip;
+      options_.local_dp_noise = local_dp_noise;
+      // Announced at join exactly as `plexus client --dp local:...` announces it
+      // (apps/plexus/local_dp_flag.h): the server compares the text with its own.
+      char text[96];
+      std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", local_dp_clip, local_dp_noise);
+      local_dp_announced_ = text;
+    }
+    limits_.max_upload_bytes_per_s = static_cast<int64_t>(max_upload_kib_s * 1024);
+    options_.save_updates_dir = std::move(save_updates_dir);
+    if (!device_blocked.is_none()) {
+      // Called on the runtime's thread: takes the GIL. Copies of the std::function share one
+      // reference, dropped with the GIL held, so no Python refcount moves without it.
+      std::shared_ptr<py::object> fn(new py::object(std::move(device_blocked)), [](py::object* p) {
+        py::gil_scoped_acquire gil;
+        delete p;
+      });
+      options_.device_blocked = [fn]() -> std::string {
+        py::gil_scoped_acquire gil;
+        try {
+          py::object why = (*fn)();
+          return why.is_none() ? "" : py::str(why).cast<std::string>();
+        } catch (py::error_already_set& e) {  // a policy that cannot say yes keeps the device idle
+          return "the device_blocked function raised " + std::string(e.what());
+        }
+      };
+      options_.device_check_ms = static_cast<int64_t>(device_check_s * 1000);
+    }
   }
 
   // Runs until the federation finishes. `layout` (names and shapes, in the order the arrays come
@@ -105,7 +137,8 @@ class NativeClient {
       o.state = state.get();
     }
     if (eval_examples_ > 0 && !evaluate.is_none()) o.eval_data = ExamplesHeldInPython(eval_examples_);
-    std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server_, tls_);
+    std::unique_ptr<FederationTransport> transport =
+        MakeGrpcFederationTransport(server_, tls_, limits_, local_dp_announced_);
     // The factory runs on the runtime's thread, at every join: it takes the GIL to hand the
     // functions to a new PythonTrainer. (Its own copies of them are made and dropped here, with
     // the GIL held.)
@@ -158,6 +191,11 @@ class NativeClient {
     d["binding_native_s"] = times->native_s;
     d["train_call_s"] = times->call_s;
     d["tasks_timed"] = times->tasks;
+    d["pauses"] = summary->pauses;
+    if (options_.local_dp_clip > 0) {
+      d["local_dp_releases"] = runtime.local_dp_releases();
+      d["local_dp_epsilon"] = LocalDpEpsilon(options_.local_dp_noise, runtime.local_dp_releases());
+    }
     return d;
   }
 
@@ -168,6 +206,8 @@ class NativeClient {
   int64_t examples_;
   int64_t eval_examples_;
   ClientOptions options_;
+  LinkLimits limits_;
+  std::string local_dp_announced_;
 };
 
 }  // namespace
@@ -176,10 +216,12 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "The native half of the plexus package: a Plexus client whose training is a Python function.";
   py::class_<NativeClient>(m, "NativeClient")
       .def(py::init<std::string, std::string, std::string, std::string, std::string, std::string, std::string, double,
-                    uint64_t, int64_t, int64_t, double>(),
+                    uint64_t, int64_t, int64_t, double, double, double, double, std::string, py::object, double>(),
            py::arg("server"), py::arg("ca_pem"), py::arg("cert_pem"), py::arg("key_pem"), py::arg("token"),
            py::arg("state_dir"), py::arg("client_id"), py::arg("give_up_s"), py::arg("seed"), py::arg("examples"),
-           py::arg("eval_examples"), py::arg("poll_wait_s"))
+           py::arg("eval_examples"), py::arg("poll_wait_s"), py::arg("local_dp_clip") = 0.0,
+           py::arg("local_dp_noise") = 0.0, py::arg("max_upload_kib_s") = 0.0, py::arg("save_updates_dir") = "",
+           py::arg("device_blocked") = py::none(), py::arg("device_check_s") = 5.0)
       .def("run", &NativeClient::Run, py::arg("layout"), py::arg("train"), py::arg("evaluate"));
   BindServerDatabase(m);
   m.def(

@@ -81,6 +81,10 @@ Status CopyArraysInto(const py::handle& arrays, ModelState* out) {
 }
 
 Result<TrainOutcome> PythonTrainer::Train(const ModelState& start, const DatasetView&, const TrainOptions& options) {
+  // The device policy (ClientOptions::device_blocked) pauses a native trainer at any step; a
+  // Python loop's steps are its own, so it waits once, before the loop starts (without the GIL:
+  // the policy's own function takes it).
+  if (options.before_step) PLEXUS_RETURN_IF_ERROR(options.before_step(0));
   py::gil_scoped_acquire gil;
   using Clock = std::chrono::steady_clock;
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };

@@ -46,17 +46,7 @@ inline LocalDp ParseLocalDp(const std::string& flag) {
   return dp;
 }
 
-// What local DP costs one client that sent `releases` noised updates, against whoever sees them:
-// each is the Gaussian mechanism with sensitivity 2C (two clipped updates lie within 2C of each
-// other), so noise multiplier Z/2, no sampling. ε at δ = 1e-5 (improved conversion); +infinity
-// without noise, 0 without releases.
-inline double LocalDpEpsilon(const LocalDp& dp, int64_t releases) {
-  if (releases <= 0) return 0;
-  if (dp.noise <= 0) return std::numeric_limits<double>::infinity();
-  Result<std::vector<double>> rdp = SampledGaussianRdp(1.0, dp.noise / 2, DefaultRdpOrders());
-  if (!rdp.ok()) return std::numeric_limits<double>::infinity();
-  Result<PrivacySpent> spent = EpsilonAfterReleases(*rdp, releases, 1e-5);
-  return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
-}
+// What local DP costs one client that sent `releases` noised updates (plexus::LocalDpEpsilon).
+inline double LocalDpEpsilon(const LocalDp& dp, int64_t releases) { return plexus::LocalDpEpsilon(dp.noise, releases); }
 
 }  // namespace plexus::cli

@@ -107,6 +107,13 @@ class Client:
     examples: how many local examples you hold (announced at join; the server may weigh by it).
     eval_examples: held-out examples your `evaluate` uses (0: evaluation tasks are answered with
     none). give_up_s: how long the server may stay unreachable before run() raises.
+    local_dp: (clip, noise) for local differential privacy, as `plexus client --dp
+    local:clip=C,noise=Z`: each update is clipped to L2 norm C and gets Gaussian noise of standard
+    deviation Z·C before it leaves (the server must run the same --dp local). max_upload_kib_s:
+    uploads paced to this average. save_updates_dir: a copy of every update sent, as safetensors.
+    device_blocked: a function returning why the device may not train now (a string), or None /
+    "" when it may; while it says no the client takes no task, and a task waits before your loop
+    starts; asked again every device_check_s.
     """
 
     def __init__(self, server: str = "127.0.0.1:50051", *, tls_ca: Optional[str] = None,
@@ -114,17 +121,26 @@ class Client:
                  token_file: Optional[str] = None, state_dir: Optional[str] = None,
                  client_id: str = "", examples: int = 0, eval_examples: int = 0,
                  give_up_s: float = 300.0, poll_wait_s: float = 10.0, seed: int = 0,
-                 log_level: str = "info"):
+                 log_level: str = "info", local_dp: Optional[tuple[float, float]] = None,
+                 max_upload_kib_s: float = 0.0, save_updates_dir: Optional[str] = None,
+                 device_blocked: Optional[Callable[[], Optional[str]]] = None, device_check_s: float = 5.0):
         if bool(tls_cert) != bool(tls_key):
             raise ValueError("mutual TLS needs both tls_cert and tls_key (and tls_ca)")
         if tls_cert and not tls_ca:
             raise ValueError("mutual TLS needs tls_ca, the CA that signed the server's certificate")
+        clip, noise = (0.0, 0.0) if local_dp is None else (float(local_dp[0]), float(local_dp[1]))
+        if local_dp is not None and not (clip > 0 and noise >= 0 and np.isfinite(clip) and np.isfinite(noise)):
+            raise ValueError(f"local_dp is (clip, noise) with clip > 0 and noise >= 0; got {local_dp!r}")
+        if max_upload_kib_s < 0 or device_check_s <= 0:
+            raise ValueError("max_upload_kib_s must be at least 0 and device_check_s positive")
         token = _read(token_file).strip()
         _native.set_log_level(log_level)
         self._native = _native.NativeClient(
             server=server, ca_pem=_read(tls_ca), cert_pem=_read(tls_cert), key_pem=_read(tls_key),
             token=token, state_dir=state_dir or "", client_id=client_id, give_up_s=give_up_s,
-            seed=seed, examples=examples, eval_examples=eval_examples, poll_wait_s=poll_wait_s)
+            seed=seed, examples=examples, eval_examples=eval_examples, poll_wait_s=poll_wait_s,
+            local_dp_clip=clip, local_dp_noise=noise, max_upload_kib_s=max_upload_kib_s,
+            save_updates_dir=save_updates_dir or "", device_blocked=device_blocked, device_check_s=device_check_s)
 
     def run(self, model, train: Callable, evaluate: Optional[Callable] = None) -> dict:
         """Takes part until the federation finishes; returns the client's summary (tasks
@@ -138,6 +154,8 @@ class Client:
         come back NaN, or a tensor whose shape changed refuse that task, with the reason in the
         log, and the client goes on with the next one.
         """
+        import torch  # only this form needs PyTorch
+
         names, tensors = _tensors_of(model)
         layout = [(n, list(t.shape)) for n, t in zip(names, tensors)]
         load = functools.partial(_load_into, tensors)

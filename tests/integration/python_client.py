@@ -15,6 +15,9 @@ usage: python_client.py SERVER PARTITION PARTITIONS [--cnn] [--fail raise|nan|sh
   --evaluate   answer the server's evaluation tasks on 1,000 held-out test images
   --fail MODE  the first task fails that way (the client must refuse that task and go on)
   --wider      a model whose hidden layer is wider than the server's (the join must refuse it)
+  --local-dp CLIP,NOISE   local differential privacy (the server runs --dp local:clip=CLIP,noise=NOISE)
+  --save-updates DIR      keep a copy of every update sent
+  --blocked-checks N      a device policy that says "not charging (test)" the first N times it is asked
 """
 import argparse
 import gzip
@@ -78,6 +81,9 @@ def main():
     p.add_argument("--tls-dir")
     p.add_argument("--tls-name")
     p.add_argument("--evaluate", action="store_true")
+    p.add_argument("--local-dp")
+    p.add_argument("--save-updates")
+    p.add_argument("--blocked-checks", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(a.partition)
     torch.set_num_threads(1)
@@ -151,9 +157,21 @@ def main():
         loss = torch.nn.functional.cross_entropy(logits, y_test).item()
         return len(y_test), loss, (logits.argmax(1) == y_test).float().mean().item()
 
+    checks = {"n": 0}
+
+    def device_blocked():
+        checks["n"] += 1
+        return "not charging (test)" if checks["n"] <= a.blocked_checks else None
+
+    extra = {}
+    if a.local_dp:
+        extra["local_dp"] = tuple(float(v) for v in a.local_dp.split(","))
+    if a.blocked_checks:
+        extra.update(device_blocked=device_blocked, device_check_s=0.05)
     client = plexus.Client(a.server, examples=len(y_all), eval_examples=held_out if a.evaluate else 0,
-                           give_up_s=120, log_level="info", **tls)
+                           give_up_s=120, log_level="info", save_updates_dir=a.save_updates, **extra, **tls)
     summary = client.run(model, train, evaluate if a.evaluate else None)
+    summary["device_checks"] = checks["n"]
     print(json.dumps(summary), flush=True)
 
 

@@ -2,6 +2,8 @@
 // `plexus server`, Python clients that federate their own training loop (python_client.py:
 // AdamW, a schedule, augmentation) through plexus.Client, and the C++ `plexus client`.
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "tests/integration/process.h"
 
 namespace plexus {
@@ -214,6 +217,55 @@ TEST_F(PythonClientTest, FederatedEvaluationCallsTheUsersEvaluateFunction) {
   const nlohmann::json summary = Json(Path("eval.json"));
   ASSERT_TRUE(summary["federated_test_accuracy"].is_number()) << summary.dump(2);
   EXPECT_GT(summary["federated_test_accuracy"].get<double>(), 0.5);  // chance is 0.1
+}
+
+// Client(local_dp=(C, Z)) clips and noises every update before it leaves, as `plexus client --dp
+// local:...` does (the server, running the same local DP, admits it at join): the copies it keeps
+// (save_updates_dir) have norm C within the noise; its summary counts the noised releases and their
+// epsilon. A device policy that first says no holds the client back, then lets it work.
+TEST_F(PythonClientTest, APythonClientRunsLocalDpAndItsDevicePolicy) {
+  auto server = StartServer("ldp", 1, {"--dp", "local:clip=0.5,noise=0.0001"});
+  auto py = StartPythonClient(
+      0, {"--local-dp", "0.5,0.0001", "--save-updates", Path("updates"), "--blocked-checks", "3"}, "ldp-py.log");
+  ASSERT_EQ(py->Wait(240000), 0) << py->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  const nlohmann::json s = LastLine(py->Log());
+  ASSERT_TRUE(s.is_object()) << py->Log();
+  EXPECT_EQ(s["tasks_completed"], kRounds);
+  EXPECT_EQ(s["local_dp_releases"], kRounds);
+  EXPECT_GT(s["local_dp_epsilon"].get<double>(), 0);
+  EXPECT_GE(s["device_checks"].get<int>(), 4);
+  EXPECT_NE(py->Log().find("taking no new task: not charging (test)"), std::string::npos) << py->Log();
+  int copies = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(Path("updates"))) {
+    Result<ModelState> delta = ReadSafetensorsFile(entry.path().string());
+    ASSERT_TRUE(delta.ok()) << delta.status().ToString();
+    double sum = 0;
+    for (float v : delta->data()) sum += static_cast<double>(v) * v;
+    // Clipped to 0.5; the noise (0.5e-4 per value, 159,010 values) adds about 0.02.
+    EXPECT_NEAR(std::sqrt(sum), 0.5, 0.05) << entry.path();
+    ++copies;
+  }
+  EXPECT_EQ(copies, kRounds);
+}
+
+// Python clients take part in secure aggregation as the C++ client does: the server sees only the
+// masked sum, and every round publishes.
+TEST_F(PythonClientTest, PythonClientsTakePartInSecureAggregation) {
+  auto server = StartServer("secagg", 3, {"--secagg"});
+  auto py0 = StartPythonClient(0, {}, "secagg-py0.log");
+  auto py1 = StartPythonClient(1, {}, "secagg-py1.log");
+  auto cpp = StartCppClient(2, "secagg-cpp.log");
+  for (ChildProcess* c : {py0.get(), py1.get(), cpp.get()}) ASSERT_EQ(c->Wait(240000), 0) << c->Log();
+  ASSERT_EQ(server->Wait(120000), 0) << server->Log();
+  for (ChildProcess* c : {py0.get(), py1.get()}) EXPECT_EQ(LastLine(c->Log())["tasks_completed"], kRounds) << c->Log();
+  const nlohmann::json summary = Json(Path("secagg.json"));
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["model_version"], kRounds);
+  EXPECT_NE(summary["strategy"].get<std::string>().find("over secure aggregation"), std::string::npos)
+      << summary.dump();
+  EXPECT_EQ(summary["transfers"]["upload_bytes_received"], 0);  // no update reached it in the clear
+  EXPECT_GT(summary["final_test_accuracy"].get<double>(), 0.7);
 }
 
 // plexus.sim returns what `plexus sim` with the same settings writes (the same model, to the
