@@ -381,9 +381,7 @@ ClientStep ClientRuntime::Train(const Task& task) {
 Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) {
   Result<ModelState> model = FetchModel(task);
   if (!model.ok()) return model.status();
-  TrainOptions o = TrainOptionsFor(task.hyperparams, Rng::Derive(options_.seed, task.round).NextU64());
-  o.task_id = task.task_id;
-  o.round = task.round;
+  TrainOptions o = TrainOptionsFor(task, Rng::Derive(options_.seed, task.round).NextU64());
   if (options_.device_blocked) {
     o.before_step = [this, &task](int64_t step) -> Status {
       PLEXUS_ASSIGN_OR_RETURN(bool waited, WaitForDevice("pausing the task"));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@ struct TrainOptions {
   // The task being trained (for trainers that tell their user, such as a Python training loop).
   std::string task_id;
   uint64_t round = 0;
+  std::map<std::string, std::string> config;  // TaskHyperparams::config, for user-written loops
   // A last batch of a single example joins the batch before it (StepsPerEpoch). The TorchScript
   // trainer sets it: a user's model may hold BatchNorm, which cannot train on one example. The
   // built-in models have none and keep their batches (and every published figure).
@@ -80,7 +82,16 @@ inline TrainOptions TrainOptionsFor(const TaskHyperparams& hp, uint64_t seed) {
   o.batch_size = hp.batch_size;
   o.learning_rate = hp.learning_rate;
   o.momentum = hp.momentum;
+  o.config = hp.config;
   o.seed = seed;
+  return o;
+}
+
+// The same for `task`, which the options then name (for trainers that tell their user).
+inline TrainOptions TrainOptionsFor(const Task& task, uint64_t seed) {
+  TrainOptions o = TrainOptionsFor(task.hyperparams, seed);
+  o.task_id = task.task_id;
+  o.round = task.round;
   return o;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace plexus {
@@ -13,6 +14,10 @@ struct TaskHyperparams {
   int64_t batch_size = 32;
   double learning_rate = 0.01;
   double momentum = 0.9;
+  // The operator's own settings for user-written training loops (`--task-config KEY=VALUE`,
+  // e.g. an augmentation strength), passed to the loop as they are; the built-in trainers
+  // ignore them.
+  std::map<std::string, std::string> config;
 
   // The optimizer steps of one task on `examples` local examples: local_steps when set, else
   // local_epochs passes of ceil(examples / batch_size) batches.

@@ -99,6 +99,7 @@ Result<TrainOutcome> PythonTrainer::Train(const ModelState& start, const Dataset
     task["learning_rate"] = options.learning_rate;
     task["momentum"] = options.momentum;
     task["seed"] = options.seed;
+    task["config"] = options.config;
     py::list views = ArrayViewsOf(start);
     const auto called = Clock::now();
     py::object r = train_(views, task);

@@ -219,7 +219,7 @@ Status FederationSim::ClientPolls(size_t i) {
   const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
   if (o_.sync.secagg) return StartSecureTask(i, task, start, download_bytes, compute_ms, batch_seed);
   PLEXUS_RETURN_IF_ERROR(runner_->Start(i, {start, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
-                                            TrainOptionsFor(task.hyperparams, batch_seed)}));
+                                            TrainOptionsFor(task, batch_seed)}));
   InFlight f{task, start, std::nullopt};
   ++handed_out_;
   if (train_at_handout_) {

@@ -100,6 +100,7 @@ Result<TrainOutcome> PipeTaskRunner::Finish(uint64_t key) {
                                           {"learning_rate", o.learning_rate},
                                           {"momentum", o.momentum},
                                           {"seed", o.seed},
+                                          {"config", o.config},
                                           {"indices", job.indices.size()},
                                           {"floats", base.num_params()}}
                                .dump() +

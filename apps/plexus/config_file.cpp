@@ -163,8 +163,14 @@ std::vector<std::string> ExpandConfigFile(CLI::App& app, const std::vector<std::
                          "' (see plexus " + args[1] + " --help)");
     }
     if (given.count(key)) continue;
-    // One "--key=value" token works for options and switches alike (`no-eval = true`).
-    out.push_back("--" + key + "=" + Scalar(file, key, node));
+    // One "--key=value" token works for options and switches alike (`no-eval = true`); an array
+    // gives a flag that may repeat once per element (`task-config = ["noise=0.05", "schedule=cosine"]`).
+    const toml::array* list = node.as_array();
+    if (list && opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeAll) {
+      for (const toml::node& element : *list) out.push_back("--" + key + "=" + Scalar(file, key, element));
+    } else {
+      out.push_back("--" + key + "=" + Scalar(file, key, node));
+    }
     FlagsFromFile().insert(key);
     SettingsFile() = file;
   }

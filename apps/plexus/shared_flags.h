@@ -36,6 +36,23 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--batch-size", o->task.batch_size, "Local batch size")->capture_default_str();
   cmd->add_option("--lr", o->task.learning_rate, "Client learning rate")->capture_default_str();
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
+  cmd->add_option_function<std::vector<std::string>>(
+         "--task-config",
+         [o](const std::vector<std::string>& settings) {
+           for (const std::string& kv : settings) {
+             const size_t eq = kv.find('=');
+             if (eq == std::string::npos || eq == 0) {
+               throw CLI::ValidationError("--task-config", "takes KEY=VALUE (got '" + kv + "')");
+             }
+             if (!o->task.config.emplace(kv.substr(0, eq), kv.substr(eq + 1)).second) {
+               throw CLI::ValidationError("--task-config", "'" + kv.substr(0, eq) + "' given twice");
+             }
+           }
+         },
+         "KEY=VALUE for user-written training loops (Python's task.config), passed with every task; repeat "
+         "the flag for more")
+      ->take_all()
+      ->allow_extra_args(false);
 }
 
 // --secagg [PARAMS]: secure aggregation in sync rounds and FedBuff buffers (given:

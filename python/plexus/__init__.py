@@ -55,6 +55,9 @@ class Task:
     # simulator's training set (Fashion-MNIST's training file in its order). None in a Client,
     # whose data is yours.
     indices: Optional[np.ndarray] = None
+    # The operator's settings for your loop (`plexus server --task-config KEY=VALUE`, or
+    # plexus.sim(task_config=[...])), strings as given.
+    config: dict = dataclasses.field(default_factory=dict)
 
 
 def _read(path: Optional[str]) -> str:
@@ -286,7 +289,8 @@ class SimResult:
 def sim(*, train: Optional[Callable] = None, module=None, quiet: bool = False, **settings) -> SimResult:
     """Runs `plexus sim` with `settings` as its flags (rounds=20 is --rounds 20, partition=
     "dirichlet:0.5" is --partition dirichlet:0.5, a True value is a flag without a value, None or
-    False leaves it out; `plexus sim --help` lists them) and returns its results. Its progress
+    False leaves it out, a list gives the flag once per value, and task_config={"k": v} is
+    --task-config k=v; `plexus sim --help` lists them) and returns its results. Its progress
     lines go to this process's output unless `quiet`. RuntimeError with the last lines it printed
     when it fails (a bad setting, for one).
 
@@ -306,7 +310,13 @@ def sim(*, train: Optional[Callable] = None, module=None, quiet: bool = False, *
             continue
         if key in ("summary_out", "metrics_out", "trainer_pipe"):
             raise ValueError(f"{key} is plexus.sim's own; write results with to_csv, train with train=")
-        args += [flag] if value is True else [flag, str(value)]
+        if isinstance(value, dict):  # task_config={"noise": 0.05}: --task-config noise=0.05
+            value = [f"{k}={v}" for k, v in value.items()]
+        if isinstance(value, (list, tuple)):  # a flag given once per value
+            for v in value:
+                args += [flag, str(v)]
+        else:
+            args += [flag] if value is True else [flag, str(value)]
     if module is not None and train is None:
         raise ValueError("module is the model your train function trains: give train= too")
     with tempfile.TemporaryDirectory(prefix="plexus-sim-") as work:
@@ -387,7 +397,7 @@ class _SimTrainer:
         task = Task(task_id=job["task_id"], round=job["round"], local_steps=job["local_steps"],
                     local_epochs=job["local_epochs"], batch_size=job["batch_size"],
                     learning_rate=job["learning_rate"], momentum=job["momentum"], seed=job["seed"],
-                    indices=indices)
+                    indices=indices, config=job.get("config", {}))
         if self.module is not None:
             _load_into(self.tensors, arrays)
             self.module.train()

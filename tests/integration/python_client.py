@@ -95,8 +95,10 @@ def main():
     model = Cnn() if a.cnn else Mlp(hidden=256 if a.wider else 200)
     failed = {"done": False}
 
-    def augment(x, g):
-        return x + 0.05 * torch.randn(x.shape, generator=g)
+    configs = []  # the distinct task.config dicts the loop was given
+
+    def augment(x, g, strength):
+        return x + strength * torch.randn(x.shape, generator=g)
 
     def fail_on_purpose(model, task):
         raise ValueError("this user loop fails in the simulator on purpose")
@@ -114,6 +116,9 @@ def main():
             return len(y_all)
         # A Client trains on its own data; in plexus.sim the task names the virtual client's examples.
         x_mine, y_mine = (x_all, y_all) if task.indices is None else (x_train[task.indices], y_train[task.indices])
+        if task.config not in configs:
+            configs.append(task.config)
+        strength = float(task.config.get("noise", 0.05))  # the operator may set it: --task-config noise=S
         steps = task.local_steps or task.local_epochs * math.ceil(len(y_mine) / task.batch_size)
         optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-4)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
@@ -121,7 +126,7 @@ def main():
         total = 0.0
         for _ in range(steps):
             batch = torch.randint(0, len(y_mine), (2 * task.batch_size,), generator=g)
-            loss = torch.nn.functional.cross_entropy(model(augment(x_mine[batch], g)), y_mine[batch])
+            loss = torch.nn.functional.cross_entropy(model(augment(x_mine[batch], g, strength)), y_mine[batch])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -140,7 +145,9 @@ def main():
             except ValueError as e:
                 refused[name] = str(e)
         untouched = plexus.sim(train=lambda weights, task: (weights, len(task.indices)), **settings).summary
-        print(json.dumps({"runs": runs, "refused": refused, "numpy_form": untouched}), flush=True)
+        configs.clear()
+        plexus.sim(train=train, module=Mlp(), task_config={"noise": 0.05, "note": "a=b"}, **dict(settings, rounds=1))
+        print(json.dumps({"runs": runs, "refused": refused, "numpy_form": untouched, "configs": configs}), flush=True)
         return
 
     tls = {}
@@ -172,6 +179,7 @@ def main():
                            give_up_s=120, log_level="info", save_updates_dir=a.save_updates, **extra, **tls)
     summary = client.run(model, train, evaluate if a.evaluate else None)
     summary["device_checks"] = checks["n"]
+    summary["configs"] = configs
     print(json.dumps(summary), flush=True)
 
 

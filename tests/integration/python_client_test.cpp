@@ -222,9 +222,11 @@ TEST_F(PythonClientTest, FederatedEvaluationCallsTheUsersEvaluateFunction) {
 // Client(local_dp=(C, Z)) clips and noises every update before it leaves, as `plexus client --dp
 // local:...` does (the server, running the same local DP, admits it at join): the copies it keeps
 // (save_updates_dir) have norm C within the noise; its summary counts the noised releases and their
-// epsilon. A device policy that first says no holds the client back, then lets it work.
+// epsilon. A device policy that first says no holds the client back, then lets it work. The
+// server's --task-config reaches the loop as task.config.
 TEST_F(PythonClientTest, APythonClientRunsLocalDpAndItsDevicePolicy) {
-  auto server = StartServer("ldp", 1, {"--dp", "local:clip=0.5,noise=0.0001"});
+  auto server = StartServer(
+      "ldp", 1, {"--dp", "local:clip=0.5,noise=0.0001", "--task-config", "noise=0.05", "--task-config", "note=a=b"});
   auto py = StartPythonClient(
       0, {"--local-dp", "0.5,0.0001", "--save-updates", Path("updates"), "--blocked-checks", "3"}, "ldp-py.log");
   ASSERT_EQ(py->Wait(240000), 0) << py->Log();
@@ -235,6 +237,8 @@ TEST_F(PythonClientTest, APythonClientRunsLocalDpAndItsDevicePolicy) {
   EXPECT_EQ(s["local_dp_releases"], kRounds);
   EXPECT_GT(s["local_dp_epsilon"].get<double>(), 0);
   EXPECT_GE(s["device_checks"].get<int>(), 4);
+  // The server's --task-config reached the loop as given (the loop reads its noise from it).
+  EXPECT_EQ(s["configs"], nlohmann::json::parse(R"([{"noise": "0.05", "note": "a=b"}])"));
   EXPECT_NE(py->Log().find("taking no new task: not charging (test)"), std::string::npos) << py->Log();
   int copies = 0;
   for (const auto& entry : std::filesystem::directory_iterator(Path("updates"))) {
@@ -321,6 +325,8 @@ TEST_F(PythonClientTest, TheUsersLoopTrainsTheSimulatorsClients) {
   EXPECT_EQ(py["refused"]["raised"], "this user loop fails in the simulator on purpose");
   EXPECT_EQ(py["numpy_form"]["tasks_trained"], 9);
   EXPECT_LT(py["numpy_form"]["final_test_accuracy"].get<double>(), 0.2);  // untrained: chance is 0.1
+  // plexus.sim(task_config=...) reaches the loop as the server's --task-config does.
+  EXPECT_EQ(py["configs"], nlohmann::json::parse(R"([{"noise": "0.05", "note": "a=b"}])"));
 }
 
 // plexus.open_db reads a server's database: its versions, rounds and models.
