@@ -9,6 +9,7 @@ namespace plexus {
 // One line per strategy: its name and the factory defined in the strategy's own file.
 #define PLEXUS_STRATEGIES(X)           \
   X("fedavg", MakeFedAvg)              \
+  X("fedavg_exact", MakeExactFedAvg)   \
   X("fedavgm", MakeFedAvgM)            \
   X("dp_fedavg", MakeDpFedAvg)         \
   X("dp_ftrl", MakeDpFtrl)             \

@@ -56,6 +56,7 @@ ModelState Run(const std::string& spec, const Input& in, const std::vector<size_
 }
 
 const std::vector<std::string> kStrategies = {"fedavg",
+                                              "fedavg_exact",
                                               "fedavg:weighted=false",
                                               "fedavgm",
                                               "fednova",

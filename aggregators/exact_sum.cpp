@@ -1,0 +1,135 @@
+#include "aggregators/exact_sum.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace plexus {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the encoding writes int64 in host order");
+
+constexpr char kMagic[4] = {'P', 'X', 'E', 'S'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 4 + 4 + 8 + 8 + 8;
+constexpr double kValueScale = static_cast<double>(int64_t{1} << ExactSum::kValueFractionBits);
+constexpr double kWeightScale = static_cast<double>(int64_t{1} << ExactSum::kWeightFractionBits);
+// Doubles at or past 2^63 do not fit in int64.
+constexpr double kInt64Limit = 9223372036854775808.0;
+
+// x rounded to the nearest integer, halves away from zero; false when it does not fit in int64.
+bool RoundToInt64(double x, int64_t* out) {
+  if (!(std::fabs(x) < kInt64Limit)) return false;
+  *out = std::llround(x);
+  return true;
+}
+
+}  // namespace
+
+Status ExactSum::Add(std::span<const float> delta, double weight) {
+  if (delta.size() != sums_.size()) {
+    return InvalidArgumentError("an update of " + std::to_string(delta.size()) + " values for a sum of " +
+                                std::to_string(sums_.size()));
+  }
+  int64_t w = 0;
+  if (!(weight > 0) || !std::isfinite(weight) || !RoundToInt64(weight * kWeightScale, &w) || w <= 0) {
+    return InvalidArgumentError("an update's weight must be positive, finite and at least 2^-17 (got " +
+                                std::to_string(weight) + ")");
+  }
+  int64_t new_weight = 0, new_count = 0;
+  if (__builtin_add_overflow(weight_units_, w, &new_weight) || __builtin_add_overflow(count_, 1, &new_count)) {
+    return OutOfRangeError("the exact sum's weight leaves int64");
+  }
+  // Two passes, so that a refused update leaves the sum as it was: check every value, then add.
+  for (size_t i = 0; i < delta.size(); ++i) {
+    int64_t v = 0, sum = 0;
+    if (!std::isfinite(delta[i])) {
+      return InvalidArgumentError("an update holds a non-finite value at index " + std::to_string(i));
+    }
+    if (!RoundToInt64(weight * static_cast<double>(delta[i]) * kValueScale, &v) ||
+        __builtin_add_overflow(sums_[i], v, &sum)) {
+      return OutOfRangeError("the exact sum leaves int64 at index " + std::to_string(i) +
+                             " (|sum of weight x value| reaches 2^39)");
+    }
+  }
+  for (size_t i = 0; i < delta.size(); ++i) {
+    sums_[i] += std::llround(weight * static_cast<double>(delta[i]) * kValueScale);
+  }
+  weight_units_ = new_weight;
+  count_ = new_count;
+  return Status::Ok();
+}
+
+Status ExactSum::Merge(const ExactSum& other) {
+  if (other.sums_.size() != sums_.size()) {
+    return InvalidArgumentError("a partial sum of " + std::to_string(other.sums_.size()) + " values for a sum of " +
+                                std::to_string(sums_.size()));
+  }
+  int64_t new_weight = 0, new_count = 0;
+  if (__builtin_add_overflow(weight_units_, other.weight_units_, &new_weight) ||
+      __builtin_add_overflow(count_, other.count_, &new_count)) {
+    return OutOfRangeError("the exact sum's weight leaves int64");
+  }
+  for (size_t i = 0; i < sums_.size(); ++i) {
+    int64_t sum = 0;
+    if (__builtin_add_overflow(sums_[i], other.sums_[i], &sum)) {
+      return OutOfRangeError("the exact sum leaves int64 at index " + std::to_string(i));
+    }
+  }
+  for (size_t i = 0; i < sums_.size(); ++i) sums_[i] += other.sums_[i];
+  weight_units_ = new_weight;
+  count_ = new_count;
+  return Status::Ok();
+}
+
+double ExactSum::weight() const { return static_cast<double>(weight_units_) / kWeightScale; }
+
+Status ExactSum::MeanInto(std::span<float> out) const {
+  if (count_ == 0) return FailedPreconditionError("the mean of an empty sum");
+  // Σ(w·δ)·2^24 / (Σw·2^16) = mean·2^8: one multiplication by 2^-8 (exact) after the division.
+  const double per_unit = static_cast<double>(weight_units_);
+  constexpr double kRescale = kWeightScale / kValueScale;
+  for (size_t i = 0; i < sums_.size(); ++i) {
+    out[i] = static_cast<float>(static_cast<double>(sums_[i]) / per_unit * kRescale);
+  }
+  return Status::Ok();
+}
+
+std::string ExactSum::Encode() const {
+  std::string bytes(kHeaderBytes + sums_.size() * sizeof(int64_t), '\0');
+  char* p = bytes.data();
+  std::memcpy(p, kMagic, 4);
+  std::memcpy(p + 4, &kVersion, 4);
+  const uint64_t values = sums_.size();
+  std::memcpy(p + 8, &values, 8);
+  std::memcpy(p + 16, &weight_units_, 8);
+  std::memcpy(p + 24, &count_, 8);
+  if (!sums_.empty()) std::memcpy(p + kHeaderBytes, sums_.data(), sums_.size() * sizeof(int64_t));
+  return bytes;
+}
+
+Result<ExactSum> ExactSum::Decode(std::string_view bytes, size_t values) {
+  if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, 4) != 0) {
+    return InvalidArgumentError("not an encoded exact sum");
+  }
+  uint32_t version = 0;
+  uint64_t n = 0;
+  ExactSum s;
+  std::memcpy(&version, bytes.data() + 4, 4);
+  std::memcpy(&n, bytes.data() + 8, 8);
+  std::memcpy(&s.weight_units_, bytes.data() + 16, 8);
+  std::memcpy(&s.count_, bytes.data() + 24, 8);
+  if (version != kVersion) return InvalidArgumentError("an exact sum of encoding version " + std::to_string(version));
+  if (n != values || bytes.size() - kHeaderBytes != n * sizeof(int64_t)) {
+    return InvalidArgumentError("an exact sum of " + std::to_string(n) + " values in " + std::to_string(bytes.size()) +
+                                " bytes where " + std::to_string(values) + " values are expected");
+  }
+  if (s.count_ < 0 || s.weight_units_ < 0 || (s.count_ == 0) != (s.weight_units_ == 0)) {
+    return InvalidArgumentError("an exact sum whose weight and count disagree");
+  }
+  s.sums_.resize(n);
+  if (n > 0) std::memcpy(s.sums_.data(), bytes.data() + kHeaderBytes, n * sizeof(int64_t));
+  return s;
+}
+
+}  // namespace plexus

@@ -1,0 +1,181 @@
+#include "aggregators/exact_sum.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "aggregators/registry.h"
+#include "core/rng.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+struct Contribution {
+  std::vector<float> delta;
+  double weight;
+};
+
+// Deltas of ordinary floats (no exact sums in float arithmetic) and weights that are example
+// counts or staleness-scaled ones.
+std::vector<Contribution> RandomContributions(Rng& rng, size_t n, size_t dims) {
+  std::vector<Contribution> out;
+  for (size_t i = 0; i < n; ++i) {
+    Contribution c;
+    for (size_t k = 0; k < dims; ++k) c.delta.push_back(static_cast<float>(rng.Normal() * 0.1));
+    c.weight = static_cast<double>(1 + rng.Below(5000)) * (rng.Below(2) ? 1.0 : 1.0 / (1.0 + rng.Uniform()));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The law the hierarchy rests on: the contributions summed flat, in order, and summed in any
+// order through any tree of partial sums that travel as bytes, give the same bytes.
+RC_GTEST_PROP(ExactSumLaws, AnyTreeAndOrderGivesTheSameBytes, ()) {
+  const auto n = *rc::gen::inRange<size_t>(1, 40);
+  const auto dims = *rc::gen::inRange<size_t>(1, 30);
+  Rng rng(*rc::gen::arbitrary<uint64_t>());
+  const std::vector<Contribution> cs = RandomContributions(rng, n, dims);
+  ExactSum flat(dims);
+  for (const Contribution& c : cs) RC_ASSERT(flat.Add(c.delta, c.weight).ok());
+
+  // A random tree: shuffle, cut into groups (edges), each group's partial encoded and decoded;
+  // the groups cut again into parents, merged in a shuffled order.
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  rng.Shuffle(std::span<size_t>(order));
+  std::vector<ExactSum> edges;
+  for (size_t i = 0; i < n;) {
+    const size_t take = 1 + rng.Below(n - i);
+    ExactSum edge(dims);
+    for (size_t k = i; k < i + take; ++k) RC_ASSERT(edge.Add(cs[order[k]].delta, cs[order[k]].weight).ok());
+    Result<ExactSum> sent = ExactSum::Decode(edge.Encode(), dims);
+    RC_ASSERT(sent.ok());
+    edges.push_back(*sent);
+    i += take;
+  }
+  std::vector<size_t> edge_order(edges.size());
+  for (size_t i = 0; i < edges.size(); ++i) edge_order[i] = i;
+  rng.Shuffle(std::span<size_t>(edge_order));
+  ExactSum middle(dims), root(dims);
+  const size_t cut = rng.Below(edges.size() + 1);
+  for (size_t i = 0; i < edges.size(); ++i) RC_ASSERT((i < cut ? middle : root).Merge(edges[edge_order[i]]).ok());
+  RC_ASSERT(root.Merge(middle).ok());
+
+  RC_ASSERT(root.Encode() == flat.Encode());
+  RC_ASSERT(root.count() == static_cast<int64_t>(n));
+  std::vector<float> a(dims), b(dims);
+  RC_ASSERT(root.MeanInto(a).ok());
+  RC_ASSERT(flat.MeanInto(b).ok());
+  RC_ASSERT(a == b);
+}
+
+// The mean is the weighted mean to within the documented rounding: each contribution is off by
+// at most 2^-25 (half a unit) and each weight by 2^-17, then one float32 rounding.
+RC_GTEST_PROP(ExactSumLaws, TheMeanIsTheWeightedMeanWithinTheScale, ()) {
+  const auto n = *rc::gen::inRange<size_t>(1, 30);
+  const auto dims = *rc::gen::inRange<size_t>(1, 20);
+  Rng rng(*rc::gen::arbitrary<uint64_t>());
+  const std::vector<Contribution> cs = RandomContributions(rng, n, dims);
+  ExactSum sum(dims);
+  for (const Contribution& c : cs) RC_ASSERT(sum.Add(c.delta, c.weight).ok());
+  std::vector<float> mean(dims);
+  RC_ASSERT(sum.MeanInto(mean).ok());
+  double weight = 0;
+  for (const Contribution& c : cs) weight += c.weight;
+  for (size_t k = 0; k < dims; ++k) {
+    double exact = 0;
+    for (const Contribution& c : cs) exact += c.weight * c.delta[k];
+    exact /= weight;
+    const double bound = static_cast<double>(n) * (std::ldexp(1.0, -25) + std::ldexp(1.0, -17) * 1.0) / weight +
+                         std::fabs(exact) * (static_cast<double>(n) * std::ldexp(1.0, -17) / weight + 1e-7) + 1e-12;
+    RC_ASSERT(std::fabs(mean[k] - exact) <= bound);
+  }
+}
+
+TEST(ExactSumTest, RefusedUpdatesLeaveTheSumAsItWas) {
+  ExactSum sum(3);
+  ASSERT_TRUE(sum.Add(std::vector<float>{0.5f, -0.25f, 1.0f}, 2.0).ok());
+  const std::string before = sum.Encode();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(sum.Add(std::vector<float>{0.5f, std::nanf(""), 1.0f}, 1.0),
+              StatusIs(StatusCode::kInvalidArgument, "non-finite value at index 1"));
+  EXPECT_THAT(sum.Add(std::vector<float>{0.5f, 1.0f, inf}, 1.0), StatusIs(StatusCode::kInvalidArgument, "index 2"));
+  EXPECT_THAT(sum.Add(std::vector<float>{0.5f, 1.0f}, 1.0), StatusIs(StatusCode::kInvalidArgument, "2 values"));
+  for (double bad : {0.0, -1.0, 1e-9, static_cast<double>(inf), std::nan("")}) {
+    EXPECT_THAT(sum.Add(std::vector<float>{0.5f, 1.0f, 1.0f}, bad), StatusIs(StatusCode::kInvalidArgument, "weight"))
+        << bad;
+  }
+  // 1e5 examples moving a value by 1e6 is 1e11 (2^60.5 units): one such contribution ten times
+  // larger does not fit alone, and a sixth of them does not fit in the sum.
+  EXPECT_THAT(sum.Add(std::vector<float>{1e7f, 0, 0}, 1e5), StatusIs(StatusCode::kOutOfRange, "index 0"));
+  EXPECT_EQ(sum.Encode(), before);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(sum.Add(std::vector<float>{1e6f, 0, 0}, 1e5).ok()) << i;
+  const std::string big = sum.Encode();
+  EXPECT_THAT(sum.Add(std::vector<float>{1e6f, 0, 0}, 1e5), StatusIs(StatusCode::kOutOfRange, "index 0"));
+  EXPECT_EQ(sum.Encode(), big);
+  ExactSum same = *ExactSum::Decode(big, 3);
+  EXPECT_THAT(sum.Merge(same), StatusIs(StatusCode::kOutOfRange, "index 0"));
+  EXPECT_EQ(sum.Encode(), big);
+  EXPECT_NE(before, big);
+}
+
+TEST(ExactSumTest, OnlyWholeEncodingsOfTheRightSizeDecode) {
+  ExactSum sum(4);
+  ASSERT_TRUE(sum.Add(std::vector<float>{1, 2, 3, 4}, 3).ok());
+  const std::string bytes = sum.Encode();
+  Result<ExactSum> back = ExactSum::Decode(bytes, 4);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, sum);
+  EXPECT_EQ(back->count(), 1);
+  EXPECT_DOUBLE_EQ(back->weight(), 3.0);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THAT(ExactSum::Decode(bytes.substr(0, n), 4).status(), StatusIs(StatusCode::kInvalidArgument, "")) << n;
+  }
+  EXPECT_THAT(ExactSum::Decode(bytes + "x", 4).status(), StatusIs(StatusCode::kInvalidArgument, "bytes"));
+  EXPECT_THAT(ExactSum::Decode(bytes, 5).status(), StatusIs(StatusCode::kInvalidArgument, "5 values are expected"));
+  std::string forged = bytes;
+  forged[24] = 0;  // count 0 with a weight
+  EXPECT_THAT(ExactSum::Decode(forged, 4).status(), StatusIs(StatusCode::kInvalidArgument, "disagree"));
+  EXPECT_THAT(ExactSum(2).MeanInto(std::span<float>()), StatusIs(StatusCode::kFailedPrecondition, "empty"));
+}
+
+// The strategy publishes the same bits in any order of ordinary float updates (where plain
+// fedavg's float sums may differ in the last bit), close to fedavg's model.
+TEST(ExactFedAvgTest, AnyOrderPublishesTheSameModelCloseToFedAvg) {
+  Rng rng(42);
+  const size_t dims = 1000, n = 25;
+  ModelState base = *ModelState::Create({{"w", {static_cast<int64_t>(dims)}}});
+  for (float& v : base.data()) v = static_cast<float>(rng.Normal());
+  std::vector<Update> updates;
+  for (size_t i = 0; i < n; ++i) {
+    Update u;
+    u.client_id = "c" + std::to_string(i);
+    u.num_examples = 1 + static_cast<int64_t>(rng.Below(600));
+    u.delta = ModelState::ZerosLike(base);
+    for (float& v : u.delta.data()) v = static_cast<float>(rng.Normal() * 0.01);
+    updates.push_back(std::move(u));
+  }
+  const auto run = [&](const std::string& spec, bool reversed) {
+    auto agg = *MakeAggregator(spec, nullptr);
+    EXPECT_TRUE(agg->Begin(base).ok());
+    for (size_t i = 0; i < n; ++i) EXPECT_TRUE(agg->Fold(updates[reversed ? n - 1 - i : i]).ok());
+    return *agg->Finalize();
+  };
+  const ModelState exact = run("fedavg_exact", false);
+  EXPECT_EQ(exact.ContentSha256(), run("fedavg_exact", true).ContentSha256());
+  EXPECT_EQ(exact.version(), base.version() + 1);
+  const ModelState plain = run("fedavg", false);
+  for (size_t k = 0; k < dims; ++k) EXPECT_NEAR(exact.data()[k], plain.data()[k], 1e-6) << k;
+  auto agg = *MakeAggregator("fedavg_exact:weighted=false", nullptr);
+  EXPECT_EQ(agg->Describe(), "fedavg_exact(weighted=false)");
+}
+
+}  // namespace
+}  // namespace plexus
