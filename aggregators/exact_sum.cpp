@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace plexus {
 namespace {
@@ -16,17 +17,61 @@ constexpr double kValueScale = static_cast<double>(int64_t{1} << ExactSum::kValu
 constexpr double kWeightScale = static_cast<double>(int64_t{1} << ExactSum::kWeightFractionBits);
 // Doubles at or past 2^63 do not fit in int64.
 constexpr double kInt64Limit = 9223372036854775808.0;
+// Unchecked adds: each contribution below 2^51 units, every sum kept below 2^62.
+constexpr double kFastLimit = 2251799813685248.0;    // 2^51
+constexpr double kSumLimit = 4611686018427387904.0;  // 2^62
 
-// x rounded to the nearest integer, halves away from zero; false when it does not fit in int64.
+// x rounded to the nearest integer, halves to even (the IEEE default rounding, one instruction:
+// the library is built with -fno-math-errno); false when it does not fit in int64.
 bool RoundToInt64(double x, int64_t* out) {
   if (!(std::fabs(x) < kInt64Limit)) return false;
-  *out = std::llround(x);
+  *out = std::llrint(x);
   return true;
 }
 
 }  // namespace
 
 Status ExactSum::Add(std::span<const float> delta, double weight) {
+  if (delta.size() == sums_.size() && weight > 0 && std::isfinite(weight) && weight * kWeightScale >= 0.5 &&
+      AddWithoutChecks(delta, weight)) {
+    return Status::Ok();
+  }
+  return AddChecked(delta, weight);
+}
+
+bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight) {
+  // One pass for the largest magnitude (and whether every value is finite: NaN fails a <= max).
+  float largest = 0;
+  bool finite = true;
+  for (float x : delta) {
+    const float a = std::fabs(x);
+    finite &= a <= std::numeric_limits<float>::max();
+    largest = a > largest ? a : largest;
+  }
+  const double most = weight * static_cast<double>(largest) * kValueScale;  // the largest |w·δ| in units
+  int64_t w = 0;
+  if (!finite || !(most < kFastLimit) || bound_ + most + 1 > kSumLimit || !RoundToInt64(weight * kWeightScale, &w) ||
+      w <= 0 || weight_units_ > std::numeric_limits<int64_t>::max() - w ||
+      count_ == std::numeric_limits<int64_t>::max()) {
+    return false;
+  }
+  // |x| < 2^51: adding 1.5·2^52 rounds x to an integer (to even, the default rounding) in the
+  // low bits of the double, exactly as llrint would; subtracting the constant's bits leaves it.
+  constexpr double kMagic = 6755399441055744.0;  // 1.5 · 2^52
+  const int64_t magic_bits = std::bit_cast<int64_t>(kMagic);
+  const size_t n = sums_.size();
+  int64_t* sums = sums_.data();
+  const float* values = delta.data();
+  for (size_t i = 0; i < n; ++i) {
+    sums[i] += std::bit_cast<int64_t>(weight * static_cast<double>(values[i]) * kValueScale + kMagic) - magic_bits;
+  }
+  bound_ += most + 1;
+  weight_units_ += w;
+  ++count_;
+  return true;
+}
+
+Status ExactSum::AddChecked(std::span<const float> delta, double weight) {
   if (delta.size() != sums_.size()) {
     return InvalidArgumentError("an update of " + std::to_string(delta.size()) + " values for a sum of " +
                                 std::to_string(sums_.size()));
@@ -40,23 +85,32 @@ Status ExactSum::Add(std::span<const float> delta, double weight) {
   if (__builtin_add_overflow(weight_units_, w, &new_weight) || __builtin_add_overflow(count_, 1, &new_count)) {
     return OutOfRangeError("the exact sum's weight leaves int64");
   }
-  // Two passes, so that a refused update leaves the sum as it was: check every value, then add.
+  // One pass; a refused update takes back what it added (integers: exactly), so the sum is as it was.
+  const auto take_back = [&](size_t end) {
+    for (size_t k = 0; k < end; ++k) {
+      int64_t v = 0;
+      RoundToInt64(weight * static_cast<double>(delta[k]) * kValueScale, &v);
+      sums_[k] -= v;
+    }
+  };
   for (size_t i = 0; i < delta.size(); ++i) {
     int64_t v = 0, sum = 0;
     if (!std::isfinite(delta[i])) {
+      take_back(i);
       return InvalidArgumentError("an update holds a non-finite value at index " + std::to_string(i));
     }
     if (!RoundToInt64(weight * static_cast<double>(delta[i]) * kValueScale, &v) ||
         __builtin_add_overflow(sums_[i], v, &sum)) {
+      take_back(i);
       return OutOfRangeError("the exact sum leaves int64 at index " + std::to_string(i) +
                              " (|sum of weight x value| reaches 2^39)");
     }
-  }
-  for (size_t i = 0; i < delta.size(); ++i) {
-    sums_[i] += std::llround(weight * static_cast<double>(delta[i]) * kValueScale);
+    sums_[i] = sum;
   }
   weight_units_ = new_weight;
   count_ = new_count;
+  bound_ = 0;  // the bound from the sums themselves (this path is the rare one)
+  for (int64_t s : sums_) bound_ = std::max(bound_, std::fabs(static_cast<double>(s)));
   return Status::Ok();
 }
 
@@ -79,6 +133,7 @@ Status ExactSum::Merge(const ExactSum& other) {
   for (size_t i = 0; i < sums_.size(); ++i) sums_[i] += other.sums_[i];
   weight_units_ = new_weight;
   count_ = new_count;
+  bound_ += other.bound_;
   return Status::Ok();
 }
 
@@ -129,6 +184,7 @@ Result<ExactSum> ExactSum::Decode(std::string_view bytes, size_t values) {
   }
   s.sums_.resize(n);
   if (n > 0) std::memcpy(s.sums_.data(), bytes.data() + kHeaderBytes, n * sizeof(int64_t));
+  for (int64_t v : s.sums_) s.bound_ = std::max(s.bound_, std::fabs(static_cast<double>(v)));
   return s;
 }
 

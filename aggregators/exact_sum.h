@@ -5,7 +5,7 @@
 // aggregators over the same updates publish the same model SHA-256.
 //
 // Fixed point, documented scale: each contribution w·δ is rounded once, where it enters a sum, to
-// the nearest multiple of 2^-kValueFractionBits (2^-24, about 6e-8; halves away from zero), and
+// the nearest multiple of 2^-kValueFractionBits (2^-24, about 6e-8; halves to even), and
 // each weight to the nearest multiple of 2^-kWeightFractionBits (2^-16: examples counts are
 // exact). From there on only int64 additions happen, each checked: a sum that would leave int64
 // (|Σ w·δ| ≥ 2^39 per value, about 5.5e11, e.g. a million clients of 10,000 examples moving a
@@ -57,12 +57,24 @@ class ExactSum {
   // InvalidArgument for bytes that are not one encoded sum of `values` values.
   static Result<ExactSum> Decode(std::string_view bytes, size_t values);
 
-  friend bool operator==(const ExactSum& a, const ExactSum& b) = default;
+ private:
+  // Add when no value can overflow (checked in one pass first): false, and nothing changed, when
+  // that cannot be shown; then AddChecked checks every value.
+  bool AddWithoutChecks(std::span<const float> delta, double weight);
+  Status AddChecked(std::span<const float> delta, double weight);
+
+ public:
+  friend bool operator==(const ExactSum& a, const ExactSum& b) {
+    return a.sums_ == b.sums_ && a.weight_units_ == b.weight_units_ && a.count_ == b.count_;
+  }
 
  private:
   std::vector<int64_t> sums_;
   int64_t weight_units_ = 0;
   int64_t count_ = 0;
+  // An upper bound of max |sums_[i]|: while it stays far from 2^63, an update whose values are
+  // small enough is added without a check per value (a loop the compiler vectorizes).
+  double bound_ = 0;
 };
 
 }  // namespace plexus

@@ -34,6 +34,9 @@ FederationSim::FederationSim(const SimOptions& o, const Dataset& train, TaskRunn
     const double f = dev_.BandwidthFactor(i, o.seed);
     net_.AddNode({dev_.latency_ms, dev_.up_mbps * f, dev_.down_mbps * f});
   }
+  for (int64_t e = 0; e < o.edges; ++e) net_.AddNode({o.edge_latency_ms, o.edge_mbps, o.edge_mbps});
+  edges_.resize(static_cast<size_t>(o.edges));
+  partial_bytes_ = 32 + sizeof(int64_t) * engine_->model().num_params();
   malicious_ = ChooseAttackers(attack_, o.attackers, n_, o.seed);
   const size_t per_round = o.mode == Mode::kSync ? static_cast<size_t>(o.sync.clients_per_round) : n_;
   alie_z_ = AlieZ(per_round, static_cast<size_t>(std::llround(o.attackers * static_cast<double>(per_round))));
@@ -200,7 +203,7 @@ Status FederationSim::ClientPolls(size_t i) {
     start = d.rebuilt;
     download_bytes = d.bytes->size();
   }
-  bytes_down_ += static_cast<int64_t>(download_bytes);
+  if (edges_.empty()) bytes_down_ += static_cast<int64_t>(download_bytes);  // else counted per edge fetch
   const TaskHyperparams& hp = task.hyperparams;
   const int64_t steps = hp.StepsFor(data_.examples(i));
   const double compute_ms = static_cast<double>(steps) * ms_per_step_[i] + static_cast<double>(dev_.task_overhead_ms);
@@ -229,6 +232,10 @@ Status FederationSim::ClientPolls(size_t i) {
   in_flight_[i] = std::move(f);
   // Download, local steps, upload; the update is submitted when the upload has arrived.
   ++pending_;
+  if (!edges_.empty()) {
+    StartViaEdge(i, task.model_version, download_bytes, compute_ms);
+    return Status::Ok();
+  }
   net_.Send(0, Node(i), download_bytes, [this, i, compute_ms] {
     net_.After(compute_ms, [this, i] {
       net_.Send(Node(i), 0, upload_bytes_, [this, i] {
@@ -295,7 +302,7 @@ Status FederationSim::UpdateArrives(size_t i) {
   const std::string task_id = u.task_id;
   Status s = engine_->Submit(std::move(u));
   in_flight_.erase(it);
-  bytes_up_ += static_cast<int64_t>(upload_bytes_);
+  if (edges_.empty()) bytes_up_ += static_cast<int64_t>(upload_bytes_);  // else counted per partial
   if (!s.ok()) {
     // Expected in a federation (too stale, the round closed without it); anything else is a bug.
     if (s.code() != StatusCode::kFailedPrecondition && s.code() != StatusCode::kNotFound) {
@@ -314,6 +321,53 @@ Status FederationSim::UpdateArrives(size_t i) {
   if (step.pause == ClientStep::Pause::kRefusals) ++result_.waits_after_refusals;
   if (session.at_rest()) sessions_.erase(i);
   Schedule(static_cast<double>(step.after_ms), i);
+  return Status::Ok();
+}
+
+void FederationSim::StartViaEdge(size_t i, uint64_t version, size_t download_bytes, double compute_ms) {
+  const size_t e = i % edges_.size();
+  Edge& edge = edges_[e];
+  ++edge.outstanding[version];
+  EventNetwork::Handler download = [this, i, e, download_bytes, compute_ms] {
+    net_.Send(EdgeNode(e), Node(i), download_bytes, [this, i, e, compute_ms] {
+      net_.After(compute_ms, [this, i, e] {
+        net_.Send(Node(i), EdgeNode(e), upload_bytes_, [this, i, e] { Guard(EdgeReceives(i, e)); });
+      });
+    });
+  };
+  if (edge.cached == version) return download();
+  edge.waiting[version].push_back(std::move(download));
+  if (!edge.fetching.insert(version).second) return;  // already on its way
+  bytes_down_ += static_cast<int64_t>(model_bytes_);
+  net_.Send(0, EdgeNode(e), model_bytes_, [this, e, version] {
+    Edge& edge = edges_[e];
+    edge.fetching.erase(version);
+    edge.cached = std::max(edge.cached == std::numeric_limits<uint64_t>::max() ? 0 : edge.cached, version);
+    std::vector<EventNetwork::Handler> ready = std::move(edge.waiting[version]);
+    edge.waiting.erase(version);
+    for (EventNetwork::Handler& d : ready) d();
+  });
+}
+
+Status FederationSim::EdgeReceives(size_t i, size_t e) {
+  if (engine_->finished()) return Status::Ok();
+  Edge& edge = edges_[e];
+  const uint64_t version = in_flight_.at(i).task.model_version;
+  edge.arrived[version].push_back(static_cast<uint32_t>(i));
+  if (--edge.outstanding[version] > 0) return Status::Ok();
+  // Every task on that version has reported: one partial sum goes to the server, and its updates
+  // are submitted when it has arrived (with exact sums, what the server folds from the partial is
+  // what it folds from the updates).
+  std::vector<uint32_t> held = std::move(edge.arrived[version]);
+  edge.arrived.erase(version);
+  edge.outstanding.erase(version);
+  net_.Send(EdgeNode(e), 0, partial_bytes_, [this, held = std::move(held)] {
+    bytes_up_ += static_cast<int64_t>(partial_bytes_);
+    for (uint32_t k : held) {
+      --pending_;
+      Guard(UpdateArrives(k));
+    }
+  });
   return Status::Ok();
 }
 

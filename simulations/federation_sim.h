@@ -15,6 +15,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -89,6 +90,21 @@ class FederationSim {
 
   Status UpdateArrives(size_t i);
 
+  // --- Edges (SimOptions::edges): node n + 1 + e is edge e; client i reports to edge i mod E.
+  struct Edge {
+    std::set<uint64_t> fetching;                                     // versions on their way from the server
+    uint64_t cached = std::numeric_limits<uint64_t>::max();          // the version it serves
+    std::map<uint64_t, std::vector<EventNetwork::Handler>> waiting;  // downloads waiting for that version
+    std::map<uint64_t, int64_t> outstanding;                         // by base version: tasks not yet reported
+    std::map<uint64_t, std::vector<uint32_t>> arrived;               // by base version: updates held
+  };
+  EventNetwork::NodeId EdgeNode(size_t e) const { return static_cast<EventNetwork::NodeId>(n_ + 1 + e); }
+  // Client i's task on `version` through its edge: the download (after the edge has the model),
+  // the local steps, the upload to the edge.
+  void StartViaEdge(size_t i, uint64_t version, size_t download_bytes, double compute_ms);
+  // Client i's update has reached edge e; the edge forwards its partial when nothing is outstanding.
+  Status EdgeReceives(size_t i, size_t e);
+
   // --- Secure aggregation: each virtual member runs plexus client's SecureMemberSession; its
   // calls and the server's answers travel the network with their payload's bytes, and the real
   // CPU each side spends is charged to it as virtual time before its next message goes out.
@@ -152,6 +168,8 @@ class FederationSim {
   std::vector<bool> malicious_;
   double alie_z_ = 0.0;
   std::map<uint64_t, HonestStats> honest_;  // by base version: what omniscient attackers see
+  std::vector<Edge> edges_;
+  size_t partial_bytes_ = 0;  // one partial sum on the wire (ExactSum::Encode)
 
   EventNetwork net_;
   int64_t pending_ = 0;           // client events scheduled (polls, tasks under way)

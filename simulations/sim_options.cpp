@@ -31,6 +31,21 @@ Status SimOptions::Validate() const {
   }
   if (secagg_dropout > 0 && !sync.secagg) return InvalidArgumentError("--secagg-dropout needs --secagg");
   PLEXUS_RETURN_IF_ERROR(CheckSecAggMode(mode, sync));
+  if (edges < 0 || edges > clients) return InvalidArgumentError("--edges must lie in [0, --clients]");
+  if (edges > 0) {
+    if (mode != Mode::kSync) return InvalidArgumentError("--edges: edge aggregators are simulated in sync mode only");
+    if (sync.strategy.rfind("fedavg_exact", 0) != 0) {
+      return InvalidArgumentError(
+          "--edges needs --strategy fedavg_exact: edges forward partial sums, and only exact sums compose into the "
+          "model a flat server would publish (robust rules would have to run at each edge, or edges forward raw "
+          "updates: neither is built)");
+    }
+    if (sync.secagg) return InvalidArgumentError("--edges with --secagg is not simulated");
+    if (!download_codec.empty()) return InvalidArgumentError("--edges with --download-codec is not simulated");
+    if (!(edge_mbps >= 0) || !(edge_latency_ms >= 0)) {
+      return InvalidArgumentError("--edge-mbps and --edge-latency-ms must not be negative");
+    }
+  }
   if (sync.secagg) {
     if (attack != "none") {
       return InvalidArgumentError("--secagg with --attack: the simulated attacks see or shape updates in the clear");

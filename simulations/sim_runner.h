@@ -63,6 +63,14 @@ struct SimOptions {
   // each round, each at a stage drawn uniformly (advertise keys, share keys, masked input,
   // unmask), going silent there as `plexus client --quit-at-secagg-stage` does.
   double secagg_dropout = 0;
+  // A tree of edge aggregators between the clients and the server (issue 41; sync mode with
+  // fedavg_exact): client i reports to edge i mod `edges`. An edge fetches each model version from
+  // the server once and serves its clients from it, takes their updates and forwards them as one
+  // partial sum (ExactSum's bytes: 8 per value) as soon as every task it handed out on that version
+  // has reported. Edges have their own access link. 0: no edges, clients talk to the server.
+  int64_t edges = 0;
+  double edge_mbps = 1000.0;     // each edge's link, each way (0 = unlimited)
+  double edge_latency_ms = 5.0;  // per transfer over an edge's link
 
   // InvalidArgument naming the first inconsistent field (e.g. more clients per round than
   // clients, an unknown mode or attack, bad device values); the engine options are checked

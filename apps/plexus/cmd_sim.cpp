@@ -197,7 +197,7 @@ void RunGossip(const SimFlags& f, const MpiSession* mpi) {
   for (const char* server_only :
        {"--clients-per-round", "--strategy", "--min-clients", "--round-deadline-s", "--buffer-size", "--server-lr",
         "--server-mbps", "--max-tasks", "--backup-workers", "--dp", "--dp-population", "--dp-budget", "--dp-delta",
-        "--secagg", "--secagg-dropout"}) {
+        "--secagg", "--secagg-dropout", "--edges"}) {
     if (f.cmd->count(server_only)) {
       throw CommandError(std::string(server_only) + " belongs to the server modes; --mode gossip has no server");
     }
@@ -309,6 +309,12 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
          (options.download_codec.empty() ? "" : ", downloads compressed with " + options.download_codec))
             .c_str());
     if (mpi) std::printf("plexus sim: local training spread over %d MPI ranks\n", mpi->size());
+    if (options.edges > 0) {
+      std::printf(
+          "plexus sim: %lld edge aggregators (%g Mbit/s, %g ms each) between the clients and the server; the "
+          "server's bytes below are the edges' fetches and partial sums\n",
+          static_cast<long long>(options.edges), options.edge_mbps, options.edge_latency_ms);
+    }
     if (dp) PrintDpPlan(*dp, rounds_asked, f.dp.budget, "plexus sim");
     if (local_dp) {
       std::printf(
@@ -569,6 +575,15 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--model-out", flags->model_out, "Write the final model to this .safetensors file");
   cmd->add_option("--train-subset", flags->train_subset, "Use only the first N training examples (0 = all)");
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
+  cmd->add_option("--edges", flags->sim.edges,
+                  "Edge aggregators between the clients and the server (sync mode, --strategy fedavg_exact): each "
+                  "fetches a version once, serves its clients and forwards one partial sum per version (0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--edge-mbps", flags->sim.edge_mbps, "With --edges: each edge's link, each way (0 = unlimited)")
+      ->capture_default_str();
+  cmd->add_option("--edge-latency-ms", flags->sim.edge_latency_ms,
+                  "With --edges: latency per transfer over an edge's link")
+      ->capture_default_str();
   cmd->add_option("--trainer-pipe", flags->trainer_pipe,
                   "IN,OUT: the virtual clients train with the caller's loop: jobs go out on descriptor OUT, "
                   "outcomes come back on IN (what Python's plexus.sim(train=...) uses; docs/python.md)");

@@ -2,6 +2,8 @@
 // times can be checked to the millisecond.
 #include "simulations/sim_runner.h"
 
+#include "core/rng.h"
+
 #include "compression/codec.h"
 #include "compute/model_zoo.h"
 
@@ -269,6 +271,63 @@ TEST_F(SimRunnerTest, TheServersLinkIsSharedByEveryTransfer) {
   EXPECT_GE(r->rounds[0].virtual_time_s, (400 + 2 * transfer_ms) / 1000 - 1e-9);
   o.server_mbps = -1;
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "--server-mbps"));
+}
+
+// A trainer whose deltas differ per task in ways float sums cannot add exactly (they depend on
+// the task's seed), so that the order of summation shows in plain float FedAvg.
+class SeededDeltaTrainer : public Trainer {
+ public:
+  Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
+    TrainOutcome out;
+    out.weights = start;
+    Rng rng(o.seed);
+    for (float& x : out.weights.data()) x += static_cast<float>(rng.Normal() * 0.01);
+    out.num_examples = static_cast<int64_t>(data.size());
+    out.steps = o.local_steps;
+    out.mean_loss = 1.0;
+    return out;
+  }
+  Result<Evaluation> Evaluate(const ModelState&, const DatasetView&) override { return Evaluation{}; }
+};
+
+// Edge aggregators (issue 41): the same updates summed through 2 or 3 edges publish the flat
+// server's model to the bit (exact sums), while the server receives one partial per edge and
+// version and sends each version once per edge. Settings that cannot compose are refused.
+TEST_F(SimRunnerTest, EdgesForwardPartialSumsAndPublishTheFlatServersModel) {
+  SimOptions o = TwoSpeeds("sync", 3);
+  o.clients = 24;
+  o.sync.clients_per_round = 12;
+  o.sync.min_clients = 12;
+  o.sync.strategy = "fedavg_exact";
+  SeededDeltaTrainer trainer;
+  const auto run = [&](int64_t edges) {
+    SimOptions with = o;
+    with.edges = edges;
+    LocalTaskRunner runner(&trainer, &data_);
+    return RunSimulation(with, data_, &runner, nullptr, nullptr);
+  };
+  Result<SimResult> flat = run(0);
+  ASSERT_OK(flat);
+  ASSERT_EQ(flat->rounds.size(), 3u);
+  const auto model_bytes = static_cast<int64_t>(flat->final_model.num_bytes());
+  EXPECT_EQ(flat->rounds.back().bytes_up, 36 * model_bytes);
+  for (int64_t edges : {2, 3}) {
+    Result<SimResult> tree = run(edges);
+    ASSERT_OK(tree);
+    ASSERT_EQ(tree->rounds.size(), 3u);
+    EXPECT_EQ(tree->final_model_sha256, flat->final_model_sha256) << edges << " edges";
+    EXPECT_EQ(tree->tasks_trained, flat->tasks_trained);
+    // Each edge fetched each version at most once; partial sums are 8 bytes per value.
+    EXPECT_LE(tree->rounds.back().bytes_down, 3 * edges * model_bytes);
+    EXPECT_GE(tree->rounds.back().bytes_up, 3 * edges * 2 * model_bytes);  // one partial per edge and round at least
+    EXPECT_LT(tree->rounds.back().bytes_up, flat->rounds.back().bytes_up);
+  }
+  o.edges = 2;
+  o.sync.strategy = "fedavg";
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "fedavg_exact"));
+  o.sync.strategy = "fedavg_exact";
+  o.mode = Mode::kAsync;
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "sync mode only"));
 }
 
 TEST_F(SimRunnerTest, PopulationsLargerThanTheDataSampleWithReplacement) {
