@@ -143,6 +143,10 @@ void PeerLinks::Bind(Link* c, NodeId peer) {
   by_peer_.try_emplace(peer, c);
 }
 
+bool PeerLinks::IsLinked(NodeId peer) const {
+  return std::any_of(links_.begin(), links_.end(), [&](Link* c) { return c->peer == peer && !c->closing; });
+}
+
 bool PeerLinks::HasUnfinishedStream(NodeId peer) const {
   return std::any_of(links_.begin(), links_.end(), [&](Link* c) { return c->peer == peer && !c->inbound.empty(); });
 }

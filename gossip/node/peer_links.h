@@ -125,6 +125,8 @@ class PeerLinks {
   std::map<NodeId, Link*> bound() const { return by_peer_; }
   // Whether any link of `peer` holds a model stream not yet complete.
   bool HasUnfinishedStream(NodeId peer) const;
+  // Whether any link is bound to `peer` and not closing: what the peer sends may still arrive.
+  bool IsLinked(NodeId peer) const;
 
   // Queues a message (a control frame) and sends what the link may send now.
   void Send(Link* link, const v1::GossipEnvelope& envelope);

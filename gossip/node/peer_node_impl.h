@@ -99,6 +99,9 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   std::map<uint64_t, ProtocolTimer*> timers;       // the protocol's, running, by id
   std::map<NodeId, int> decoding;                  // models of each peer being decoded
   std::map<NodeId, MemberUpdate> deferred_leaves;  // goodbyes waiting for those models
+  // Rumours (from other peers) that a peer left, while a link with that peer is open: they wait
+  // for the link to close, so that they do not overtake the peer's last models on their way here.
+  std::map<NodeId, MemberUpdate> rumoured_leaves;
   // CRDT gossip: this node's signing key and the keys of the peers it met (their hellos).
   SigningKey crdt_key;
   AuthorKeys author_keys;

@@ -43,6 +43,14 @@ void PeerNode::Impl::OnEnvelope(Link* c, const v1::GossipEnvelope& e) {
   const double now = Now();
   Membership::Changes changes;
   for (const v1::GossipMember& m : e.members()) {
+    if (m.node() < o.nodes && m.node() != c->peer && m.node() != o.self && FromProto(m).state == MemberState::kLeft &&
+        (decoding[m.node()] > 0 || links->IsLinked(m.node()))) {
+      // Another peer heard the goodbye first; the leaver's last models may still be on their way
+      // here on its own link. The rumour waits for that link to close (ApplyDeferredLeave).
+      auto [it, fresh] = rumoured_leaves.try_emplace(m.node(), FromProto(m));
+      if (!fresh && it->second.incarnation < m.incarnation()) it->second = FromProto(m);
+      continue;
+    }
     if (m.node() < o.nodes && !membership->Apply(FromProto(m), now, &changes)) {
       ++refused;
       spdlog::warn("refused a membership rumour from peer {} about peer {}: incarnation {} is absurd", c->peer,
@@ -245,12 +253,18 @@ void PeerNode::Impl::OnClosed(Link* c, const std::string& why) {
 }
 
 void PeerNode::Impl::ApplyDeferredLeave(NodeId peer) {
-  auto it = deferred_leaves.find(peer);
-  if (it == deferred_leaves.end() || decoding[peer] > 0 || links->HasUnfinishedStream(peer)) return;
-  const MemberUpdate leave = it->second;
-  deferred_leaves.erase(it);
+  if (decoding[peer] > 0 || links->HasUnfinishedStream(peer)) return;
   Membership::Changes changes;
-  membership->Apply(leave, Now(), &changes);
+  if (auto it = deferred_leaves.find(peer); it != deferred_leaves.end()) {
+    const MemberUpdate leave = it->second;
+    deferred_leaves.erase(it);
+    membership->Apply(leave, Now(), &changes);
+  }
+  if (auto it = rumoured_leaves.find(peer); it != rumoured_leaves.end() && !links->IsLinked(peer)) {
+    const MemberUpdate leave = it->second;
+    rumoured_leaves.erase(it);
+    if (!membership->Apply(leave, Now(), &changes)) ++refused;  // an absurd incarnation, as on arrival
+  }
   Apply(changes);
 }
 
