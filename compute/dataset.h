@@ -4,7 +4,9 @@
 // thread-compatible and read-only after loading.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,12 @@ struct Dataset {
   // The shape of one example's features, as the model takes it (without the batch dimension).
   std::vector<int64_t> example_shape{28, 28};
   std::vector<float> features;  // size() * features_per_example() values, example after example
+  // Or, for data that are bytes (Fashion-MNIST's pixels), the bytes themselves and what each byte
+  // value reads as: a quarter of the memory (a million-client simulation, a small device), the
+  // same floats (a table filled with the float expression the loader used). `features` is then
+  // empty. Readers take examples through CopyExample.
+  std::vector<uint8_t> feature_bytes;
+  std::array<float, 256> byte_values{};
   std::vector<uint8_t> labels;  // class indices in [0, num_classes); all 0 for regression
   int64_t num_classes = 10;
   // Regression (--loss mse): target_width values per example, example after example; 0 for
@@ -28,6 +36,32 @@ struct Dataset {
     int64_t n = 1;
     for (int64_t d : example_shape) n *= d;
     return n;
+  }
+  // Example k's features as float32 into out[0, features_per_example()).
+  void CopyExample(size_t k, float* out) const {
+    const auto per = static_cast<size_t>(features_per_example());
+    if (feature_bytes.empty()) {
+      std::memcpy(out, features.data() + k * per, per * sizeof(float));
+      return;
+    }
+    const uint8_t* src = feature_bytes.data() + k * per;
+    for (size_t i = 0; i < per; ++i) out[i] = byte_values[src[i]];
+  }
+  // Keeps the first n examples (all when n >= size()) and gives back the memory of the rest.
+  void KeepFirst(size_t n) {
+    if (n >= size()) return;
+    const size_t values = n * static_cast<size_t>(features_per_example());
+    labels.resize(n);
+    labels.shrink_to_fit();
+    if (feature_bytes.empty()) {
+      features.resize(values);
+      features.shrink_to_fit();
+    } else {
+      feature_bytes.resize(values);
+      feature_bytes.shrink_to_fit();
+    }
+    targets.resize(n * static_cast<size_t>(target_width));
+    targets.shrink_to_fit();
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
@@ -91,17 +92,16 @@ Result<Dataset> ParseIdx(const std::string& images, const std::string& labels, c
     std::iota(keep.begin(), keep.end(), 0u);
   }
   const size_t per_image = rows * cols;
-  d.features.resize(keep.size() * per_image);
+  // Kept as the bytes they are; each byte value reads as the normalized pixel it always read as.
+  for (int v = 0; v < 256; ++v)
+    d.byte_values[v] = (static_cast<float>(static_cast<uint8_t>(v)) / 255.0f - kMean) / kStd;
+  d.feature_bytes.resize(keep.size() * per_image);
   std::vector<uint8_t> kept_labels(keep.size());
   for (size_t k = 0; k < keep.size(); ++k) {
     if (keep[k] >= count) {
       return InvalidArgumentError("example " + std::to_string(keep[k]) + " of " + std::to_string(count));
     }
-    const char* src = images.data() + 16 + keep[k] * per_image;
-    float* dst = d.features.data() + k * per_image;
-    for (size_t i = 0; i < per_image; ++i) {
-      dst[i] = (static_cast<float>(static_cast<uint8_t>(src[i])) / 255.0f - kMean) / kStd;
-    }
+    std::memcpy(d.feature_bytes.data() + k * per_image, images.data() + 16 + keep[k] * per_image, per_image);
     kept_labels[k] = d.labels[keep[k]];
   }
   d.labels = std::move(kept_labels);

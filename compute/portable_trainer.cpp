@@ -266,8 +266,7 @@ class PortableTrainer final : public Trainer {
     y_.resize(e - b);
     for (size_t i = b; i < e; ++i) {
       const uint32_t k = order[i];
-      std::copy_n(d.features.begin() + static_cast<std::ptrdiff_t>(k * ppi), ppi,
-                  x_.begin() + static_cast<std::ptrdiff_t>((i - b) * ppi));
+      d.CopyExample(k, x_.data() + (i - b) * ppi);
       y_[i - b] = data.label_map ? data.label_map[d.labels[k]] : d.labels[k];
     }
   }

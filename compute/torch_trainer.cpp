@@ -115,7 +115,7 @@ std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vecto
   float* xp = x.data_ptr<float>();
   for (int64_t i = b; i < e; ++i) {
     const uint32_t k = idx[static_cast<size_t>(i)];
-    std::memcpy(xp + (i - b) * per, d.features.data() + static_cast<size_t>(k) * per, per * sizeof(float));
+    d.CopyExample(k, xp + (i - b) * per);
   }
   if (d.target_width > 0) {
     const int64_t width = d.target_width;

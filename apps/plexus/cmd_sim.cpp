@@ -340,8 +340,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
   }
   if (f.train_subset) {
-    train.labels.resize(std::min(train.size(), f.train_subset));
-    train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
+    train.KeepFirst(f.train_subset);
   }
   std::unique_ptr<Trainer> trainer = Take(model.MakeTrainer(f.threads, /*portable=*/false));
   if (!training_rank && !caller_trains) {  // long runs say so before they start

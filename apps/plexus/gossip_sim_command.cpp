@@ -196,10 +196,7 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
     } else {
       train = Take(LoadFashionMnist(run.data_dir, Split::kTrain));
     }
-    if (run.train_subset) {
-      train.labels.resize(std::min(train.size(), run.train_subset));
-      train.features.resize(train.size() * static_cast<size_t>(train.features_per_example()));
-    }
+    if (run.train_subset) train.KeepFirst(run.train_subset);
     trainer = Take(model.MakeTrainer(run.threads, /*portable=*/false), "--model");
     if (!training_rank) {  // long runs say so before they start
       const int64_t steps =

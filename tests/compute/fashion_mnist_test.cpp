@@ -36,7 +36,19 @@ TEST(FashionMnistTest, ParsesIdx) {
   ASSERT_OK(d);
   EXPECT_EQ(d->size(), 3u);
   EXPECT_EQ(d->labels[2], 2);
-  EXPECT_EQ(d->features.size(), 3u * 784);
+  // Kept as bytes; each reads as the normalized pixel (pixel/255 - mean) / std, as floats did.
+  EXPECT_TRUE(d->features.empty());
+  ASSERT_EQ(d->feature_bytes.size(), 3u * 784);
+  const std::string images = Images(3, 28, 28);
+  std::vector<float> x(784);
+  d->CopyExample(1, x.data());
+  for (size_t i = 0; i < 784; ++i) {
+    const auto pixel = static_cast<uint8_t>(images[16 + 784 + i]);
+    ASSERT_EQ(x[i], (static_cast<float>(pixel) / 255.0f - 0.2860f) / 0.3530f) << i;
+  }
+  d->KeepFirst(2);
+  EXPECT_EQ(d->size(), 2u);
+  EXPECT_EQ(d->feature_bytes.size(), 2u * 784);
 }
 
 TEST(FashionMnistTest, RefusesBrokenFiles) {
