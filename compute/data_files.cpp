@@ -239,7 +239,12 @@ Status Append(Dataset* to, Dataset from, const std::string& path) {
   if (from.example_shape != to->example_shape || from.target_width != to->target_width) {
     return InvalidArgumentError(path + ": its examples' shape differs from the files before it in the folder");
   }
+  if (from.feature_bytes.empty() != to->feature_bytes.empty() ||
+      (!from.feature_bytes.empty() && from.byte_values != to->byte_values)) {
+    return InvalidArgumentError(path + ": its examples are stored unlike the files before it in the folder");
+  }
   to->features.insert(to->features.end(), from.features.begin(), from.features.end());
+  to->feature_bytes.insert(to->feature_bytes.end(), from.feature_bytes.begin(), from.feature_bytes.end());
   to->targets.insert(to->targets.end(), from.targets.begin(), from.targets.end());
   to->labels.insert(to->labels.end(), from.labels.begin(), from.labels.end());
   return Status::Ok();
@@ -254,15 +259,27 @@ Result<Dataset> Select(Dataset all, const ExampleSelector& select) {
   out.num_classes = all.num_classes;
   out.target_width = all.target_width;
   const auto width = static_cast<size_t>(all.target_width);
-  out.features.resize(keep.size() * per);
+  // Examples kept as bytes stay bytes (Fashion-MNIST's: a held-out share of a partition).
+  const bool bytes = !all.feature_bytes.empty();
+  out.byte_values = all.byte_values;
+  if (bytes) {
+    out.feature_bytes.resize(keep.size() * per);
+  } else {
+    out.features.resize(keep.size() * per);
+  }
   out.labels.resize(keep.size());
   out.targets.resize(keep.size() * width);
   for (size_t k = 0; k < keep.size(); ++k) {
     if (keep[k] >= all.size()) {
       return InvalidArgumentError("example " + std::to_string(keep[k]) + " of " + std::to_string(all.size()));
     }
-    std::copy_n(all.features.begin() + static_cast<std::ptrdiff_t>(keep[k] * per), per,
-                out.features.begin() + static_cast<std::ptrdiff_t>(k * per));
+    if (bytes) {
+      std::copy_n(all.feature_bytes.begin() + static_cast<std::ptrdiff_t>(keep[k] * per), per,
+                  out.feature_bytes.begin() + static_cast<std::ptrdiff_t>(k * per));
+    } else {
+      std::copy_n(all.features.begin() + static_cast<std::ptrdiff_t>(keep[k] * per), per,
+                  out.features.begin() + static_cast<std::ptrdiff_t>(k * per));
+    }
     out.labels[k] = all.labels[keep[k]];
     std::copy_n(all.targets.begin() + static_cast<std::ptrdiff_t>(keep[k] * width), width,
                 out.targets.begin() + static_cast<std::ptrdiff_t>(k * width));

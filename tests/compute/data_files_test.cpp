@@ -169,6 +169,32 @@ TEST_F(DataFilesTest, SelectionAndHoldOutKeepExamplesWhole) {
   EXPECT_THAT(HoldOut(*all, 1.0, 9).status(), StatusIs(StatusCode::kInvalidArgument, ""));
 }
 
+// Examples kept as bytes (Fashion-MNIST's, e.g. `plexus client --federated-eval-split`) are held
+// out as bytes, each with its own label and the same byte table.
+TEST_F(DataFilesTest, HoldOutKeepsExamplesStoredAsBytes) {
+  Dataset d;
+  d.example_shape = {2};
+  for (int v = 0; v < 256; ++v) d.byte_values[v] = static_cast<float>(v) * 0.5f;
+  for (uint8_t i = 0; i < 10; ++i) {
+    d.feature_bytes.push_back(i);
+    d.feature_bytes.push_back(static_cast<uint8_t>(100 + i));
+    d.labels.push_back(i % 2);
+  }
+  Result<HeldOut> split = HoldOut(d, 0.3, 5);
+  ASSERT_TRUE(split.ok());
+  EXPECT_EQ(split->kept.size() + split->held_out.size(), 10u);
+  for (const Dataset* part : {&split->kept, &split->held_out}) {
+    EXPECT_TRUE(part->features.empty());
+    ASSERT_EQ(part->feature_bytes.size(), 2 * part->size());
+    for (size_t i = 0; i < part->size(); ++i) {
+      float x[2];
+      part->CopyExample(i, x);
+      EXPECT_EQ(x[1], x[0] + 50.0f);                               // the example whole
+      EXPECT_EQ(static_cast<int>(x[0] * 2) % 2, part->labels[i]);  // with its label
+    }
+  }
+}
+
 TEST_F(DataFilesTest, RegressionReadsRealValuedTargets) {
   DataFileOptions o;
   o.regression = true;
