@@ -28,6 +28,9 @@ class EventNetwork {
   };
 
   NodeId AddNode(const AccessLink& link);
+  // Room for `nodes` nodes in all: a network of ten million would otherwise grow its table by
+  // doubling, to room for 16.8 million (270 MB more than it needs).
+  void ReserveNodes(size_t nodes) { nodes_.reserve(nodes); }
   size_t num_nodes() const { return nodes_.size(); }
   double now_ms() const { return now_ms_; }
 

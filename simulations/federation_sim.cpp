@@ -29,6 +29,7 @@ FederationSim::FederationSim(const SimOptions& o, const Dataset& train, TaskRunn
       availability_(dev_, n_, o.seed),
       train_at_handout_(attack_ == AttackKind::kIpm || attack_ == AttackKind::kAlie || attack_ == AttackKind::kMinMax),
       tasks_of_(n_, 0) {
+  net_.ReserveNodes(1 + n_ + static_cast<size_t>(std::max<int64_t>(o.edges, 0)));
   net_.AddNode({0.0, o.server_mbps, o.server_mbps});
   for (size_t i = 0; i < n_; ++i) {
     const double f = dev_.BandwidthFactor(i, o.seed);
@@ -55,7 +56,9 @@ Result<SimResult> FederationSim::Run() {
   result_.attackers = std::count(malicious_.begin(), malicious_.end(), true);
   result_.examples_per_client = data_.sampled_examples();
   net_.After(0.0, [this] { Tick(); });  // ticks first at equal times: deadlines before polls
-  for (size_t i = 0; i < n_; ++i) Schedule(0.0, i);
+  std::vector<uint32_t> everyone(n_);
+  std::iota(everyone.begin(), everyone.end(), 0u);
+  PollNow(std::move(everyone));
   net_.Run();
   PLEXUS_RETURN_IF_ERROR(failure_);
   ReportNewVersions();
@@ -103,9 +106,21 @@ ClientSession& FederationSim::SessionOf(size_t i) {
   return sessions_.try_emplace(static_cast<uint32_t>(i), session_options_, ClientName(i)).first->second;
 }
 
+void FederationSim::PollNow(std::vector<uint32_t> clients) {
+  if (clients.empty()) return;
+  pending_ += static_cast<int64_t>(clients.size());
+  net_.After(0.0, [this, clients = std::move(clients)] {
+    for (size_t k = 0; k < clients.size(); ++k) {
+      --pending_;
+      Guard(ClientPolls(clients[k]));
+      // Where Guard stopped the network, the events of the clients after this one would not run.
+      if (!failure_.ok() || engine_->finished()) return;
+    }
+  });
+}
+
 void FederationSim::WakeParked() {
-  for (uint32_t i : parked_) Schedule(0.0, i);
-  parked_.clear();
+  PollNow(std::exchange(parked_, {}));
   parked_epoch_ = engine_->poll_epoch();
 }
 

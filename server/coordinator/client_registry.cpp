@@ -31,6 +31,15 @@ Status ClientRegistry::CheckKnown(const std::string& id) const {
   return Status::Ok();
 }
 
+std::vector<const std::string*> ClientRegistry::ConnectedIds() const {
+  const int64_t now = clock_->NowMs();
+  std::vector<const std::string*> out;
+  for (const auto& [id, seen] : last_seen_ms_) {
+    if (seen != kNeverHeard && now - seen <= timeout_ms_) out.push_back(&id);
+  }
+  return out;
+}
+
 std::vector<std::string> ClientRegistry::Connected() const {
   const int64_t now = clock_->NowMs();
   std::vector<std::string> out;

@@ -41,6 +41,9 @@ class ClientRegistry {
   }
   // Clients heard from within the timeout, sorted by id.
   std::vector<std::string> Connected() const;
+  // The same as pointers to the registry's own ids (valid until the next Join or Restore): a
+  // quarter of the memory for a million clients, for callers that keep only a few.
+  std::vector<const std::string*> ConnectedIds() const;
   int64_t known_count() const { return static_cast<int64_t>(last_seen_ms_.size()); }
   // Sets the status's known and connected client counts.
   void FillStatus(EngineStatus* s) const {
