@@ -26,7 +26,7 @@
 #include "simulations/client_data.h"
 #include "simulations/crdt_sim.h"
 #include "simulations/mpi_task_runner.h"
-#include "simulations/pipe_task_runner.h"
+#include "simulations/pipe_trainer.h"
 #include "simulations/sim_runner.h"
 
 namespace plexus::cli {
@@ -361,14 +361,14 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   std::unique_ptr<MpiTaskRunner> spread;
   if (mpi) spread = std::make_unique<MpiTaskRunner>(mpi, trainer.get(), &train);
 #endif
-  LocalTaskRunner local(trainer.get(), &train);
-  TaskRunner* runner = &local;
-  std::unique_ptr<PipeTaskRunner> caller;
+  // The caller's loop trains the jobs; the simulator's own trainer still evaluates.
+  std::unique_ptr<PipeTrainer> caller;
   if (caller_trains) {
-    caller = std::make_unique<PipeTaskRunner>(trainer_pipe.first, trainer_pipe.second);
+    caller = std::make_unique<PipeTrainer>(trainer_pipe.first, trainer_pipe.second);
     Check(caller->SendLayout(model.Initial(options.seed), static_cast<int64_t>(train.size())), "--trainer-pipe");
-    runner = caller.get();
   }
+  LocalTaskRunner local(caller ? static_cast<Trainer*>(caller.get()) : trainer.get(), &train);
+  TaskRunner* runner = &local;
 #if PLEXUS_WITH_MPI
   if (spread) runner = spread.get();
 #endif

@@ -1,4 +1,6 @@
-#include "simulations/pipe_task_runner.h"
+#include "simulations/pipe_trainer.h"
+
+#include "simulations/task_runner.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -17,9 +19,10 @@ namespace {
 
 using ::plexus::testing::StatusIs;
 
-// A runner between two pipes whose other ends the test holds: a reply is written before Finish
-// (it waits in the pipe's buffer, as do the small jobs here), so no second thread is needed.
-class PipeTaskRunnerTest : public ::testing::Test {
+// A PipeTrainer between two pipes whose other ends the test holds, driven as the simulator drives
+// it, by a LocalTaskRunner: a reply is written before Finish (it waits in the pipe's buffer, as do
+// the small jobs here), so no second thread is needed.
+class PipeTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     int jobs[2], replies[2];
@@ -27,11 +30,13 @@ class PipeTaskRunnerTest : public ::testing::Test {
     ASSERT_EQ(::pipe(replies), 0);
     jobs_in_ = jobs[0];
     replies_out_ = replies[1];
-    runner_ = std::make_unique<PipeTaskRunner>(replies[0], jobs[1]);
+    trainer_ = std::make_unique<PipeTrainer>(replies[0], jobs[1]);
+    runner_ = std::make_unique<LocalTaskRunner>(trainer_.get(), &train_);
     base_ = std::make_shared<const ModelState>(ModelState::Create({{"w", {2, 3}}, {"b", {3}}}, /*version=*/4).value());
   }
   void TearDown() override {
     runner_.reset();
+    trainer_.reset();
     if (replies_out_ >= 0) ::close(replies_out_);
     ::close(jobs_in_);
   }
@@ -74,12 +79,14 @@ class PipeTaskRunnerTest : public ::testing::Test {
 
   int jobs_in_ = -1;
   int replies_out_ = -1;
-  std::unique_ptr<PipeTaskRunner> runner_;
+  Dataset train_;  // the loop reads its own data: only the indices cross
+  std::unique_ptr<PipeTrainer> trainer_;
+  std::unique_ptr<LocalTaskRunner> runner_;
   std::shared_ptr<const ModelState> base_;
 };
 
-TEST_F(PipeTaskRunnerTest, TheLayoutJobAndOutcomeCrossWhole) {
-  ASSERT_TRUE(runner_->SendLayout(*base_, 60000).ok());
+TEST_F(PipeTrainerTest, TheLayoutJobAndOutcomeCrossWhole) {
+  ASSERT_TRUE(trainer_->SendLayout(*base_, 60000).ok());
   const nlohmann::json hello = ReadLine();
   ASSERT_TRUE(hello.is_object());
   EXPECT_EQ(hello["train_examples"], 60000);
@@ -100,7 +107,7 @@ TEST_F(PipeTaskRunnerTest, TheLayoutJobAndOutcomeCrossWhole) {
 
   const nlohmann::json job = ReadLine();
   ASSERT_TRUE(job.is_object());
-  EXPECT_EQ(job["key"], 9);
+  EXPECT_EQ(job["key"], 0);  // the jobs' sequence number
   EXPECT_EQ(job["task_id"], "r1a0-c3");
   EXPECT_EQ(job["seed"], 77);
   EXPECT_EQ(job["local_steps"], 4);
@@ -114,7 +121,7 @@ TEST_F(PipeTaskRunnerTest, TheLayoutJobAndOutcomeCrossWhole) {
   EXPECT_THAT(runner_->Finish(9).status(), StatusIs(StatusCode::kNotFound, "no training job"));
 }
 
-TEST_F(PipeTaskRunnerTest, EveryBadReplyIsAnErrorThatSaysWhat) {
+TEST_F(PipeTrainerTest, EveryBadReplyIsAnErrorThatSaysWhat) {
   struct Case {
     std::string line;
     std::vector<float> values;
@@ -146,7 +153,7 @@ TEST_F(PipeTaskRunnerTest, EveryBadReplyIsAnErrorThatSaysWhat) {
   }
 }
 
-TEST_F(PipeTaskRunnerTest, AReplyCutShortOrNeverSentIsUnavailable) {
+TEST_F(PipeTrainerTest, AReplyCutShortOrNeverSentIsUnavailable) {
   ASSERT_TRUE(runner_->Start(1, Job()).ok());
   Reply("{\"examples\": 3, \"floats\": 9}\n", {1, 2, 3});  // 3 of the 9 values, then the end closes
   ::close(replies_out_);
@@ -156,10 +163,11 @@ TEST_F(PipeTaskRunnerTest, AReplyCutShortOrNeverSentIsUnavailable) {
   EXPECT_THAT(runner_->Finish(2).status(), StatusIs(StatusCode::kUnavailable, "closed its pipe"));
 }
 
-TEST_F(PipeTaskRunnerTest, LabelFlippingJobsAreRefused) {
+TEST_F(PipeTrainerTest, LabelFlippingJobsAreRefused) {
   TrainJob job = Job();
   job.flip_labels = true;
-  EXPECT_THAT(runner_->Start(1, std::move(job)), StatusIs(StatusCode::kInvalidArgument, "label-flipping"));
+  ASSERT_TRUE(runner_->Start(1, std::move(job)).ok());
+  EXPECT_THAT(runner_->Finish(1).status(), StatusIs(StatusCode::kInvalidArgument, "label-flipping"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "simulations/pipe_task_runner.h"
+#include "simulations/pipe_trainer.h"
 
 #include <errno.h>
 #include <unistd.h>
@@ -16,16 +16,15 @@ constexpr size_t kMaxLineBytes = 1 << 20;
 
 }  // namespace
 
-PipeTaskRunner::PipeTaskRunner(int from_trainer, int to_trainer)
-    : from_trainer_(from_trainer), to_trainer_(to_trainer) {}
+PipeTrainer::PipeTrainer(int from_trainer, int to_trainer) : from_trainer_(from_trainer), to_trainer_(to_trainer) {}
 
-PipeTaskRunner::~PipeTaskRunner() {
+PipeTrainer::~PipeTrainer() {
   // Closing our end tells the trainer that the run is over.
   if (to_trainer_ >= 0) ::close(to_trainer_);
   if (from_trainer_ >= 0) ::close(from_trainer_);
 }
 
-Status PipeTaskRunner::WriteAll(const void* data, size_t size) {
+Status PipeTrainer::WriteAll(const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
   while (size > 0) {
     const ssize_t n = ::write(to_trainer_, p, size);
@@ -40,7 +39,7 @@ Status PipeTaskRunner::WriteAll(const void* data, size_t size) {
   return Status::Ok();
 }
 
-Status PipeTaskRunner::ReadAll(void* data, size_t size) {
+Status PipeTrainer::ReadAll(void* data, size_t size) {
   char* p = static_cast<char*>(data);
   while (size > 0) {
     const ssize_t n = ::read(from_trainer_, p, size);
@@ -53,7 +52,7 @@ Status PipeTaskRunner::ReadAll(void* data, size_t size) {
   return Status::Ok();
 }
 
-Result<std::string> PipeTaskRunner::ReadLine() {
+Result<std::string> PipeTrainer::ReadLine() {
   std::string line;
   char c = 0;
   for (;;) {
@@ -67,30 +66,18 @@ Result<std::string> PipeTaskRunner::ReadLine() {
   }
 }
 
-Status PipeTaskRunner::SendLayout(const ModelState& model, int64_t train_examples) {
+Status PipeTrainer::SendLayout(const ModelState& model, int64_t train_examples) {
   nlohmann::json layout = nlohmann::json::array();
   for (const TensorSlot& t : model.tensors()) layout.push_back({{"name", t.name}, {"shape", t.shape}});
   const std::string line = nlohmann::json{{"layout", layout}, {"train_examples", train_examples}}.dump() + "\n";
   return WriteAll(line.data(), line.size());
 }
 
-Status PipeTaskRunner::Start(uint64_t key, TrainJob job) {
-  if (job.flip_labels) {
+Result<TrainOutcome> PipeTrainer::Train(const ModelState& base, const DatasetView& data, const TrainOptions& o) {
+  if (data.label_map != nullptr) {
     return InvalidArgumentError("label-flipping attackers train on the simulator's own trainer, not a loop of yours");
   }
-  if (!jobs_.emplace(key, std::move(job)).second) {
-    return InternalError("training job " + std::to_string(key) + " started twice");
-  }
-  return Status::Ok();
-}
-
-Result<TrainOutcome> PipeTaskRunner::Finish(uint64_t key) {
-  auto it = jobs_.find(key);
-  if (it == jobs_.end()) return NotFoundError("no training job " + std::to_string(key));
-  const TrainJob job = std::move(it->second);
-  jobs_.erase(it);
-  const ModelState& base = *job.base;
-  const TrainOptions& o = job.options;
+  const uint64_t key = jobs_sent_++;
   const std::string line = nlohmann::json{{"key", key},
                                           {"task_id", o.task_id},
                                           {"round", o.round},
@@ -101,12 +88,12 @@ Result<TrainOutcome> PipeTaskRunner::Finish(uint64_t key) {
                                           {"momentum", o.momentum},
                                           {"seed", o.seed},
                                           {"config", o.config},
-                                          {"indices", job.indices.size()},
+                                          {"indices", data.indices.size()},
                                           {"floats", base.num_params()}}
                                .dump() +
                            "\n";
   PLEXUS_RETURN_IF_ERROR(WriteAll(line.data(), line.size()));
-  PLEXUS_RETURN_IF_ERROR(WriteAll(job.indices.data(), job.indices.size() * sizeof(uint32_t)));
+  PLEXUS_RETURN_IF_ERROR(WriteAll(data.indices.data(), data.indices.size() * sizeof(uint32_t)));
   PLEXUS_RETURN_IF_ERROR(WriteAll(base.data().data(), base.num_bytes()));
 
   PLEXUS_ASSIGN_OR_RETURN(std::string reply_line, ReadLine());
@@ -135,11 +122,16 @@ Result<TrainOutcome> PipeTaskRunner::Finish(uint64_t key) {
   PLEXUS_RETURN_IF_ERROR(ReadAll(out.weights.data().data(), out.weights.num_bytes()));
   PLEXUS_RETURN_IF_ERROR(out.weights.CheckFinite().WithContext("the training loop's weights"));
   out.num_examples = examples->get<int64_t>();
-  out.steps = TotalSteps(o, static_cast<int64_t>(job.indices.size()));
+  out.steps = TotalSteps(o, static_cast<int64_t>(data.indices.size()));
   const auto loss = reply.find("loss");
   if (loss != reply.end() && loss->is_number()) out.mean_loss = loss->get<double>();
   if (!std::isfinite(out.mean_loss)) return InvalidArgumentError("the training loop's loss is not finite");
   return out;
+}
+
+Result<Evaluation> PipeTrainer::Evaluate(const ModelState&, const DatasetView&) {
+  return FailedPreconditionError(
+      "the caller's training loop only trains; the simulator evaluates with its own trainer");
 }
 
 }  // namespace plexus
