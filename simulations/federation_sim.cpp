@@ -357,7 +357,7 @@ void FederationSim::StartViaEdge(size_t i, uint64_t version, size_t download_byt
   net_.Send(0, EdgeNode(e), model_bytes_, [this, e, version] {
     Edge& edge = edges_[e];
     edge.fetching.erase(version);
-    edge.cached = std::max(edge.cached == std::numeric_limits<uint64_t>::max() ? 0 : edge.cached, version);
+    edge.cached = std::max(edge.cached.value_or(version), version);
     std::vector<EventNetwork::Handler> ready = std::move(edge.waiting[version]);
     edge.waiting.erase(version);
     for (EventNetwork::Handler& d : ready) d();

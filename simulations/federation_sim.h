@@ -99,7 +99,7 @@ class FederationSim {
   // --- Edges (SimOptions::edges): node n + 1 + e is edge e; client i reports to edge i mod E.
   struct Edge {
     std::set<uint64_t> fetching;                                     // versions on their way from the server
-    uint64_t cached = std::numeric_limits<uint64_t>::max();          // the version it serves
+    std::optional<uint64_t> cached;                                  // the newest version it holds
     std::map<uint64_t, std::vector<EventNetwork::Handler>> waiting;  // downloads waiting for that version
     std::map<uint64_t, int64_t> outstanding;                         // by base version: tasks not yet reported
     std::map<uint64_t, std::vector<uint32_t>> arrived;               // by base version: updates held

@@ -41,11 +41,8 @@ std::vector<const std::string*> ClientRegistry::ConnectedIds() const {
 }
 
 std::vector<std::string> ClientRegistry::Connected() const {
-  const int64_t now = clock_->NowMs();
   std::vector<std::string> out;
-  for (const auto& [id, seen] : last_seen_ms_) {
-    if (seen != kNeverHeard && now - seen <= timeout_ms_) out.push_back(id);
-  }
+  for (const std::string* id : ConnectedIds()) out.push_back(*id);
   return out;
 }
 
