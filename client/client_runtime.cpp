@@ -1,5 +1,7 @@
 #include "client/client_runtime.h"
 
+#include <cstdio>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,6 +16,12 @@
 #include "core/safetensors.h"
 
 namespace plexus {
+
+std::string LocalDpAnnouncement(double clip, double noise) {
+  char text[96];
+  std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", clip, noise);
+  return text;
+}
 
 ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transport, TrainerFactory make_trainer,
                              DatasetView data)

@@ -27,6 +27,11 @@
 
 namespace plexus {
 
+// How a client running local DP (ClientOptions::local_dp_clip and local_dp_noise) announces it at
+// join: "clip=C,noise=Z", each to 17 significant digits. A server running the same local DP
+// expects exactly this text.
+std::string LocalDpAnnouncement(double clip, double noise);
+
 struct ClientOptions {
   std::string client_id;  // empty: the server assigns one
   std::string device = "cpu";

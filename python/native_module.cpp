@@ -5,9 +5,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -31,6 +31,24 @@ namespace {
 
 using Layout = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
+// Whether `mine` (a model's names and shapes, in order; called `what`) has the layout of `theirs`
+// (called `whose`): FailedPrecondition saying where they differ first, in one line. The check at a
+// server's join and before a simulation with the user's loop (plexus.sim).
+Status CompareLayouts(const Layout& mine, const std::string& what, const Layout& theirs, const std::string& whose) {
+  for (size_t i = 0; i < std::max(theirs.size(), mine.size()); ++i) {
+    if (i >= mine.size()) return FailedPreconditionError(what + " lacks " + theirs[i].first + " of " + whose);
+    if (i >= theirs.size()) {
+      return FailedPreconditionError(what + " has " + mine[i].first + ", which " + whose + " has not");
+    }
+    if (mine[i] != theirs[i]) {
+      return FailedPreconditionError(what + "'s tensor " + std::to_string(i) + " is " + mine[i].first +
+                                     ShapeText(mine[i].second) + " where " + whose + " has " + theirs[i].first +
+                                     ShapeText(theirs[i].second));
+    }
+  }
+  return Status::Ok();
+}
+
 // Whether a model of `layout` can take part in a federation of `announced` (the model name the
 // server gives at join): FailedPrecondition saying how they differ, in one line.
 Status CheckLayout(const Layout& layout, const std::string& announced) {
@@ -50,20 +68,9 @@ Status CheckLayout(const Layout& layout, const std::string& announced) {
   if (!theirs.ok()) {
     return FailedPreconditionError("the server federates " + announced + ", which this client does not know");
   }
-  const std::vector<TensorSlot>& want = theirs->tensors();
-  for (size_t i = 0; i < std::max(want.size(), layout.size()); ++i) {
-    if (i >= layout.size())
-      return FailedPreconditionError("the model lacks " + want[i].name + " of the server's " + announced);
-    if (i >= want.size())
-      return FailedPreconditionError("the model has " + layout[i].first + ", which the server's " + announced +
-                                     " has not");
-    if (layout[i].first != want[i].name || layout[i].second != want[i].shape) {
-      return FailedPreconditionError("the model's tensor " + std::to_string(i) + " is " + layout[i].first +
-                                     ShapeText(layout[i].second) + " where the server's " + announced + " has " +
-                                     want[i].name + ShapeText(want[i].shape));
-    }
-  }
-  return Status::Ok();
+  Layout want;
+  for (const TensorSlot& t : theirs->tensors()) want.emplace_back(t.name, t.shape);
+  return CompareLayouts(layout, "the model", want, "the server's " + announced);
 }
 
 // A view of `n` examples the Python side holds: the runtime reads only its size (what the client
@@ -96,11 +103,7 @@ class NativeClient {
     if (local_dp_clip > 0) {
       options_.local_dp_clip = local_dp_clip;
       options_.local_dp_noise = local_dp_noise;
-      // Announced at join exactly as `plexus client --dp local:...` announces it
-      // (apps/plexus/local_dp_flag.h): the server compares the text with its own.
-      char text[96];
-      std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", local_dp_clip, local_dp_noise);
-      local_dp_announced_ = text;
+      local_dp_announced_ = LocalDpAnnouncement(local_dp_clip, local_dp_noise);
     }
     limits_.max_upload_bytes_per_s = static_cast<int64_t>(max_upload_kib_s * 1024);
     options_.save_updates_dir = std::move(save_updates_dir);
@@ -224,6 +227,14 @@ PYBIND11_MODULE(_native, m) {
            py::arg("device_blocked") = py::none(), py::arg("device_check_s") = 5.0)
       .def("run", &NativeClient::Run, py::arg("layout"), py::arg("train"), py::arg("evaluate"));
   BindServerDatabase(m);
+  m.def(
+      "compare_layouts",
+      [](const Layout& mine, const std::string& what, const Layout& theirs, const std::string& whose) {
+        const Status s = CompareLayouts(mine, what, theirs, whose);
+        return s.ok() ? std::string() : s.message();
+      },
+      py::arg("mine"), py::arg("what"), py::arg("theirs"), py::arg("whose"),
+      "Where two layouts ([(name, shape)], in order) first differ, in one line; empty when they agree.");
   m.def(
       "set_log_level", [](const std::string& level) { spdlog::set_level(spdlog::level::from_str(level)); },
       py::arg("level"));

@@ -4,13 +4,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "aggregators/strategy_spec.h"
 #include "apps/plexus/commands.h"
+#include "client/client_runtime.h"
 #include "privacy/rdp_accountant.h"
 
 namespace plexus::cli {
@@ -40,9 +40,7 @@ inline LocalDp ParseLocalDp(const std::string& flag) {
   LocalDp dp;
   ReadClipAndNoise(spec, &dp.clip, &dp.noise);
   Check(spec.CheckAllUsed(), "--dp");
-  char text[96];
-  std::snprintf(text, sizeof text, "clip=%.17g,noise=%.17g", dp.clip, dp.noise);
-  dp.announced = text;
+  dp.announced = LocalDpAnnouncement(dp.clip, dp.noise);
   return dp;
 }
 

@@ -79,6 +79,14 @@ def _examples_and_metrics(result: Any, who: str) -> tuple[int, dict]:
     return int(examples), dict(metrics or {})
 
 
+def _numpy_result(result: Any) -> tuple[Any, int, dict]:
+    """A NumPy-form training function's result: (weights, examples) or (weights, examples, metrics)."""
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise TypeError("train must return (weights, examples) or (weights, examples, metrics)")
+    examples, metrics = _examples_and_metrics(result[1:] if len(result) == 3 else result[1], "train")
+    return result[0], examples, metrics
+
+
 def _with_times(summary: dict, user_s: float) -> dict:
     """The summary with the binding's cost: `train_s`, the time inside your training function,
     and `binding_s`, the time the binding spent getting each task's weights into your model and
@@ -200,10 +208,7 @@ class Client:
                 result = _call_user(train, copies, Task(**task))
             finally:
                 spent["user"] += time.perf_counter() - began
-            if not isinstance(result, tuple) or len(result) not in (2, 3):
-                raise TypeError("train must return (weights, examples) or (weights, examples, metrics)")
-            new_weights = result[0]
-            examples, metrics = _examples_and_metrics(result[1:] if len(result) == 3 else result[1], "train")
+            new_weights, examples, metrics = _numpy_result(result)
             return examples, list(new_weights), float(metrics.get("loss", 0.0))
 
         def native_evaluate(arrays):
@@ -362,7 +367,7 @@ def _read_exactly(stream, n: int) -> bytes:
 
 
 class _SimTrainer:
-    """The Python end of `plexus sim --trainer-pipe` (simulations/pipe_task_runner.h has the
+    """The Python end of `plexus sim --trainer-pipe` (simulations/pipe_trainer.h has the
     exchange): takes the simulator's jobs, runs the user's loop on each, sends the weights back."""
 
     def __init__(self, train: Callable, module, model_name: str):
@@ -377,16 +382,11 @@ class _SimTrainer:
         self.layout = [(t["name"], tuple(t["shape"])) for t in hello["layout"]]
         if self.module is None:
             return
-        mine = [(n, tuple(t.shape)) for n, t in zip(self.names, self.tensors)]
-        theirs = f"simulated {self.model_name}"
-        for i in range(max(len(mine), len(self.layout))):
-            if i >= len(mine):
-                raise ValueError(f"the module lacks {self.layout[i][0]} of the {theirs}")
-            if i >= len(self.layout):
-                raise ValueError(f"the module has {mine[i][0]}, which the {theirs} has not")
-            if mine[i] != self.layout[i]:
-                raise ValueError(f"the module's tensor {i} is {mine[i][0]}{mine[i][1]} where the {theirs} has "
-                                 f"{self.layout[i][0]}{self.layout[i][1]}")
+        # The check a server's join makes, with the same one line.
+        differs = _native.compare_layouts([(n, list(t.shape)) for n, t in zip(self.names, self.tensors)], "the module",
+                                          [(n, list(s)) for n, s in self.layout], f"the simulated {self.model_name}")
+        if differs:
+            raise ValueError(differs)
 
     def run_job(self, job: dict, indices: np.ndarray, flat: np.ndarray) -> tuple[dict, list]:
         arrays, at = [], 0
@@ -404,11 +404,8 @@ class _SimTrainer:
             examples, metrics = _examples_and_metrics(self.train(self.module, task), "train")
             weights = _weights_of(self.tensors)
         else:
-            result = self.train([np.array(a) for a in arrays], task)
-            if not isinstance(result, tuple) or len(result) not in (2, 3):
-                raise TypeError("train must return (weights, examples) or (weights, examples, metrics)")
-            weights = [np.asarray(w, dtype=np.float32) for w in result[0]]
-            examples, metrics = _examples_and_metrics(result[1:] if len(result) == 3 else result[1], "train")
+            new_weights, examples, metrics = _numpy_result(self.train([np.array(a) for a in arrays], task))
+            weights = [np.asarray(w, dtype=np.float32) for w in new_weights]
         if len(weights) != len(self.layout):
             raise ValueError(f"train left {len(weights)} tensors where the model has {len(self.layout)}")
         for w, (name, shape) in zip(weights, self.layout):
