@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/file_contents.h"
 #include "tests/integration/process.h"
 
 namespace plexus {
@@ -26,11 +27,10 @@ using ::plexus::testing::RunToCompletion;
 constexpr const char* kPython = "/usr/bin/python3";  // Debian's, with python3-torch
 const std::string kScript = std::string(PLEXUS_SOURCE_DIR) + "/tests/integration/own_model.py";
 
+// A JSON file; a missing or malformed one throws, failing the test that reads it.
 nlohmann::json ReadJson(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
+  Result<std::string> text = ReadFileContents(path);
+  return nlohmann::json::parse(text.ok() ? *text : std::string());
 }
 
 class OwnModelTest : public ::testing::Test {

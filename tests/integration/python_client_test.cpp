@@ -8,12 +8,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/file_contents.h"
 #include "core/safetensors.h"
 #include "tests/integration/process.h"
 
@@ -89,11 +88,10 @@ class PythonClientTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ChildProcess>(kPython, args, Path(log));
   }
-  nlohmann::json Json(const std::string& path) const {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return nlohmann::json::parse(s.str(), nullptr, false);
+  // A JSON file (discarded, not an object, when it is missing or malformed).
+  static nlohmann::json Json(const std::string& path) {
+    Result<std::string> text = ReadFileContents(path);
+    return nlohmann::json::parse(text.ok() ? *text : std::string(), nullptr, false);
   }
   // The client summary a python_client.py printed on its last line.
   static nlohmann::json LastLine(const std::string& log) {
