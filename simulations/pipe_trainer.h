@@ -8,11 +8,11 @@
 // The exchange (host byte order: both ends are on one machine). Each message is one line of JSON
 // followed by the raw arrays the line announces:
 //   simulator -> trainer, once:  {"layout": [{"name": N, "shape": [...]}, ...], "train_examples": E}
-//   simulator -> trainer, a job: {"key", "task_id", "round", "local_steps", "local_epochs",
-//                                 "batch_size", "learning_rate", "momentum", "seed",
-//                                 "indices": I, "floats": F}, then I uint32 example indices into
-//                                 the simulator's training set and the F float32 values of the
-//                                 task's model in layout order
+//   simulator -> trainer, a job: {"key" (its sequence number), "task_id", "round", "local_steps",
+//                                 "local_epochs", "batch_size", "learning_rate", "momentum",
+//                                 "seed", "config": {...}, "indices": I, "floats": F}, then I
+//                                 uint32 example indices into the simulator's training set and
+//                                 the F float32 values of the task's model in layout order
 //   trainer -> simulator:        {"examples": X, "loss": L, "floats": F} and the F trained values;
 //                                or {"error": "why"} (the simulation ends with it)
 // The simulator closes its end when the run is over. A reply that is malformed, of another size,

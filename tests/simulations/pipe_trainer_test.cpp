@@ -44,7 +44,9 @@ class PipeTrainerTest : public ::testing::Test {
   void Reply(const std::string& line, const std::vector<float>& values = {}) {
     ASSERT_EQ(::write(replies_out_, line.data(), line.size()), static_cast<ssize_t>(line.size()));
     const size_t bytes = values.size() * sizeof(float);
-    if (bytes > 0) ASSERT_EQ(::write(replies_out_, values.data(), bytes), static_cast<ssize_t>(bytes));
+    if (bytes > 0) {
+      ASSERT_EQ(::write(replies_out_, values.data(), bytes), static_cast<ssize_t>(bytes));
+    }
   }
   // The next line the runner wrote, and the bytes after it that the line announces.
   nlohmann::json ReadLine() {
