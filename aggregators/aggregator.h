@@ -17,6 +17,8 @@
 
 namespace plexus {
 
+class ExactSum;
+
 class Aggregator {
  public:
   virtual ~Aggregator() = default;
@@ -70,6 +72,11 @@ class Aggregator {
     (void)base_version;
     return true;
   }
+
+  // The exact sum of what was folded since Begin (empty before), for strategies that keep one
+  // (fedavg_exact): what an edge aggregator sends its parent instead of finalizing (plexus server
+  // --upstream). Null for the others.
+  virtual const ExactSum* partial_sum() const { return nullptr; }
 
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;

@@ -8,6 +8,7 @@
 
 #include "aggregators/aggregator.h"
 #include "aggregators/exact_sum.h"
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/strategy_spec.h"
 #include "core/thread_pool.h"
 
@@ -28,6 +29,10 @@ class ExactFedAvg final : public Aggregator {
   // Linear in the values: the factor goes into the weight, the update is left as it is.
   Status FoldScaled(Update& update, double value_scale) override { return FoldWeighted(update, value_scale); }
   bool takes_the_mean() const override { return true; }
+  // Coded updates are folded from their values; an edge's partial sum (PartialSumDelta) from its
+  // integers, so that the tree's sum is the flat server's.
+  bool folds_coded() const override { return true; }
+  const ExactSum* partial_sum() const override { return &sum_; }
   size_t num_folded() const override { return static_cast<size_t>(sum_.count()); }
 
   Result<ModelState> Finalize() override {
@@ -48,12 +53,29 @@ class ExactFedAvg final : public Aggregator {
  private:
   Status FoldWeighted(const Update& update, double value_scale) {
     if (!begun_) return FailedPreconditionError("fedavg_exact: Fold before Begin");
-    if (update.coded) return InvalidArgumentError("fedavg_exact folds float32 deltas, not coded ones");
-    PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base_));
+    if (update.coded) {
+      if (update.coded->num_values() != sum_.size()) {
+        return InvalidArgumentError("a coded update of " + std::to_string(update.coded->num_values()) +
+                                    " values from " + update.client_id + " for a model of " +
+                                    std::to_string(sum_.size()));
+      }
+      if (const auto* partial = dynamic_cast<const PartialSumDelta*>(update.coded.get())) {
+        // Its weights were applied where its updates were summed: the same settings there.
+        if (value_scale != 1.0) {
+          return InvalidArgumentError("the partial sum from " + update.client_id + " cannot be rescaled");
+        }
+        return sum_.Merge(partial->sum()).WithContext("partial sum from " + update.client_id);
+      }
+    }
+    if (!update.coded) PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base_));
     if (weighted_ && update.num_examples <= 0) {
       return InvalidArgumentError("an update from " + update.client_id + " with no examples");
     }
     const double weight = (weighted_ ? static_cast<double>(update.num_examples) : 1.0) * value_scale;
+    if (update.coded) {
+      const ModelState values = update.coded->Materialize(base_);
+      return sum_.Add(values.data(), weight).WithContext("update from " + update.client_id);
+    }
     return sum_.Add(update.delta.data(), weight).WithContext("update from " + update.client_id);
   }
 

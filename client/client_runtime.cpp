@@ -129,7 +129,7 @@ Result<ClientSummary> ClientRuntime::RunUntilStopped() {
 
 ClientStep ClientRuntime::Join() {
   Result<JoinReply> r = transport_->Join(session_.client_id(), static_cast<int64_t>(data_.size()), options_.device);
-  if (r.ok() && (!trainer_ || r->model_name != model_name_)) {
+  if (r.ok() && !options_.contribute && (!trainer_ || r->model_name != model_name_)) {
     Result<std::unique_ptr<Trainer>> trainer = make_trainer_(r->model_name);
     if (!trainer.ok()) return ClientStep::Failed(trainer.status());
     trainer_ = std::move(trainer).value();
@@ -361,6 +361,7 @@ ClientStep ClientRuntime::Report() {
 
 ClientStep ClientRuntime::Train(const Task& task) {
   if (secure_aggregation_) return TrainSecurely(task);
+  if (options_.contribute) return Contribute(task);
   Result<TrainedDelta> trained = TrainDelta(task);
   if (!trained.ok()) return session_.TaskFailed(task, trained.status());
   SaveUpdateCopy(task, *trained);
@@ -383,6 +384,22 @@ ClientStep ClientRuntime::Train(const Task& task) {
     }
   }
   pending_upload_ = PendingUpdate{std::move(h), std::move(payload)};
+  return session_.Trained();
+}
+
+ClientStep ClientRuntime::Contribute(const Task& task) {
+  Result<ModelState> model = FetchModel(task);
+  if (!model.ok()) return session_.TaskFailed(task, model.status());
+  Result<Contribution> made = options_.contribute(task, *model);
+  if (!made.ok()) return session_.TaskFailed(task, made.status());
+  UploadHeader h;
+  h.client_id = session_.client_id();
+  h.task_id = task.task_id;
+  h.base_version = task.model_version;
+  h.num_examples = made->num_examples;
+  h.metrics = std::move(made->metrics);
+  h.codec = std::move(made->codec);
+  pending_upload_ = PendingUpdate{std::move(h), std::move(made->payload)};
   return session_.Trained();
 }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,15 @@ namespace plexus {
 // join: "clip=C,noise=Z", each to 17 significant digits. A server running the same local DP
 // expects exactly this text.
 std::string LocalDpAnnouncement(double clip, double noise);
+
+// An update made otherwise than by training: what an edge aggregator (plexus server --upstream)
+// sends its parent for a task, the partial sum of its own clients' updates.
+struct Contribution {
+  std::string codec;  // the payload's codec spec (compression/codec.h)
+  std::shared_ptr<const std::string> payload;
+  int64_t num_examples = 0;
+  std::map<std::string, double> metrics;
+};
 
 struct ClientOptions {
   std::string client_id;  // empty: the server assigns one
@@ -72,6 +82,10 @@ struct ClientOptions {
   // keys", "share keys", "masked input", "unmask"), the client stops without sending its message
   // there, as a device that died at that point would (Run returns Aborted). Empty: never.
   std::string quit_at_secure_stage;
+  // Instead of training: each task's update is what this returns for the task and its model,
+  // which it may block for (an edge aggregator's partial sum, once its own round has closed);
+  // errors are taken as a training failure's. The client then makes no trainer. Unset: it trains.
+  std::function<Result<Contribution>(const Task& task, const ModelState& model)> contribute;
 };
 
 // Builds the trainer for the model the server announces at join.
@@ -105,6 +119,8 @@ class ClientRuntime {
   // Fetches the task's model and trains it; its update becomes pending_upload_ (with secure
   // aggregation: takes part in the task's group instead, TrainSecurely).
   ClientStep Train(const Task& task);
+  // The task's update from options_.contribute instead of the trainer.
+  ClientStep Contribute(const Task& task);
   struct TrainedDelta {
     ModelState delta;      // trained minus the task's model (clipped and noised with local DP)
     TrainOutcome outcome;  // its weights moved into delta

@@ -16,6 +16,7 @@ Result<std::unique_ptr<Codec>> MakeInt8Codec(StrategySpec& spec, ThreadPool* poo
 Result<std::unique_ptr<Codec>> MakeTopKCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeTernGradCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeQsgdCodec(StrategySpec& spec, ThreadPool* pool);
+Result<std::unique_ptr<Codec>> MakeExactSumCodec(StrategySpec& spec, ThreadPool* pool);
 
 namespace {
 
@@ -32,6 +33,7 @@ constexpr CodecEntry kCodecs[] = {
     {"topk", "topk[:ratio=R]", MakeTopKCodec},
     {"terngrad", "terngrad", MakeTernGradCodec},
     {"qsgd", "qsgd[:levels=L]", MakeQsgdCodec},
+    {"exactsum", "exactsum", MakeExactSumCodec},
 };
 
 }  // namespace

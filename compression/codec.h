@@ -12,6 +12,9 @@
 //                       s x sign(v) x Bernoulli(|v| / s), unbiased (2 bits per value)
 //   qsgd[:levels=L]     per tensor the L2 norm and per value a stochastic level of |v| / norm on L
 //                       levels (default 16) with its sign, unbiased (1 byte per value)
+//   exactsum            a sum of weighted deltas in int64 fixed point (aggregators/exact_sum.h): what
+//                       an edge aggregator sends its parent (8 bytes per value); read as a
+//                       PartialSumDelta (aggregators/partial_sum_delta.h)
 // Layout: "PXC1", the codec's id byte, the number of values (u64), then the codec's payload; all
 // little-endian (compression/codec_wire.h). A new codec is one file (compression/<name>_codec.cpp, with its
 // factory) and one line in codec.cpp's list.
@@ -32,6 +35,7 @@
 
 namespace plexus {
 
+class ExactSum;
 class ThreadPool;
 
 class Codec {
@@ -84,6 +88,9 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool
 // What the server gives its store to read persisted coded updates back: MakeCodec(codec)->Read
 // for deltas of `layout`'s size.
 CodedDeltaReader MakeCodedDeltaReader(ModelState layout);
+
+// An edge aggregator's partial sum in the exactsum codec's bytes (plexus server --upstream).
+std::string EncodePartialSum(const ExactSum& sum);
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
 // when it joins.

@@ -6,6 +6,7 @@
 #include <limits>
 #include <thread>
 
+#include "apps/plexus/client_tls_flags.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/model_choice.h"
@@ -125,24 +126,7 @@ void RunClient(const ClientFlags& f) {
                  now.max_temp_c ? std::to_string(*now.max_temp_c) + " C" : "unknown",
                  now.route_interfaces.empty() ? "nothing" : now.route_interfaces.front());
   }
-  ClientTls tls;
-  if (!f.token_file.empty()) {
-    tls.token = ReadTokenFile(f.token_file);
-  }
-  if (!f.tls_cert.empty() || !f.tls_key.empty() || (!f.tls_ca.empty() && tls.token.empty())) {
-    const int tls_flags = !f.tls_ca.empty() + !f.tls_cert.empty() + !f.tls_key.empty();
-    if (tls_flags != 3) {
-      throw CommandError("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key (or --tls-ca with --token-file)");
-    }
-    tls.cert_pem = ReadFileForFlag(f.tls_cert, "--tls-cert");
-    tls.key_pem = ReadFileForFlag(f.tls_key, "--tls-key");
-  }
-  if (!f.tls_ca.empty()) tls.ca_pem = ReadFileForFlag(f.tls_ca, "--tls-ca");
-  // A bearer token in plaintext is anyone's who can see the traffic: only to this machine.
-  if (!tls.token.empty() && !tls.enabled() && !IsLoopback(f.server)) {
-    throw CommandError("refusing to send the client token in plaintext to " + f.server +
-                       ": add --tls-ca with the server's CA (the server then needs --tls-cert and --tls-key)");
-  }
+  const ClientTls tls = ClientTlsFromFiles({f.tls_ca, f.tls_cert, f.tls_key, f.token_file}, f.server, "--");
   std::unique_ptr<ClientStateDir> state;
   if (!f.state_dir.empty()) {
     state = Take(ClientStateDir::Open(f.state_dir), "--state-dir");

@@ -6,9 +6,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "aggregators/registry.h"
+#include "apps/plexus/client_tls_flags.h"
 #include "apps/plexus/commands.h"
 #include "apps/plexus/dashboard_page.h"
 #include "apps/plexus/dp_flags.h"
+#include "apps/plexus/edge_upstream.h"
 #include "apps/plexus/help_lists.h"
 #include "apps/plexus/http_endpoint.h"
 #include "apps/plexus/local_dp_flag.h"
@@ -78,6 +81,11 @@ struct ServerFlags {
   std::vector<std::string> admins;
   std::string metrics_listen;
   std::string dashboard_listen;
+  // Edge aggregator (issue 41): the parent's address, and how to call it.
+  std::string upstream;
+  ClientTlsFiles upstream_tls;
+  std::string upstream_client_id;
+  double upstream_give_up_s = 300;
   int64_t keep_checkpoints = 100;
   int64_t keep_every = 0;
   DpFlags dp;
@@ -145,6 +153,16 @@ void RunServer(const ServerFlags& f) {
       local_dp ? std::nullopt
                : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
+  const bool edge = !f.upstream.empty();
+  if (edge) {
+    // An edge forwards exact sums of its clients' deltas; whatever needs every update, or noise,
+    // or a group's secrets, belongs at the root.
+    if (f.mode != Mode::kSync) throw CommandError("--upstream: an edge aggregator runs sync rounds (--mode sync)");
+    if (!f.dp.dp.empty()) throw CommandError("--upstream with --dp: differential privacy is applied at the root");
+    if (f.cmd->count("--secagg") > 0) throw CommandError("--upstream with --secagg: not supported at an edge");
+    if (f.cmd->count("--strategy") == 0) sync.strategy = "fedavg_exact";
+    sync.edge = true;
+  }
   const int64_t rounds_asked = sync.rounds;
   if (f.cmd->count("--secagg") > 0) {
     // The mode and the strategy (central --dp's included) are the engine's to refuse.
@@ -168,6 +186,10 @@ void RunServer(const ServerFlags& f) {
   async.commit_outside = !async.semi_async;
   const EngineOptions engine_options{f.mode, sync, async};
   Check(engine_options.Validate(), "invalid settings");
+  // A root (or a flat server) whose strategy keeps exact sums takes edges' partial sums.
+  const bool accept_partial_sums =
+      f.mode == Mode::kSync && !sync.secagg && Take(MakeAggregator(sync.strategy, nullptr))->partial_sum() != nullptr;
+  const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, f.upstream, "--upstream-") : ClientTls{};
 
   ServerTls tls;
   DoorLimits limits = f.limits;
@@ -234,6 +256,8 @@ void RunServer(const ServerFlags& f) {
   Dataset test;
   if (model.is_script() && !f.data.given() && !f.no_eval) {
     spdlog::info("no server-side evaluation: the server has no data for {} (give it some with --data)", f.model);
+  } else if (edge) {
+    spdlog::info("no server-side evaluation at an edge aggregator: its parent evaluates the versions it publishes");
   } else if (!f.no_eval) {
     test = f.data.given()
                ? LoadData(f.data, model.regression(), f.data_dir, Split::kTest)
@@ -300,6 +324,7 @@ void RunServer(const ServerFlags& f) {
                   download_codec,
                   model.buffers(),
                   local_dp ? local_dp->announced : std::string()};
+  info.accept_partial_sums = accept_partial_sums;
   if (dp) {
     info.dp_epsilon = [plan = *dp](uint64_t versions) { return plan.EpsilonAfter(static_cast<int64_t>(versions)); };
     info.dp_delta = dp->delta;
@@ -354,11 +379,22 @@ void RunServer(const ServerFlags& f) {
       upload_codec.empty() ? "float32" : upload_codec + " (float32 from clients without it)",
       download_codec.empty() ? "float32" : download_codec + " (float32 to clients without it)");
 
+  std::unique_ptr<EdgeUpstream> upstream;
+  if (edge) {
+    spdlog::info("edge aggregator: rounds on the versions of {}, partial sums sent there", f.upstream);
+    upstream =
+        std::make_unique<EdgeUpstream>(UpstreamOptions{f.upstream, upstream_tls, f.upstream_client_id,
+                                                       static_cast<int64_t>(f.upstream_give_up_s * 1000), f.seed},
+                                       server.get());
+  }
+
   // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
   // that a supervisor restarts it from its store, instead of refusing every call forever.
+  std::optional<Status> upstream_ended;
   while (!StopRequested().load()) {
     const EngineStatus now = server->status();
     if (now.finished || !now.error.empty()) break;
+    if (upstream && (upstream_ended = upstream->result()) && !upstream_ended->ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EngineStatus final_status = server->status();
@@ -388,8 +424,12 @@ void RunServer(const ServerFlags& f) {
   }
   const ServerMetrics door = server->metrics();
   const std::map<uint64_t, RoundRecord> federated = server->FederatedEvaluations();
+  if (upstream) upstream->Stop();
   server->Shutdown();
   if (!final_status.error.empty()) throw CommandError(final_status.error);
+  if (upstream_ended && !upstream_ended->ok()) {
+    throw CommandError(upstream_ended->ToString() + "; state is in " + f.db + ", restart to resume");
+  }
 
   if (final_status.finished && (!f.summary_out.empty() || !f.metrics_out.empty())) {
     RunSummary s;
@@ -511,6 +551,19 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-cert", f->tls_cert, "Server certificate (PEM) for mutual TLS");
   cmd->add_option("--tls-key", f->tls_key, "Server private key (PEM)");
   cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that client certificates must chain to");
+  cmd->add_option("--upstream", f->upstream,
+                  "Run as an edge aggregator under the server at HOST:PORT: serve this server's clients the "
+                  "parent's versions and send it one exact partial sum per parent task (sync mode, fedavg_exact; "
+                  "docs/deployment.md)");
+  cmd->add_option("--upstream-tls-ca", f->upstream_tls.ca, "CA certificate (PEM) of the parent's certificate");
+  cmd->add_option("--upstream-tls-cert", f->upstream_tls.cert,
+                  "This edge's certificate (PEM) at the parent; its name is the edge's identity there");
+  cmd->add_option("--upstream-tls-key", f->upstream_tls.key, "This edge's private key (PEM) at the parent");
+  cmd->add_option("--upstream-token-file", f->upstream_tls.token, "This edge's token at the parent (plexus tokens)");
+  cmd->add_option("--upstream-client-id", f->upstream_client_id,
+                  "This edge's client id at the parent (default: assigned by the parent)");
+  cmd->add_option("--upstream-give-up-s", f->upstream_give_up_s, "Stop when the parent has not answered for this long")
+      ->capture_default_str();
   cmd->add_option("--revoked", f->revoked_file,
                   "File of revoked client names, one per line: refused although their certificate or token is "
                   "valid; re-read when it changes (it may not exist yet: nobody is revoked until it is written)");

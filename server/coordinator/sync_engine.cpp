@@ -33,6 +33,14 @@ Status SyncOptions::Validate() const {
                                 ": raise --min-clients (and --clients-per-round) to " + std::to_string(fewest) +
                                 " or more, or lower the strategy's f");
   }
+  if (edge) {
+    if (secagg) return InvalidArgumentError("an edge aggregator (--upstream) cannot run --secagg");
+    if (merge->partial_sum() == nullptr) {
+      return InvalidArgumentError("an edge aggregator (--upstream) sends its parent exact partial sums: --strategy " +
+                                  merge->Describe() +
+                                  " keeps none (use fedavg_exact; robust rules do not compose through a tree)");
+    }
+  }
   if (secagg) {
     const char* why = nullptr;
     if (overselect != 1.0) why = "over-selection";
@@ -122,6 +130,7 @@ Result<std::string> SyncEngine::Join(const ClientRecord& client) {
 
 void SyncEngine::MaybeStartRound() {
   if (open_ || finished()) return;
+  if (options_.edge && !parent_round_) return;  // rounds open on the parent's versions only
   const int64_t now = clock_->NowMs();
   // Pointers to the registry's ids: a million connected clients cost 8 MB here, not 32.
   std::vector<const std::string*> available = clients_.ConnectedIds();
@@ -134,7 +143,7 @@ void SyncEngine::MaybeStartRound() {
   if (!enough) return;
 
   OpenRound r;
-  r.round = published_->version() + 1;
+  r.round = options_.edge ? *parent_round_ : published_->version() + 1;
   r.attempt = attempts_;
   r.deadline_ms = now + options_.round_deadline_ms;
   Rng rng = Rng::Derive(options_.seed, r.round * 1000003ULL + static_cast<uint64_t>(r.attempt));
@@ -445,6 +454,26 @@ void SyncEngine::AbandonRound() {
 }
 
 Status SyncEngine::CloseRound() {
+  if (options_.edge) {
+    // Not published: the round's exact sum goes to the parent. Its updates stay in the store's
+    // open round until the next version is adopted, so a restarted edge closes it again.
+    EdgePartial p;
+    p.round = open_->round;
+    p.base_version = published_->version();
+    p.sum = *aggregator_->partial_sum();
+    RoundRecord totals;
+    open_->tally.FillRecord(&totals);
+    p.num_examples = totals.num_examples;
+    p.mean_train_loss = totals.mean_train_loss;
+    p.merged = open_->merged;
+    partial_ = std::move(p);
+    parent_round_.reset();
+    open_.reset();
+    ++poll_epoch_;
+    attempts_ = 0;
+    idle_since_ms_ = clock_->NowMs();
+    return Status::Ok();
+  }
   // Finalize moves a server optimizer's state; a round that is not published must not keep that.
   const std::string state_before = aggregator_->SaveState();
   Result<ModelState> next = aggregator_->Finalize();
@@ -503,6 +532,48 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
     step += d * d;
   }
   backups_->ObserveRound(open_->update_sq_norms / static_cast<double>(open_->submitted.size()), step);
+}
+
+Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round) {
+  PLEXUS_RETURN_IF_ERROR(sticky_error_);
+  if (!options_.edge) return FailedPreconditionError("only an edge aggregator adopts its parent's versions");
+  PLEXUS_RETURN_IF_ERROR(model->CheckSameLayout(published_->model()).WithContext("the parent's model"));
+  const std::string sha = model->ContentSha256();
+  const bool same_version = model->version() == published_->version();
+  if (same_version && sha == published_->sha256()) {
+    // Handed out again (a retried task, or after a restart): the round open on it, or its partial,
+    // stays; a round not yet opened on it opens.
+    if (!open_ && !partial_) parent_round_ = round;
+    return Status::Ok();
+  }
+  if (model->version() < published_->version() || same_version) {
+    return FailedPreconditionError(
+        "the parent handed out version " + std::to_string(model->version()) + " (" + sha.substr(0, 12) +
+        "), but this edge holds version " + std::to_string(published_->version()) + " (" +
+        published_->sha256().substr(0, 12) +
+        ") : an edge starts from the parent's --model and --seed (or --initial-model), with a database of its own");
+  }
+  RoundRecord rec;
+  rec.round = model->version();
+  rec.model_version = model->version();
+  rec.model_sha256 = sha;
+  if (Status committed = store_->CommitRound(rec, *model, aggregator_->SaveState()); !committed.ok()) {
+    sticky_error_ = committed.WithContext("checkpoint of the parent's version " + std::to_string(model->version()));
+    return sticky_error_;
+  }
+  open_.reset();
+  partial_.reset();
+  parent_round_ = round;
+  attempts_ = 0;
+  ++poll_epoch_;
+  idle_since_ms_ = clock_->NowMs();
+  sticky_error_ = published_->Publish(std::move(model), std::move(rec));
+  return sticky_error_;
+}
+
+void SyncEngine::FinishWithParent() {
+  parent_finished_ = true;
+  ++poll_epoch_;
 }
 
 EngineStatus SyncEngine::status() const {

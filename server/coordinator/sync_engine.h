@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "aggregators/aggregator.h"
+#include "aggregators/exact_sum.h"
 #include "core/clock.h"
 #include "core/model_state.h"
 #include "core/status.h"
@@ -65,6 +66,11 @@ struct SyncOptions : SharedEngineOptions {
   // deadline. Needs a strategy of the averaging family, no over-selection or backup workers, and
   // at least 3 clients per round. Unset: updates arrive in the clear.
   std::optional<SecAggSettings> secagg;
+  // Edge aggregator (plexus server --upstream, issue 41): this engine's rounds open only on a
+  // version its parent handed out (AdoptParentVersion), numbered as the parent's, and a closed
+  // round is not published: its exact partial sum waits for the upstream to send it
+  // (partial()). Needs a strategy that keeps an exact sum (fedavg_exact); no secure aggregation.
+  bool edge = false;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -109,7 +115,9 @@ class SyncEngine final : public Engine {
 
   const ModelState& model() const override { return published_->model(); }
   std::shared_ptr<const ModelState> model_snapshot() const override { return published_->snapshot(); }
-  bool finished() const override { return published_->version() >= static_cast<uint64_t>(options_.rounds); }
+  bool finished() const override {
+    return parent_finished_ || (!options_.edge && published_->version() >= static_cast<uint64_t>(options_.rounds));
+  }
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return published_->history(); }
   std::string strategy_description() const override { return strategy_description_; }
@@ -122,6 +130,29 @@ class SyncEngine final : public Engine {
   Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
                                          const secagg::Call& call) override;
   uint64_t poll_epoch() const override { return poll_epoch_; }
+
+  // --- Edge mode (SyncOptions::edge) ---
+  // What an edge's closed round sends its parent.
+  struct EdgePartial {
+    uint64_t round = 0;         // the parent's round
+    uint64_t base_version = 0;  // the parent's version the clients trained from
+    ExactSum sum;               // Σ w·δ over the round's updates, Σw, their count
+    int64_t num_examples = 0;
+    double mean_train_loss = 0;
+    std::vector<MergedUpdate> merged;  // whose updates, which tasks
+  };
+  // The parent handed out `model` (its version kept) for its round `round`: it becomes this
+  // engine's model and a round opens on it once clients are there. The same version again (a
+  // task handed out again) changes nothing. A newer one drops a round still open or a partial not
+  // taken (the parent moved on without them). FailedPrecondition outside edge mode, or for a model
+  // of another layout, or a version 0 that differs from this edge's own (the edge must start from
+  // the parent's --model and --seed).
+  Status AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round);
+  // The partial sum of the last round closed on the adopted version, once it has closed; null
+  // before. Stays until another version is adopted (a lost upload is sent again).
+  const EdgePartial* partial() const { return partial_ ? &*partial_ : nullptr; }
+  // The parent finished: so does this engine (its clients are told at their next poll).
+  void FinishWithParent();
 
  private:
   struct OpenRound {
@@ -193,6 +224,11 @@ class SyncEngine final : public Engine {
   int64_t secure_rounds_aborted_ = 0;
   std::string last_secure_abort_;
   Status sticky_error_;
+  // Edge mode: the parent's round the adopted version is for (until its round closes), the
+  // closed round's partial, and whether the parent has finished.
+  std::optional<uint64_t> parent_round_;
+  std::optional<EdgePartial> partial_;
+  bool parent_finished_ = false;
 };
 
 }  // namespace plexus

@@ -102,6 +102,7 @@ class GrpcFederationServer final : public FederationServer {
 
   int port() const override { return port_; }
   EngineStatus status() override { return service_.status(); }
+  Status WithEngine(const std::function<Status(Engine&)>& fn) override { return service_.WithEngine(fn); }
   ServerMetrics metrics() override { return service_.metrics(); }
   bool AllClientsToldFinished() override { return service_.AllClientsToldFinished(); }
   std::map<uint64_t, RoundRecord> FederatedEvaluations() override { return service_.FederatedEvaluations(); }

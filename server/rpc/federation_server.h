@@ -49,6 +49,9 @@ struct ServerInfo {
   // no central DP. Called under the server's lock: must be cheap and not call back.
   std::function<double(uint64_t versions)> dp_epsilon;
   double dp_delta = 0;
+  // Takes edge aggregators' partial sums (the `exactsum` codec, aggregators/partial_sum_delta.h)
+  // from any client, whatever the tasks' codec: for a strategy that folds them (fedavg_exact).
+  bool accept_partial_sums = false;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite
@@ -156,6 +159,10 @@ class FederationServer {
   // Engine status under the server's lock.
   virtual EngineStatus status() = 0;
   virtual ServerMetrics metrics() = 0;
+  // Runs `fn` on the engine under the server's lock, then wakes the long polls (the engine may
+  // have a task for them now), and returns what `fn` returned: how a process drives an engine
+  // beside the clients' calls (an edge aggregator's upstream adopting its parent's versions).
+  virtual Status WithEngine(const std::function<Status(Engine&)>& fn) = 0;
   // True once every client that called this server has been told the federation finished.
   virtual bool AllClientsToldFinished() = 0;
   // The federated evaluations closed so far, by model version (ServerInfo::federated_eval).

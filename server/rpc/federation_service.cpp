@@ -37,6 +37,10 @@ FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, Serve
     upload_codec_ = std::move(MakeCodec(info_.upload_codec)).value();  // FederationServer::Start checked it
     codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
   }
+  if (info_.accept_partial_sums) {
+    partial_sum_codec_ = std::move(MakeCodec("exactsum")).value();
+    if (!codec_layout_) codec_layout_ = ModelState::UninitializedLike(engine_->model());
+  }
   downloads_ = std::move(ModelDownloads::Create(store_, info_.download_codec)).value();  // Start checked it
   // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
   // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a
@@ -214,6 +218,15 @@ EngineStatus FederationServiceImpl::status() {
   return StatusLocked();
 }
 
+Status FederationServiceImpl::WithEngine(const std::function<Status(Engine&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t before = engine_->model().version();
+  Status s = fn(*engine_);
+  if (engine_->model().version() != before) VersionServedLocked(engine_->history().back(), " from upstream");
+  cv_.notify_all();
+  return s;
+}
+
 std::map<uint64_t, RoundRecord> FederationServiceImpl::FederatedEvaluations() {
   std::lock_guard<std::mutex> lock(mu_);
   evaluations_.Update();
@@ -386,6 +399,7 @@ FederationService::FederationService(Engine* engine, Store* store, ServerInfo in
 FederationService::~FederationService() = default;
 grpc::Service* FederationService::service() { return impl_.get(); }
 EngineStatus FederationService::status() { return impl_->status(); }
+Status FederationService::WithEngine(const std::function<Status(Engine&)>& fn) { return impl_->WithEngine(fn); }
 ServerMetrics FederationService::metrics() { return impl_->metrics(); }
 bool FederationService::AllClientsToldFinished() { return impl_->AllClientsToldFinished(); }
 std::map<uint64_t, RoundRecord> FederationService::FederatedEvaluations() { return impl_->FederatedEvaluations(); }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -29,6 +30,8 @@ class FederationService {
   // What a grpc::ServerBuilder registers.
   grpc::Service* service();
   EngineStatus status();
+  // FederationServer::WithEngine.
+  Status WithEngine(const std::function<Status(Engine&)>& fn);
   ServerMetrics metrics();
   bool AllClientsToldFinished();
   // The federated evaluations closed so far, by model version.

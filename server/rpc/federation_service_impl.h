@@ -81,6 +81,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::StatusRequest*, v1::StatusReply* rep) override;
 
   EngineStatus status();
+  Status WithEngine(const std::function<Status(Engine&)>& fn);
 
   std::map<uint64_t, RoundRecord> FederatedEvaluations();
 
@@ -169,6 +170,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::set<std::string> told_finished_;                         // guarded by mu_
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
+  std::unique_ptr<Codec> partial_sum_codec_;                    // with ServerInfo::accept_partial_sums: exactsum
   std::optional<ModelState> codec_layout_;     // the model's layout (values unset), for decoding coded updates
   EvaluationDesk evaluations_;                 // guarded by mu_
   std::unique_ptr<ModelDownloads> downloads_;  // taken without mu_

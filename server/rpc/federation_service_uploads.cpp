@@ -29,6 +29,7 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     }
     limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
     if (upload_codec_) limit = std::max(limit, upload_codec_->EncodedSize(*codec_layout_) + (1 << 20));
+    if (partial_sum_codec_) limit = std::max(limit, partial_sum_codec_->EncodedSize(*codec_layout_) + (1 << 20));
   }
   if (header.total_bytes() > limit) {
     return Refuse("upload",
@@ -42,7 +43,15 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   const bool coded = header.encoding() == v1::ENCODING_DELTA_CODEC;
   // Fold and store the codes, never a float32 copy (int8, top-k, fp16, bf16 into FedAvg & co).
   bool keep_coded = false;
-  if (coded) {
+  // An edge aggregator's partial sum, whatever the tasks' codec (ServerInfo::accept_partial_sums).
+  const bool partial_sum = coded && partial_sum_codec_ && header.codec() == partial_sum_codec_->spec();
+  const Codec* codec = partial_sum ? partial_sum_codec_.get() : upload_codec_.get();
+  if (partial_sum) {
+    keep_coded = true;  // the strategy folds its integers
+    if (header.offset() > 0) {
+      return Refuse("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
+    }
+  } else if (coded) {
     std::lock_guard<std::mutex> lock(mu_);
     // A server without an upload codec names none in its tasks: the check comes before any use of it.
     if (!upload_codec_ || !TakesCodecLocked(header.client_id(), info_.upload_codec) ||
@@ -61,9 +70,9 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   const UploadCall call{ctx->peer(), [ctx] { ctx->TryCancel(); }};
   UploadPlaces::Place place(&places_, &call, *who);
   if (!place.status().ok()) return Refuse("upload", place.status());
-  Result<ReceivedUpload> received =
-      coded ? ReceiveCodedUpload(chunks, header, *upload_codec_, *codec_layout_, keep_coded, &place)
-            : ReceiveUpload(chunks, header, &partial_, &place);
+  Result<ReceivedUpload> received = coded
+                                        ? ReceiveCodedUpload(chunks, header, *codec, *codec_layout_, keep_coded, &place)
+                                        : ReceiveUpload(chunks, header, &partial_, &place);
   if (!received.ok()) return Refuse("upload", received.status());
   place.Received();
   const int64_t received_ms = clock_->NowMs();

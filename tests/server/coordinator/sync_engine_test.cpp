@@ -726,3 +726,115 @@ TEST(SyncOptionsBackupTest, BadSpecIsRefused) {
 
 }  // namespace
 }  // namespace plexus
+
+namespace plexus {
+namespace {
+
+// --- Edge mode (SyncOptions::edge, plexus server --upstream) ---
+
+SyncOptions EdgeOptions() {
+  SyncOptions o = Options(/*rounds=*/1, /*k=*/2, /*m=*/2);
+  o.strategy = "fedavg_exact";
+  o.edge = true;
+  return o;
+}
+
+std::shared_ptr<const ModelState> ParentVersion(uint64_t version, float w0) {
+  ModelState m = Initial();
+  m.data()[0] = w0;
+  m.set_version(version);
+  return std::make_shared<const ModelState>(std::move(m));
+}
+
+// An edge opens rounds only on its parent's versions, numbered as the parent's round, and a
+// closed round is not published: its exact sum waits as the partial, until the next version.
+TEST_F(SyncEngineTest, AnEdgesRoundOpensOnTheParentsVersionAndClosesIntoAPartialSum) {
+  Open(EdgeOptions());
+  Join("a");
+  Join("b");
+  Result<PollAnswer> idle = engine_->Poll("a");
+  ASSERT_OK(idle);
+  EXPECT_EQ(idle->kind, Kind::kWait) << "no round before the parent hands out a version";
+
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), /*round=*/5));
+  EXPECT_EQ(engine_->model().version(), 4u);
+  EXPECT_EQ(engine_->model().data()[0], 3.0f);
+  const Task ta = TaskOf("a");
+  const Task tb = TaskOf("b");
+  EXPECT_EQ(ta.round, 5u) << "the clients' round is the parent's (their training seeds follow it)";
+  EXPECT_EQ(ta.model_version, 4u);
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));
+  EXPECT_EQ(engine_->partial(), nullptr);
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 0.5f, 300)));
+
+  const SyncEngine::EdgePartial* p = engine_->partial();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->round, 5u);
+  EXPECT_EQ(p->base_version, 4u);
+  EXPECT_EQ(p->sum.count(), 2);
+  EXPECT_EQ(p->sum.weight(), 400.0);
+  EXPECT_EQ(p->num_examples, 400);
+  EXPECT_EQ(p->merged.size(), 2u);
+  std::vector<float> mean(2);
+  ASSERT_OK(p->sum.MeanInto(mean));
+  EXPECT_FLOAT_EQ(mean[0], (100 * 1.0f + 300 * 0.5f) / 400);
+  EXPECT_EQ(engine_->model().version(), 4u) << "an edge publishes nothing of its own";
+  EXPECT_EQ((*engine_->Poll("a")).kind, Kind::kWait) << "no second round on the same version";
+  EXPECT_FALSE(engine_->finished());
+
+  // The same version handed out again (a retried task) keeps the partial; a newer one drops it.
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), 5));
+  EXPECT_NE(engine_->partial(), nullptr);
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(5, 2.0f), 6));
+  EXPECT_EQ(engine_->partial(), nullptr);
+  EXPECT_EQ(TaskOf("a").round, 6u);
+
+  engine_->FinishWithParent();
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ((*engine_->Poll("b")).kind, Kind::kFinished);
+}
+
+// A restarted edge closes the round it had acknowledged updates for again: the partial is not lost.
+TEST_F(SyncEngineTest, ARestartedEdgeRebuildsThePartialOfItsAcknowledgedUpdates) {
+  Open(EdgeOptions());
+  Join("a");
+  Join("b");
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2));
+  const Task ta = TaskOf("a");
+  const Task tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 3.0f)));
+  const ExactSum before = engine_->partial()->sum;
+
+  engine_.reset();
+  Open(EdgeOptions());
+  EXPECT_EQ(engine_->model().version(), 1u);
+  ASSERT_OK(engine_->Tick());
+  ASSERT_NE(engine_->partial(), nullptr);
+  EXPECT_EQ(engine_->partial()->sum, before);
+  EXPECT_EQ(engine_->partial()->round, 2u);
+}
+
+TEST_F(SyncEngineTest, EdgeModeRefusesWhatCannotComposeAndVersionsItCannotHold) {
+  SyncOptions robust = EdgeOptions();
+  robust.strategy = "median";
+  EXPECT_THAT(robust.Validate(), StatusIs(StatusCode::kInvalidArgument, "fedavg_exact"));
+
+  Open(EdgeOptions());
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(3, 2.0f), 4));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(2, 2.0f), 3), StatusIs(StatusCode::kFailedPrecondition, ""));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(3, 9.0f), 4),
+              StatusIs(StatusCode::kFailedPrecondition, "--seed"));
+  ModelState wide = *ModelState::Create({{"w", {3}}});
+  wide.set_version(5);
+  EXPECT_FALSE(engine_->AdoptParentVersion(std::make_shared<const ModelState>(wide), 6).ok());
+  EXPECT_EQ(engine_->model().version(), 3u) << "a refused version changes nothing";
+}
+
+TEST_F(SyncEngineTest, OnlyAnEdgeAdoptsItsParentsVersions) {
+  Open(Options(1, 1, 1));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2), StatusIs(StatusCode::kFailedPrecondition, ""));
+}
+
+}  // namespace
+}  // namespace plexus

@@ -1,0 +1,88 @@
+#include "apps/plexus/edge_upstream.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "client/client_runtime.h"
+#include "compression/codec.h"
+#include "server/coordinator/sync_engine.h"
+
+namespace plexus::cli {
+
+EdgeUpstream::EdgeUpstream(UpstreamOptions options, FederationServer* server)
+    : options_(std::move(options)), server_(server) {
+  transport_ = MakeGrpcFederationTransport(options_.parent, options_.tls);
+  thread_ = std::thread([this] { Run(); });
+}
+
+EdgeUpstream::~EdgeUpstream() { Stop(); }
+
+void EdgeUpstream::Stop() {
+  stop_.store(true);
+  transport_->Shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<Status> EdgeUpstream::result() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return result_;
+}
+
+void EdgeUpstream::Run() {
+  ClientOptions o;
+  o.client_id = options_.client_id;
+  o.device = "edge aggregator";
+  o.give_up_after_ms = options_.give_up_after_ms;
+  o.seed = options_.seed;
+  o.contribute = [this](const Task& task, const ModelState& model) -> Result<Contribution> {
+    auto parent_model = std::make_shared<const ModelState>(model);
+    PLEXUS_RETURN_IF_ERROR(server_->WithEngine(
+        [&](Engine& e) { return static_cast<SyncEngine&>(e).AdoptParentVersion(parent_model, task.round); }));
+    spdlog::info("upstream task {}: the parent's round {} on its version {}; waiting for this edge's clients",
+                 task.task_id, task.round, task.model_version);
+    // The round closes on the edge's clients' calls or its deadline (the server's ticker).
+    while (!stop_.load()) {
+      std::optional<SyncEngine::EdgePartial> partial;
+      PLEXUS_RETURN_IF_ERROR(server_->WithEngine([&](Engine& e) {
+        const SyncEngine::EdgePartial* p = static_cast<SyncEngine&>(e).partial();
+        if (p && p->round == task.round && p->base_version == task.model_version) partial = *p;
+        return Status::Ok();
+      }));
+      if (partial) {
+        spdlog::info("upstream task {}: sending the partial sum of {} updates ({} examples)", task.task_id,
+                     partial->sum.count(), partial->num_examples);
+        Contribution c;
+        c.codec = "exactsum";
+        c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum));
+        c.num_examples = partial->num_examples;
+        c.metrics["train_loss"] = partial->mean_train_loss;
+        c.metrics["updates"] = static_cast<double>(partial->sum.count());
+        return c;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return CancelledError("stopped");
+  };
+  ClientRuntime runtime(
+      o, transport_.get(),
+      [](const std::string&) -> Result<std::unique_ptr<Trainer>> {
+        return InternalError("an edge aggregator does not train");
+      },
+      DatasetView());
+  Result<ClientSummary> summary = runtime.Run(&stop_);
+  Status ended = summary.status();
+  if (ended.ok()) {
+    spdlog::info("the parent at {} finished: {} partial sums sent", options_.parent, summary->tasks_completed);
+    ended = server_->WithEngine([](Engine& e) {
+      static_cast<SyncEngine&>(e).FinishWithParent();
+      return Status::Ok();
+    });
+  } else {
+    ended = ended.WithContext("upstream to " + options_.parent);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  result_ = ended;
+}
+
+}  // namespace plexus::cli

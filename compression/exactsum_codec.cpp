@@ -1,0 +1,60 @@
+// exactsum: a sum of weighted deltas in int64 fixed point (aggregators/exact_sum.h), the form in
+// which an edge aggregator sends its clients' partial sum to its parent (plexus server
+// --upstream, issue 41); 8 bytes per value plus a 32-byte header. Encoding one delta makes the
+// sum of that delta with weight 1. Read keeps the bytes as a PartialSumDelta, whose values are
+// the sum's weighted mean; fedavg_exact folds its integers.
+#include <memory>
+
+#include "aggregators/partial_sum_delta.h"
+#include "aggregators/strategy_spec.h"
+#include "compression/codec.h"
+#include "compression/codec_wire.h"
+
+namespace plexus {
+namespace {
+
+using namespace codec_wire;  // NOLINT: this file is one codec in that format
+
+constexpr uint8_t kId = 7;
+constexpr size_t kSumHeaderBytes = 32;  // ExactSum::Encode's header
+
+class ExactSumCodec final : public Codec {
+ public:
+  void EncodeTo(const ModelState& d, ModelState*, uint64_t, std::string* result) const override {
+    ExactSum sum(d.num_params());
+    // A delta the sum refuses (non-finite, beyond int64) is sent as an empty sum, which Read refuses.
+    (void)sum.Add(d.data(), 1.0);
+    *result = EncodePartialSum(sum);
+  }
+  Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
+    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const CodedDelta> read, Read(std::string(b), layout));
+    return read->Materialize(layout);
+  }
+  size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + kSumHeaderBytes + 8 * l.num_params(); }
+  std::string Describe() const override { return "exactsum"; }
+  bool has_coded_form() const override { return true; }
+  Result<std::shared_ptr<const CodedDelta>> Read(std::string bytes, const ModelState& layout) const override {
+    PLEXUS_RETURN_IF_ERROR(CheckHeader(bytes, kId, layout.num_params()));
+    Result<ExactSum> sum = ExactSum::Decode(std::string_view(bytes).substr(kHeaderBytes), layout.num_params());
+    if (!sum.ok()) return CodecError(sum.status().message());
+    Result<std::shared_ptr<const PartialSumDelta>> partial =
+        PartialSumDelta::Make(spec().empty() ? "exactsum" : spec(), std::move(bytes), std::move(sum).value());
+    if (!partial.ok()) return CodecError(partial.status().message());
+    return std::shared_ptr<const CodedDelta>(std::move(partial).value());
+  }
+};
+
+}  // namespace
+
+std::string EncodePartialSum(const ExactSum& sum) {
+  std::string out;
+  Header(&out, kId, sum.size());
+  out += sum.Encode();
+  return out;
+}
+
+Result<std::unique_ptr<Codec>> MakeExactSumCodec(StrategySpec&, ThreadPool*) {
+  return std::unique_ptr<Codec>(std::make_unique<ExactSumCodec>());
+}
+
+}  // namespace plexus

@@ -1,0 +1,120 @@
+// The exactsum codec and the partial sums it carries (issue 41): an edge aggregator's partial,
+// sent as bytes and folded by fedavg_exact at its parent, publishes the bits a flat server does.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregators/partial_sum_delta.h"
+#include "aggregators/registry.h"
+#include "compression/codec.h"
+#include "core/rng.h"
+#include "tests/testing/status_matchers.h"
+
+namespace plexus {
+namespace {
+
+using ::plexus::testing::StatusIs;
+
+struct Federation {
+  ModelState base;
+  std::vector<Update> updates;
+};
+
+Federation RandomFederation(size_t n, size_t dims) {
+  Rng rng(7);
+  Federation f{*ModelState::Create({{"w", {static_cast<int64_t>(dims)}}}), {}};
+  for (float& v : f.base.data()) v = static_cast<float>(rng.Normal());
+  for (size_t i = 0; i < n; ++i) {
+    Update u;
+    u.client_id = "c" + std::to_string(i);
+    u.num_examples = 1 + static_cast<int64_t>(rng.Below(600));
+    u.delta = ModelState::ZerosLike(f.base);
+    for (float& v : u.delta.data()) v = static_cast<float>(rng.Normal() * 0.01);
+    f.updates.push_back(std::move(u));
+  }
+  return f;
+}
+
+// An edge's partial sum of updates [begin, end), through the codec's bytes, as its parent reads it.
+Update PartialOf(const Federation& f, size_t begin, size_t end, const std::string& edge) {
+  ExactSum sum(f.base.num_params());
+  int64_t examples = 0;
+  for (size_t i = begin; i < end; ++i) {
+    EXPECT_TRUE(sum.Add(f.updates[i].delta.data(), static_cast<double>(f.updates[i].num_examples)).ok());
+    examples += f.updates[i].num_examples;
+  }
+  auto codec = *MakeCodec("exactsum");
+  Result<std::shared_ptr<const CodedDelta>> read = codec->Read(EncodePartialSum(sum), f.base);
+  EXPECT_TRUE(read.ok()) << read.status().ToString();
+  Update u;
+  u.client_id = edge;
+  u.num_examples = examples;
+  u.coded = *read;
+  return u;
+}
+
+ModelState Aggregate(const std::string& strategy, const ModelState& base, const std::vector<const Update*>& in) {
+  auto agg = *MakeAggregator(strategy, nullptr);
+  EXPECT_TRUE(agg->Begin(base).ok());
+  for (const Update* u : in) EXPECT_TRUE(agg->Fold(*u).ok()) << u->client_id;
+  return *agg->Finalize();
+}
+
+TEST(PartialSumTest, EdgesPartialSumsPublishTheFlatServersBits) {
+  const Federation f = RandomFederation(25, 1000);
+  std::vector<const Update*> flat;
+  for (const Update& u : f.updates) flat.push_back(&u);
+  const std::string sha = Aggregate("fedavg_exact", f.base, flat).ContentSha256();
+
+  // Two edges of 10 and 8 clients, and 7 clients straight at the root, in another order.
+  const Update a = PartialOf(f, 0, 10, "edge-a"), b = PartialOf(f, 10, 18, "edge-b");
+  std::vector<const Update*> mixed{&b};
+  for (size_t i = 24; i >= 18; --i) mixed.push_back(&f.updates[i]);
+  mixed.push_back(&a);
+  EXPECT_EQ(Aggregate("fedavg_exact", f.base, mixed).ContentSha256(), sha);
+
+  // A float strategy reads a partial as its mean with its weight: close to the same model.
+  const ModelState plain = Aggregate("fedavg", f.base, mixed);
+  const ModelState exact = Aggregate("fedavg_exact", f.base, flat);
+  for (size_t k = 0; k < 1000; ++k) EXPECT_NEAR(plain.data()[k], exact.data()[k], 1e-6) << k;
+}
+
+TEST(PartialSumTest, TheCodecRoundTripsADeltaAndRefusesBrokenOrEmptySums) {
+  auto codec = *MakeCodec("exactsum");
+  EXPECT_TRUE(codec->has_coded_form());
+  EXPECT_FALSE(codec->keeps_every_value()) << "not a codec for whole models";
+  ModelState delta = *ModelState::Create({{"w", {3}}});
+  delta.data()[0] = 0.25f;
+  delta.data()[1] = -1.5f;
+  delta.data()[2] = 1e-9f;  // below the fixed point's 2^-24: rounds to 0
+  const std::string bytes = codec->Encode(delta, nullptr, 0);
+  EXPECT_EQ(bytes.size(), codec->EncodedSize(delta));
+  const ModelState back = *codec->Decode(bytes, delta);
+  EXPECT_EQ(back.data()[0], 0.25f);
+  EXPECT_EQ(back.data()[1], -1.5f);
+  EXPECT_EQ(back.data()[2], 0.0f);
+
+  EXPECT_THAT(codec->Decode(bytes.substr(0, bytes.size() - 1), delta).status(),
+              StatusIs(StatusCode::kInvalidArgument, ""));
+  EXPECT_THAT(codec->Decode(EncodePartialSum(ExactSum(3)), delta).status(),
+              StatusIs(StatusCode::kInvalidArgument, "no updates"));
+  ModelState wider = *ModelState::Create({{"w", {4}}});
+  EXPECT_THAT(codec->Read(bytes, wider).status(), StatusIs(StatusCode::kInvalidArgument, ""));
+}
+
+TEST(PartialSumTest, APartialIsNotRescaledOrFoldedIntoAnotherLayout) {
+  const Federation f = RandomFederation(3, 10);
+  Update a = PartialOf(f, 0, 3, "edge-a");
+  auto agg = *MakeAggregator("fedavg_exact", nullptr);
+  ASSERT_TRUE(agg->Begin(f.base).ok());
+  EXPECT_THAT(agg->FoldScaled(a, 0.5), StatusIs(StatusCode::kInvalidArgument, "rescaled"));
+  ModelState other = *ModelState::Create({{"w", {11}}});
+  ASSERT_TRUE(agg->Begin(other).ok());
+  EXPECT_THAT(agg->Fold(a), StatusIs(StatusCode::kInvalidArgument, ""));
+  EXPECT_EQ(agg->num_folded(), 0u);
+}
+
+}  // namespace
+}  // namespace plexus
