@@ -27,6 +27,8 @@ struct JoinReply {
   // Every training task is a secure aggregation group's (the update goes through
   // FederationTransport::SecureAggregation, never Upload).
   bool secure_aggregation = false;
+  // Servers of the same federation to turn to when this one stops answering (FailoverTransport).
+  std::vector<std::string> fallback_servers;
 };
 
 // An update's header; the payload (safetensors bytes of the delta, or the codec's bytes of it)

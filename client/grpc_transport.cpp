@@ -94,7 +94,10 @@ class GrpcFederationTransport final : public FederationTransport {
     v1::JoinReply rep;
     PLEXUS_RETURN_IF_ERROR(FromGrpc(stub_->Join(&ctx, req, &rep), "join"));
     joined_id_ = rep.client_id();
-    return JoinReply{rep.client_id(), rep.model_name(), rep.secure_aggregation()};
+    return JoinReply{rep.client_id(),
+                     rep.model_name(),
+                     rep.secure_aggregation(),
+                     {rep.fallback_servers().begin(), rep.fallback_servers().end()}};
   }
 
   Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,

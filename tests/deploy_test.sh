@@ -53,6 +53,14 @@ if "$plexus" server --config "$root/deploy/server.toml" --dry-run --db "$tmp/fed
   echo "FAIL: the config was accepted with missing TLS files"; exit 1
 fi
 
+# The edge's example config, with its certificates both ways.
+"$plexus" certs issue --dir "$tmp/certs" --client edge >/dev/null
+out=$("$plexus" server --config "$root/deploy/edge.toml" --dry-run --db "$tmp/edge.db" \
+  --tls-cert "$tmp/certs/localhost.crt" --tls-key "$tmp/certs/localhost.key" --tls-ca "$tmp/certs/ca.crt" \
+  --upstream-tls-ca "$tmp/certs/ca.crt" --upstream-tls-cert "$tmp/certs/edge.crt" --upstream-tls-key "$tmp/certs/edge.key")
+grep -q "settings valid: sync mode, fedavg_exact, listen 0.0.0.0:50051 with TLS, database $tmp/edge.db, edge aggregator under plexus-server:50051 with TLS" <<<"$out" \
+  || { echo "FAIL (edge.toml): $out"; exit 1; }
+
 # 3. The manifests.
 python3 - "$root/deploy/kubernetes/plexus-server.yaml" <<'PY'
 import sys, yaml
@@ -67,4 +75,25 @@ assert "/var/lib/plexus" in mounts and "/etc/plexus/tls" in mounts, mounts
 assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "state"
 assert {p["containerPort"] for p in c["ports"]} == {50051, 9464}
 PY
-echo "ok: the unit verifies, the config is accepted, the manifests parse"
+# The edges: a headless Service and a StatefulSet whose pods name their id and their fallback
+# from their ordinal (the start script run here with `plexus` printing its arguments).
+python3 - "$root/deploy/kubernetes/plexus-edges.yaml" "$tmp" <<'PY'
+import os, subprocess, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+svc = next(d for d in docs if d["kind"] == "Service")
+assert svc["spec"]["clusterIP"] == "None", "the edges' Service must be headless"
+sts = next(d for d in docs if d["kind"] == "StatefulSet")
+assert sts["spec"]["serviceName"] == svc["metadata"]["name"]
+c = sts["spec"]["template"]["spec"]["containers"][0]
+env = {e["name"]: e.get("value") for e in c["env"]}
+assert int(env["EDGES"]) == sts["spec"]["replicas"], (env, sts["spec"]["replicas"])
+fake = os.path.join(sys.argv[2], "fakebin")
+os.makedirs(fake, exist_ok=True)
+with open(os.path.join(fake, "plexus"), "w") as f:
+    f.write("#!/bin/sh\necho \"$@\"\n")
+os.chmod(os.path.join(fake, "plexus"), 0o755)
+out = subprocess.run(c["command"] + c["args"], env={"PATH": fake + ":/usr/bin:/bin", "POD_NAME": "plexus-edge-3",
+                     "EDGES": env["EDGES"]}, capture_output=True, text=True, check=True).stdout
+assert "--upstream-client-id plexus-edge-3" in out and "--fallback plexus-edge-0.plexus-edge:50051" in out, out
+PY
+echo "ok: the unit verifies, the configs are accepted, the manifests parse"

@@ -4,7 +4,8 @@
 
 namespace plexus::cli {
 
-ClientTls ClientTlsFromFiles(const ClientTlsFiles& files, const std::string& server, const std::string& flag_prefix) {
+ClientTls ClientTlsFromFiles(const ClientTlsFiles& files, const std::vector<std::string>& servers,
+                             const std::string& flag_prefix) {
   const std::string ca = flag_prefix + "tls-ca", cert = flag_prefix + "tls-cert", key = flag_prefix + "tls-key",
                     token = flag_prefix + "token-file";
   ClientTls tls;
@@ -20,9 +21,11 @@ ClientTls ClientTlsFromFiles(const ClientTlsFiles& files, const std::string& ser
   }
   if (!files.ca.empty()) tls.ca_pem = ReadFileForFlag(files.ca, ca);
   // A bearer token in plaintext is anyone's who can see the traffic: only to this machine.
-  if (!tls.token.empty() && !tls.enabled() && !IsLoopback(server)) {
-    throw CommandError("refusing to send the client token in plaintext to " + server + ": add " + ca +
-                       " with the server's CA (the server then needs --tls-cert and --tls-key)");
+  for (const std::string& server : servers) {
+    if (!tls.token.empty() && !tls.enabled() && !IsLoopback(server)) {
+      throw CommandError("refusing to send the client token in plaintext to " + server + ": add " + ca +
+                         " with the server's CA (the server then needs --tls-cert and --tls-key)");
+    }
   }
   return tls;
 }

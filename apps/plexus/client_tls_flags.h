@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "client/grpc_transport.h"
 
@@ -14,7 +15,8 @@ struct ClientTlsFiles {
 };
 
 // `flag_prefix` names the flags in messages ("--" for plexus client's --tls-ca, "--upstream-"
-// for an edge's --upstream-tls-ca); `server` is the address called.
-ClientTls ClientTlsFromFiles(const ClientTlsFiles& files, const std::string& server, const std::string& flag_prefix);
+// for an edge's --upstream-tls-ca); `servers` are the addresses that may be called.
+ClientTls ClientTlsFromFiles(const ClientTlsFiles& files, const std::vector<std::string>& servers,
+                             const std::string& flag_prefix);
 
 }  // namespace plexus::cli

@@ -11,6 +11,7 @@
 #include "apps/plexus/local_dp_flag.h"
 #include "apps/plexus/model_choice.h"
 #include "client/client_runtime.h"
+#include "client/failover_transport.h"
 #include "client/grpc_transport.h"
 #include "compute/fashion_mnist.h"
 #include "compute/partition.h"
@@ -21,8 +22,29 @@
 namespace plexus::cli {
 namespace {
 
+// --server's comma-separated addresses; CommandError when none. With `shards` > 0, the one
+// address holds "{shard}" and becomes `shards` addresses, the client's own shard first (FNV-1a of
+// its id, modulo shards: the same edge every time, docs/deployment.md), then the next ones in
+// order as its fallbacks.
+std::vector<std::string> ServerAddresses(const std::string& list, int shards, const std::string& client_id) {
+  std::vector<std::string> servers;
+  size_t from = 0;
+  while (from <= list.size()) {
+    const size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) servers.push_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  if (servers.empty()) throw CommandError("--server: no address given");
+  if (shards == 0) return servers;
+  if (servers.size() != 1) throw CommandError("--shards needs one --server address holding {shard}");
+  return Take(ShardAddresses(servers[0], shards, client_id), "--shards");
+  return servers;
+}
+
 struct ClientFlags {
   std::string server = "127.0.0.1:50051";
+  double failover_after_s = 5;
+  int shards = 0;
   std::string model;  // empty: the built-in model the server names
   std::string loss = "cross_entropy";
   bool local_buffers = false;
@@ -126,7 +148,10 @@ void RunClient(const ClientFlags& f) {
                  now.max_temp_c ? std::to_string(*now.max_temp_c) + " C" : "unknown",
                  now.route_interfaces.empty() ? "nothing" : now.route_interfaces.front());
   }
-  const ClientTls tls = ClientTlsFromFiles({f.tls_ca, f.tls_cert, f.tls_key, f.token_file}, f.server, "--");
+  const std::vector<std::string> servers = ServerAddresses(f.server, f.shards, f.client_id);
+  if (f.shards > 0) spdlog::info("client {}: server {} (its shard of {})", f.client_id, servers[0], f.shards);
+  RealClock clock;
+  const ClientTls tls = ClientTlsFromFiles({f.tls_ca, f.tls_cert, f.tls_key, f.token_file}, servers, "--");
   std::unique_ptr<ClientStateDir> state;
   if (!f.state_dir.empty()) {
     state = Take(ClientStateDir::Open(f.state_dir), "--state-dir");
@@ -134,8 +159,12 @@ void RunClient(const ClientFlags& f) {
   }
   LinkLimits limits;
   limits.max_upload_bytes_per_s = static_cast<int64_t>(f.max_upload_kib_s * 1024);
-  std::unique_ptr<FederationTransport> transport =
-      MakeGrpcFederationTransport(f.server, tls, limits, local_dp.announced);
+  std::unique_ptr<FederationTransport> transport = std::make_unique<FailoverTransport>(
+      servers,
+      [tls, limits, dp = local_dp.announced](const std::string& address) {
+        return MakeGrpcFederationTransport(address, tls, limits, dp);
+      },
+      static_cast<int64_t>(f.failover_after_s * 1000), &clock);
   const int threads = f.threads;
   const bool portable = f.trainer == "portable";
   const bool local_buffers = f.local_buffers;
@@ -200,7 +229,18 @@ void RunClient(const ClientFlags& f) {
 void AddClientCommand(CLI::App& app) {
   auto f = std::make_shared<ClientFlags>();
   CLI::App* cmd = app.add_subcommand("client", "Run a training client against a plexus server");
-  cmd->add_option("--server", f->server, "Server address, HOST:PORT")->capture_default_str();
+  cmd->add_option("--server", f->server,
+                  "Server address, HOST:PORT; a comma-separated list: the others (and the fallbacks the server "
+                  "names at join, plexus server --fallback) are turned to when the one in use stops answering")
+      ->capture_default_str();
+  cmd->add_option("--shards", f->shards,
+                  "Servers sharded by client id: --server holds {shard}, replaced by this client's shard in "
+                  "[0, N) (a hash of --client-id), the others following as fallbacks; 0: off")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--failover-after-s", f->failover_after_s,
+                  "With more than one server: turn to the next once the one in use has not answered for this long")
+      ->capture_default_str();
   cmd->add_option("--model", f->model,
                   "The server's TorchScript model file (PATH.pt), when it federates one; a built-in model (mlp, cnn) "
                   "needs no flag: the client trains what the server names");

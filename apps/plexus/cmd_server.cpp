@@ -86,6 +86,7 @@ struct ServerFlags {
   ClientTlsFiles upstream_tls;
   std::string upstream_client_id;
   double upstream_give_up_s = 300;
+  std::vector<std::string> fallback;  // told to clients at join
   int64_t keep_checkpoints = 100;
   int64_t keep_every = 0;
   DpFlags dp;
@@ -189,7 +190,7 @@ void RunServer(const ServerFlags& f) {
   // A root (or a flat server) whose strategy keeps exact sums takes edges' partial sums.
   const bool accept_partial_sums =
       f.mode == Mode::kSync && !sync.secagg && Take(MakeAggregator(sync.strategy, nullptr))->partial_sum() != nullptr;
-  const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, f.upstream, "--upstream-") : ClientTls{};
+  const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, {f.upstream}, "--upstream-") : ClientTls{};
 
   ServerTls tls;
   DoorLimits limits = f.limits;
@@ -232,9 +233,11 @@ void RunServer(const ServerFlags& f) {
   const ModelChoice model(f.model, f.loss);  // a model file is read (and checked) before anything starts
   const std::string& model_name = model.federation_name();
   if (f.dry_run) {  // the settings are valid as far as they can be checked without starting
-    std::printf("plexus server: settings valid: %s mode, %s, listen %s%s, database %s\n",
-                std::string(ModeName(f.mode)).c_str(), sync.strategy.c_str(), f.listen.c_str(),
-                tls_flags > 0 ? " with TLS" : "", f.db.c_str());
+    std::printf(
+        "plexus server: settings valid: %s mode, %s, listen %s%s, database %s%s\n",
+        std::string(ModeName(f.mode)).c_str(), sync.strategy.c_str(), f.listen.c_str(),
+        tls_flags > 0 ? " with TLS" : "", f.db.c_str(),
+        edge ? (", edge aggregator under " + f.upstream + (upstream_tls.enabled() ? " with TLS" : "")).c_str() : "");
     PrintResolvedSettings(*f.cmd, derived);
     return;
   }
@@ -325,6 +328,7 @@ void RunServer(const ServerFlags& f) {
                   model.buffers(),
                   local_dp ? local_dp->announced : std::string()};
   info.accept_partial_sums = accept_partial_sums;
+  info.fallback_servers = f.fallback;
   if (dp) {
     info.dp_epsilon = [plan = *dp](uint64_t versions) { return plan.EpsilonAfter(static_cast<int64_t>(versions)); };
     info.dp_delta = dp->delta;
@@ -562,6 +566,10 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--upstream-token-file", f->upstream_tls.token, "This edge's token at the parent (plexus tokens)");
   cmd->add_option("--upstream-client-id", f->upstream_client_id,
                   "This edge's client id at the parent (default: assigned by the parent)");
+  cmd->add_option("--fallback", f->fallback,
+                  "Other servers of this federation (HOST:PORT, comma-separated) that clients turn to when this one "
+                  "stops answering, told to them at join: an edge's siblings or its parent")
+      ->delimiter(',');
   cmd->add_option("--upstream-give-up-s", f->upstream_give_up_s, "Stop when the parent has not answered for this long")
       ->capture_default_str();
   cmd->add_option("--revoked", f->revoked_file,

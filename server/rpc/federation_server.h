@@ -52,6 +52,9 @@ struct ServerInfo {
   // Takes edge aggregators' partial sums (the `exactsum` codec, aggregators/partial_sum_delta.h)
   // from any client, whatever the tasks' codec: for a strategy that folds them (fedavg_exact).
   bool accept_partial_sums = false;
+  // Told to every client at join: other servers of the federation (HOST:PORT) to turn to when this
+  // one stops answering (an edge's siblings or its parent).
+  std::vector<std::string> fallback_servers;
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

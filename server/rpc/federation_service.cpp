@@ -84,6 +84,7 @@ grpc::Status FederationServiceImpl::Join(grpc::ServerContext* ctx, const v1::Joi
   rep->set_client_id(*id);
   rep->set_model_name(info_.model_name);
   rep->set_secure_aggregation(engine_->secure_aggregation());
+  for (const std::string& server : info_.fallback_servers) rep->add_fallback_servers(server);
   active_clients_.insert(*id);
   evaluations_.Declare(*id, req->num_examples());
   client_codecs_[*id] = std::set<std::string>(req->codecs().begin(), req->codecs().end());

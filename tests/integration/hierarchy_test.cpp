@@ -6,9 +6,14 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/file_contents.h"
@@ -37,21 +42,28 @@ class HierarchyTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  // A server named `name` taking `k` updates per round (all of them: the same updates every
-  // run), under `upstream` when given (an edge). Returns its address.
-  std::string StartServer(const std::string& name, int k, const std::string& upstream = "") {
-    const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  struct ServerSettings {
+    int k = kClients;  // updates per round; by default all of them (the same updates every run)
+    int m = 0;         // quorum; 0: k
+    int rounds = kRounds;
+    std::string upstream;  // an edge's parent
+    std::string address;   // empty: a free port
+    std::vector<std::string> extra;
+  };
+  // A server named `name`; returns its address.
+  std::string StartServer(const std::string& name, const ServerSettings& s) {
+    const std::string address = s.address.empty() ? "127.0.0.1:" + std::to_string(FreePort()) : s.address;
     std::vector<std::string> args{"server",
                                   "--listen",
                                   address,
                                   "--db",
                                   Path(name + ".db"),
                                   "--rounds",
-                                  std::to_string(kRounds),
+                                  std::to_string(s.rounds),
                                   "--clients-per-round",
-                                  std::to_string(k),
+                                  std::to_string(s.k),
                                   "--min-clients",
-                                  std::to_string(k),
+                                  std::to_string(s.m > 0 ? s.m : s.k),
                                   "--strategy",
                                   "fedavg_exact",
                                   "--model",
@@ -60,20 +72,22 @@ class HierarchyTest : public ::testing::Test {
                                   "15",
                                   "--no-eval",
                                   "--summary-out",
-                                  Path(name + ".json"),
-                                  "--linger-s",
-                                  "30",
-                                  "--round-deadline-s",
-                                  "120"};
-    if (!upstream.empty()) {
-      args.insert(args.end(), {"--upstream", upstream, "--upstream-client-id", name});
+                                  Path(name + ".json")};
+    if (std::find(s.extra.begin(), s.extra.end(), "--linger-s") == s.extra.end()) {
+      args.insert(args.end(), {"--linger-s", "30"});
     }
+    if (!s.upstream.empty()) args.insert(args.end(), {"--upstream", s.upstream, "--upstream-client-id", name});
+    args.insert(args.end(), s.extra.begin(), s.extra.end());
     processes_.push_back(std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(name + ".log")));
     return address;
   }
+  std::string StartServer(const std::string& name, int k, const std::string& upstream = "") {
+    return StartServer(name, ServerSettings{k, 0, kRounds, upstream, "", {"--round-deadline-s", "120"}});
+  }
 
   // Client i (of kClients, its own iid partition and seed) of the server at `address`.
-  void StartClient(int i, const std::string& address, const std::string& run) {
+  void StartClient(int i, const std::string& address, const std::string& run,
+                   const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args{"client",
                                   "--server",
                                   address,
@@ -89,6 +103,7 @@ class HierarchyTest : public ::testing::Test {
                                   "portable",
                                   "--give-up-s",
                                   "120"};
+    args.insert(args.end(), extra.begin(), extra.end());
     processes_.push_back(
         std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(run + "-client" + std::to_string(i) + ".log")));
   }
@@ -149,6 +164,62 @@ TEST_F(HierarchyTest, FlatTwoEdgesAndThreeLevelsPublishTheSameModel) {
   const nlohmann::json r3 = Summary("root3");
   EXPECT_EQ(r3["model_version"], kRounds) << r3.dump(2);
   EXPECT_EQ(r3["final_model_sha256"], sha) << "a three-level tree published another model than the flat server";
+}
+
+// `plexus status --json` of the server at `address`; null when it does not answer.
+nlohmann::json StatusOf(const std::string& address) {
+  std::string out;
+  if (testing::RunToCompletion(PLEXUS_BINARY, {"status", "--server", address, "--json", "--timeout-s", "5"}, &out,
+                               20000) != 0) {
+    return nullptr;
+  }
+  const size_t brace = out.find('{');
+  return brace == std::string::npos ? nullptr : nlohmann::json::parse(out.substr(brace), nullptr, false);
+}
+
+// An edge killed with SIGKILL mid-federation: the root's rounds go on with the other edge's
+// partial sums (its quorum is one), and the killed edge's clients, told at join that the other
+// edge is their fallback, turn to it and train there until the federation ends.
+TEST_F(HierarchyTest, AKilledEdgesClientsTurnToTheirFallbackAndTheRootGoesOn) {
+  // The root lingers briefly: the killed edge is never told that the federation finished.
+  const std::string root = StartServer("root", {2, 1, 4, "", "", {"--round-deadline-s", "6", "--linger-s", "2"}});
+  const std::string a = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string b = "127.0.0.1:" + std::to_string(FreePort());
+  StartServer("edge-a", {4, 2, kRounds, root, a, {"--fallback", b, "--selection-wait-s", "1"}});
+  ChildProcess* edge_a = processes_.back().get();
+  StartServer("edge-b", {4, 2, kRounds, root, b, {"--fallback", a, "--selection-wait-s", "1"}});
+  for (int i = 0; i < kClients; ++i) {
+    StartClient(i, i < 2 ? a : b, "fail", {"--failover-after-s", "1", "--slowdown", "3"});
+  }
+  // Once the root has published a version, edge A dies.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int64_t version = 0;
+  while (std::chrono::steady_clock::now() < until && version < 1) {
+    const nlohmann::json st = StatusOf(root);
+    if (st.is_object()) version = st.value("model_version", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(version, 1) << "the root published nothing";
+  edge_a->Signal(SIGKILL);
+  EXPECT_EQ(edge_a->Wait(10000), 128 + SIGKILL);
+  for (auto& p : processes_) {
+    if (p.get() != edge_a) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+  }
+  processes_.clear();
+
+  const nlohmann::json r = Summary("root");
+  EXPECT_EQ(r["model_version"], 4) << r.dump(2);
+  int dropped = 0;
+  for (const auto& round : r["rounds"]) dropped += round["dropped"].get<int>();
+  EXPECT_GE(dropped, 1) << "the killed edge's task counts as a dropped client at the root\n" << r.dump(2);
+  const nlohmann::json eb = Summary("edge-b");
+  EXPECT_EQ(eb["clients"], 4) << "edge A's two clients joined edge B\n" << eb.dump(2);
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = *ReadFileContents(Path("fail-client" + std::to_string(i) + ".log"));
+    const size_t turned = log.find("turning to " + b);
+    ASSERT_NE(turned, std::string::npos) << log;
+    EXPECT_NE(log.find("uploaded", turned), std::string::npos) << "no task done at the fallback\n" << log;
+  }
 }
 
 TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
