@@ -514,6 +514,10 @@ void AddServerCommand(CLI::App& app) {
                   "Fewest clients to start a round and to close it (M); left out: 2, or the fewest updates the "
                   "strategy takes per round")
       ->capture_default_str();
+  cmd->add_option("--min-updates", f->sync.min_updates,
+                  "sync: the quorum at the round deadline in updates, an edge aggregator's partial sum counting "
+                  "its clients' updates (at a root under edges: updates, not edges); 0: --min-clients")
+      ->capture_default_str();
   cmd->add_option("--overselect", f->sync.overselect,
                   "sync: sample ceil(K x this) clients and close the round with the first K updates")
       ->capture_default_str();
@@ -570,6 +574,10 @@ void AddServerCommand(CLI::App& app) {
                   "Other servers of this federation (HOST:PORT, comma-separated) that clients turn to when this one "
                   "stops answering, told to them at join: an edge's siblings or its parent")
       ->delimiter(',');
+  cmd->add_flag("--edge-robust", f->sync.edge_robust,
+                "At an edge (--upstream), run a robust --strategy (median, krum, ...) over this edge's own clients "
+                "and send its aggregate upstream, weighted by their examples: a weaker guarantee than the rule over "
+                "every client");
   cmd->add_option("--upstream-give-up-s", f->upstream_give_up_s, "Stop when the parent has not answered for this long")
       ->capture_default_str();
   cmd->add_option("--revoked", f->revoked_file,

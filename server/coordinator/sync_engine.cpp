@@ -5,11 +5,21 @@
 #include <algorithm>
 #include <cmath>
 
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "aggregators/simd_kernels.h"
 #include "core/rng.h"
 
 namespace plexus {
+namespace {
+
+// The client updates in `u`: an edge's partial sum carries its clients' count, any other update one.
+int64_t UpdatesIn(const Update& u) {
+  const auto* partial = dynamic_cast<const PartialSumDelta*>(u.coded.get());
+  return partial ? partial->sum().count() : 1;
+}
+
+}  // namespace
 
 Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(ValidateShared());
@@ -22,6 +32,7 @@ Status SyncOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(PositiveOption(round_deadline_ms, "round deadline"));
   if (selection_wait_ms < 0) return InvalidArgumentError("selection wait must not be negative");
   if (!(overselect >= 1.0 && overselect <= 10.0)) return InvalidArgumentError("overselect must lie in [1, 10]");
+  if (min_updates < 0) return InvalidArgumentError("min-updates must not be negative");
   PLEXUS_RETURN_IF_ERROR(BackupWorkers::Parse(backup_workers).status());
   // A round may close with min-clients updates: the strategy must be able to merge that many.
   Result<std::unique_ptr<Aggregator>> made = MakeAggregator(strategy, nullptr);
@@ -33,12 +44,20 @@ Status SyncOptions::Validate() const {
                                 ": raise --min-clients (and --clients-per-round) to " + std::to_string(fewest) +
                                 " or more, or lower the strategy's f");
   }
+  if (edge_robust && !edge) {
+    return InvalidArgumentError("--edge-robust is for edge aggregators (--upstream)");
+  }
   if (edge) {
     if (secagg) return InvalidArgumentError("an edge aggregator (--upstream) cannot run --secagg");
-    if (merge->partial_sum() == nullptr) {
-      return InvalidArgumentError("an edge aggregator (--upstream) sends its parent exact partial sums: --strategy " +
-                                  merge->Describe() +
-                                  " keeps none (use fedavg_exact; robust rules do not compose through a tree)");
+    if (merge->partial_sum() == nullptr && !edge_robust) {
+      return InvalidArgumentError(
+          "an edge aggregator (--upstream) sends its parent exact partial sums: --strategy " + merge->Describe() +
+          " keeps none (use fedavg_exact; robust rules do not compose through a tree: --edge-robust runs the rule "
+          "over each edge's own clients instead, a weaker guarantee)");
+    }
+    if (merge->partial_sum() != nullptr && edge_robust) {
+      return InvalidArgumentError("--edge-robust is for robust rules: " + merge->Describe() +
+                                  " composes through the tree exactly as it is");
     }
   }
   if (secagg) {
@@ -71,6 +90,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   PLEXUS_ASSIGN_OR_RETURN(e->aggregator_, MakeAggregator(options.strategy, pool));
   e->strategy_description_ = e->aggregator_->Describe();
   if (options.secagg) e->strategy_description_ += " over secure aggregation (" + options.secagg->Describe() + ")";
+  if (options.edge_robust) e->strategy_description_ += " over each edge's own clients (edge-robust)";
   e->pool_ = pool;
 
   PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
@@ -115,6 +135,7 @@ Status SyncEngine::RestoreOpenRound() {
     PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
     r.merged.push_back(MergedUpdate{u.client_id, u.task_id});
+    r.updates += UpdatesIn(u);
     acknowledged_.Add(u.client_id, u.task_id);
     r.tally.Add(u);
   }
@@ -308,6 +329,7 @@ Status SyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);
   open_->merged.push_back(MergedUpdate{update.client_id, update.task_id});
+  open_->updates += UpdatesIn(update);
   acknowledged_.Add(update.client_id, update.task_id);
   if (backups_->dynamic()) {
     if (auto it = open_->handed_out_ms.find(update.client_id); it != open_->handed_out_ms.end()) {
@@ -372,7 +394,11 @@ bool SyncEngine::RoundComplete() const {
   for (const auto& [client, task] : open_->task_of_client) {
     if (!open_->submitted.count(client) && !open_->refused.count(client)) return false;
   }
-  return static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients;
+  return Quorate();
+}
+
+bool SyncEngine::Quorate() const {
+  return open_->updates >= (options_.min_updates > 0 ? options_.min_updates : options_.min_clients);
 }
 
 Status SyncEngine::Tick() {
@@ -385,7 +411,7 @@ Status SyncEngine::Tick() {
     return Status::Ok();  // past its deadline: Complete or the next Tick closes it
   if (open_ && open_->submitted.size() >= open_->wait_for) return CloseRound();  // e.g. restored full
   if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
-  if (static_cast<int64_t>(open_->submitted.size()) >= options_.min_clients) return CloseRound();
+  if (Quorate()) return CloseRound();
   AbandonRound();
   return Status::Ok();
 }
@@ -440,6 +466,7 @@ Status SyncEngine::AfterSecureStage() {
   for (const std::string& client : secure->included()) {
     open_->submitted.insert(client);
     open_->merged.push_back(MergedUpdate{client, open_->task_of_client.at(client)});
+    ++open_->updates;
     ++updates_accepted_;
   }
   open_->tally.Add(*mean);
@@ -460,9 +487,28 @@ Status SyncEngine::CloseRound() {
     EdgePartial p;
     p.round = open_->round;
     p.base_version = published_->version();
-    p.sum = *aggregator_->partial_sum();
     RoundRecord totals;
     open_->tally.FillRecord(&totals);
+    if (const ExactSum* sum = aggregator_->partial_sum()) {
+      p.sum = *sum;
+    } else {
+      // Edge-robust: the rule's aggregate of these clients, one contribution weighted by their
+      // examples. An aggregate that is not finite (or beyond the sum's range) is not sent: the
+      // round is retried, as a flat server's would be.
+      Result<ModelState> next = aggregator_->Finalize();
+      if (!next.ok()) {
+        sticky_error_ = next.status().WithContext("aggregate round " + std::to_string(open_->round));
+        return sticky_error_;
+      }
+      next->Subtract(published_->model());
+      p.sum = ExactSum(next->num_params());
+      if (!AllFinite(next->data()) ||
+          !p.sum.Add(next->data(), static_cast<double>(std::max<int64_t>(totals.num_examples, 1))).ok()) {
+        ++rounds_refused_nonfinite_;
+        AbandonRound();
+        return Status::Ok();
+      }
+    }
     p.num_examples = totals.num_examples;
     p.mean_train_loss = totals.mean_train_loss;
     p.merged = open_->merged;
@@ -499,9 +545,9 @@ Status SyncEngine::CloseRound() {
   rec.model_version = next->version();
   rec.model_sha256 = next->ContentSha256();
   rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
-  rec.num_updates = static_cast<int64_t>(open_->submitted.size());
+  rec.num_updates = open_->updates;  // client updates: an edge's partial sum counts its own
   for (const std::string& client : open_->refused) rec.num_refused += open_->submitted.count(client) ? 0 : 1;
-  rec.num_dropped = rec.num_selected - rec.num_updates - rec.num_refused;
+  rec.num_dropped = rec.num_selected - static_cast<int64_t>(open_->submitted.size()) - rec.num_refused;
   rec.attempts = attempts_ + 1;
   open_->tally.FillRecord(&rec);
   rec.merged = open_->merged;

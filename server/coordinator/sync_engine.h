@@ -49,8 +49,11 @@ namespace plexus {
 // Sync rounds' options beside the shared ones (SharedEngineOptions: rounds, client timeout, poll retry,
 // task hyperparameters).
 struct SyncOptions : SharedEngineOptions {
-  int64_t clients_per_round = 4;       // K: clients sampled per round
-  int64_t min_clients = 2;             // M: fewest clients to start a round, and quorum to close it
+  int64_t clients_per_round = 4;  // K: clients sampled per round
+  int64_t min_clients = 2;        // M: fewest clients to start a round, and quorum to close it
+  // The quorum at the deadline in updates, an edge's partial sum counting its clients' updates
+  // (at a root under edge aggregators the quorum counts updates, not edges). 0: min_clients.
+  int64_t min_updates = 0;
   int64_t round_deadline_ms = 300000;  // selected clients that have not reported by then are dropped
   int64_t selection_wait_ms = 2000;    // with M <= available < K, wait this long before sampling
   // Over-selection (Bonawitz et al. 2019): sample ceil(K x factor) clients and close the round
@@ -71,6 +74,10 @@ struct SyncOptions : SharedEngineOptions {
   // round is not published: its exact partial sum waits for the upstream to send it
   // (partial()). Needs a strategy that keeps an exact sum (fedavg_exact); no secure aggregation.
   bool edge = false;
+  // Edge mode with a strategy that keeps no exact sum (a robust rule): it runs over this edge's
+  // clients only, and the edge sends its aggregate as one contribution weighted by their examples
+  // ("edge-robust": a weaker guarantee than the rule over every client, docs/deployment.md).
+  bool edge_robust = false;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -165,6 +172,7 @@ class SyncEngine final : public Engine {
     std::set<std::string> refused;                      // client ids whose update the door refused (Refused)
     std::set<std::string> persisting;                   // client ids whose folded update is being stored
     std::vector<MergedUpdate> merged;                   // the submitted updates, in arrival order
+    int64_t updates = 0;                                // client updates in them (a partial sum: its count)
     std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
     size_t wait_for = 0;                                // updates that close the round
     double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
@@ -195,6 +203,8 @@ class SyncEngine final : public Engine {
   // the group aborted.
   Status AfterSecureStage();
   Task TaskFor(const std::string& client_id) const;
+  // Whether the open round's updates make the quorum (min_updates, or min_clients).
+  bool Quorate() const;
   // How many updates close the round with these selected clients.
   size_t WaitFor(const std::map<std::string, std::string>& selected) const;
 

@@ -64,8 +64,6 @@ class HierarchyTest : public ::testing::Test {
                                   std::to_string(s.k),
                                   "--min-clients",
                                   std::to_string(s.m > 0 ? s.m : s.k),
-                                  "--strategy",
-                                  "fedavg_exact",
                                   "--model",
                                   "mlp",
                                   "--local-steps",
@@ -73,9 +71,12 @@ class HierarchyTest : public ::testing::Test {
                                   "--no-eval",
                                   "--summary-out",
                                   Path(name + ".json")};
-    if (std::find(s.extra.begin(), s.extra.end(), "--linger-s") == s.extra.end()) {
-      args.insert(args.end(), {"--linger-s", "30"});
-    }
+    // Defaults the settings' own flags may replace (a flag given twice is refused).
+    const auto given = [&](const char* flag) {
+      return std::find(s.extra.begin(), s.extra.end(), flag) != s.extra.end();
+    };
+    if (!given("--linger-s")) args.insert(args.end(), {"--linger-s", "30"});
+    if (!given("--strategy")) args.insert(args.end(), {"--strategy", "fedavg_exact"});
     if (!s.upstream.empty()) args.insert(args.end(), {"--upstream", s.upstream, "--upstream-client-id", name});
     args.insert(args.end(), s.extra.begin(), s.extra.end());
     processes_.push_back(std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(name + ".log")));
@@ -150,8 +151,8 @@ TEST_F(HierarchyTest, FlatTwoEdgesAndThreeLevelsPublishTheSameModel) {
   EXPECT_EQ(r2["model_version"], kRounds) << r2.dump(2);
   EXPECT_EQ(r2["final_model_sha256"], sha) << "two edges published another model than the flat server";
   EXPECT_EQ(r2["clients"], 2) << "the root's clients are the two edges";
-  // Each round the root took two partial sums, each carrying two clients' examples.
-  for (const auto& round : r2["rounds"]) EXPECT_EQ(round["updates"], 2) << r2.dump(2);
+  // Each round the root took two partial sums of two clients' updates: it counts the updates.
+  for (const auto& round : r2["rounds"]) EXPECT_EQ(round["updates"], kClients) << r2.dump(2);
   EXPECT_EQ(r2["rounds"].back()["examples"], f["rounds"].back()["examples"]) << r2.dump(2) << f.dump(2);
 
   // Three levels: the root takes one middle edge, which takes the two edges of two clients.
@@ -230,6 +231,20 @@ TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("exact partial sums"), std::string::npos) << out;
   EXPECT_NE(out.find("robust rules do not compose"), std::string::npos) << out;
+  EXPECT_NE(out.find("--edge-robust"), std::string::npos) << "the refusal names the alternative\n" << out;
+}
+
+// The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
+// summary says so.
+TEST_F(HierarchyTest, AnEdgeRobustEdgeRunsItsRuleOverItsOwnClientsAndSaysSo) {
+  const std::string root = StartServer("root", {1, 0, 2, "", "", {"--round-deadline-s", "120"}});
+  const std::string edge = StartServer(
+      "edge", {3, 0, kRounds, root, "", {"--strategy", "median", "--edge-robust", "--round-deadline-s", "120"}});
+  for (int i = 0; i < 3; ++i) StartClient(i, edge, "robust");
+  WaitForAll();
+  EXPECT_EQ(Summary("root")["model_version"], 2);
+  const nlohmann::json e = Summary("edge");
+  EXPECT_NE(e["strategy"].get<std::string>().find("edge-robust"), std::string::npos) << e.dump(2);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregators/partial_sum_delta.h"
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
 #include "tests/testing/raw_coded_delta.h"
@@ -829,6 +830,83 @@ TEST_F(SyncEngineTest, EdgeModeRefusesWhatCannotComposeAndVersionsItCannotHold) 
   wide.set_version(5);
   EXPECT_FALSE(engine_->AdoptParentVersion(std::make_shared<const ModelState>(wide), 6).ok());
   EXPECT_EQ(engine_->model().version(), 3u) << "a refused version changes nothing";
+}
+
+// An edge's partial sum of `n` updates of weight 100 moving w[0] by `d`, as a root receives it.
+Update PartialFrom(const std::string& edge, const Task& task, int n, float d) {
+  ExactSum sum(2);
+  const std::vector<float> delta{d, 0.0f};
+  for (int i = 0; i < n; ++i) EXPECT_OK(sum.Add(delta, 100));
+  Update u;
+  u.client_id = edge;
+  u.task_id = task.task_id;
+  u.base_version = task.model_version;
+  u.num_examples = 100 * n;
+  u.coded = *PartialSumDelta::Make("exactsum", sum.Encode(), sum);
+  return u;
+}
+
+// At a root under edges the deadline's quorum counts updates, not edges (min_updates), and the
+// round's record counts its clients' updates, with the edge that never reported dropped.
+TEST_F(SyncEngineTest, ARootsQuorumCountsTheUpdatesInsideItsEdgesPartialSums) {
+  SyncOptions o = Options(/*rounds=*/2, /*k=*/3, /*m=*/1);
+  o.strategy = "fedavg_exact";
+  o.min_updates = 5;
+  Open(o);
+  for (const char* e : {"e1", "e2", "e3"}) Join(e);
+  std::map<std::string, Task> tasks;
+  for (const char* e : {"e1", "e2", "e3"}) tasks[e] = TaskOf(e);
+  ASSERT_OK(engine_->Submit(PartialFrom("e1", tasks["e1"], 2, 1.0f)));
+  ASSERT_OK(engine_->Submit(PartialFrom("e2", tasks["e2"], 2, 1.0f)));
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  EXPECT_EQ(engine_->model().version(), 0u) << "4 updates from two edges are no quorum of 5";
+
+  for (const char* e : {"e1", "e2", "e3"}) tasks[e] = TaskOf(e);
+  ASSERT_OK(engine_->Submit(PartialFrom("e1", tasks["e1"], 3, 2.0f)));
+  ASSERT_OK(engine_->Submit(PartialFrom("e3", tasks["e3"], 2, 2.0f)));
+  clock_.AdvanceMs(10000);
+  ASSERT_OK(engine_->Tick());
+  ASSERT_EQ(engine_->model().version(), 1u) << "5 updates from two edges make the quorum";
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 1.0f + 2.0f);
+  const RoundRecord r = store_.ListRounds()->back();
+  EXPECT_EQ(r.num_updates, 5);
+  EXPECT_EQ(r.num_selected, 3);
+  EXPECT_EQ(r.num_dropped, 1);
+  EXPECT_EQ(r.num_examples, 500);
+}
+
+// Edge-robust: a robust rule over the edge's own clients, sent as one contribution weighted by
+// their examples.
+TEST_F(SyncEngineTest, AnEdgeRobustEdgeSendsItsClientsMedianWeightedByTheirExamples) {
+  SyncOptions o = Options(1, 3, 3);
+  o.strategy = "median";
+  o.edge = true;
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "--edge-robust"));
+  o.edge_robust = true;
+  Open(o);
+  EXPECT_NE(engine_->strategy_description().find("edge-robust"), std::string::npos);
+  for (const char* c : {"a", "b", "c"}) Join(c);
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(2, 1.0f), 3));
+  std::map<std::string, Task> tasks;
+  for (const char* c : {"a", "b", "c"}) tasks[c] = TaskOf(c);
+  ASSERT_OK(engine_->Submit(UpdateFor("a", tasks["a"], 1.0f, 100)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tasks["b"], 2.0f, 100)));
+  ASSERT_OK(engine_->Submit(UpdateFor("c", tasks["c"], 1000.0f, 100)));  // an outlier the median ignores
+  const SyncEngine::EdgePartial* p = engine_->partial();
+  ASSERT_NE(p, nullptr);
+  std::vector<float> mean(2);
+  ASSERT_OK(p->sum.MeanInto(mean));
+  EXPECT_FLOAT_EQ(mean[0], 2.0f);
+  EXPECT_EQ(p->sum.weight(), 300.0);
+  EXPECT_EQ(p->sum.count(), 1) << "one contribution: the edge's aggregate";
+
+  SyncOptions exact = EdgeOptions();
+  exact.edge_robust = true;
+  EXPECT_THAT(exact.Validate(), StatusIs(StatusCode::kInvalidArgument, "robust rules"));
+  SyncOptions flat = Options(1, 3, 3);
+  flat.edge_robust = true;
+  EXPECT_THAT(flat.Validate(), StatusIs(StatusCode::kInvalidArgument, "--upstream"));
 }
 
 TEST_F(SyncEngineTest, OnlyAnEdgeAdoptsItsParentsVersions) {
