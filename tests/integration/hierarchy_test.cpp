@@ -234,6 +234,42 @@ TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   EXPECT_NE(out.find("--edge-robust"), std::string::npos) << "the refusal names the alternative\n" << out;
 }
 
+// An edge killed with SIGKILL after it acknowledged one client's update, and restarted from its
+// store: the round it had open goes on with that update, the late client's update joins it, and
+// the root publishes both: nothing the edge acknowledged is lost (counted in the root's record).
+TEST_F(HierarchyTest, ARestartedEdgeSendsWhatItAcknowledgedBeforeItWasKilled) {
+  const std::string root = StartServer("root", {1, 0, 1, "", "", {"--round-deadline-s", "120"}});
+  const std::string edge_address = "127.0.0.1:" + std::to_string(FreePort());
+  const ServerSettings edge{2, 0, kRounds, root, edge_address, {"--round-deadline-s", "120"}};
+  StartServer("edge", edge);
+  ChildProcess* first = processes_.back().get();
+  StartClient(0, edge_address, "restart");
+  StartClient(1, edge_address, "restart", {"--slowdown", "40"});  // still training when the edge dies
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int64_t acknowledged = 0;
+  while (std::chrono::steady_clock::now() < until && acknowledged < 1) {
+    const nlohmann::json st = StatusOf(edge_address);
+    if (st.is_object()) acknowledged = st.value("round_received", 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(acknowledged, 1) << "the fast client's update was not acknowledged first";
+  first->Signal(SIGKILL);
+  ASSERT_EQ(first->Wait(10000), 128 + SIGKILL);
+  StartServer("edge", edge);  // the same database and address
+  for (auto& p : processes_) {
+    if (p.get() != first) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+  }
+  processes_.clear();
+  const nlohmann::json r = Summary("root");
+  ASSERT_EQ(r["model_version"], 1) << r.dump(2);
+  EXPECT_EQ(r["rounds"][0]["updates"], 2) << "the update acknowledged before the kill is in\n" << r.dump(2);
+  const std::string fast = *ReadFileContents(Path("restart-client0.log"));
+  EXPECT_EQ(fast.find("training round 1 from version 0", fast.find("training round 1 from version 0") + 1),
+            std::string::npos)
+      << "the fast client trained once: its acknowledged update was kept, not asked again\n"
+      << fast;
+}
+
 // The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
 // summary says so.
 TEST_F(HierarchyTest, AnEdgeRobustEdgeRunsItsRuleOverItsOwnClientsAndSaysSo) {
