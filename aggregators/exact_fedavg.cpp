@@ -60,11 +60,9 @@ class ExactFedAvg final : public Aggregator {
                                     std::to_string(sum_.size()));
       }
       if (const auto* partial = dynamic_cast<const PartialSumDelta*>(update.coded.get())) {
-        // Its weights were applied where its updates were summed: the same settings there.
-        if (value_scale != 1.0) {
-          return InvalidArgumentError("the partial sum from " + update.client_id + " cannot be rescaled");
-        }
-        return sum_.Merge(partial->sum()).WithContext("partial sum from " + update.client_id);
+        // Its weights were applied where its updates were summed (the same settings there); a
+        // staleness factor scales it whole, rounded once (exact for factor 1 only).
+        return sum_.MergeScaled(partial->sum(), value_scale).WithContext("partial sum from " + update.client_id);
       }
     }
     if (!update.coded) PLEXUS_RETURN_IF_ERROR(update.delta.CheckSameLayout(base_));

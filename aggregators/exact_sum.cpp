@@ -137,6 +137,27 @@ Status ExactSum::Merge(const ExactSum& other) {
   return Status::Ok();
 }
 
+Status ExactSum::MergeScaled(const ExactSum& other, double scale) {
+  if (scale == 1.0) return Merge(other);
+  if (!(scale > 0) || !std::isfinite(scale))
+    return InvalidArgumentError("a partial sum scaled by a non-positive factor");
+  ExactSum scaled;
+  scaled.sums_.resize(other.sums_.size());
+  scaled.count_ = other.count_;
+  if (!RoundToInt64(static_cast<double>(other.weight_units_) * scale, &scaled.weight_units_) ||
+      (other.weight_units_ > 0 && scaled.weight_units_ <= 0)) {
+    return OutOfRangeError("the partial sum's weight scaled by " + std::to_string(scale) + " leaves the sum's range");
+  }
+  for (size_t i = 0; i < other.sums_.size(); ++i) {
+    if (!RoundToInt64(static_cast<double>(other.sums_[i]) * scale, &scaled.sums_[i])) {
+      return OutOfRangeError("the partial sum scaled by " + std::to_string(scale) + " leaves int64 at index " +
+                             std::to_string(i));
+    }
+    scaled.bound_ = std::max(scaled.bound_, std::fabs(static_cast<double>(scaled.sums_[i])));
+  }
+  return Merge(scaled);
+}
+
 double ExactSum::weight() const { return static_cast<double>(weight_units_) / kWeightScale; }
 
 Status ExactSum::MeanInto(std::span<float> out) const {

@@ -41,6 +41,10 @@ class ExactSum {
   // Adds another sum (an edge's partial). InvalidArgument for another size, OutOfRange on overflow;
   // the sum is unchanged then.
   Status Merge(const ExactSum& other);
+  // Merge of `other` with its sums and weight multiplied by `scale` (FedBuff's staleness weight of
+  // an edge's partial), each rounded once to its unit: exact only for scale 1. InvalidArgument for
+  // a scale that is not positive and finite, OutOfRange as Merge; the sum is unchanged then.
+  Status MergeScaled(const ExactSum& other, double scale);
 
   size_t size() const { return sums_.size(); }
   int64_t count() const { return count_; }  // updates in the sum

@@ -6,7 +6,9 @@
 // With --upload-only the clients skip the client runtime: each joins, polls and uploads one
 // pre-encoded delta (encoded once, from the model downloaded once) for every task, so nearly all
 // the CPU goes to the server's receiving, decoding, validating and aggregating.
-// usage: federation_load --server HOST:PORT --clients N [--upload-only]
+// With --tls-dir DIR every client calls over mutual TLS with its own certificate, DIR/<id>.crt and
+// DIR/<id>.key (plexus certs issue --client load-N), trusting DIR/ca.crt.
+// usage: federation_load --server HOST:PORT --clients N [--upload-only] [--tls-dir DIR]
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -24,6 +26,7 @@
 
 #include "client/client_runtime.h"
 #include "client/grpc_transport.h"
+#include "core/file_contents.h"
 #include "core/memory_tuning.h"
 #include "core/safetensors.h"
 
@@ -70,9 +73,9 @@ class SharedDelta {
 };
 
 // One --upload-only client: polls and uploads the shared delta until the federation finishes.
-Status UploadOnly(const std::string& server, const std::string& id, SharedDelta* delta, std::atomic<int64_t>* completed,
-                  std::atomic<int64_t>* refused) {
-  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server);
+Status UploadOnly(const std::string& server, const ClientTls& tls, const std::string& id, SharedDelta* delta,
+                  std::atomic<int64_t>* completed, std::atomic<int64_t>* refused) {
+  std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server, tls);
   // The server may still be starting (loading a large --initial-model): retry for a while.
   Status joined = transport->Join(id, 1, "load").status();
   for (int tries = 0; joined.code() == StatusCode::kUnavailable && tries < 100; ++tries) {
@@ -113,6 +116,7 @@ int Main(int argc, char** argv) {
   std::string server = "127.0.0.1:50051";
   int clients = 10;
   bool upload_only = false;
+  std::string tls_dir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--upload-only"))
       upload_only = true;
@@ -120,8 +124,10 @@ int Main(int argc, char** argv) {
       server = argv[++i];
     else if (i + 1 < argc && !std::strcmp(argv[i], "--clients"))
       clients = std::atoi(argv[++i]);
+    else if (i + 1 < argc && !std::strcmp(argv[i], "--tls-dir"))
+      tls_dir = argv[++i];
     else {
-      std::fprintf(stderr, "usage: federation_load --server HOST:PORT --clients N [--upload-only]\n");
+      std::fprintf(stderr, "usage: federation_load --server HOST:PORT --clients N [--upload-only] [--tls-dir DIR]\n");
       return 2;
     }
   }
@@ -139,16 +145,36 @@ int Main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   SharedDelta delta;
+  // Each client's credentials, read before any thread starts.
+  std::vector<ClientTls> tls(static_cast<size_t>(clients));
+  if (!tls_dir.empty()) {
+    const auto read = [](const std::string& path) {
+      Result<std::string> text = ReadFileContents(path);
+      if (!text.ok()) {
+        std::fprintf(stderr, "federation_load: %s\n", text.status().ToString().c_str());
+        std::exit(2);
+      }
+      return std::move(text).value();
+    };
+    const std::string ca = read(tls_dir + "/ca.crt");
+    for (int c = 0; c < clients; ++c) {
+      const std::string id = "load-" + std::to_string(c);
+      tls[static_cast<size_t>(c)] =
+          ClientTls{ca, read(tls_dir + "/" + id + ".crt"), read(tls_dir + "/" + id + ".key"), ""};
+    }
+  }
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       if (upload_only) {
-        if (Status s = UploadOnly(server, "load-" + std::to_string(c), &delta, &completed, &refused); !s.ok()) {
+        if (Status s = UploadOnly(server, tls[static_cast<size_t>(c)], "load-" + std::to_string(c), &delta, &completed,
+                                  &refused);
+            !s.ok()) {
           ++errors;
           spdlog::error("load-{}: {}", c, s.ToString());
         }
         return;
       }
-      std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server);
+      std::unique_ptr<FederationTransport> transport = MakeGrpcFederationTransport(server, tls[static_cast<size_t>(c)]);
       ClientOptions o;
       o.client_id = "load-" + std::to_string(c);
       o.seed = static_cast<uint64_t>(c);

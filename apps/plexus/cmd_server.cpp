@@ -188,8 +188,11 @@ void RunServer(const ServerFlags& f) {
   const EngineOptions engine_options{f.mode, sync, async};
   Check(engine_options.Validate(), "invalid settings");
   // A root (or a flat server) whose strategy keeps exact sums takes edges' partial sums.
+  // A root (or a flat server) whose merge keeps exact sums takes edges' partial sums: in sync
+  // rounds, or in FedBuff's buffer (a partial weighed whole by its staleness).
   const bool accept_partial_sums =
-      f.mode == Mode::kSync && !sync.secagg && Take(MakeAggregator(sync.strategy, nullptr))->partial_sum() != nullptr;
+      (f.mode == Mode::kSync || f.mode == Mode::kAsync) && !sync.secagg &&
+      Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->partial_sum() != nullptr;
   const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, {f.upstream}, "--upstream-") : ClientTls{};
 
   ServerTls tls;

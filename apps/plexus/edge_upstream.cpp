@@ -37,8 +37,9 @@ void EdgeUpstream::Run() {
   o.seed = options_.seed;
   o.contribute = [this](const Task& task, const ModelState& model) -> Result<Contribution> {
     auto parent_model = std::make_shared<const ModelState>(model);
-    PLEXUS_RETURN_IF_ERROR(server_->WithEngine(
-        [&](Engine& e) { return static_cast<SyncEngine&>(e).AdoptParentVersion(parent_model, task.round); }));
+    PLEXUS_RETURN_IF_ERROR(server_->WithEngine([&](Engine& e) {
+      return static_cast<SyncEngine&>(e).AdoptParentVersion(parent_model, task.round, task.task_id);
+    }));
     spdlog::info("upstream task {}: the parent's round {} on its version {}; waiting for this edge's clients",
                  task.task_id, task.round, task.model_version);
     // The round closes on the edge's clients' calls or its deadline (the server's ticker).
@@ -46,7 +47,7 @@ void EdgeUpstream::Run() {
       std::optional<SyncEngine::EdgePartial> partial;
       PLEXUS_RETURN_IF_ERROR(server_->WithEngine([&](Engine& e) {
         const SyncEngine::EdgePartial* p = static_cast<SyncEngine&>(e).partial();
-        if (p && p->round == task.round && p->base_version == task.model_version) partial = *p;
+        if (p && p->parent_task == task.task_id) partial = *p;
         return Status::Ok();
       }));
       if (partial) {

@@ -512,11 +512,12 @@ Status SyncEngine::CloseRound() {
     p.num_examples = totals.num_examples;
     p.mean_train_loss = totals.mean_train_loss;
     p.merged = open_->merged;
+    p.parent_task = parent_task_;
     partial_ = std::move(p);
     parent_round_.reset();
     open_.reset();
     ++poll_epoch_;
-    attempts_ = 0;
+    ++attempts_;  // a later round on this version (another task of the parent's) gets task ids of its own
     idle_since_ms_ = clock_->NowMs();
     return Status::Ok();
   }
@@ -580,16 +581,33 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
   backups_->ObserveRound(open_->update_sq_norms / static_cast<double>(open_->submitted.size()), step);
 }
 
-Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round) {
+Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round,
+                                      const std::string& parent_task) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (!options_.edge) return FailedPreconditionError("only an edge aggregator adopts its parent's versions");
   PLEXUS_RETURN_IF_ERROR(model->CheckSameLayout(published_->model()).WithContext("the parent's model"));
   const std::string sha = model->ContentSha256();
   const bool same_version = model->version() == published_->version();
   if (same_version && sha == published_->sha256()) {
-    // Handed out again (a retried task, or after a restart): the round open on it, or its partial,
-    // stays; a round not yet opened on it opens.
-    if (!open_ && !partial_) parent_round_ = round;
+    // The same task (or, after a restart, the round restored from the store, whose task this
+    // process never heard of): what is open or closed for it stays.
+    const bool same_task = parent_task_ == parent_task || parent_task_.empty();
+    if (partial_ && (partial_->parent_task == parent_task || partial_->parent_task.empty())) {
+      partial_->parent_task = parent_task;
+      parent_task_ = parent_task;
+      return Status::Ok();
+    }
+    if (!partial_ && same_task) {
+      parent_task_ = parent_task;
+      if (!open_) parent_round_ = round;
+      return Status::Ok();
+    }
+    // Another task on this version: a new round, with task ids of their own (attempts_ moves on).
+    if (open_) AbandonRound();
+    partial_.reset();
+    parent_round_ = round;
+    parent_task_ = parent_task;
+    ++poll_epoch_;
     return Status::Ok();
   }
   if (model->version() < published_->version() || same_version) {
@@ -597,7 +615,7 @@ Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, u
         "the parent handed out version " + std::to_string(model->version()) + " (" + sha.substr(0, 12) +
         "), but this edge holds version " + std::to_string(published_->version()) + " (" +
         published_->sha256().substr(0, 12) +
-        ") : an edge starts from the parent's --model and --seed (or --initial-model), with a database of its own");
+        "): an edge starts from the parent's --model and --seed (or --initial-model), with a database of its own");
   }
   RoundRecord rec;
   rec.round = model->version();
@@ -610,6 +628,7 @@ Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, u
   open_.reset();
   partial_.reset();
   parent_round_ = round;
+  parent_task_ = parent_task;
   attempts_ = 0;
   ++poll_epoch_;
   idle_since_ms_ = clock_->NowMs();

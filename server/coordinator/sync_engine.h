@@ -141,6 +141,7 @@ class SyncEngine final : public Engine {
   // --- Edge mode (SyncOptions::edge) ---
   // What an edge's closed round sends its parent.
   struct EdgePartial {
+    std::string parent_task;    // the parent's task it answers
     uint64_t round = 0;         // the parent's round
     uint64_t base_version = 0;  // the parent's version the clients trained from
     ExactSum sum;               // Σ w·δ over the round's updates, Σw, their count
@@ -148,13 +149,15 @@ class SyncEngine final : public Engine {
     double mean_train_loss = 0;
     std::vector<MergedUpdate> merged;  // whose updates, which tasks
   };
-  // The parent handed out `model` (its version kept) for its round `round`: it becomes this
-  // engine's model and a round opens on it once clients are there. The same version again (a
-  // task handed out again) changes nothing. A newer one drops a round still open or a partial not
-  // taken (the parent moved on without them). FailedPrecondition outside edge mode, or for a model
-  // of another layout, or a version 0 that differs from this edge's own (the edge must start from
-  // the parent's --model and --seed).
-  Status AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round);
+  // The parent handed out task `parent_task` on `model` (its version kept) for its round `round`:
+  // the model becomes this engine's and a round opens on it once clients are there. The same task
+  // again (handed out again, or after this edge restarted) changes nothing: the round open for
+  // it, or its partial, stays. Another task (a newer version, or the same version again, as an
+  // asynchronous parent hands out) drops a round still open or a partial for an earlier task (the
+  // parent moved on without them, or has it) and opens a new round. FailedPrecondition outside
+  // edge mode, or for a model of another layout, or a version 0 that differs from this edge's own
+  // (the edge must start from the parent's --model and --seed).
+  Status AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round, const std::string& parent_task);
   // The partial sum of the last round closed on the adopted version, once it has closed; null
   // before. Stays until another version is adopted (a lost upload is sent again).
   const EdgePartial* partial() const { return partial_ ? &*partial_ : nullptr; }
@@ -237,6 +240,7 @@ class SyncEngine final : public Engine {
   // Edge mode: the parent's round the adopted version is for (until its round closes), the
   // closed round's partial, and whether the parent has finished.
   std::optional<uint64_t> parent_round_;
+  std::string parent_task_;  // the parent's task the open or next round answers (empty: unknown after a restart)
   std::optional<EdgePartial> partial_;
   bool parent_finished_ = false;
 };

@@ -162,8 +162,8 @@ class FederationServer {
   // Engine status under the server's lock.
   virtual EngineStatus status() = 0;
   virtual ServerMetrics metrics() = 0;
-  // Runs `fn` on the engine under the server's lock, then wakes the long polls (the engine may
-  // have a task for them now), and returns what `fn` returned: how a process drives an engine
+  // Runs `fn` on the engine under the server's lock, then wakes the long polls if the engine's
+  // poll_epoch moved (it may have a task for them now), and returns what `fn` returned: how a process drives an engine
   // beside the clients' calls (an edge aggregator's upstream adopting its parent's versions).
   virtual Status WithEngine(const std::function<Status(Engine&)>& fn) = 0;
   // True once every client that called this server has been told the federation finished.

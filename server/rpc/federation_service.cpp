@@ -222,9 +222,15 @@ EngineStatus FederationServiceImpl::status() {
 Status FederationServiceImpl::WithEngine(const std::function<Status(Engine&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t before = engine_->model().version();
+  const uint64_t epoch = engine_->poll_epoch();
   Status s = fn(*engine_);
-  if (engine_->model().version() != before) VersionServedLocked(engine_->history().back(), " from upstream");
-  cv_.notify_all();
+  if (engine_->model().version() != before) {
+    spdlog::info("serving version {} ({})", engine_->model().version(),
+                 engine_->history().back().model_sha256.substr(0, 12));
+  }
+  // Only when a poll may be answered differently: a caller that looks every few milliseconds
+  // (an edge's upstream) must not wake every waiting long poll each time.
+  if (engine_->poll_epoch() != epoch) cv_.notify_all();
   return s;
 }
 

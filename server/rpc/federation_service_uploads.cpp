@@ -53,8 +53,8 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     }
   } else if (coded && header.codec() == "exactsum" && header.codec() != info_.upload_codec) {
     return Refuse("upload", InvalidArgumentError("a partial sum (an edge aggregator's) for task " + header.task_id() +
-                                                 ", but this server takes none: it needs sync rounds and "
-                                                 "--strategy fedavg_exact"));
+                                                 ", but this server takes none: it needs sync rounds or "
+                                                 "--mode async, and --strategy fedavg_exact"));
   } else if (coded) {
     std::lock_guard<std::mutex> lock(mu_);
     // A server without an upload codec names none in its tasks: the check comes before any use of it.

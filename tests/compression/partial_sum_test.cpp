@@ -104,12 +104,27 @@ TEST(PartialSumTest, TheCodecRoundTripsADeltaAndRefusesBrokenOrEmptySums) {
   EXPECT_THAT(codec->Read(bytes, wider).status(), StatusIs(StatusCode::kInvalidArgument, ""));
 }
 
-TEST(PartialSumTest, APartialIsNotRescaledOrFoldedIntoAnotherLayout) {
+// FedBuff's staleness factor scales a partial whole: its weight and sums, so its mean stays.
+TEST(PartialSumTest, AStalePartialWeighsLessAndAPartialOfAnotherLayoutIsRefused) {
   const Federation f = RandomFederation(3, 10);
   Update a = PartialOf(f, 0, 3, "edge-a");
+  const auto* partial = dynamic_cast<const PartialSumDelta*>(a.coded.get());
+  ASSERT_NE(partial, nullptr);
+  ExactSum scaled(10);
+  ASSERT_TRUE(scaled.MergeScaled(partial->sum(), 0.5).ok());
+  EXPECT_DOUBLE_EQ(scaled.weight(), partial->sum().weight() / 2);
+  EXPECT_EQ(scaled.count(), 3);
+  std::vector<float> m1(10), m2(10);
+  ASSERT_TRUE(scaled.MeanInto(m1).ok());
+  ASSERT_TRUE(partial->sum().MeanInto(m2).ok());
+  for (size_t k = 0; k < 10; ++k) EXPECT_NEAR(m1[k], m2[k], 1e-6) << k;
+  ExactSum once(10);
+  ASSERT_TRUE(once.MergeScaled(partial->sum(), 1.0).ok());
+  EXPECT_EQ(once, partial->sum()) << "factor 1 is exact";
+  EXPECT_THAT(once.MergeScaled(partial->sum(), -1.0), StatusIs(StatusCode::kInvalidArgument, "non-positive"));
+  EXPECT_EQ(once, partial->sum()) << "a refused merge changes nothing";
+
   auto agg = *MakeAggregator("fedavg_exact", nullptr);
-  ASSERT_TRUE(agg->Begin(f.base).ok());
-  EXPECT_THAT(agg->FoldScaled(a, 0.5), StatusIs(StatusCode::kInvalidArgument, "rescaled"));
   ModelState other = *ModelState::Create({{"w", {11}}});
   ASSERT_TRUE(agg->Begin(other).ok());
   EXPECT_THAT(agg->Fold(a), StatusIs(StatusCode::kInvalidArgument, ""));

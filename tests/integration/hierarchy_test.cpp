@@ -270,6 +270,29 @@ TEST_F(HierarchyTest, ARestartedEdgeSendsWhatItAcknowledgedBeforeItWasKilled) {
       << fast;
 }
 
+// Under an asynchronous root (FedBuff), each edge is a sub-buffer: every task the root hands it,
+// on whatever version is current, is one round of its clients, and its partial is weighed whole
+// by its staleness at the root.
+TEST_F(HierarchyTest, EdgesUnderAnAsynchronousRootAreItsSubBuffers) {
+  const std::string root =
+      StartServer("root", {2, 0, 4, "", "", {"--mode", "async", "--buffer-size", "2", "--round-deadline-s", "120"}});
+  const std::string a = StartServer("edge-a", 2, root);
+  const std::string b = StartServer("edge-b", 2, root);
+  StartClientsUnder(a, b, "async");
+  WaitForAll();
+  const nlohmann::json r = Summary("root");
+  EXPECT_EQ(r["mode"], "async") << r.dump(2);
+  EXPECT_EQ(r["model_version"], 4) << r.dump(2);
+  EXPECT_NE(r["strategy"].get<std::string>().find("fedavg_exact"), std::string::npos) << r.dump(2);
+  // The buffer counts client updates (a partial of two fills a buffer of two): 4 versions of 2.
+  int64_t updates = 0;
+  for (const auto& version : r["rounds"]) updates += version["updates"].get<int64_t>();
+  EXPECT_EQ(updates, 8) << r.dump(2);
+  const nlohmann::json ea = Summary("edge-a"), eb = Summary("edge-b");
+  EXPECT_GE(ea["updates_accepted"].get<int64_t>() + eb["updates_accepted"].get<int64_t>(), 8)
+      << ea.dump(2) << eb.dump(2);
+}
+
 // The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
 // summary says so.
 TEST_F(HierarchyTest, AnEdgeRobustEdgeRunsItsRuleOverItsOwnClientsAndSaysSo) {

@@ -757,7 +757,7 @@ TEST_F(SyncEngineTest, AnEdgesRoundOpensOnTheParentsVersionAndClosesIntoAPartial
   ASSERT_OK(idle);
   EXPECT_EQ(idle->kind, Kind::kWait) << "no round before the parent hands out a version";
 
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), /*round=*/5));
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), 5, "t4"));
   EXPECT_EQ(engine_->model().version(), 4u);
   EXPECT_EQ(engine_->model().data()[0], 3.0f);
   const Task ta = TaskOf("a");
@@ -784,11 +784,25 @@ TEST_F(SyncEngineTest, AnEdgesRoundOpensOnTheParentsVersionAndClosesIntoAPartial
   EXPECT_FALSE(engine_->finished());
 
   // The same version handed out again (a retried task) keeps the partial; a newer one drops it.
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), 5));
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(4, 3.0f), 5, "t4"));
   EXPECT_NE(engine_->partial(), nullptr);
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(5, 2.0f), 6));
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(5, 2.0f), 6, "t5"));
   EXPECT_EQ(engine_->partial(), nullptr);
   EXPECT_EQ(TaskOf("a").round, 6u);
+
+  // An asynchronous parent hands out another task on the same version: a new round, with task
+  // ids of its own, and the partial answers that task only.
+  const Task a6 = TaskOf("a");
+  const Task b6 = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", a6, 1.0f)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", b6, 1.0f)));
+  ASSERT_NE(engine_->partial(), nullptr);
+  EXPECT_EQ(engine_->partial()->parent_task, "t5");
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(5, 2.0f), 6, "t5-again"));
+  EXPECT_EQ(engine_->partial(), nullptr);
+  const Task again = TaskOf("a");
+  EXPECT_NE(again.task_id, a6.task_id);
+  EXPECT_EQ(again.model_version, 5u);
 
   engine_->FinishWithParent();
   EXPECT_TRUE(engine_->finished());
@@ -800,7 +814,7 @@ TEST_F(SyncEngineTest, ARestartedEdgeRebuildsThePartialOfItsAcknowledgedUpdates)
   Open(EdgeOptions());
   Join("a");
   Join("b");
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2));
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2, "t1"));
   const Task ta = TaskOf("a");
   const Task tb = TaskOf("b");
   ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f)));
@@ -822,13 +836,14 @@ TEST_F(SyncEngineTest, EdgeModeRefusesWhatCannotComposeAndVersionsItCannotHold) 
   EXPECT_THAT(robust.Validate(), StatusIs(StatusCode::kInvalidArgument, "fedavg_exact"));
 
   Open(EdgeOptions());
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(3, 2.0f), 4));
-  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(2, 2.0f), 3), StatusIs(StatusCode::kFailedPrecondition, ""));
-  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(3, 9.0f), 4),
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(3, 2.0f), 4, "t3"));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(2, 2.0f), 3, "t2"),
+              StatusIs(StatusCode::kFailedPrecondition, ""));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(3, 9.0f), 4, "t3"),
               StatusIs(StatusCode::kFailedPrecondition, "--seed"));
   ModelState wide = *ModelState::Create({{"w", {3}}});
   wide.set_version(5);
-  EXPECT_FALSE(engine_->AdoptParentVersion(std::make_shared<const ModelState>(wide), 6).ok());
+  EXPECT_FALSE(engine_->AdoptParentVersion(std::make_shared<const ModelState>(wide), 6, "t5").ok());
   EXPECT_EQ(engine_->model().version(), 3u) << "a refused version changes nothing";
 }
 
@@ -887,7 +902,7 @@ TEST_F(SyncEngineTest, AnEdgeRobustEdgeSendsItsClientsMedianWeightedByTheirExamp
   Open(o);
   EXPECT_NE(engine_->strategy_description().find("edge-robust"), std::string::npos);
   for (const char* c : {"a", "b", "c"}) Join(c);
-  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(2, 1.0f), 3));
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(2, 1.0f), 3, "t2"));
   std::map<std::string, Task> tasks;
   for (const char* c : {"a", "b", "c"}) tasks[c] = TaskOf(c);
   ASSERT_OK(engine_->Submit(UpdateFor("a", tasks["a"], 1.0f, 100)));
@@ -911,7 +926,8 @@ TEST_F(SyncEngineTest, AnEdgeRobustEdgeSendsItsClientsMedianWeightedByTheirExamp
 
 TEST_F(SyncEngineTest, OnlyAnEdgeAdoptsItsParentsVersions) {
   Open(Options(1, 1, 1));
-  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2), StatusIs(StatusCode::kFailedPrecondition, ""));
+  EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2, "t1"),
+              StatusIs(StatusCode::kFailedPrecondition, ""));
 }
 
 }  // namespace
