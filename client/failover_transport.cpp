@@ -6,6 +6,17 @@
 
 namespace plexus {
 
+std::vector<std::string> SplitAddresses(const std::string& list) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  while (from <= list.size()) {
+    const size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) out.push_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out;
+}
+
 Result<std::vector<std::string>> ShardAddresses(const std::string& pattern, int shards, const std::string& client_id) {
   const size_t at = pattern.find("{shard}");
   if (at == std::string::npos) {

@@ -20,6 +20,9 @@
 
 namespace plexus {
 
+// The addresses of a comma-separated list ("a:1,b:2"), empty pieces left out.
+std::vector<std::string> SplitAddresses(const std::string& list);
+
 // Servers sharded by client id (edge aggregators behind a headless Service): `pattern` holds
 // "{shard}", which becomes each shard in [0, shards), starting with the client's own (FNV-1a of
 // its id, modulo shards: the same server every time, where its task and upload offset are) and

@@ -27,13 +27,7 @@ namespace {
 // its id, modulo shards: the same edge every time, docs/deployment.md), then the next ones in
 // order as its fallbacks.
 std::vector<std::string> ServerAddresses(const std::string& list, int shards, const std::string& client_id) {
-  std::vector<std::string> servers;
-  size_t from = 0;
-  while (from <= list.size()) {
-    const size_t comma = std::min(list.find(',', from), list.size());
-    if (comma > from) servers.push_back(list.substr(from, comma - from));
-    from = comma + 1;
-  }
+  std::vector<std::string> servers = SplitAddresses(list);
   if (servers.empty()) throw CommandError("--server: no address given");
   if (shards == 0) return servers;
   if (servers.size() != 1) throw CommandError("--shards needs one --server address holding {shard}");

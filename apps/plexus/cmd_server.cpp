@@ -19,6 +19,7 @@
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
 #include "apps/plexus/test_set_evaluator.h"
+#include "client/failover_transport.h"
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
 #include "compute/fashion_mnist.h"
@@ -86,6 +87,7 @@ struct ServerFlags {
   ClientTlsFiles upstream_tls;
   std::string upstream_client_id;
   double upstream_give_up_s = 300;
+  double upstream_failover_after_s = 5;
   std::vector<std::string> fallback;  // told to clients at join
   int64_t keep_checkpoints = 100;
   int64_t keep_every = 0;
@@ -193,7 +195,9 @@ void RunServer(const ServerFlags& f) {
   const bool accept_partial_sums =
       (f.mode == Mode::kSync || f.mode == Mode::kAsync) && !sync.secagg &&
       Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->partial_sum() != nullptr;
-  const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, {f.upstream}, "--upstream-") : ClientTls{};
+  const std::vector<std::string> parents = SplitAddresses(f.upstream);
+  if (edge && parents.empty()) throw CommandError("--upstream: no address given");
+  const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, parents, "--upstream-") : ClientTls{};
 
   ServerTls tls;
   DoorLimits limits = f.limits;
@@ -389,10 +393,10 @@ void RunServer(const ServerFlags& f) {
   std::unique_ptr<EdgeUpstream> upstream;
   if (edge) {
     spdlog::info("edge aggregator: rounds on the versions of {}, partial sums sent there", f.upstream);
-    upstream =
-        std::make_unique<EdgeUpstream>(UpstreamOptions{f.upstream, upstream_tls, f.upstream_client_id,
-                                                       static_cast<int64_t>(f.upstream_give_up_s * 1000), f.seed},
-                                       server.get());
+    upstream = std::make_unique<EdgeUpstream>(
+        UpstreamOptions{parents, static_cast<int64_t>(f.upstream_failover_after_s * 1000), upstream_tls,
+                        f.upstream_client_id, static_cast<int64_t>(f.upstream_give_up_s * 1000), f.seed},
+        server.get());
   }
 
   // A store error the engine cannot clear (a failed commit) ends the server with the reason, so
@@ -565,7 +569,8 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--upstream", f->upstream,
                   "Run as an edge aggregator under the server at HOST:PORT: serve this server's clients the "
                   "parent's versions and send it one exact partial sum per parent task (sync mode, fedavg_exact; "
-                  "docs/deployment.md)");
+                  "docs/deployment.md); a comma-separated list: the others are turned to when the one in use stops "
+                  "answering");
   cmd->add_option("--upstream-tls-ca", f->upstream_tls.ca, "CA certificate (PEM) of the parent's certificate");
   cmd->add_option("--upstream-tls-cert", f->upstream_tls.cert,
                   "This edge's certificate (PEM) at the parent; its name is the edge's identity there");
@@ -581,6 +586,10 @@ void AddServerCommand(CLI::App& app) {
                 "At an edge (--upstream), run a robust --strategy (median, krum, ...) over this edge's own clients "
                 "and send its aggregate upstream, weighted by their examples: a weaker guarantee than the rule over "
                 "every client");
+  cmd->add_option("--upstream-failover-after-s", f->upstream_failover_after_s,
+                  "With more than one --upstream address (HOST:PORT,HOST:PORT,...): turn to the next once the one in "
+                  "use has not answered for this long")
+      ->capture_default_str();
   cmd->add_option("--upstream-give-up-s", f->upstream_give_up_s, "Stop when the parent has not answered for this long")
       ->capture_default_str();
   cmd->add_option("--revoked", f->revoked_file,

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "client/client_runtime.h"
+#include "client/failover_transport.h"
 #include "compression/codec.h"
 #include "server/coordinator/sync_engine.h"
 
@@ -12,7 +13,10 @@ namespace plexus::cli {
 
 EdgeUpstream::EdgeUpstream(UpstreamOptions options, FederationServer* server)
     : options_(std::move(options)), server_(server) {
-  transport_ = MakeGrpcFederationTransport(options_.parent, options_.tls);
+  transport_ = std::make_unique<FailoverTransport>(
+      options_.parents,
+      [tls = options_.tls](const std::string& address) { return MakeGrpcFederationTransport(address, tls); },
+      options_.failover_after_ms, &clock_);
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -74,13 +78,13 @@ void EdgeUpstream::Run() {
   Result<ClientSummary> summary = runtime.Run(&stop_);
   Status ended = summary.status();
   if (ended.ok()) {
-    spdlog::info("the parent at {} finished: {} partial sums sent", options_.parent, summary->tasks_completed);
+    spdlog::info("the parent finished: {} partial sums sent", summary->tasks_completed);
     ended = server_->WithEngine([](Engine& e) {
       static_cast<SyncEngine&>(e).FinishWithParent();
       return Status::Ok();
     });
   } else {
-    ended = ended.WithContext("upstream to " + options_.parent);
+    ended = ended.WithContext("upstream to " + options_.parents.front());
   }
   std::lock_guard<std::mutex> lock(mu_);
   result_ = ended;

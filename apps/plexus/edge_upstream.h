@@ -13,16 +13,21 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/grpc_transport.h"
+#include "core/clock.h"
 #include "core/status.h"
 #include "server/rpc/federation_server.h"
 
 namespace plexus::cli {
 
 struct UpstreamOptions {
-  std::string parent;     // HOST:PORT
-  ClientTls tls;          // how to call it
+  // HOST:PORT of the parent, then of others to turn to when it stops answering for
+  // failover_after_ms (another edge, or the root: FailoverTransport).
+  std::vector<std::string> parents;
+  int64_t failover_after_ms = 5000;
+  ClientTls tls;          // how to call them
   std::string client_id;  // this edge's id at the parent; empty: the parent assigns one
   int64_t give_up_after_ms = 300000;
   uint64_t seed = 0;  // backoff jitter
@@ -45,6 +50,7 @@ class EdgeUpstream {
 
   const UpstreamOptions options_;
   FederationServer* const server_;
+  RealClock clock_;
   std::unique_ptr<FederationTransport> transport_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;

@@ -114,9 +114,11 @@ class HierarchyTest : public ::testing::Test {
     for (int i = 0; i < kClients; ++i) StartClient(i, i < kClients / 2 ? first : second, run);
   }
 
-  // Waits for every process to exit; each must exit 0.
-  void WaitForAll() {
-    for (auto& p : processes_) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+  // Waits for every process but `killed` to exit; each must exit 0.
+  void WaitForAll(ChildProcess* killed = nullptr) {
+    for (auto& p : processes_) {
+      if (p.get() != killed) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+    }
     processes_.clear();
   }
 
@@ -178,6 +180,19 @@ nlohmann::json StatusOf(const std::string& address) {
   return brace == std::string::npos ? nullptr : nlohmann::json::parse(out.substr(brace), nullptr, false);
 }
 
+// Polls the status of the server at `address` until its `field` reaches `at_least` (at most two
+// minutes); returns the last value seen.
+int64_t WaitForStatus(const std::string& address, const char* field, int64_t at_least) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int64_t value = 0;
+  while (std::chrono::steady_clock::now() < until && value < at_least) {
+    const nlohmann::json st = StatusOf(address);
+    if (st.is_object()) value = st.value(field, int64_t{0});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return value;
+}
+
 // An edge killed with SIGKILL mid-federation: the root's rounds go on with the other edge's
 // partial sums (its quorum is one), and the killed edge's clients, told at join that the other
 // edge is their fallback, turn to it and train there until the federation ends.
@@ -193,20 +208,10 @@ TEST_F(HierarchyTest, AKilledEdgesClientsTurnToTheirFallbackAndTheRootGoesOn) {
     StartClient(i, i < 2 ? a : b, "fail", {"--failover-after-s", "1", "--slowdown", "3"});
   }
   // Once the root has published a version, edge A dies.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int64_t version = 0;
-  while (std::chrono::steady_clock::now() < until && version < 1) {
-    const nlohmann::json st = StatusOf(root);
-    if (st.is_object()) version = st.value("model_version", 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_GE(version, 1) << "the root published nothing";
+  ASSERT_GE(WaitForStatus(root, "model_version", 1), 1) << "the root published nothing";
   edge_a->Signal(SIGKILL);
   EXPECT_EQ(edge_a->Wait(10000), 128 + SIGKILL);
-  for (auto& p : processes_) {
-    if (p.get() != edge_a) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
-  }
-  processes_.clear();
+  WaitForAll(/*killed=*/edge_a);
 
   const nlohmann::json r = Summary("root");
   EXPECT_EQ(r["model_version"], 4) << r.dump(2);
@@ -234,6 +239,21 @@ TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   EXPECT_NE(out.find("--edge-robust"), std::string::npos) << "the refusal names the alternative\n" << out;
 }
 
+// An edge whose first parent address answers nothing turns to the next one it was given.
+TEST_F(HierarchyTest, AnEdgeTurnsToItsNextParentWhenTheFirstDoesNotAnswer) {
+  const std::string root = StartServer("root", {1, 0, 2, "", "", {"--round-deadline-s", "120"}});
+  const std::string nobody = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string edge = StartServer(
+      "edge",
+      {2, 0, kRounds, nobody + "," + root, "", {"--upstream-failover-after-s", "1", "--round-deadline-s", "120"}});
+  StartClient(0, edge, "turn");
+  StartClient(1, edge, "turn");
+  WaitForAll();
+  EXPECT_EQ(Summary("root")["model_version"], 2);
+  const std::string log = *ReadFileContents(Path("edge.log"));
+  EXPECT_NE(log.find("turning to " + root), std::string::npos) << log;
+}
+
 // An edge killed with SIGKILL after it acknowledged one client's update, and restarted from its
 // store: the round it had open goes on with that update, the late client's update joins it, and
 // the root publishes both: nothing the edge acknowledged is lost (counted in the root's record).
@@ -245,21 +265,12 @@ TEST_F(HierarchyTest, ARestartedEdgeSendsWhatItAcknowledgedBeforeItWasKilled) {
   ChildProcess* first = processes_.back().get();
   StartClient(0, edge_address, "restart");
   StartClient(1, edge_address, "restart", {"--slowdown", "40"});  // still training when the edge dies
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int64_t acknowledged = 0;
-  while (std::chrono::steady_clock::now() < until && acknowledged < 1) {
-    const nlohmann::json st = StatusOf(edge_address);
-    if (st.is_object()) acknowledged = st.value("round_received", 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_EQ(acknowledged, 1) << "the fast client's update was not acknowledged first";
+  ASSERT_EQ(WaitForStatus(edge_address, "round_received", 1), 1)
+      << "the fast client's update was not acknowledged first";
   first->Signal(SIGKILL);
   ASSERT_EQ(first->Wait(10000), 128 + SIGKILL);
   StartServer("edge", edge);  // the same database and address
-  for (auto& p : processes_) {
-    if (p.get() != first) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
-  }
-  processes_.clear();
+  WaitForAll(/*killed=*/first);
   const nlohmann::json r = Summary("root");
   ASSERT_EQ(r["model_version"], 1) << r.dump(2);
   EXPECT_EQ(r["rounds"][0]["updates"], 2) << "the update acknowledged before the kill is in\n" << r.dump(2);
