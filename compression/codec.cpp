@@ -33,7 +33,7 @@ constexpr CodecEntry kCodecs[] = {
     {"topk", "topk[:ratio=R]", MakeTopKCodec},
     {"terngrad", "terngrad", MakeTernGradCodec},
     {"qsgd", "qsgd[:levels=L]", MakeQsgdCodec},
-    {"exactsum", "exactsum", MakeExactSumCodec},
+    {kPartialSumCodec, kPartialSumCodec, MakeExactSumCodec},
 };
 
 }  // namespace

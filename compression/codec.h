@@ -89,7 +89,8 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool
 // for deltas of `layout`'s size.
 CodedDeltaReader MakeCodedDeltaReader(ModelState layout);
 
-// An edge aggregator's partial sum in the exactsum codec's bytes (plexus server --upstream).
+// The codec an edge aggregator's partial sums travel in (plexus server --upstream), and its bytes for `sum`.
+inline constexpr char kPartialSumCodec[] = "exactsum";
 std::string EncodePartialSum(const ExactSum& sum);
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises

@@ -31,14 +31,14 @@ class ExactSumCodec final : public Codec {
     return read->Materialize(layout);
   }
   size_t EncodedSize(const ModelState& l) const override { return kHeaderBytes + kSumHeaderBytes + 8 * l.num_params(); }
-  std::string Describe() const override { return "exactsum"; }
+  std::string Describe() const override { return kPartialSumCodec; }
   bool has_coded_form() const override { return true; }
   Result<std::shared_ptr<const CodedDelta>> Read(std::string bytes, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(bytes, kId, layout.num_params()));
     Result<ExactSum> sum = ExactSum::Decode(std::string_view(bytes).substr(kHeaderBytes), layout.num_params());
     if (!sum.ok()) return CodecError(sum.status().message());
     Result<std::shared_ptr<const PartialSumDelta>> partial =
-        PartialSumDelta::Make(spec().empty() ? "exactsum" : spec(), std::move(bytes), std::move(sum).value());
+        PartialSumDelta::Make(spec().empty() ? kPartialSumCodec : spec(), std::move(bytes), std::move(sum).value());
     if (!partial.ok()) return CodecError(partial.status().message());
     return std::shared_ptr<const CodedDelta>(std::move(partial).value());
   }

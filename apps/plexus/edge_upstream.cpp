@@ -58,7 +58,7 @@ void EdgeUpstream::Run() {
         spdlog::info("upstream task {}: sending the partial sum of {} updates ({} examples)", task.task_id,
                      partial->sum.count(), partial->num_examples);
         Contribution c;
-        c.codec = "exactsum";
+        c.codec = kPartialSumCodec;
         c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum));
         c.num_examples = partial->num_examples;
         c.metrics["train_loss"] = partial->mean_train_loss;

@@ -38,7 +38,7 @@ FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, Serve
     codec_layout_ = ModelState::UninitializedLike(engine_->model());   // only its layout is read
   }
   if (info_.accept_partial_sums) {
-    partial_sum_codec_ = std::move(MakeCodec("exactsum")).value();
+    partial_sum_codec_ = std::move(MakeCodec(kPartialSumCodec)).value();
     if (!codec_layout_) codec_layout_ = ModelState::UninitializedLike(engine_->model());
   }
   downloads_ = std::move(ModelDownloads::Create(store_, info_.download_codec)).value();  // Start checked it

@@ -51,7 +51,7 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     if (header.offset() > 0) {
       return Refuse("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
     }
-  } else if (coded && header.codec() == "exactsum" && header.codec() != info_.upload_codec) {
+  } else if (coded && header.codec() == kPartialSumCodec && header.codec() != info_.upload_codec) {
     return Refuse("upload", InvalidArgumentError("a partial sum (an edge aggregator's) for task " + header.task_id() +
                                                  ", but this server takes none: it needs sync rounds or "
                                                  "--mode async, and --strategy fedavg_exact"));
