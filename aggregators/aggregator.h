@@ -77,6 +77,10 @@ class Aggregator {
   // (fedavg_exact): what an edge aggregator sends its parent instead of finalizing (plexus server
   // --upstream). Null for the others.
   virtual const ExactSum* partial_sum() const { return nullptr; }
+  // With partial_sum(): whether Finalize publishes base + the sum's mean (no server optimizer
+  // after it), so that an edge aggregator may send the sum in its place and leave any step to the
+  // root. False for fedadam:exact=true and the like, which only a root may run.
+  virtual bool finalizes_to_the_mean() const { return false; }
 
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;

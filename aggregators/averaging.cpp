@@ -238,6 +238,17 @@ Status Positive(const std::string& strategy, const char* key, double v) {
   return InvalidArgumentError("strategy '" + strategy + "': " + key + " must be positive");
 }
 
+// MakeAveraging, or with `exact=true` in the settings MakeExactAveraging (which says so in its
+// description).
+Result<std::unique_ptr<Aggregator>> AveragingFrom(StrategySpec& spec, AveragingOptions o,
+                                                  std::unique_ptr<ServerOptimizer> step, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(bool exact, spec.GetBool("exact", false));
+  if (!exact) return MakeAveraging(std::move(o), std::move(step), pool);
+  o.params = "exact=true" + std::string(o.params.empty() ? "" : ",") + o.params;
+  if (std::string opt = step->Describe(); opt != "lr=1") o.params += "," + opt;
+  return MakeExactAveraging(std::move(o), std::move(step), pool);
+}
+
 Result<std::unique_ptr<Aggregator>> MakeAdaptive(StrategySpec& spec, ThreadPool* pool, AdaptiveKind kind) {
   PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("lr", 0.01));
   PLEXUS_ASSIGN_OR_RETURN(double b1, spec.GetDouble("beta1", 0.9));
@@ -252,7 +263,7 @@ Result<std::unique_ptr<Aggregator>> MakeAdaptive(StrategySpec& spec, ThreadPool*
   PLEXUS_RETURN_IF_ERROR(InRange(spec.name(), "beta2", b2, 0, 1, true));
   PLEXUS_RETURN_IF_ERROR(Positive(spec.name(), "tau", tau));
   AveragingOptions o{spec.name(), weighted ? "" : "weighted=false", weighted};
-  return MakeAveraging(o, MakeAdaptiveStep(kind, lr, b1, b2, tau), pool);
+  return AveragingFrom(spec, std::move(o), MakeAdaptiveStep(kind, lr, b1, b2, tau), pool);
 }
 
 }  // namespace
@@ -265,7 +276,7 @@ std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_
 Result<std::unique_ptr<Aggregator>> MakeFedAvg(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
   AveragingOptions o{"fedavg", weighted ? "weighted=true" : "weighted=false", weighted};
-  return MakeAveraging(o, MakePlainStep(1.0), pool);
+  return AveragingFrom(spec, std::move(o), MakePlainStep(1.0), pool);
 }
 
 Result<std::unique_ptr<Aggregator>> MakeFedAvgM(StrategySpec& spec, ThreadPool* pool) {
@@ -275,7 +286,7 @@ Result<std::unique_ptr<Aggregator>> MakeFedAvgM(StrategySpec& spec, ThreadPool* 
   PLEXUS_RETURN_IF_ERROR(InRange("fedavgm", "momentum", momentum, 0, 1, true));
   PLEXUS_RETURN_IF_ERROR(Positive("fedavgm", "lr", lr));
   AveragingOptions o{"fedavgm", weighted ? "" : "weighted=false", weighted};
-  return MakeAveraging(o, MakeMomentumStep(lr, momentum), pool);
+  return AveragingFrom(spec, std::move(o), MakeMomentumStep(lr, momentum), pool);
 }
 
 Result<std::unique_ptr<Aggregator>> MakeFedNova(StrategySpec& spec, ThreadPool* pool) {

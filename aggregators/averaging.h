@@ -25,5 +25,10 @@ struct AveragingOptions {
 
 std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,
                                           ThreadPool* pool);
+// The same with the sum kept as an ExactSum (the strategies' `exact=true`, exact_fedavg.cpp): the
+// same model bits in any arrival order, and edges' partial sums taken (a root of edge aggregators,
+// docs/deployment.md). REQUIRES: !options.normalize_by_steps (FedNova's step counts are not summed).
+std::unique_ptr<Aggregator> MakeExactAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,
+                                               ThreadPool* pool);
 
 }  // namespace plexus

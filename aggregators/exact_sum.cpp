@@ -31,15 +31,20 @@ bool RoundToInt64(double x, int64_t* out) {
 
 }  // namespace
 
-Status ExactSum::Add(std::span<const float> delta, double weight) {
+Status ExactSum::Add(std::span<const float> delta, double weight, double value_scale) {
+  if (!(value_scale > 0) || !std::isfinite(value_scale)) {
+    return InvalidArgumentError("an update's value scale must be positive and finite (got " +
+                                std::to_string(value_scale) + ")");
+  }
+  const double value_weight = weight * value_scale;  // exactly weight when value_scale is 1
   if (delta.size() == sums_.size() && weight > 0 && std::isfinite(weight) && weight * kWeightScale >= 0.5 &&
-      AddWithoutChecks(delta, weight)) {
+      AddWithoutChecks(delta, weight, value_weight)) {
     return Status::Ok();
   }
-  return AddChecked(delta, weight);
+  return AddChecked(delta, weight, value_weight);
 }
 
-bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight) {
+bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight, double value_weight) {
   // One pass for the largest magnitude (and whether every value is finite: NaN fails a <= max).
   float largest = 0;
   bool finite = true;
@@ -48,7 +53,7 @@ bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight) {
     finite &= a <= std::numeric_limits<float>::max();
     largest = a > largest ? a : largest;
   }
-  const double most = weight * static_cast<double>(largest) * kValueScale;  // the largest |w·δ| in units
+  const double most = value_weight * static_cast<double>(largest) * kValueScale;  // the largest |w·δ| in units
   int64_t w = 0;
   if (!finite || !(most < kFastLimit) || bound_ + most + 1 > kSumLimit || !RoundToInt64(weight * kWeightScale, &w) ||
       w <= 0 || weight_units_ > std::numeric_limits<int64_t>::max() - w ||
@@ -63,7 +68,8 @@ bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight) {
   int64_t* sums = sums_.data();
   const float* values = delta.data();
   for (size_t i = 0; i < n; ++i) {
-    sums[i] += std::bit_cast<int64_t>(weight * static_cast<double>(values[i]) * kValueScale + kMagic) - magic_bits;
+    sums[i] +=
+        std::bit_cast<int64_t>(value_weight * static_cast<double>(values[i]) * kValueScale + kMagic) - magic_bits;
   }
   bound_ += most + 1;
   weight_units_ += w;
@@ -71,7 +77,7 @@ bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight) {
   return true;
 }
 
-Status ExactSum::AddChecked(std::span<const float> delta, double weight) {
+Status ExactSum::AddChecked(std::span<const float> delta, double weight, double value_weight) {
   if (delta.size() != sums_.size()) {
     return InvalidArgumentError("an update of " + std::to_string(delta.size()) + " values for a sum of " +
                                 std::to_string(sums_.size()));
@@ -89,7 +95,7 @@ Status ExactSum::AddChecked(std::span<const float> delta, double weight) {
   const auto take_back = [&](size_t end) {
     for (size_t k = 0; k < end; ++k) {
       int64_t v = 0;
-      RoundToInt64(weight * static_cast<double>(delta[k]) * kValueScale, &v);
+      RoundToInt64(value_weight * static_cast<double>(delta[k]) * kValueScale, &v);
       sums_[k] -= v;
     }
   };
@@ -99,7 +105,7 @@ Status ExactSum::AddChecked(std::span<const float> delta, double weight) {
       take_back(i);
       return InvalidArgumentError("an update holds a non-finite value at index " + std::to_string(i));
     }
-    if (!RoundToInt64(weight * static_cast<double>(delta[i]) * kValueScale, &v) ||
+    if (!RoundToInt64(value_weight * static_cast<double>(delta[i]) * kValueScale, &v) ||
         __builtin_add_overflow(sums_[i], v, &sum)) {
       take_back(i);
       return OutOfRangeError("the exact sum leaves int64 at index " + std::to_string(i) +
@@ -144,10 +150,7 @@ Status ExactSum::MergeScaled(const ExactSum& other, double scale) {
   ExactSum scaled;
   scaled.sums_.resize(other.sums_.size());
   scaled.count_ = other.count_;
-  if (!RoundToInt64(static_cast<double>(other.weight_units_) * scale, &scaled.weight_units_) ||
-      (other.weight_units_ > 0 && scaled.weight_units_ <= 0)) {
-    return OutOfRangeError("the partial sum's weight scaled by " + std::to_string(scale) + " leaves the sum's range");
-  }
+  scaled.weight_units_ = other.weight_units_;
   for (size_t i = 0; i < other.sums_.size(); ++i) {
     if (!RoundToInt64(static_cast<double>(other.sums_[i]) * scale, &scaled.sums_[i])) {
       return OutOfRangeError("the partial sum scaled by " + std::to_string(scale) + " leaves int64 at index " +

@@ -35,15 +35,19 @@ class ExactSum {
   ExactSum() = default;
   explicit ExactSum(size_t values) : sums_(values, 0) {}
 
-  // Adds weight·delta. InvalidArgument (the sum unchanged) for a delta of another size, a
-  // non-finite value, or a weight that is not positive and finite; OutOfRange on overflow.
-  Status Add(std::span<const float> delta, double weight);
+  // Adds weight·value_scale·delta to the sums and weight to Σw: value_scale shrinks a contribution
+  // without taking weight from the others (a norm bound's clip, FedBuff's staleness factor, as
+  // the float averaging does). InvalidArgument (the sum unchanged) for a delta of another size, a
+  // non-finite value, or a weight or value_scale that is not positive and finite; OutOfRange on
+  // overflow.
+  Status Add(std::span<const float> delta, double weight, double value_scale = 1.0);
   // Adds another sum (an edge's partial). InvalidArgument for another size, OutOfRange on overflow;
   // the sum is unchanged then.
   Status Merge(const ExactSum& other);
-  // Merge of `other` with its sums and weight multiplied by `scale` (FedBuff's staleness weight of
-  // an edge's partial), each rounded once to its unit: exact only for scale 1. InvalidArgument for
-  // a scale that is not positive and finite, OutOfRange as Merge; the sum is unchanged then.
+  // Merge of `other` with its sums multiplied by `scale` (FedBuff's staleness factor of an edge's
+  // partial, as Add's value_scale: its weight stays), each rounded once to its unit: exact only
+  // for scale 1. InvalidArgument for a scale that is not positive and finite, OutOfRange as Merge;
+  // the sum is unchanged then.
   Status MergeScaled(const ExactSum& other, double scale);
 
   size_t size() const { return sums_.size(); }
@@ -64,8 +68,8 @@ class ExactSum {
  private:
   // Add when no value can overflow (checked in one pass first): false, and nothing changed, when
   // that cannot be shown; then AddChecked checks every value.
-  bool AddWithoutChecks(std::span<const float> delta, double weight);
-  Status AddChecked(std::span<const float> delta, double weight);
+  bool AddWithoutChecks(std::span<const float> delta, double weight, double value_weight);
+  Status AddChecked(std::span<const float> delta, double weight, double value_weight);
 
  public:
   friend bool operator==(const ExactSum& a, const ExactSum& b) {

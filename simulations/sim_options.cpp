@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "aggregators/registry.h"
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
 #include "server/coordinator/engine_factory.h"
@@ -34,11 +35,13 @@ Status SimOptions::Validate() const {
   if (edges < 0 || edges > clients) return InvalidArgumentError("--edges must lie in [0, --clients]");
   if (edges > 0) {
     if (mode != Mode::kSync) return InvalidArgumentError("--edges: edge aggregators are simulated in sync mode only");
-    if (sync.strategy.rfind("fedavg_exact", 0) != 0) {
+    // The server folds the edges' partial sums; with exact sums that is folding their updates.
+    Result<std::unique_ptr<Aggregator>> merge = MakeAggregator(sync.strategy, nullptr);
+    if (merge.ok() && (*merge)->partial_sum() == nullptr) {
       return InvalidArgumentError(
-          "--edges needs --strategy fedavg_exact: edges forward partial sums, and only exact sums compose into the "
-          "model a flat server would publish (robust rules would have to run at each edge, or edges forward raw "
-          "updates: neither is built)");
+          "--edges needs a strategy that keeps exact sums (fedavg_exact, or exact=true as in fedadam:exact=true): "
+          "edges forward partial sums, and only exact sums compose into the model a flat server would publish "
+          "(robust rules would have to run at each edge, or edges forward raw updates: not simulated)");
     }
     if (sync.secagg) return InvalidArgumentError("--edges with --secagg is not simulated");
     if (!download_codec.empty()) return InvalidArgumentError("--edges with --download-codec is not simulated");

@@ -568,7 +568,8 @@ void AddServerCommand(CLI::App& app) {
   cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) that client certificates must chain to");
   cmd->add_option("--upstream", f->upstream,
                   "Run as an edge aggregator under the server at HOST:PORT: serve this server's clients the "
-                  "parent's versions and send it one exact partial sum per parent task (sync mode, fedavg_exact; "
+                  "parent's versions and send it one exact partial sum per parent task (sync mode, fedavg_exact "
+                  "or norm_bound:max=R,exact=true; "
                   "docs/deployment.md); a comma-separated list: the others are turned to when the one in use stops "
                   "answering");
   cmd->add_option("--upstream-tls-ca", f->upstream_tls.ca, "CA certificate (PEM) of the parent's certificate");

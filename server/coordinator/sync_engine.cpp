@@ -50,10 +50,19 @@ Status SyncOptions::Validate() const {
   if (edge) {
     if (secagg) return InvalidArgumentError("an edge aggregator (--upstream) cannot run --secagg");
     if (merge->partial_sum() == nullptr && !edge_robust) {
+      return InvalidArgumentError("an edge aggregator (--upstream) sends its parent exact partial sums: --strategy " +
+                                  merge->Describe() +
+                                  " keeps none (use fedavg_exact, or norm_bound:max=R,exact=true; robust rules do not "
+                                  "compose through a tree: --edge-robust runs the rule "
+                                  "over each edge's own clients instead, a weaker guarantee)");
+    }
+    if (merge->partial_sum() != nullptr && !merge->finalizes_to_the_mean()) {
       return InvalidArgumentError(
-          "an edge aggregator (--upstream) sends its parent exact partial sums: --strategy " + merge->Describe() +
-          " keeps none (use fedavg_exact; robust rules do not compose through a tree: --edge-robust runs the rule "
-          "over each edge's own clients instead, a weaker guarantee)");
+          "an edge aggregator (--upstream) sends its parent the exact sum of its clients' "
+          "deltas: --strategy " +
+          merge->Describe() +
+          " steps a server optimizer after it, which belongs at the root (run it there; "
+          "here fedavg_exact, or norm_bound:max=R,exact=true to clip at the edge)");
     }
     if (merge->partial_sum() != nullptr && edge_robust) {
       return InvalidArgumentError("--edge-robust is for robust rules: " + merge->Describe() +

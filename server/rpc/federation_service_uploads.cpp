@@ -52,9 +52,10 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
       return Refuse("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
     }
   } else if (coded && header.codec() == kPartialSumCodec && header.codec() != info_.upload_codec) {
-    return Refuse("upload", InvalidArgumentError("a partial sum (an edge aggregator's) for task " + header.task_id() +
-                                                 ", but this server takes none: it needs sync rounds or "
-                                                 "--mode async, and --strategy fedavg_exact"));
+    return Refuse("upload", InvalidArgumentError(
+                                "a partial sum (an edge aggregator's) for task " + header.task_id() +
+                                ", but this server takes none: it needs sync rounds or "
+                                "--mode async, and a strategy that keeps exact sums (fedavg_exact, or exact=true)"));
   } else if (coded) {
     std::lock_guard<std::mutex> lock(mu_);
     // A server without an upload codec names none in its tasks: the check comes before any use of it.

@@ -6,10 +6,15 @@
 
 #include <cmath>
 #include <limits>
+#include <span>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "core/rng.h"
+#include "tests/testing/random_round.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -175,19 +180,10 @@ TEST(ExactSumTest, OnlyWholeEncodingsOfTheRightSizeDecode) {
 // The strategy publishes the same bits in any order of ordinary float updates (where plain
 // fedavg's float sums may differ in the last bit), close to fedavg's model.
 TEST(ExactFedAvgTest, AnyOrderPublishesTheSameModelCloseToFedAvg) {
-  Rng rng(42);
   const size_t dims = 1000, n = 25;
-  ModelState base = *ModelState::Create({{"w", {static_cast<int64_t>(dims)}}});
-  for (float& v : base.data()) v = static_cast<float>(rng.Normal());
-  std::vector<Update> updates;
-  for (size_t i = 0; i < n; ++i) {
-    Update u;
-    u.client_id = "c" + std::to_string(i);
-    u.num_examples = 1 + static_cast<int64_t>(rng.Below(600));
-    u.delta = ModelState::ZerosLike(base);
-    for (float& v : u.delta.data()) v = static_cast<float>(rng.Normal() * 0.01);
-    updates.push_back(std::move(u));
-  }
+  const ::plexus::testing::RandomRound round = ::plexus::testing::MakeRandomRound(n, dims, 42);
+  const ModelState& base = round.base;
+  const std::vector<Update>& updates = round.updates;
   const auto run = [&](const std::string& spec, bool reversed) {
     auto agg = *MakeAggregator(spec, nullptr);
     EXPECT_TRUE(agg->Begin(base).ok());
@@ -201,6 +197,104 @@ TEST(ExactFedAvgTest, AnyOrderPublishesTheSameModelCloseToFedAvg) {
   for (size_t k = 0; k < dims; ++k) EXPECT_NEAR(exact.data()[k], plain.data()[k], 1e-6) << k;
   auto agg = *MakeAggregator("fedavg_exact:weighted=false", nullptr);
   EXPECT_EQ(agg->Describe(), "fedavg_exact(weighted=false)");
+}
+
+// A random round in which client 3's update is a hundred times the others' (what a norm bound clips).
+::plexus::testing::RandomRound MakeExactCase(size_t dims, size_t n) {
+  ::plexus::testing::RandomRound c = ::plexus::testing::MakeRandomRound(n, dims);
+  for (float& v : c.updates[3].delta.data()) v *= 100;
+  return c;
+}
+
+// An edge's partial sum of `updates` as the root receives it, summed by the edge's strategy.
+Update PartialOf(const std::string& edge_strategy, const ModelState& base, std::span<const Update> updates) {
+  auto edge = *MakeAggregator(edge_strategy, nullptr);
+  EXPECT_OK(edge->Begin(base));
+  for (const Update& u : updates) EXPECT_OK(edge->Fold(u));
+  ExactSum sum = *edge->partial_sum();
+  std::string bytes = sum.Encode();
+  Update p;
+  p.client_id = "edge";
+  p.num_examples = static_cast<int64_t>(sum.weight());
+  p.coded = *PartialSumDelta::Make("exactsum", std::move(bytes), std::move(sum));
+  return p;
+}
+
+// Server optimizers and norm bounds over exact sums (`exact=true`): the same bits in any order and
+// through edges' partial sums (clipping done at the edges), close to the float strategy.
+TEST(ExactAveragingTest, ServerOptimizersAndNormBoundsComposeThroughPartialSums) {
+  const ::plexus::testing::RandomRound c = MakeExactCase(500, 12);
+  const auto flat = [&](const std::string& spec, bool reversed) {
+    auto agg = *MakeAggregator(spec, nullptr);
+    EXPECT_OK(agg->Begin(c.base));
+    for (size_t i = 0; i < c.updates.size(); ++i) {
+      EXPECT_OK(agg->Fold(c.updates[reversed ? c.updates.size() - 1 - i : i]));
+    }
+    return *agg->Finalize();
+  };
+  const std::span<const Update> all(c.updates);
+  for (const auto& [root, edge, floating] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"fedadam:exact=true,lr=0.05", "fedavg_exact", "fedadam:lr=0.05"},
+           {"fedavgm:exact=true,momentum=0.5", "fedavg:exact=true", "fedavgm:momentum=0.5"},
+           {"norm_bound:max=0.5,exact=true", "norm_bound:max=0.5,exact=true", "norm_bound:max=0.5"}}) {
+    SCOPED_TRACE(root);
+    const ModelState want = flat(root, false);
+    EXPECT_EQ(want.ContentSha256(), flat(root, true).ContentSha256());
+    const ModelState close = flat(floating, false);
+    for (size_t k = 0; k < want.num_params(); ++k) ASSERT_NEAR(want.data()[k], close.data()[k], 1e-5) << k;
+    auto tree = *MakeAggregator(root, nullptr);
+    EXPECT_OK(tree->Begin(c.base));
+    EXPECT_OK(tree->Fold(PartialOf(edge, c.base, all.subspan(0, 5))));
+    EXPECT_OK(tree->Fold(PartialOf(edge, c.base, all.subspan(5))));
+    EXPECT_EQ(tree->Finalize()->ContentSha256(), want.ContentSha256());
+    EXPECT_NE(tree->partial_sum(), nullptr);
+    EXPECT_NE(tree->Describe().find("exact=true"), std::string::npos) << tree->Describe();
+  }
+  // The norm bound did clip: the large update moves the model less than under plain FedAvg.
+  EXPECT_NE(flat("norm_bound:max=0.5,exact=true", false).ContentSha256(), flat("fedavg_exact", false).ContentSha256());
+  EXPECT_TRUE((*MakeAggregator("fedavg_exact", nullptr))->finalizes_to_the_mean());
+  EXPECT_TRUE((*MakeAggregator("norm_bound:max=1,exact=true", nullptr))->finalizes_to_the_mean());
+  EXPECT_FALSE((*MakeAggregator("fedyogi:exact=true", nullptr))->finalizes_to_the_mean());
+  EXPECT_FALSE(MakeAggregator("fednova:exact=true", nullptr).ok()) << "FedNova's step counts are not summed";
+}
+
+// FedBuff's staleness factor scales an update's values, not its weight among the others: the exact
+// sum's mean is the float averaging's, alone in a buffer too.
+TEST(ExactAveragingTest, AStalenessFactorScalesValuesAsTheFloatAveragingDoes) {
+  const ::plexus::testing::RandomRound c = MakeExactCase(100, 3);
+  for (const char* spec : {"fedavg", "fedavg:weighted=false"}) {
+    auto floating = *MakeAggregator(spec, nullptr);
+    auto exact =
+        *MakeAggregator(std::string(spec) + (std::string(spec) == "fedavg" ? ":" : ",") + "exact=true", nullptr);
+    ASSERT_OK(floating->Begin(c.base));
+    ASSERT_OK(exact->Begin(c.base));
+    for (size_t i = 0; i < c.updates.size(); ++i) {
+      Update a = c.updates[i], b = c.updates[i];
+      ASSERT_OK(floating->FoldScaled(a, 0.25 * static_cast<double>(i + 1)));
+      ASSERT_OK(exact->FoldScaled(b, 0.25 * static_cast<double>(i + 1)));
+    }
+    const ModelState want = *floating->Finalize(), got = *exact->Finalize();
+    for (size_t k = 0; k < want.num_params(); ++k) ASSERT_NEAR(got.data()[k], want.data()[k], 1e-6) << spec << k;
+  }
+}
+
+// The optimizer's state (FedAvgM's velocity) is saved with each round and restored by a restarted
+// server: its next round gives the bits an uninterrupted one does.
+TEST(ExactAveragingTest, TheOptimizersStateSurvivesARestart) {
+  const ::plexus::testing::RandomRound c = MakeExactCase(64, 4);
+  const auto round = [&](Aggregator& agg, const ModelState& base) {
+    EXPECT_OK(agg.Begin(base));
+    for (const Update& u : c.updates) EXPECT_OK(agg.Fold(u));
+    return *agg.Finalize();
+  };
+  auto kept = *MakeAggregator("fedavgm:exact=true,momentum=0.9", nullptr);
+  const ModelState first = round(*kept, c.base);
+  const std::string state = kept->SaveState();
+  ASSERT_FALSE(state.empty());
+  const ModelState second = round(*kept, first);
+  auto restarted = *MakeAggregator("fedavgm:exact=true,momentum=0.9", nullptr);
+  ASSERT_OK(restarted->RestoreState(state));
+  EXPECT_EQ(round(*restarted, first).ContentSha256(), second.ContentSha256());
 }
 
 }  // namespace

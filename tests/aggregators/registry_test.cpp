@@ -17,7 +17,7 @@ TEST(RegistryTest, UnknownNameListsKnownOnes) {
 
 TEST(RegistryTest, UnknownParameterIsNamed) {
   EXPECT_THAT(MakeAggregator("fedavg:momentum=0.9", nullptr),
-              StatusIs(StatusCode::kInvalidArgument, "no parameter 'momentum' (it takes: weighted)"));
+              StatusIs(StatusCode::kInvalidArgument, "no parameter 'momentum' (it takes: exact, weighted)"));
   EXPECT_THAT(MakeAggregator("fedavg:weighted=maybe", nullptr),
               StatusIs(StatusCode::kInvalidArgument, "not true/false"));
 }

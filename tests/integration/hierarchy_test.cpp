@@ -228,6 +228,46 @@ TEST_F(HierarchyTest, AKilledEdgesClientsTurnToTheirFallbackAndTheRootGoesOn) {
   }
 }
 
+// A server optimizer at the root (FedAdam over the exact sum) under edges that clip each client's
+// update to a norm bound: the flat server running both over the same updates publishes the same
+// model. The bound is small enough to clip (the clipped and unclipped runs differ).
+TEST_F(HierarchyTest, ARootsServerOptimizerOverClippingEdgesPublishesTheFlatModel) {
+  const std::string adam = "fedadam:exact=true,lr=0.05", clip = "norm_bound:max=0.05,exact=true";
+  const auto with = [](int k, const std::string& upstream, const std::string& strategy) {
+    return ServerSettings{k, 0, kRounds, upstream, "", {"--round-deadline-s", "120", "--strategy", strategy}};
+  };
+  // Clipping at a flat server, and at the edges under a root that sums.
+  const std::string plain = StartServer("flat-plain", with(kClients, "", "fedavg_exact"));
+  for (int i = 0; i < kClients; ++i) StartClient(i, plain, "flat-plain");
+  const std::string flat = StartServer("flat-clip", with(kClients, "", clip));
+  for (int i = 0; i < kClients; ++i) StartClient(i, flat, "flat-clip");
+  WaitForAll();
+  const nlohmann::json f = Summary("flat-clip");
+  ASSERT_EQ(f["model_version"], kRounds) << f.dump(2);
+  EXPECT_NE(f["final_model_sha256"], Summary("flat-plain")["final_model_sha256"]) << "the bound clipped nothing";
+
+  const std::string root = StartServer("root-clip", with(2, "", "fedavg_exact"));
+  StartClientsUnder(StartServer("edge-a", with(2, root, clip)), StartServer("edge-b", with(2, root, clip)), "clip");
+  WaitForAll();
+  EXPECT_EQ(Summary("root-clip")["final_model_sha256"], f["final_model_sha256"])
+      << "clipping at the edges published another model than clipping at a flat server";
+
+  const std::string flat_adam = StartServer("flat-adam", with(kClients, "", adam));
+  for (int i = 0; i < kClients; ++i) StartClient(i, flat_adam, "flat-adam");
+  WaitForAll();
+  const nlohmann::json fa = Summary("flat-adam");
+  ASSERT_EQ(fa["model_version"], kRounds) << fa.dump(2);
+  // FedAdam at a flat server, and at a root over edges that sum.
+  const std::string root_adam = StartServer("root-adam", with(2, "", adam));
+  StartClientsUnder(StartServer("edge-c", with(2, root_adam, "fedavg_exact")),
+                    StartServer("edge-d", with(2, root_adam, "fedavg_exact")), "adam");
+  WaitForAll();
+  const nlohmann::json ra = Summary("root-adam");
+  EXPECT_EQ(ra["final_model_sha256"], fa["final_model_sha256"])
+      << "FedAdam at a root over edges published another model than at a flat server";
+  EXPECT_NE(ra["strategy"].get<std::string>().find("exact=true"), std::string::npos) << ra.dump(2);
+}
+
 TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   std::string out;
   const int code = testing::RunToCompletion(
@@ -237,6 +277,15 @@ TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   EXPECT_NE(out.find("exact partial sums"), std::string::npos) << out;
   EXPECT_NE(out.find("robust rules do not compose"), std::string::npos) << out;
   EXPECT_NE(out.find("--edge-robust"), std::string::npos) << "the refusal names the alternative\n" << out;
+  // A server optimizer steps after the sum: the root's to run, not an edge's.
+  out.clear();
+  EXPECT_NE(testing::RunToCompletion(PLEXUS_BINARY,
+                                     {"server", "--upstream", "127.0.0.1:1", "--strategy", "fedadam:exact=true", "--db",
+                                      Path("y.db"), "--dry-run"},
+                                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("belongs at the root"), std::string::npos) << out;
 }
 
 // An edge whose first parent address answers nothing turns to the next one it was given.

@@ -300,12 +300,19 @@ TEST_F(SimRunnerTest, EdgesForwardPartialSumsAndPublishTheFlatServersModel) {
   o.sync.min_clients = 12;
   o.sync.strategy = "fedavg_exact";
   SeededDeltaTrainer trainer;
-  const auto run = [&](int64_t edges) {
+  const auto run = [&](int64_t edges, const char* strategy = "fedavg_exact") {
     SimOptions with = o;
     with.edges = edges;
+    with.sync.strategy = strategy;
     LocalTaskRunner runner(&trainer, &data_);
     return RunSimulation(with, data_, &runner, nullptr, nullptr);
   };
+  // A server optimizer at the root over the edges' exact sums: the flat server's model too.
+  Result<SimResult> adam_flat = run(0, "fedadam:exact=true,lr=0.05");
+  Result<SimResult> adam_tree = run(3, "fedadam:exact=true,lr=0.05");
+  ASSERT_OK(adam_flat);
+  ASSERT_OK(adam_tree);
+  EXPECT_EQ(adam_tree->final_model_sha256, adam_flat->final_model_sha256);
   Result<SimResult> flat = run(0);
   ASSERT_OK(flat);
   ASSERT_EQ(flat->rounds.size(), 3u);
@@ -324,7 +331,7 @@ TEST_F(SimRunnerTest, EdgesForwardPartialSumsAndPublishTheFlatServersModel) {
   }
   o.edges = 2;
   o.sync.strategy = "fedavg";
-  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "fedavg_exact"));
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "exact=true"));
   o.sync.strategy = "fedavg_exact";
   o.mode = Mode::kAsync;
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "sync mode only"));

@@ -924,6 +924,23 @@ TEST_F(SyncEngineTest, AnEdgeRobustEdgeSendsItsClientsMedianWeightedByTheirExamp
   EXPECT_THAT(flat.Validate(), StatusIs(StatusCode::kInvalidArgument, "--upstream"));
 }
 
+// A server optimizer steps after the sum: the root's to run. Clipping to a norm bound happens per
+// update, so an edge may do it.
+TEST_F(SyncEngineTest, AnEdgeRefusesAServerOptimizerButClipsToANormBound) {
+  SyncOptions o = EdgeOptions();
+  o.strategy = "fedadam:exact=true";
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "belongs at the root"));
+  o.strategy = "fedavgm:exact=true";
+  EXPECT_THAT(o.Validate(), StatusIs(StatusCode::kInvalidArgument, "belongs at the root"));
+  o.strategy = "norm_bound:max=1,exact=true";
+  EXPECT_OK(o.Validate());
+  o.strategy = "fedavg:exact=true";
+  EXPECT_OK(o.Validate());
+  o.edge = false;
+  o.strategy = "fedadam:exact=true";
+  EXPECT_OK(o.Validate()) << "a root runs it";
+}
+
 TEST_F(SyncEngineTest, OnlyAnEdgeAdoptsItsParentsVersions) {
   Open(Options(1, 1, 1));
   EXPECT_THAT(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2, "t1"),
