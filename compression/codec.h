@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,7 @@
 namespace plexus {
 
 class ExactSum;
+struct PartialContribution;
 class ThreadPool;
 
 class Codec {
@@ -89,9 +91,11 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool
 // for deltas of `layout`'s size.
 CodedDeltaReader MakeCodedDeltaReader(ModelState layout);
 
-// The codec an edge aggregator's partial sums travel in (plexus server --upstream), and its bytes for `sum`.
+// The codec an edge aggregator's partial sums travel in (plexus server --upstream).
 inline constexpr char kPartialSumCodec[] = "exactsum";
-std::string EncodePartialSum(const ExactSum& sum);
+// The `exactsum` codec's bytes of an edge's partial sum, followed by the list of the client updates
+// in it (aggregators/partial_sum_delta.h; may be empty).
+std::string EncodePartialSum(const ExactSum& sum, std::span<const PartialContribution> contributions = {});
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
 // when it joins.

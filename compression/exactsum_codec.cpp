@@ -1,9 +1,12 @@
 // exactsum: a sum of weighted deltas in int64 fixed point (aggregators/exact_sum.h), the form in
 // which an edge aggregator sends its clients' partial sum to its parent (plexus server
 // --upstream, issue 41); 8 bytes per value plus a 32-byte header. Encoding one delta makes the
-// sum of that delta with weight 1. Read keeps the bytes as a PartialSumDelta, whose values are
-// the sum's weighted mean; fedavg_exact folds its integers.
+// sum of that delta with weight 1. An edge's partial is followed by the list of the client updates
+// in it (aggregators/partial_sum_delta.h, EncodeContributions). Read keeps the bytes as a PartialSumDelta, whose values
+// are the sum's weighted mean; fedavg_exact folds its integers.
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "aggregators/partial_sum_delta.h"
 #include "aggregators/strategy_spec.h"
@@ -35,10 +38,19 @@ class ExactSumCodec final : public Codec {
   bool has_coded_form() const override { return true; }
   Result<std::shared_ptr<const CodedDelta>> Read(std::string bytes, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(bytes, kId, layout.num_params()));
-    Result<ExactSum> sum = ExactSum::Decode(std::string_view(bytes).substr(kHeaderBytes), layout.num_params());
+    // The sum, then the list of its contributions (none from a plain encoded delta).
+    const size_t sum_bytes = kSumHeaderBytes + 8 * layout.num_params();
+    const std::string_view payload = std::string_view(bytes).substr(kHeaderBytes);
+    Result<ExactSum> sum = ExactSum::Decode(payload.substr(0, sum_bytes), layout.num_params());
     if (!sum.ok()) return CodecError(sum.status().message());
-    Result<std::shared_ptr<const PartialSumDelta>> partial =
-        PartialSumDelta::Make(spec().empty() ? kPartialSumCodec : spec(), std::move(bytes), std::move(sum).value());
+    std::vector<PartialContribution> contributions;
+    if (payload.size() > sum_bytes) {
+      Result<std::vector<PartialContribution>> listed = DecodeContributions(payload.substr(sum_bytes));
+      if (!listed.ok()) return CodecError(listed.status().message());
+      contributions = std::move(listed).value();
+    }
+    Result<std::shared_ptr<const PartialSumDelta>> partial = PartialSumDelta::Make(
+        spec().empty() ? kPartialSumCodec : spec(), std::move(bytes), std::move(sum).value(), std::move(contributions));
     if (!partial.ok()) return CodecError(partial.status().message());
     return std::shared_ptr<const CodedDelta>(std::move(partial).value());
   }
@@ -46,10 +58,11 @@ class ExactSumCodec final : public Codec {
 
 }  // namespace
 
-std::string EncodePartialSum(const ExactSum& sum) {
+std::string EncodePartialSum(const ExactSum& sum, std::span<const PartialContribution> contributions) {
   std::string out;
   Header(&out, kId, sum.size());
   out += sum.Encode();
+  if (!contributions.empty()) out += EncodeContributions(contributions);
   return out;
 }
 

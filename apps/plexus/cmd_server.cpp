@@ -189,9 +189,8 @@ void RunServer(const ServerFlags& f) {
   async.commit_outside = !async.semi_async;
   const EngineOptions engine_options{f.mode, sync, async};
   Check(engine_options.Validate(), "invalid settings");
-  // A root (or a flat server) whose strategy keeps exact sums takes edges' partial sums.
   // A root (or a flat server) whose merge keeps exact sums takes edges' partial sums: in sync
-  // rounds, or in FedBuff's buffer (a partial weighed whole by its staleness).
+  // rounds, or in FedBuff's buffer (a partial's sums scaled by its staleness).
   const bool accept_partial_sums =
       (f.mode == Mode::kSync || f.mode == Mode::kAsync) && !sync.secagg &&
       Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->partial_sum() != nullptr;

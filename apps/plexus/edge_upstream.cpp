@@ -1,5 +1,7 @@
 #include "apps/plexus/edge_upstream.h"
 
+#include "aggregators/partial_sum_delta.h"
+
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -59,7 +61,11 @@ void EdgeUpstream::Run() {
                      partial->sum.count(), partial->num_examples);
         Contribution c;
         c.codec = kPartialSumCodec;
-        c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum));
+        // With the list of the client updates in it, so that the root's records name each one.
+        std::vector<PartialContribution> listed;
+        listed.reserve(partial->merged.size());
+        for (const MergedUpdate& m : partial->merged) listed.push_back({m.client_id, m.task_id, m.update_sha256});
+        c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum, listed));
         c.num_examples = partial->num_examples;
         c.metrics["train_loss"] = partial->mean_train_loss;
         c.metrics["updates"] = static_cast<double>(partial->sum.count());

@@ -131,6 +131,14 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
       double staleness = 0.0;
       for (const MergedUpdate& m : r.merged) staleness += static_cast<double>(m.staleness);
       row["mean_staleness"] = staleness / static_cast<double>(r.merged.size());
+      // The client updates inside edges' partial sums, each with the hash its edge took of it
+      // (a flat server's own updates are not hashed, and not listed here).
+      nlohmann::json contributions = nlohmann::json::array();
+      for (const MergedUpdate& m : r.merged) {
+        if (m.update_sha256.empty()) continue;
+        contributions.push_back({{"client", m.client_id}, {"task", m.task_id}, {"update_sha256", m.update_sha256}});
+      }
+      if (!contributions.empty()) row["contributions"] = std::move(contributions);
     }
     rounds.push_back(row);
     if (r.test_accuracy) {

@@ -5,6 +5,7 @@
 #include "server/coordinator/compass_arrivals.h"
 #include "server/coordinator/mode.h"
 
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "aggregators/update_buffer.h"
 
@@ -289,7 +290,14 @@ Status AsyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
 Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   Update& update = logged.update;
   const uint64_t staleness = head_version_ >= update.base_version ? head_version_ - update.base_version : 0;
-  MergedUpdate merged{update.client_id, update.task_id, staleness, group, policy_->SpeedOf(update.client_id)};
+  // One entry per client update: an edge's partial sum lists those inside it.
+  std::vector<MergedUpdate> entries = MergedEntriesOf(update, /*hash=*/false);
+  const std::optional<double> speed = policy_->SpeedOf(update.client_id);
+  for (MergedUpdate& m : entries) {
+    m.staleness = staleness;
+    m.group = group;
+    m.ms_per_step = speed;
+  }
   std::vector<std::pair<std::string, std::string>> members;
   members.swap(group_members_);
   UpdateTally counted;
@@ -303,7 +311,7 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
     return added.status();
   }
   if (members.empty()) {
-    merged_.push_back(std::move(merged));
+    for (MergedUpdate& m : entries) merged_.push_back(std::move(m));
     ++updates_accepted_;
   } else {  // a secure group's mean: the version merges its members' updates
     for (const auto& [client, task] : members) {

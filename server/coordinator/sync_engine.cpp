@@ -143,7 +143,7 @@ Status SyncEngine::RestoreOpenRound() {
     if (!aggregator_->folds_coded()) MaterializeCoded(u, published_->model());
     PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
-    r.merged.push_back(MergedUpdate{u.client_id, u.task_id});
+    for (MergedUpdate& m : MergedEntriesOf(u, options_.edge)) r.merged.push_back(std::move(m));
     r.updates += UpdatesIn(u);
     acknowledged_.Add(u.client_id, u.task_id);
     r.tally.Add(u);
@@ -337,7 +337,8 @@ Status SyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   ++updates_accepted_;
   open_->submitted.insert(update.client_id);
-  open_->merged.push_back(MergedUpdate{update.client_id, update.task_id});
+  // At an edge each update is hashed (under the lock: a pass over it) for the partial's list.
+  for (MergedUpdate& m : MergedEntriesOf(update, options_.edge)) open_->merged.push_back(std::move(m));
   open_->updates += UpdatesIn(update);
   acknowledged_.Add(update.client_id, update.task_id);
   if (backups_->dynamic()) {

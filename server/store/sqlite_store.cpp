@@ -124,7 +124,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   for (auto [table, column] : {std::pair{"checkpoints", "file"},
                                {"accepted_updates", "file"},
                                {"accepted_updates", "codec"},
-                               {"rounds", "num_refused"}}) {
+                               {"rounds", "num_refused"},
+                               {"merged_updates", "update_sha256"}}) {
     if (Status s = AddColumn(db, table, column); !s.ok()) {
       sqlite3_close(db);
       return s.WithContext("open database '" + path + "'");
@@ -272,10 +273,11 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   for (size_t i = 0; s.ok() && i < r.merged.size(); ++i) {
     const MergedUpdate& m = r.merged[i];
     Stmt st(db_,
-            "INSERT INTO merged_updates(round, position, client_id, task_id, staleness, grp, ms_per_step) "
-            "VALUES(?,?,?,?,?,?,?)");
+            "INSERT INTO merged_updates(round, position, client_id, task_id, staleness, grp, ms_per_step, "
+            "update_sha256) VALUES(?,?,?,?,?,?,?,?)");
     st.Bind(1, static_cast<int64_t>(r.round)).Bind(2, static_cast<int64_t>(i)).Bind(3, m.client_id).Bind(4, m.task_id);
     st.Bind(5, static_cast<int64_t>(m.staleness)).Bind(6, static_cast<int64_t>(m.group)).BindOptional(7, m.ms_per_step);
+    if (!m.update_sha256.empty()) st.Bind(8, m.update_sha256);
     s = RunStatement(db_, st, "record merged update of round " + std::to_string(r.round));
   }
   if (s.ok()) {
@@ -457,7 +459,7 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list federated evaluations");
   Stmt merged(db_,
-              "SELECT round, client_id, task_id, staleness, grp, ms_per_step FROM merged_updates "
+              "SELECT round, client_id, task_id, staleness, grp, ms_per_step, update_sha256 FROM merged_updates "
               "ORDER BY round, position");
   PLEXUS_RETURN_IF_ERROR(merged.prepared("list merged updates"));
   size_t at = 0;  // rounds and their merged updates come in the same order
@@ -471,6 +473,7 @@ Result<std::vector<RoundRecord>> SqliteStore::ListRounds() {
     m.staleness = static_cast<uint64_t>(merged.Int(3));
     m.group = static_cast<uint64_t>(merged.Int(4));
     if (!merged.IsNull(5)) m.ms_per_step = merged.Double(5);
+    if (!merged.IsNull(6)) m.update_sha256 = merged.Text(6);
     out[at].merged.push_back(std::move(m));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "list merged updates");

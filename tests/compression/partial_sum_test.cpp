@@ -89,6 +89,45 @@ TEST(PartialSumTest, TheCodecRoundTripsADeltaAndRefusesBrokenOrEmptySums) {
   EXPECT_THAT(codec->Read(bytes, wider).status(), StatusIs(StatusCode::kInvalidArgument, ""));
 }
 
+// An edge's partial lists its client updates after the sum; the list comes back as sent, a
+// broken list is refused, and a root's records name each update under the edge's path.
+TEST(PartialSumTest, ThePartialsListOfClientUpdatesTravelsWithItAndBrokenListsAreRefused) {
+  const Federation f = RandomFederation(2, 5);
+  ExactSum sum(5);
+  for (const Update& u : f.updates) ASSERT_TRUE(sum.Add(u.delta.data(), static_cast<double>(u.num_examples)).ok());
+  const std::vector<PartialContribution> listed{{"c0", "t0", f.updates[0].delta.ContentSha256()},
+                                                {"mid/c1", "t1", f.updates[1].delta.ContentSha256()}};
+  auto codec = *MakeCodec("exactsum");
+  const std::string bytes = EncodePartialSum(sum, listed);
+  Result<std::shared_ptr<const CodedDelta>> read = codec->Read(bytes, f.base);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  const auto* partial = dynamic_cast<const PartialSumDelta*>(read->get());
+  ASSERT_NE(partial, nullptr);
+  EXPECT_EQ(partial->contributions(), listed);
+  EXPECT_EQ(partial->sum(), sum);
+
+  Update u;
+  u.client_id = "edge-a";
+  u.task_id = "root-task";
+  u.coded = *read;
+  const std::vector<MergedUpdate> entries = MergedEntriesOf(u, /*hash=*/true);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[1].client_id, "edge-a/mid/c1");
+  EXPECT_EQ(entries[1].task_id, "t1");
+  EXPECT_EQ(entries[1].update_sha256, listed[1].update_sha256);
+  // A client's own update: itself, hashed only when asked.
+  EXPECT_EQ(MergedEntriesOf(f.updates[0], true).at(0).update_sha256, listed[0].update_sha256);
+  EXPECT_EQ(MergedEntriesOf(f.updates[0], false).at(0).update_sha256, "");
+
+  const std::string plain = EncodePartialSum(sum);
+  for (const std::string& broken : {bytes.substr(0, bytes.size() - 1), bytes + "x", plain + "\x01",
+                                    plain + std::string("\xff\xff\xff\x7f", 4) + std::string(24, '\0'),
+                                    plain + std::string("\x01\0\0\0\x01\x10\0\0", 8) + std::string(2000, 'a')}) {
+    EXPECT_THAT(codec->Read(broken, f.base).status(), StatusIs(StatusCode::kInvalidArgument, "")) << broken.size();
+  }
+  EXPECT_EQ(DecodeContributions(EncodeContributions(listed)).value(), listed);
+}
+
 // FedBuff's staleness factor scales a partial's sums, as it scales a client update's values; its
 // weight among the others stays.
 TEST(PartialSumTest, AStalePartialWeighsLessAndAPartialOfAnotherLayoutIsRefused) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +156,13 @@ TEST_F(HierarchyTest, FlatTwoEdgesAndThreeLevelsPublishTheSameModel) {
   EXPECT_EQ(r2["clients"], 2) << "the root's clients are the two edges";
   // Each round the root took two partial sums of two clients' updates: it counts the updates.
   for (const auto& round : r2["rounds"]) EXPECT_EQ(round["updates"], kClients) << r2.dump(2);
+  // ... and lists them: each client update under its edge, with the hash its edge took of it.
+  std::set<std::string> listed;
+  for (const auto& c : r2["rounds"].back()["contributions"]) {
+    listed.insert(c["client"].get<std::string>());
+    EXPECT_EQ(c["update_sha256"].get<std::string>().size(), 64u) << c.dump();
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{"edge-a/c0", "edge-a/c1", "edge-b/c2", "edge-b/c3"})) << r2.dump(2);
   EXPECT_EQ(r2["rounds"].back()["examples"], f["rounds"].back()["examples"]) << r2.dump(2) << f.dump(2);
 
   // Three levels: the root takes one middle edge, which takes the two edges of two clients.
@@ -167,6 +175,10 @@ TEST_F(HierarchyTest, FlatTwoEdgesAndThreeLevelsPublishTheSameModel) {
   const nlohmann::json r3 = Summary("root3");
   EXPECT_EQ(r3["model_version"], kRounds) << r3.dump(2);
   EXPECT_EQ(r3["final_model_sha256"], sha) << "a three-level tree published another model than the flat server";
+  std::set<std::string> paths;
+  for (const auto& c : r3["rounds"].back()["contributions"]) paths.insert(c["client"].get<std::string>());
+  EXPECT_EQ(paths, (std::set<std::string>{"mid/edge-c/c0", "mid/edge-c/c1", "mid/edge-d/c2", "mid/edge-d/c3"}))
+      << r3.dump(2);
 }
 
 // `plexus status --json` of the server at `address`; null when it does not answer.
@@ -331,7 +343,7 @@ TEST_F(HierarchyTest, ARestartedEdgeSendsWhatItAcknowledgedBeforeItWasKilled) {
 }
 
 // Under an asynchronous root (FedBuff), each edge is a sub-buffer: every task the root hands it,
-// on whatever version is current, is one round of its clients, and its partial is weighed whole
+// on whatever version is current, is one round of its clients, and its partial's sums are scaled
 // by its staleness at the root.
 TEST_F(HierarchyTest, EdgesUnderAnAsynchronousRootAreItsSubBuffers) {
   const std::string root =

@@ -775,7 +775,14 @@ TEST_F(SyncEngineTest, AnEdgesRoundOpensOnTheParentsVersionAndClosesIntoAPartial
   EXPECT_EQ(p->sum.count(), 2);
   EXPECT_EQ(p->sum.weight(), 400.0);
   EXPECT_EQ(p->num_examples, 400);
-  EXPECT_EQ(p->merged.size(), 2u);
+  ASSERT_EQ(p->merged.size(), 2u);
+  // Each client update listed with its task and the hash of its values, for the parent's records.
+  Update a_update = UpdateFor("a", ta, 1.0f, 100);
+  EXPECT_EQ(p->merged[0].client_id, "a");
+  EXPECT_EQ(p->merged[0].task_id, ta.task_id);
+  EXPECT_EQ(p->merged[0].update_sha256, a_update.delta.ContentSha256());
+  EXPECT_EQ(p->merged[1].client_id, "b");
+  EXPECT_EQ(p->merged[1].update_sha256.size(), 64u);
   std::vector<float> mean(2);
   ASSERT_OK(p->sum.MeanInto(mean));
   EXPECT_FLOAT_EQ(mean[0], (100 * 1.0f + 300 * 0.5f) / 400);
@@ -828,6 +835,9 @@ TEST_F(SyncEngineTest, ARestartedEdgeRebuildsThePartialOfItsAcknowledgedUpdates)
   ASSERT_NE(engine_->partial(), nullptr);
   EXPECT_EQ(engine_->partial()->sum, before);
   EXPECT_EQ(engine_->partial()->round, 2u);
+  ASSERT_EQ(engine_->partial()->merged.size(), 2u);
+  EXPECT_EQ(engine_->partial()->merged[1].update_sha256, UpdateFor("b", tb, 3.0f).delta.ContentSha256())
+      << "the restarted edge lists the updates it re-folded, hashed again";
 }
 
 TEST_F(SyncEngineTest, EdgeModeRefusesWhatCannotComposeAndVersionsItCannotHold) {
@@ -857,7 +867,11 @@ Update PartialFrom(const std::string& edge, const Task& task, int n, float d) {
   u.task_id = task.task_id;
   u.base_version = task.model_version;
   u.num_examples = 100 * n;
-  u.coded = *PartialSumDelta::Make("exactsum", sum.Encode(), sum);
+  std::vector<PartialContribution> listed;
+  for (int i = 0; i < n; ++i) {
+    listed.push_back({"c" + std::to_string(i), edge + "-task" + std::to_string(i), std::string(64, '0')});
+  }
+  u.coded = *PartialSumDelta::Make("exactsum", sum.Encode(), sum, std::move(listed));
   return u;
 }
 
@@ -885,6 +899,13 @@ TEST_F(SyncEngineTest, ARootsQuorumCountsTheUpdatesInsideItsEdgesPartialSums) {
   ASSERT_EQ(engine_->model().version(), 1u) << "5 updates from two edges make the quorum";
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 1.0f + 2.0f);
   const RoundRecord r = store_.ListRounds()->back();
+  // Its record lists the client updates inside the partials (under each edge), as the edges
+  // listed them, and keeps the list across a restart (the store's merged updates).
+  ASSERT_EQ(r.merged.size(), 5u);
+  EXPECT_EQ(r.merged[0].client_id, "e1/c0");
+  EXPECT_EQ(r.merged[0].task_id, "e1-task0");
+  EXPECT_EQ(r.merged[0].update_sha256, std::string(64, '0'));
+  EXPECT_EQ(r.merged[4].client_id, "e3/c1");
   EXPECT_EQ(r.num_updates, 5);
   EXPECT_EQ(r.num_selected, 3);
   EXPECT_EQ(r.num_dropped, 1);
