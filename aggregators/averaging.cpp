@@ -289,6 +289,20 @@ Result<std::unique_ptr<Aggregator>> MakeFedAvgM(StrategySpec& spec, ThreadPool* 
   return AveragingFrom(spec, std::move(o), MakeMomentumStep(lr, momentum), pool);
 }
 
+// DiLoCo's outer step (Douillard et al. 2023, arXiv 2311.08105): the clients' mean delta is minus
+// the outer gradient; the paper steps it with Nesterov momentum, lr 0.7, momentum 0.9. The inner
+// phase (H local steps) is the clients' training (--local-steps).
+Result<std::unique_ptr<Aggregator>> MakeDiLoCo(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("outer_lr", 0.7));
+  PLEXUS_ASSIGN_OR_RETURN(double momentum, spec.GetDouble("momentum", 0.9));
+  PLEXUS_ASSIGN_OR_RETURN(bool nesterov, spec.GetBool("nesterov", true));
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  PLEXUS_RETURN_IF_ERROR(InRange("diloco", "momentum", momentum, 0, 1, true));
+  PLEXUS_RETURN_IF_ERROR(Positive("diloco", "outer_lr", lr));
+  AveragingOptions o{"diloco", weighted ? "" : "weighted=false", weighted};
+  return AveragingFrom(spec, std::move(o), MakeMomentumStep(lr, momentum, nesterov), pool);
+}
+
 Result<std::unique_ptr<Aggregator>> MakeFedNova(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
   AveragingOptions o{"fednova", weighted ? "weighted=true" : "weighted=false", weighted, /*normalize_by_steps=*/true};

@@ -11,6 +11,7 @@ namespace plexus {
   X("fedavg", MakeFedAvg)              \
   X("fedavg_exact", MakeExactFedAvg)   \
   X("fedavgm", MakeFedAvgM)            \
+  X("diloco", MakeDiLoCo)              \
   X("dp_fedavg", MakeDpFedAvg)         \
   X("dp_ftrl", MakeDpFtrl)             \
   X("fednova", MakeFedNova)            \

@@ -69,7 +69,7 @@ class PlainStep final : public ServerOptimizer {
 
 class MomentumStep final : public ServerOptimizer {
  public:
-  MomentumStep(double lr, double momentum) : lr_(lr), beta_(momentum) {}
+  MomentumStep(double lr, double momentum, bool nesterov) : lr_(lr), beta_(momentum), nesterov_(nesterov) {}
   ModelState Step(const ModelState& base, std::span<const double> sum, double scale, ThreadPool* pool) override {
     if (v_.size() != sum.size()) v_.assign(sum.size(), 0.0);
     ModelState out = NextVersion(base);
@@ -79,13 +79,18 @@ class MomentumStep final : public ServerOptimizer {
     const double* s = sum.data();
     ForRanges(pool, sum.size(), [=, this](size_t begin, size_t end) {
       for (size_t j = begin; j < end; ++j) {
-        v[j] = beta_ * v[j] + scale * s[j];
-        x[j] = static_cast<float>(static_cast<double>(b[j]) + lr_ * v[j]);
+        const double d = scale * s[j];
+        v[j] = beta_ * v[j] + d;
+        // Nesterov looks ahead along the new velocity: x += lr (d + beta v), as PyTorch's SGD
+        // with nesterov=True does for the gradient -d.
+        x[j] = static_cast<float>(static_cast<double>(b[j]) + lr_ * (nesterov_ ? d + beta_ * v[j] : v[j]));
       }
     });
     return out;
   }
-  std::string Describe() const override { return "lr=" + Num(lr_) + ",momentum=" + Num(beta_); }
+  std::string Describe() const override {
+    return "lr=" + Num(lr_) + ",momentum=" + Num(beta_) + (nesterov_ ? ",nesterov=true" : "");
+  }
   std::string SaveState() const override { return PackState("plexus.momentum.v1", {&v_}); }
   Status RestoreState(std::string_view state) override {
     if (state.empty()) return Status::Ok();
@@ -97,6 +102,7 @@ class MomentumStep final : public ServerOptimizer {
 
  private:
   const double lr_, beta_;
+  const bool nesterov_;
   std::vector<double> v_;
 };
 
@@ -169,8 +175,8 @@ Status ServerOptimizer::RestoreState(std::string_view state) {
 }
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr) { return std::make_unique<PlainStep>(lr); }
-std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum) {
-  return std::make_unique<MomentumStep>(lr, momentum);
+std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum, bool nesterov) {
+  return std::make_unique<MomentumStep>(lr, momentum, nesterov);
 }
 std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2,
                                                   double tau) {

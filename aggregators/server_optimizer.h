@@ -1,9 +1,8 @@
 // ServerOptimizer: how the averaged client delta moves the global model. Plain (x += lr * d),
-// momentum (FedAvgM: v = beta v + d; x += lr * v) and the adaptive FedOpt family (FedAdagrad,
-// FedAdam, FedYogi; Reddi et al., ICLR 2021: m = b1 m + (1 - b1) d, v per variant,
-// x += lr * m / (sqrt(v) + tau), v starting at tau^2). Optimizer state lives in memory across
-// rounds; SaveState/RestoreState let the coordinator commit it with each round.
-// Thread-compatible.
+// momentum (FedAvgM: v = beta v + d; x += lr * v; Nesterov: x += lr * (d + beta v)) and the adaptive FedOpt family
+// (FedAdagrad, FedAdam, FedYogi; Reddi et al., ICLR 2021: m = b1 m + (1 - b1) d, v per variant, x += lr * m / (sqrt(v)
+// + tau), v starting at tau^2). Optimizer state lives in memory across rounds; SaveState/RestoreState let the
+// coordinator commit it with each round. Thread-compatible.
 #pragma once
 
 #include <memory>
@@ -37,7 +36,8 @@ class ServerOptimizer {
 };
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr);
-std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum);
+// With `nesterov`, x += lr (d + beta v) after v = beta v + d (DiLoCo's outer step).
+std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum, bool nesterov = false);
 enum class AdaptiveKind { kAdagrad, kAdam, kYogi };
 std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2, double tau);
 

@@ -1,11 +1,10 @@
 #include "apps/plexus/edge_upstream.h"
 
-#include "aggregators/partial_sum_delta.h"
-
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
+#include "aggregators/partial_sum_delta.h"
 #include "client/client_runtime.h"
 #include "client/failover_transport.h"
 #include "compression/codec.h"

@@ -50,6 +50,35 @@ TEST(FedAvgMTest, MomentumCarriesAcrossRounds) {
   EXPECT_EQ(agg->Describe(), "fedavgm(lr=1,momentum=0.9)");
 }
 
+// DiLoCo's outer step by hand (Nesterov, outer lr 0.7, momentum 0.9): the mean delta d is minus
+// the outer gradient g; PyTorch's SGD(nesterov=True) does b = 0.9 b + g; x -= 0.7 (g + 0.9 b).
+// Round 1, d = 0.1: b = -0.1, x = 1 + 0.7 * 0.19 = 1.133. Round 2, d = -0.2: b = -0.09 + 0.2 =
+// 0.11, x = 1.133 - 0.7 * (0.2 + 0.099) = 0.9237. Without Nesterov: FedAvgM's x += 0.7 v.
+TEST(DiLoCoTest, OuterNesterovStepsMatchTheHandComputation) {
+  auto agg = Make("diloco");
+  EXPECT_EQ(agg->Describe(), "diloco(lr=0.7,momentum=0.9,nesterov=true)");
+  ASSERT_OK(agg->Begin(Vec({1})));
+  ASSERT_OK(agg->Fold(U("a", {0.05f})));
+  ASSERT_OK(agg->Fold(U("b", {0.15f})));
+  ModelState x = *agg->Finalize();
+  EXPECT_NEAR(x.data()[0], 1.133, 1e-6);
+  // The velocity is state: a restarted server restores it and takes the same second step.
+  auto restarted = Make("diloco");
+  ASSERT_OK(restarted->RestoreState(agg->SaveState()));
+  for (Aggregator* a : {agg.get(), restarted.get()}) {
+    ASSERT_OK(a->Begin(x));
+    ASSERT_OK(a->Fold(U("a", {-0.2f})));
+    EXPECT_NEAR(a->Finalize()->data()[0], 0.9237, 1e-6);
+  }
+  auto plain = Make("diloco:nesterov=false,outer_lr=0.5,momentum=0.5");
+  ASSERT_OK(plain->Begin(Vec({1})));
+  ASSERT_OK(plain->Fold(U("a", {0.2f})));
+  EXPECT_NEAR(plain->Finalize()->data()[0], 1.1, 1e-6);
+  EXPECT_NE(Make("diloco:exact=true")->partial_sum(), nullptr) << "a root under edges runs it over exact sums";
+  EXPECT_FALSE(MakeAggregator("diloco:momentum=1", nullptr).ok());
+  EXPECT_FALSE(MakeAggregator("diloco:outer_lr=0", nullptr).ok());
+}
+
 TEST(FedNovaTest, NormalizesByLocalSteps) {
   auto agg = Make("fednova");
   ASSERT_OK(agg->Begin(Vec({0})));
@@ -206,9 +235,9 @@ TEST(AllStrategiesTest, FoldScaledFoldsTheScaledDelta) {
 }
 
 TEST(AllStrategiesTest, RefuseBadUpdatesAndEmptyRounds) {
-  for (const char* spec :
-       {"fedavg", "fedavgm", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0", "multikrum:f=0", "median",
-        "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip", "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
+  for (const char* spec : {"fedavg", "fedavgm", "diloco", "fednova", "fedadam", "fedyogi", "fedadagrad", "krum:f=0",
+                           "multikrum:f=0", "median", "trimmed_mean", "bulyan:f=0", "geomed", "centered_clip",
+                           "norm_bound:max=1", "norm_bound", "ties", "dare"}) {
     auto agg = Make(spec);
     ASSERT_OK(agg->Begin(Vec({0, 0})));
     EXPECT_THAT(agg->Fold(U("a", {1})), StatusIs(StatusCode::kInvalidArgument, "shape [1], expected [2]")) << spec;
