@@ -1,5 +1,7 @@
 #include "aggregators/partial_sum_delta.h"
 
+#include "aggregators/update_bundle.h"
+
 #include <cstdint>
 #include <cstring>
 
@@ -62,6 +64,16 @@ Result<std::vector<PartialContribution>> DecodeContributions(std::string_view by
 }
 
 std::vector<MergedUpdate> MergedEntriesOf(const Update& update, bool hash) {
+  if (const auto* bundle = dynamic_cast<const UpdateBundle*>(update.coded.get())) {  // each under its path
+    std::vector<MergedUpdate> out;
+    for (const Update& inner : bundle->updates()) {
+      for (MergedUpdate& m : MergedEntriesOf(inner, hash)) {
+        m.client_id = update.client_id + "/" + m.client_id;
+        out.push_back(std::move(m));
+      }
+    }
+    return out;
+  }
   const auto* partial = dynamic_cast<const PartialSumDelta*>(update.coded.get());
   if (partial == nullptr || partial->contributions().empty()) {
     MergedUpdate m{update.client_id, update.task_id};

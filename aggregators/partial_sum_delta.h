@@ -43,8 +43,9 @@ std::string EncodeContributions(std::span<const PartialContribution> contributio
 Result<std::vector<PartialContribution>> DecodeContributions(std::string_view bytes);
 
 // The client updates `update` stands for, as a round record's entries: a partial sum's
-// contributions, each path under update.client_id ("edge-a/c0"); any other update itself, its values
-// hashed when `hash` (at an edge, whose partial lists them) and not otherwise (a pass per upload).
+// contributions or a bundle's forwarded updates (aggregators/update_bundle.h), each path under
+// update.client_id ("edge-a/c0"); any other update itself. An update's values are hashed when
+// `hash` (at an edge, whose partial lists them) and not otherwise (a pass per upload).
 std::vector<MergedUpdate> MergedEntriesOf(const Update& update, bool hash);
 
 class PartialSumDelta final : public CodedDelta {

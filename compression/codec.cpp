@@ -17,6 +17,7 @@ Result<std::unique_ptr<Codec>> MakeTopKCodec(StrategySpec& spec, ThreadPool* poo
 Result<std::unique_ptr<Codec>> MakeTernGradCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeQsgdCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeExactSumCodec(StrategySpec& spec, ThreadPool* pool);
+Result<std::unique_ptr<Codec>> MakeBundleCodec(StrategySpec& spec, ThreadPool* pool);
 
 namespace {
 
@@ -34,6 +35,7 @@ constexpr CodecEntry kCodecs[] = {
     {"terngrad", "terngrad", MakeTernGradCodec},
     {"qsgd", "qsgd[:levels=L]", MakeQsgdCodec},
     {kPartialSumCodec, kPartialSumCodec, MakeExactSumCodec},
+    {kUpdateBundleCodec, kUpdateBundleCodec, MakeBundleCodec},
 };
 
 }  // namespace

@@ -38,6 +38,7 @@ namespace plexus {
 
 class ExactSum;
 struct PartialContribution;
+struct Update;
 class ThreadPool;
 
 class Codec {
@@ -90,6 +91,12 @@ Result<std::unique_ptr<Codec>> MakeCodec(std::string_view spec, ThreadPool* pool
 // What the server gives its store to read persisted coded updates back: MakeCodec(codec)->Read
 // for deltas of `layout`'s size.
 CodedDeltaReader MakeCodedDeltaReader(ModelState layout);
+
+// The codec in which an edge aggregator forwards its clients' updates raw (plexus server
+// --upstream-forward raw), and their bytes: each update under its client id as path, a bundle's
+// own updates flattened under it. REQUIRES: every update has `values` values.
+inline constexpr char kUpdateBundleCodec[] = "bundle";
+std::string EncodeUpdateBundle(std::span<const Update> updates, size_t values);
 
 // The codec an edge aggregator's partial sums travel in (plexus server --upstream).
 inline constexpr char kPartialSumCodec[] = "exactsum";

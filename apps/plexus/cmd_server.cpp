@@ -78,6 +78,8 @@ struct ServerFlags {
   bool insecure = false;
   DoorLimits limits;
   std::string tokens_file;
+  std::string upstream_forward = "sum";  // at an edge: partial sums, or every update raw
+  int64_t max_bundle_updates = 0;        // at a root: the largest bundle of forwarded updates taken
   std::string revoked_file;
   std::vector<std::string> admins;
   std::string metrics_listen;
@@ -163,6 +165,17 @@ void RunServer(const ServerFlags& f) {
     if (f.mode != Mode::kSync) throw CommandError("--upstream: an edge aggregator runs sync rounds (--mode sync)");
     if (!f.dp.dp.empty()) throw CommandError("--upstream with --dp: differential privacy is applied at the root");
     if (f.cmd->count("--secagg") > 0) throw CommandError("--upstream with --secagg: not supported at an edge");
+    if (f.upstream_forward == "raw") {
+      // The root's rule runs over every update; the edge's sum is only its own bookkeeping.
+      if (f.cmd->count("--strategy") > 0 || sync.edge_robust) {
+        throw CommandError(
+            "--upstream-forward raw with --strategy or --edge-robust: the edge forwards every update and the "
+            "root's --strategy runs over them all; give it there");
+      }
+      sync.edge_forward_raw = true;
+    } else if (f.upstream_forward != "sum") {
+      throw CommandError("--upstream-forward must be sum or raw, not '" + f.upstream_forward + "'");
+    }
     if (f.cmd->count("--strategy") == 0) sync.strategy = "fedavg_exact";
     sync.edge = true;
   }
@@ -334,6 +347,11 @@ void RunServer(const ServerFlags& f) {
                   model.buffers(),
                   local_dp ? local_dp->announced : std::string()};
   info.accept_partial_sums = accept_partial_sums;
+  if (f.max_bundle_updates < 0) throw CommandError("--max-bundle-updates must not be negative");
+  if (f.max_bundle_updates > 0 && (f.mode != Mode::kSync || sync.secagg)) {
+    throw CommandError("--max-bundle-updates: forwarded updates are taken in sync rounds without --secagg only");
+  }
+  info.max_bundle_updates = f.max_bundle_updates;
   info.fallback_servers = f.fallback;
   if (dp) {
     info.dp_epsilon = [plan = *dp](uint64_t versions) { return plan.EpsilonAfter(static_cast<int64_t>(versions)); };
@@ -391,7 +409,8 @@ void RunServer(const ServerFlags& f) {
 
   std::unique_ptr<EdgeUpstream> upstream;
   if (edge) {
-    spdlog::info("edge aggregator: rounds on the versions of {}, partial sums sent there", f.upstream);
+    spdlog::info("edge aggregator: rounds on the versions of {}, {} sent there", f.upstream,
+                 sync.edge_forward_raw ? "every update forwarded raw" : "partial sums");
     upstream = std::make_unique<EdgeUpstream>(
         UpstreamOptions{parents, static_cast<int64_t>(f.upstream_failover_after_s * 1000), upstream_tls,
                         f.upstream_client_id, static_cast<int64_t>(f.upstream_give_up_s * 1000), f.seed},
@@ -586,6 +605,15 @@ void AddServerCommand(CLI::App& app) {
                 "At an edge (--upstream), run a robust --strategy (median, krum, ...) over this edge's own clients "
                 "and send its aggregate upstream, weighted by their examples: a weaker guarantee than the rule over "
                 "every client");
+  cmd->add_option("--upstream-forward", f->upstream_forward,
+                  "At an edge (--upstream): sum (one exact partial sum per parent task) or raw (every client update "
+                  "as it came, in one bundle, so that a robust --strategy at the root runs over them all; the root "
+                  "needs --max-bundle-updates)")
+      ->capture_default_str();
+  cmd->add_option("--max-bundle-updates", f->max_bundle_updates,
+                  "Take edges' forwarded updates (their --upstream-forward raw), at most this many per edge and round; "
+                  "each is folded as if its client had sent it (0 = take none)")
+      ->capture_default_str();
   cmd->add_option("--upstream-failover-after-s", f->upstream_failover_after_s,
                   "With more than one --upstream address (HOST:PORT,HOST:PORT,...): turn to the next once the one in "
                   "use has not answered for this long")

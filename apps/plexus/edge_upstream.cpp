@@ -64,7 +64,12 @@ void EdgeUpstream::Run() {
         std::vector<PartialContribution> listed;
         listed.reserve(partial->merged.size());
         for (const MergedUpdate& m : partial->merged) listed.push_back({m.client_id, m.task_id, m.update_sha256});
-        c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum, listed));
+        if (partial->forwarded) {  // --upstream-forward raw: the updates themselves
+          c.codec = kUpdateBundleCodec;
+          c.payload = std::make_shared<const std::string>(EncodeUpdateBundle(*partial->forwarded, model.num_params()));
+        } else {
+          c.payload = std::make_shared<const std::string>(EncodePartialSum(partial->sum, listed));
+        }
         c.num_examples = partial->num_examples;
         c.metrics["train_loss"] = partial->mean_train_loss;
         c.metrics["updates"] = static_cast<double>(partial->sum.count());

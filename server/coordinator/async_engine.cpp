@@ -8,6 +8,7 @@
 #include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "aggregators/update_buffer.h"
+#include "aggregators/update_bundle.h"
 
 namespace plexus {
 
@@ -218,6 +219,11 @@ Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
   }
   if (acknowledged_.Contains(update.client_id, update.task_id)) {  // its answer was lost
     return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
+  }
+  if (dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr) {
+    ++updates_refused_;
+    return FailedPreconditionError(
+        "forwarded updates (an edge's --upstream-forward raw) are taken in sync rounds only");
   }
   if (secure_) {
     ++updates_refused_;

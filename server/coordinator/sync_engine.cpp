@@ -8,15 +8,17 @@
 #include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "aggregators/simd_kernels.h"
+#include "aggregators/update_bundle.h"
 #include "core/rng.h"
 
 namespace plexus {
 namespace {
 
-// The client updates in `u`: an edge's partial sum carries its clients' count, any other update one.
+// The client updates in `u`: an edge's partial sum carries its clients' count, a bundle of
+// forwarded updates their number, any other update one.
 int64_t UpdatesIn(const Update& u) {
-  const auto* partial = dynamic_cast<const PartialSumDelta*>(u.coded.get());
-  return partial ? partial->sum().count() : 1;
+  if (const auto* partial = dynamic_cast<const PartialSumDelta*>(u.coded.get())) return partial->sum().count();
+  return static_cast<int64_t>(BundledOrSelf(u).size());
 }
 
 }  // namespace
@@ -46,6 +48,9 @@ Status SyncOptions::Validate() const {
   }
   if (edge_robust && !edge) {
     return InvalidArgumentError("--edge-robust is for edge aggregators (--upstream)");
+  }
+  if (edge_forward_raw && (!edge || edge_robust)) {
+    return InvalidArgumentError("--upstream-forward raw is for edge aggregators (--upstream), without --edge-robust");
   }
   if (edge) {
     if (secagg) return InvalidArgumentError("an edge aggregator (--upstream) cannot run --secagg");
@@ -100,6 +105,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->strategy_description_ = e->aggregator_->Describe();
   if (options.secagg) e->strategy_description_ += " over secure aggregation (" + options.secagg->Describe() + ")";
   if (options.edge_robust) e->strategy_description_ += " over each edge's own clients (edge-robust)";
+  if (options.edge_forward_raw) e->strategy_description_ = "forwarding every update raw to the parent";
   e->pool_ = pool;
 
   PLEXUS_ASSIGN_OR_RETURN(BackupWorkers backups, BackupWorkers::Parse(options.backup_workers));
@@ -139,14 +145,12 @@ Status SyncEngine::RestoreOpenRound() {
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
   for (Update& u : accepted) {
     if (!r.task_of_client.count(u.client_id)) continue;
-    // Stored coded by a server whose strategy folded codes; this one's may not.
-    if (!aggregator_->folds_coded()) MaterializeCoded(u, published_->model());
-    PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(u).WithContext("re-fold the update of " + u.client_id));
+    PLEXUS_RETURN_IF_ERROR(FoldClientUpdates(u).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
     for (MergedUpdate& m : MergedEntriesOf(u, options_.edge)) r.merged.push_back(std::move(m));
     r.updates += UpdatesIn(u);
     acknowledged_.Add(u.client_id, u.task_id);
-    r.tally.Add(u);
+    for (const Update& inner : BundledOrSelf(u)) r.tally.Add(inner);
   }
   attempts_ = r.attempt;
   open_ = std::move(r);
@@ -294,6 +298,7 @@ Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
   if (open_->submitted.count(update.client_id)) {  // idempotent retry
     return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
   }
+  if (open_->tainted) return UnavailableError("this round is being retried; ask for a task again");
   if (open_->persisting.count(update.client_id)) {
     return UnavailableError("the update of task '" + update.task_id + "' is being stored; ask again for its answer");
   }
@@ -302,9 +307,16 @@ Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
     return FailedPreconditionError("update trained from version " + std::to_string(update.base_version) +
                                    " but the round is on version " + std::to_string(published_->version()));
   }
-  Status folded = aggregator_->Fold(update);
+  size_t folded_count = 0;
+  Status folded = FoldClientUpdates(update, &folded_count);
   if (!folded.ok()) {
     ++updates_refused_;
+    if (folded_count > 0) {  // part of a bundle is in the sum: this attempt cannot publish
+      open_->tainted = true;
+      if (open_->persisting.empty()) AbandonRound();
+      return folded.WithContext("refused after " + std::to_string(folded_count) +
+                                " of its updates were folded; the round is retried");
+    }
     return folded;
   }
   // Folded already: the round neither closes nor is abandoned until Complete (RoundComplete, Tick).
@@ -348,8 +360,30 @@ Status SyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
     open_->update_sq_norms += update.coded ? update.coded->SquaredNorm()
                                            : simd::SquaredNorm(update.delta.data().data(), update.delta.num_params());
   }
-  open_->tally.Add(update);
+  for (const Update& inner : BundledOrSelf(update)) open_->tally.Add(inner);
+  if (open_->tainted) {
+    if (open_->persisting.empty()) AbandonRound();
+    return Status::Ok();
+  }
   if (RoundComplete()) return CloseRound();
+  return Status::Ok();
+}
+
+Status SyncEngine::FoldClientUpdates(const Update& update, size_t* folded) {
+  const auto* bundle = dynamic_cast<const UpdateBundle*>(update.coded.get());
+  if (bundle == nullptr) {
+    if (!update.coded || aggregator_->folds_coded()) return aggregator_->Fold(update);
+    Update plain = update;  // stored coded by a server whose strategy folded codes; this one's may not
+    MaterializeCoded(plain, published_->model());
+    return aggregator_->Fold(plain);
+  }
+  // Each forwarded update as if its client had sent it, under its path below the edge.
+  for (Update& inner : UnbundledUpdates(update)) {
+    if (inner.coded && !aggregator_->folds_coded()) MaterializeCoded(inner, published_->model());
+    inner.base_version = update.base_version;
+    PLEXUS_RETURN_IF_ERROR(aggregator_->Fold(inner).WithContext("forwarded update of " + inner.client_id));
+    if (folded) ++*folded;
+  }
   return Status::Ok();
 }
 
@@ -419,6 +453,10 @@ Status SyncEngine::Tick() {
   }
   if (open_ && !open_->persisting.empty())
     return Status::Ok();  // past its deadline: Complete or the next Tick closes it
+  if (open_ && open_->tainted) {
+    AbandonRound();
+    return Status::Ok();
+  }
   if (open_ && open_->submitted.size() >= open_->wait_for) return CloseRound();  // e.g. restored full
   if (!open_ || clock_->NowMs() < open_->deadline_ms) return Status::Ok();
   if (Quorate()) return CloseRound();
@@ -523,6 +561,16 @@ Status SyncEngine::CloseRound() {
     p.mean_train_loss = totals.mean_train_loss;
     p.merged = open_->merged;
     p.parent_task = parent_task_;
+    if (options_.edge_forward_raw) {
+      // The acknowledged updates as stored (durable, so a restarted edge forwards the same).
+      Result<std::vector<Update>> stored = store_->ListAcceptedUpdates(open_->round, open_->attempt);
+      if (!stored.ok()) {
+        sticky_error_ = stored.status().WithContext("read round " + std::to_string(open_->round) + " to forward");
+        return sticky_error_;
+      }
+      std::erase_if(*stored, [&](const Update& u) { return !open_->submitted.count(u.client_id); });
+      p.forwarded = std::make_shared<const std::vector<Update>>(std::move(stored).value());
+    }
     partial_ = std::move(p);
     parent_round_.reset();
     open_.reset();

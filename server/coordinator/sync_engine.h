@@ -78,6 +78,10 @@ struct SyncOptions : SharedEngineOptions {
   // clients only, and the edge sends its aggregate as one contribution weighted by their examples
   // ("edge-robust": a weaker guarantee than the rule over every client, docs/deployment.md).
   bool edge_robust = false;
+  // Edge mode forwarding its clients' updates raw (--upstream-forward raw): a closed round's
+  // partial also carries the updates themselves (EdgePartial::forwarded), which the upstream
+  // sends as one bundle, so that a rule at the root runs over every client update of the tree.
+  bool edge_forward_raw = false;
 
   // InvalidArgument naming the first bad field.
   Status Validate() const;
@@ -148,6 +152,9 @@ class SyncEngine final : public Engine {
     int64_t num_examples = 0;
     double mean_train_loss = 0;
     std::vector<MergedUpdate> merged;  // whose updates, which tasks
+    // With SyncOptions::edge_forward_raw: the round's updates as acknowledged (read back from the
+    // store), in arrival order.
+    std::shared_ptr<const std::vector<Update>> forwarded;
   };
   // The parent handed out task `parent_task` on `model` (its version kept) for its round `round`:
   // the model becomes this engine's and a round opens on it once clients are there. The same task
@@ -174,13 +181,17 @@ class SyncEngine final : public Engine {
     std::set<std::string> submitted;                    // client ids
     std::set<std::string> refused;                      // client ids whose update the door refused (Refused)
     std::set<std::string> persisting;                   // client ids whose folded update is being stored
-    std::vector<MergedUpdate> merged;                   // the submitted updates, in arrival order
-    int64_t updates = 0;                                // client updates in them (a partial sum: its count)
-    std::map<std::string, int64_t> handed_out_ms;       // when each task first went to its client
-    size_t wait_for = 0;                                // updates that close the round
-    double update_sq_norms = 0.0;                       // dynamic backup workers: sum of |delta|^2
-    UpdateTally tally;                                  // of the submitted updates
-    std::shared_ptr<SecureRound> secure;                // with secure aggregation: the round's group
+    // A bundle of forwarded updates (UpdateBundle) was refused after some of its updates were
+    // folded: the aggregator cannot take them back, so the attempt is abandoned (and the round
+    // retried) once nothing is being stored.
+    bool tainted = false;
+    std::vector<MergedUpdate> merged;              // the submitted updates, in arrival order
+    int64_t updates = 0;                           // client updates in them (a partial sum: its count)
+    std::map<std::string, int64_t> handed_out_ms;  // when each task first went to its client
+    size_t wait_for = 0;                           // updates that close the round
+    double update_sq_norms = 0.0;                  // dynamic backup workers: sum of |delta|^2
+    UpdateTally tally;                             // of the submitted updates
+    std::shared_ptr<SecureRound> secure;           // with secure aggregation: the round's group
 
     // Samples `client` into this attempt: task id "r<round>a<attempt>-<client>".
     void AddTask(const std::string& client) {
@@ -197,6 +208,10 @@ class SyncEngine final : public Engine {
   Status RestoreOpenRound();
   void MaybeStartRound();
   Status CloseRound();
+  // Folds `update` into the aggregator, or each update of a bundle of forwarded ones
+  // (UpdateBundle) under its path; coded values decoded for a strategy that folds none. `folded`
+  // counts the bundle's updates folded before an error (which the aggregator keeps).
+  Status FoldClientUpdates(const Update& update, size_t* folded = nullptr);
   // Whether the open round has every update it waits for (see Refused).
   bool RoundComplete() const;
   // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.

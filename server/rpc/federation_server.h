@@ -52,6 +52,10 @@ struct ServerInfo {
   // Takes edge aggregators' partial sums (the `exactsum` codec, aggregators/partial_sum_delta.h)
   // from any client, whatever the tasks' codec: for a strategy that folds them (fedavg_exact).
   bool accept_partial_sums = false;
+  // Takes edge aggregators' forwarded client updates (the `bundle` codec,
+  // aggregators/update_bundle.h: plexus server --upstream-forward raw) of at most this many updates
+  // each; 0: none. For sync rounds: each update is folded as if its client had sent it.
+  int64_t max_bundle_updates = 0;
   // Told to every client at join: other servers of the federation (HOST:PORT) to turn to when this
   // one stops answering (an edge's siblings or its parent).
   std::vector<std::string> fallback_servers;

@@ -41,6 +41,10 @@ FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, Serve
     partial_sum_codec_ = std::move(MakeCodec(kPartialSumCodec)).value();
     if (!codec_layout_) codec_layout_ = ModelState::UninitializedLike(engine_->model());
   }
+  if (info_.max_bundle_updates > 0) {
+    bundle_codec_ = std::move(MakeCodec(kUpdateBundleCodec)).value();
+    if (!codec_layout_) codec_layout_ = ModelState::UninitializedLike(engine_->model());
+  }
   downloads_ = std::move(ModelDownloads::Create(store_, info_.download_codec)).value();  // Start checked it
   // DownloadModel and UploadUpdate move the model's bytes as gRPC's raw buffers (the generated
   // handlers would copy them into and out of protobuf messages). gRPC's hook for swapping a

@@ -171,6 +171,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
   std::map<std::string, std::set<std::string>> client_codecs_;  // guarded by mu_; advertised at join
   std::unique_ptr<Codec> upload_codec_;                         // null: float32 uploads only
   std::unique_ptr<Codec> partial_sum_codec_;                    // with ServerInfo::accept_partial_sums: exactsum
+  std::unique_ptr<Codec> bundle_codec_;                         // with ServerInfo::max_bundle_updates: bundle
   std::optional<ModelState> codec_layout_;     // the model's layout (values unset), for decoding coded updates
   EvaluationDesk evaluations_;                 // guarded by mu_
   std::unique_ptr<ModelDownloads> downloads_;  // taken without mu_

@@ -2,6 +2,8 @@
 // aggregation's messages: the door's handlers that take clients' work in.
 #include "server/rpc/federation_service_impl.h"
 
+#include "aggregators/update_bundle.h"
+
 namespace plexus {
 
 grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
@@ -30,6 +32,12 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     limit = engine_->model().num_bytes() + (1 << 20);  // data plus a generous JSON header
     if (upload_codec_) limit = std::max(limit, upload_codec_->EncodedSize(*codec_layout_) + (1 << 20));
     if (partial_sum_codec_) limit = std::max(limit, partial_sum_codec_->EncodedSize(*codec_layout_) + (1 << 20));
+    if (bundle_codec_ && header.codec() == bundle_codec_->spec()) {
+      // float32 values and names for each forwarded update (coded ones are smaller).
+      limit = std::max(limit, static_cast<size_t>(info_.max_bundle_updates) *
+                                      (bundle_codec_->EncodedSize(*codec_layout_) + 3 * 1024) +
+                                  (1 << 20));
+    }
   }
   if (header.total_bytes() > limit) {
     return Refuse("upload",
@@ -45,12 +53,20 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   bool keep_coded = false;
   // An edge aggregator's partial sum, whatever the tasks' codec (ServerInfo::accept_partial_sums).
   const bool partial_sum = coded && partial_sum_codec_ && header.codec() == partial_sum_codec_->spec();
-  const Codec* codec = partial_sum ? partial_sum_codec_.get() : upload_codec_.get();
-  if (partial_sum) {
-    keep_coded = true;  // the strategy folds its integers
+  // An edge's forwarded client updates (ServerInfo::max_bundle_updates).
+  const bool bundle = coded && bundle_codec_ && header.codec() == bundle_codec_->spec();
+  const Codec* codec = partial_sum ? partial_sum_codec_.get() : bundle ? bundle_codec_.get() : upload_codec_.get();
+  if (partial_sum || bundle) {
+    keep_coded = true;  // the strategy folds a partial's integers; the engine unpacks a bundle
     if (header.offset() > 0) {
       return Refuse("upload", FailedPreconditionError("a compressed update cannot resume: upload from byte 0"));
     }
+  } else if (coded && header.codec() == kUpdateBundleCodec && header.codec() != info_.upload_codec) {
+    return Refuse("upload", InvalidArgumentError("forwarded updates (an edge aggregator's --upstream-forward raw) "
+                                                 "for task " +
+                                                 header.task_id() +
+                                                 ", but this server takes none: it needs sync rounds, "
+                                                 "no --secagg, and --max-bundle-updates"));
   } else if (coded && header.codec() == kPartialSumCodec && header.codec() != info_.upload_codec) {
     return Refuse("upload", InvalidArgumentError(
                                 "a partial sum (an edge aggregator's) for task " + header.task_id() +
@@ -83,6 +99,12 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   const int64_t received_ms = clock_->NowMs();
   Update u = UpdateFromHeader(header, std::move(received->values));
   u.coded = std::move(received->coded);
+  if (bundle && static_cast<int64_t>(BundledOrSelf(u).size()) > info_.max_bundle_updates) {
+    return RefuseContent(header,
+                         ResourceExhaustedError("a bundle of " + std::to_string(BundledOrSelf(u).size()) +
+                                                " forwarded updates; this server takes at most " +
+                                                std::to_string(info_.max_bundle_updates) + " (--max-bundle-updates)"));
+  }
   if (header.encoding() == v1::ENCODING_WEIGHTS_SAFETENSORS_F32) {
     // Weights become a delta against the task's base version (read from its checkpoint), not
     // against whatever the model is now: in async mode versions move on while a client trains.

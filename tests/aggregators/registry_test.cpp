@@ -11,8 +11,9 @@ using ::plexus::testing::StatusIs;
 TEST(RegistryTest, UnknownNameListsKnownOnes) {
   EXPECT_THAT(
       MakeAggregator("fedmagic", nullptr),
-      StatusIs(StatusCode::kInvalidArgument,
-               "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, dp_fedavg, dp_ftrl, fedadagrad"));
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, diloco, dp_fedavg, dp_ftrl, fedadagrad"));
 }
 
 TEST(RegistryTest, UnknownParameterIsNamed) {

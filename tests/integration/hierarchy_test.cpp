@@ -77,7 +77,8 @@ class HierarchyTest : public ::testing::Test {
       return std::find(s.extra.begin(), s.extra.end(), flag) != s.extra.end();
     };
     if (!given("--linger-s")) args.insert(args.end(), {"--linger-s", "30"});
-    if (!given("--strategy")) args.insert(args.end(), {"--strategy", "fedavg_exact"});
+    // An edge forwarding raw takes no strategy (its root's runs over the updates).
+    if (!given("--strategy") && !given("--upstream-forward")) args.insert(args.end(), {"--strategy", "fedavg_exact"});
     if (!s.upstream.empty()) args.insert(args.end(), {"--upstream", s.upstream, "--upstream-client-id", name});
     args.insert(args.end(), s.extra.begin(), s.extra.end());
     processes_.push_back(std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(name + ".log")));
@@ -280,6 +281,30 @@ TEST_F(HierarchyTest, ARootsServerOptimizerOverClippingEdgesPublishesTheFlatMode
   EXPECT_NE(ra["strategy"].get<std::string>().find("exact=true"), std::string::npos) << ra.dump(2);
 }
 
+// Edges forwarding every update raw (--upstream-forward raw) to a root running the median: the
+// root's rule sees every client update (its rounds count them), and publishes the flat median
+// server's model.
+TEST_F(HierarchyTest, EdgesForwardingRawGiveTheRootsMedianEveryUpdate) {
+  const auto with = [](int k, const std::string& upstream, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--round-deadline-s", "120"});
+    return ServerSettings{k, 0, kRounds, upstream, "", std::move(extra)};
+  };
+  const std::string flat = StartServer("flat-median", with(kClients, "", {"--strategy", "median"}));
+  for (int i = 0; i < kClients; ++i) StartClient(i, flat, "flat-median");
+  const std::string root =
+      StartServer("root-median", with(2, "", {"--strategy", "median", "--max-bundle-updates", "4"}));
+  StartClientsUnder(StartServer("edge-a", with(2, root, {"--upstream-forward", "raw"})),
+                    StartServer("edge-b", with(2, root, {"--upstream-forward", "raw"})), "raw");
+  WaitForAll();
+  const nlohmann::json f = Summary("flat-median"), r = Summary("root-median");
+  ASSERT_EQ(f["model_version"], kRounds) << f.dump(2);
+  EXPECT_EQ(r["final_model_sha256"], f["final_model_sha256"])
+      << "the root's median over forwarded updates is not the flat server's";
+  for (const auto& round : r["rounds"]) EXPECT_EQ(round["updates"], kClients) << r.dump(2);
+  const std::string log = *ReadFileContents(Path("edge-a.log"));
+  EXPECT_NE(log.find("every update forwarded raw"), std::string::npos) << log;
+}
+
 TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
   std::string out;
   const int code = testing::RunToCompletion(
@@ -298,6 +323,15 @@ TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
             0)
       << out;
   EXPECT_NE(out.find("belongs at the root"), std::string::npos) << out;
+  // Forwarding raw leaves the rule to the root.
+  out.clear();
+  EXPECT_NE(testing::RunToCompletion(PLEXUS_BINARY,
+                                     {"server", "--upstream", "127.0.0.1:1", "--upstream-forward", "raw", "--strategy",
+                                      "median", "--db", Path("z.db"), "--dry-run"},
+                                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("root's --strategy runs over them all"), std::string::npos) << out;
 }
 
 // An edge whose first parent address answers nothing turns to the next one it was given.

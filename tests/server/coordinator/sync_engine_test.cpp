@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "aggregators/partial_sum_delta.h"
+#include "compression/codec.h"
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
 #include "tests/testing/raw_coded_delta.h"
@@ -900,7 +901,7 @@ TEST_F(SyncEngineTest, ARootsQuorumCountsTheUpdatesInsideItsEdgesPartialSums) {
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 1.0f + 2.0f);
   const RoundRecord r = store_.ListRounds()->back();
   // Its record lists the client updates inside the partials (under each edge), as the edges
-  // listed them, and keeps the list across a restart (the store's merged updates).
+  // listed them.
   ASSERT_EQ(r.merged.size(), 5u);
   EXPECT_EQ(r.merged[0].client_id, "e1/c0");
   EXPECT_EQ(r.merged[0].task_id, "e1-task0");
@@ -910,6 +911,86 @@ TEST_F(SyncEngineTest, ARootsQuorumCountsTheUpdatesInsideItsEdgesPartialSums) {
   EXPECT_EQ(r.num_selected, 3);
   EXPECT_EQ(r.num_dropped, 1);
   EXPECT_EQ(r.num_examples, 500);
+}
+
+// An edge forwarding raw (--upstream-forward raw): its closed round carries its clients' updates
+// as stored.
+TEST_F(SyncEngineTest, AnEdgeForwardingRawHandsOverItsClientsUpdates) {
+  SyncOptions edge = EdgeOptions();
+  edge.edge_forward_raw = true;
+  Open(edge);
+  EXPECT_EQ(engine_->strategy_description(), "forwarding every update raw to the parent");
+  Join("a");
+  Join("b");
+  ASSERT_OK(engine_->AdoptParentVersion(ParentVersion(1, 2.0f), 2, "t1"));
+  const Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));
+  ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 3.0f, 300)));
+  ASSERT_NE(engine_->partial(), nullptr);
+  ASSERT_NE(engine_->partial()->forwarded, nullptr);
+  const std::vector<Update> forwarded = *engine_->partial()->forwarded;
+  ASSERT_EQ(forwarded.size(), 2u);
+  std::map<std::string, float> first_value;
+  for (const Update& u : forwarded) first_value[u.client_id] = u.delta.data()[0];
+  EXPECT_EQ(first_value, (std::map<std::string, float>{{"a", 1.0f}, {"b", 3.0f}}));
+}
+
+// Edges' bundles of forwarded updates, as the root's door reads them.
+Update BundleFrom(const std::string& edge, const Task& t, const std::vector<float>& values, const ModelState& layout) {
+  std::vector<Update> in;
+  for (size_t i = 0; i < values.size(); ++i) {
+    Update c;
+    c.client_id = "c" + std::to_string(i);
+    c.task_id = t.task_id + "-" + c.client_id;
+    c.base_version = t.model_version;
+    c.num_examples = 100;
+    c.delta = ModelState::ZerosLike(layout);
+    c.delta.data()[0] = values[i];
+    in.push_back(std::move(c));
+  }
+  Update u;
+  u.client_id = edge;
+  u.task_id = t.task_id;
+  u.base_version = t.model_version;
+  u.num_examples = 100 * static_cast<int64_t>(values.size());
+  u.coded = *(*MakeCodec(kUpdateBundleCodec))->Read(EncodeUpdateBundle(in, layout.num_params()), layout);
+  return u;
+}
+
+// A root running a robust rule folds each forwarded update as if its client had sent it, its
+// quorum and record counting them, each named under its edge.
+TEST_F(SyncEngineTest, ARootsRobustRuleFoldsEachForwardedUpdate) {
+  SyncOptions root = Options(/*rounds=*/2, /*k=*/2, /*m=*/2);
+  root.strategy = "median";
+  Open(root);
+  Join("e1");
+  Join("e2");
+  const Task t1 = TaskOf("e1"), t2 = TaskOf("e2");
+  ASSERT_OK(engine_->Submit(BundleFrom("e1", t1, {1.0f, 2.0f}, engine_->model())));
+  ASSERT_OK(engine_->Submit(BundleFrom("e2", t2, {1000.0f}, engine_->model())));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(engine_->model().data()[0], 1.0f + 2.0f) << "1 + the median of 1, 2 and 1000";
+  const RoundRecord r = store_.ListRounds()->back();
+  EXPECT_EQ(r.num_updates, 3);
+  ASSERT_EQ(r.merged.size(), 3u);
+  EXPECT_EQ(r.merged[0].client_id, "e1/c0");
+  EXPECT_EQ(r.merged[2].client_id, "e2/c0");
+}
+
+// A bundle refused after some of its updates were folded (here the exact sum's range) cannot be
+// taken back: the attempt is abandoned and the round retried.
+TEST_F(SyncEngineTest, ABundleRefusedHalfwayAbandonsTheAttempt) {
+  SyncOptions root = Options(/*rounds=*/2, /*k=*/2, /*m=*/2);
+  root.strategy = "fedavg_exact";
+  Open(root);
+  Join("e1");
+  Join("e2");
+  const Task again = TaskOf("e1");
+  TaskOf("e2");
+  EXPECT_THAT(engine_->Submit(BundleFrom("e1", again, {1.0f, 3e38f}, engine_->model())),
+              StatusIs(StatusCode::kOutOfRange, "round is retried"));
+  EXPECT_NE(TaskOf("e1").task_id, again.task_id) << "a new attempt, new tasks";
+  EXPECT_EQ(engine_->model().version(), 0u);
 }
 
 // Edge-robust: a robust rule over the edge's own clients, sent as one contribution weighted by

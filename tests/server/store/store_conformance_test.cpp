@@ -142,7 +142,7 @@ TEST_P(StoreConformanceTest, MergedUpdatesTravelWithTheirRound) {
   RoundRecord r;
   r.round = 1;
   r.model_version = 1;
-  r.merged = {{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}};
+  r.merged = {{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt, std::string(64, 'f')}};
   ASSERT_OK(store_->CommitRound(r, Model(1, 1.0f), ""));
   r.round = 2;
   r.model_version = 2;
@@ -154,7 +154,9 @@ TEST_P(StoreConformanceTest, MergedUpdatesTravelWithTheirRound) {
   ASSERT_OK(store_->CommitRound(r, Model(3, 3.0f), ""));
   auto rounds = *store_->ListRounds();
   ASSERT_EQ(rounds.size(), 3u);
-  EXPECT_EQ(rounds[0].merged, (std::vector<MergedUpdate>{{"b", "t-b", 0, 3, 12.5}, {"a", "t-a", 2, 3, std::nullopt}}));
+  EXPECT_EQ(rounds[0].merged, (std::vector<MergedUpdate>{{"b", "t-b", 0, 3, 12.5},
+                                                         {"a", "t-a", 2, 3, std::nullopt, std::string(64, 'f')}}))
+      << "an edge's hash of a client update is kept";
   EXPECT_TRUE(rounds[1].merged.empty());
   EXPECT_EQ(rounds[2].merged, (std::vector<MergedUpdate>{{"c", "t-c", 1, 0, std::nullopt}}));
 }
