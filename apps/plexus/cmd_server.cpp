@@ -78,8 +78,9 @@ struct ServerFlags {
   bool insecure = false;
   DoorLimits limits;
   std::string tokens_file;
-  std::string upstream_forward = "sum";  // at an edge: partial sums, or every update raw
-  int64_t max_bundle_updates = 0;        // at a root: the largest bundle of forwarded updates taken
+  std::string upstream_forward = "sum";   // at an edge: partial sums, or every update raw
+  int64_t max_bundle_updates = 0;         // at a root: the largest bundle of forwarded updates taken
+  std::vector<std::string> edge_clients;  // at a root: who may send partial sums and bundles (empty: anyone)
   std::string revoked_file;
   std::vector<std::string> admins;
   std::string metrics_listen;
@@ -352,6 +353,7 @@ void RunServer(const ServerFlags& f) {
     throw CommandError("--max-bundle-updates: forwarded updates are taken in sync rounds without --secagg only");
   }
   info.max_bundle_updates = f.max_bundle_updates;
+  info.edge_clients.insert(f.edge_clients.begin(), f.edge_clients.end());
   info.fallback_servers = f.fallback;
   if (dp) {
     info.dp_epsilon = [plan = *dp](uint64_t versions) { return plan.EpsilonAfter(static_cast<int64_t>(versions)); };
@@ -610,6 +612,10 @@ void AddServerCommand(CLI::App& app) {
                   "as it came, in one bundle, so that a robust --strategy at the root runs over them all; the root "
                   "needs --max-bundle-updates)")
       ->capture_default_str();
+  cmd->add_option("--edge-clients", f->edge_clients,
+                  "Take partial sums and forwarded updates only from these client ids (comma-separated: the edges' "
+                  "--upstream-client-id, or their certificates' names under mutual TLS); default: from any client")
+      ->delimiter(',');
   cmd->add_option("--max-bundle-updates", f->max_bundle_updates,
                   "Take edges' forwarded updates (their --upstream-forward raw), at most this many per edge and round; "
                   "each is folded as if its client had sent it (0 = take none)")

@@ -56,6 +56,11 @@ struct ServerInfo {
   // aggregators/update_bundle.h: plexus server --upstream-forward raw) of at most this many updates
   // each; 0: none. For sync rounds: each update is folded as if its client had sent it.
   int64_t max_bundle_updates = 0;
+  // The client ids that may send partial sums or bundles (the edges' --upstream-client-id, or
+  // their certificates' names under mutual TLS); empty: any joined client. Either multiplies a
+  // client's say (a partial counts as many updates as it claims), so a root whose edges are
+  // known names them.
+  std::set<std::string> edge_clients;
   // Told to every client at join: other servers of the federation (HOST:PORT) to turn to when this
   // one stops answering (an edge's siblings or its parent).
   std::vector<std::string> fallback_servers;

@@ -56,6 +56,11 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   // An edge's forwarded client updates (ServerInfo::max_bundle_updates).
   const bool bundle = coded && bundle_codec_ && header.codec() == bundle_codec_->spec();
   const Codec* codec = partial_sum ? partial_sum_codec_.get() : bundle ? bundle_codec_.get() : upload_codec_.get();
+  if ((partial_sum || bundle) && !info_.edge_clients.empty() && !info_.edge_clients.count(header.client_id())) {
+    return Refuse("upload", PermissionDeniedError(std::string(partial_sum ? "a partial sum" : "forwarded updates") +
+                                                  " from " + header.client_id() +
+                                                  ", which is not one of this server's edges (--edge-clients)"));
+  }
   if (partial_sum || bundle) {
     keep_coded = true;  // the strategy folds a partial's integers; the engine unpacks a bundle
     if (header.offset() > 0) {
