@@ -238,17 +238,6 @@ Status Positive(const std::string& strategy, const char* key, double v) {
   return InvalidArgumentError("strategy '" + strategy + "': " + key + " must be positive");
 }
 
-// MakeAveraging, or with `exact=true` in the settings MakeExactAveraging (which says so in its
-// description).
-Result<std::unique_ptr<Aggregator>> AveragingFrom(StrategySpec& spec, AveragingOptions o,
-                                                  std::unique_ptr<ServerOptimizer> step, ThreadPool* pool) {
-  PLEXUS_ASSIGN_OR_RETURN(bool exact, spec.GetBool("exact", false));
-  if (!exact) return MakeAveraging(std::move(o), std::move(step), pool);
-  o.params = "exact=true" + std::string(o.params.empty() ? "" : ",") + o.params;
-  if (std::string opt = step->Describe(); opt != "lr=1") o.params += "," + opt;
-  return MakeExactAveraging(std::move(o), std::move(step), pool);
-}
-
 Result<std::unique_ptr<Aggregator>> MakeAdaptive(StrategySpec& spec, ThreadPool* pool, AdaptiveKind kind) {
   PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("lr", 0.01));
   PLEXUS_ASSIGN_OR_RETURN(double b1, spec.GetDouble("beta1", 0.9));
@@ -271,6 +260,15 @@ Result<std::unique_ptr<Aggregator>> MakeAdaptive(StrategySpec& spec, ThreadPool*
 std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,
                                           ThreadPool* pool) {
   return std::make_unique<Averaging>(std::move(options), std::move(step), pool);
+}
+
+Result<std::unique_ptr<Aggregator>> AveragingFrom(StrategySpec& spec, AveragingOptions o,
+                                                  std::unique_ptr<ServerOptimizer> step, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(bool exact, spec.GetBool("exact", false));
+  if (!exact) return MakeAveraging(std::move(o), std::move(step), pool);
+  o.params = "exact=true" + std::string(o.params.empty() ? "" : ",") + o.params;
+  if (std::string opt = step->Describe(); opt != "lr=1") o.params += "," + opt;
+  return MakeExactAveraging(std::move(o), std::move(step), pool);
 }
 
 Result<std::unique_ptr<Aggregator>> MakeFedAvg(StrategySpec& spec, ThreadPool* pool) {

@@ -13,6 +13,8 @@
 
 namespace plexus {
 
+class StrategySpec;
+
 struct AveragingOptions {
   std::string name;      // for Describe() and messages
   std::string params;    // settings for Describe(), e.g. "weighted=true"
@@ -28,6 +30,11 @@ std::unique_ptr<Aggregator> MakeAveraging(AveragingOptions options, std::unique_
 // The same with the sum kept as an ExactSum (the strategies' `exact=true`, exact_fedavg.cpp): the
 // same model bits in any arrival order, and edges' partial sums taken (a root of edge aggregators,
 // docs/deployment.md). REQUIRES: !options.normalize_by_steps (FedNova's step counts are not summed).
+// MakeAveraging, or MakeExactAveraging when `spec` says `exact=true` (its description then starts
+// with it): the one place the averaging family's factories read that setting.
+Result<std::unique_ptr<Aggregator>> AveragingFrom(StrategySpec& spec, AveragingOptions options,
+                                                  std::unique_ptr<ServerOptimizer> step, ThreadPool* pool);
+
 std::unique_ptr<Aggregator> MakeExactAveraging(AveragingOptions options, std::unique_ptr<ServerOptimizer> step,
                                                ThreadPool* pool);
 

@@ -44,12 +44,7 @@ Result<std::unique_ptr<Aggregator>> MakeNormBound(StrategySpec& spec, ThreadPool
   char params[48];
   std::snprintf(params, sizeof params, "max=%g", bound);
   AveragingOptions o{"norm_bound", params, /*weighted=*/true, /*normalize_by_steps=*/false, bound};
-  PLEXUS_ASSIGN_OR_RETURN(bool exact, spec.GetBool("exact", false));
-  if (exact) {
-    o.params = "exact=true," + o.params;
-    return MakeExactAveraging(std::move(o), MakePlainStep(1.0), pool);
-  }
-  return MakeAveraging(o, MakePlainStep(1.0), pool);
+  return AveragingFrom(spec, std::move(o), MakePlainStep(1.0), pool);
 }
 
 }  // namespace plexus
