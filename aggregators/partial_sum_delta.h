@@ -13,9 +13,7 @@
 #pragma once
 
 #include <memory>
-#include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "aggregators/exact_sum.h"
@@ -36,11 +34,7 @@ struct PartialContribution {
   friend bool operator==(const PartialContribution&, const PartialContribution&) = default;
 };
 
-// The contributions as bytes (the `exactsum` codec's trailer): a uint32 count, then each entry's
-// three strings as uint32 length and bytes, little-endian. DecodeContributions refuses bytes that
-// are not one whole list, and strings longer than 1024 bytes.
-std::string EncodeContributions(std::span<const PartialContribution> contributions);
-Result<std::vector<PartialContribution>> DecodeContributions(std::string_view bytes);
+// Their bytes (the `exactsum` codec's trailer): EncodeContributions, compression/codec.h.
 
 // The client updates `update` stands for, as a round record's entries: a partial sum's
 // contributions or a bundle's forwarded updates (aggregators/update_bundle.h), each path under

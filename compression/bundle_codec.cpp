@@ -25,37 +25,6 @@ using namespace codec_wire;  // NOLINT: this file is one codec in that format
 constexpr uint8_t kId = 8;
 constexpr uint32_t kLongestName = 1024;
 
-void PutString(std::string& out, std::string_view s) {
-  Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
-  out.append(s);
-}
-
-// Reads from `bytes` at `at`, moving past what it read; false when the bytes end first.
-struct Reader {
-  std::string_view bytes;
-  size_t at = 0;
-  template <typename T>
-  bool Get(T* v) {
-    if (bytes.size() - at < sizeof(T)) return false;
-    std::memcpy(v, bytes.data() + at, sizeof(T));
-    at += sizeof(T);
-    return true;
-  }
-  bool Take(size_t n, std::string_view* out) {
-    if (bytes.size() - at < n) return false;
-    *out = bytes.substr(at, n);
-    at += n;
-    return true;
-  }
-  bool String(std::string* out, uint32_t longest) {
-    uint32_t n = 0;
-    std::string_view s;
-    if (!Get(&n) || n > longest || !Take(n, &s)) return false;
-    out->assign(s);
-    return true;
-  }
-};
-
 void AppendUpdate(std::string& out, const Update& u, const std::string& path) {
   PutString(out, path);
   PutString(out, u.task_id);
@@ -156,7 +125,7 @@ class BundleCodec final : public Codec {
       }
       updates.push_back(std::move(u));
     }
-    if (r.at != r.bytes.size()) return CodecError("bytes after the bundle's last update");
+    if (r.left() != 0) return CodecError("bytes after the bundle's last update");
     Result<std::shared_ptr<const UpdateBundle>> bundle = UpdateBundle::Make(
         spec().empty() ? kUpdateBundleCodec : spec(), std::move(bytes), layout.num_params(), std::move(updates));
     if (!bundle.ok()) return CodecError(bundle.status().message());

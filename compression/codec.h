@@ -103,6 +103,11 @@ inline constexpr char kPartialSumCodec[] = "exactsum";
 // The `exactsum` codec's bytes of an edge's partial sum, followed by the list of the client updates
 // in it (aggregators/partial_sum_delta.h; may be empty).
 std::string EncodePartialSum(const ExactSum& sum, std::span<const PartialContribution> contributions = {});
+// The list alone (the trailer EncodePartialSum appends): a uint32 count, then each entry's three
+// strings as uint32 length and bytes, little-endian. DecodeContributions refuses bytes that are not
+// one whole list, and strings longer than 1024 bytes.
+std::string EncodeContributions(std::span<const PartialContribution> contributions);
+Result<std::vector<PartialContribution>> DecodeContributions(std::string_view bytes);
 
 // The codecs MakeCodec knows, by name ("int8", not "int8:chunk=4096"): what a client advertises
 // when it joins.

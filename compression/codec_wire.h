@@ -37,6 +37,45 @@ inline T Get(std::string_view bytes, size_t at) {
   return v;
 }
 
+// A string as a uint32 length and its bytes.
+inline void PutString(std::string& out, std::string_view s) {
+  Put<uint32_t>(out, static_cast<uint32_t>(s.size()));
+  out.append(s);
+}
+
+// Reads a payload's fields in order from `bytes` at `at`, moving past what it read; each call is
+// false, reading nothing, when the bytes end first (or a string is longer than `longest`).
+struct Reader {
+  std::string_view bytes;
+  size_t at = 0;
+
+  size_t left() const { return bytes.size() - at; }
+  template <typename T>
+  bool Get(T* v) {
+    if (left() < sizeof(T)) return false;
+    std::memcpy(v, bytes.data() + at, sizeof(T));
+    at += sizeof(T);
+    return true;
+  }
+  bool Take(size_t n, std::string_view* out) {
+    if (left() < n) return false;
+    *out = bytes.substr(at, n);
+    at += n;
+    return true;
+  }
+  bool String(std::string* out, uint32_t longest) {
+    const size_t start = at;
+    uint32_t n = 0;
+    std::string_view s;
+    if (!Get(&n) || n > longest || !Take(n, &s)) {
+      at = start;
+      return false;
+    }
+    out->assign(s);
+    return true;
+  }
+};
+
 // Makes `out` `total` bytes long and writes the header at its start; returns where the payload
 // starts. A buffer that already has that size (a sender encoding every task) is not written
 // before the codec fills it: resizing from empty would first zero it, one more serial pass.

@@ -2,8 +2,8 @@
 // which an edge aggregator sends its clients' partial sum to its parent (plexus server
 // --upstream, issue 41); 8 bytes per value plus a 32-byte header. Encoding one delta makes the
 // sum of that delta with weight 1. An edge's partial is followed by the list of the client updates
-// in it (aggregators/partial_sum_delta.h, EncodeContributions). Read keeps the bytes as a PartialSumDelta, whose values
-// are the sum's weighted mean; fedavg_exact folds its integers.
+// in it (PartialContribution, aggregators/partial_sum_delta.h; EncodeContributions below). Read keeps the bytes as a
+// PartialSumDelta, whose values are the sum's weighted mean; fedavg_exact folds its integers.
 #include <memory>
 #include <span>
 #include <vector>
@@ -57,6 +57,38 @@ class ExactSumCodec final : public Codec {
 };
 
 }  // namespace
+
+std::string EncodeContributions(std::span<const PartialContribution> contributions) {
+  std::string out;
+  Put<uint32_t>(out, static_cast<uint32_t>(contributions.size()));
+  for (const PartialContribution& c : contributions) {
+    for (const std::string* field : {&c.client_path, &c.task_id, &c.update_sha256}) PutString(out, *field);
+  }
+  return out;
+}
+
+Result<std::vector<PartialContribution>> DecodeContributions(std::string_view bytes) {
+  constexpr uint32_t kLongestString = 1024;
+  Reader r{bytes};
+  uint32_t count = 0;
+  if (!r.Get(&count)) return InvalidArgumentError("a partial sum's contributions: no count");
+  // Each entry takes at least 12 bytes: a count beyond what the bytes can hold is refused before
+  // anything is reserved for it.
+  if (count > r.left() / 12) {
+    return InvalidArgumentError("a partial sum's contributions: " + std::to_string(count) + " entries in " +
+                                std::to_string(bytes.size()) + " bytes");
+  }
+  std::vector<PartialContribution> out(count);
+  for (PartialContribution& c : out) {
+    for (std::string* field : {&c.client_path, &c.task_id, &c.update_sha256}) {
+      if (!r.String(field, kLongestString)) {
+        return InvalidArgumentError("a partial sum's contributions: an entry is cut short or too long");
+      }
+    }
+  }
+  if (r.left() != 0) return InvalidArgumentError("a partial sum's contributions: bytes after the list");
+  return out;
+}
 
 std::string EncodePartialSum(const ExactSum& sum, std::span<const PartialContribution> contributions) {
   std::string out;
