@@ -31,7 +31,10 @@ ClientRuntime::ClientRuntime(ClientOptions options, FederationTransport* transpo
       data_(std::move(data)),
       session_({options_.backoff_initial_ms, options_.backoff_max_ms, options_.give_up_after_ms, options_.seed},
                !options_.client_id.empty() || !options_.state ? options_.client_id : options_.state->ClientId()) {
-  if (options_.state) residual_ = options_.state->LoadResidual();
+  if (options_.state) {
+    residual_ = options_.state->LoadResidual();
+    if (std::optional<OptimizerState> kept = options_.state->LoadOptimizerState()) optimizer_state_ = std::move(*kept);
+  }
 }
 
 void ClientRuntime::Sleep(int64_t ms) {
@@ -419,8 +422,14 @@ Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) 
   }
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
+  o.optimizer_state = &optimizer_state_;
   Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
   if (!out.ok()) return out.status();
+  if (options_.state && o.optimizer == "adamw") {
+    if (Status kept = options_.state->SaveOptimizerState(optimizer_state_); !kept.ok()) {
+      spdlog::warn("task {}: the optimizer's moments are not kept on disk: {}", task.task_id, kept.ToString());
+    }
+  }
   if (options_.slowdown > 1.0) {
     const double trained_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();

@@ -191,6 +191,7 @@ class ClientRuntime {
   std::optional<ModelState> cached_model_;
   std::string cached_sha256_;           // cached_model_'s SHA-256, checked when it was downloaded
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
+  OptimizerState optimizer_state_;      // AdamW's moments, across tasks (and restarts, with a state dir)
   RealClock real_clock_;
   std::unique_ptr<GaussianNoise> local_dp_noise_;  // with local DP: OpenSSL's generator
   int64_t local_dp_releases_ = 0;

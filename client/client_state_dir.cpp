@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@ constexpr char kUploadPayloadFile[] = "upload.safetensors";
 constexpr char kUploadHeaderFile[] = "upload.header";
 constexpr char kModelPrefix[] = "model-";
 constexpr char kResidualFile[] = "residual.safetensors";
+constexpr char kOptimizerFile[] = "optimizer.safetensors";
 
 void RemoveQuietly(const std::string& path) {
   std::error_code ignored;
@@ -271,6 +273,46 @@ std::optional<ModelState> ClientStateDir::LoadResidual() const {
     return std::nullopt;
   }
   return std::move(r).value();
+}
+
+// The two moments as tensors of a safetensors file, the step count as its version.
+Status ClientStateDir::SaveOptimizerState(const OptimizerState& state) {
+  const auto n = static_cast<int64_t>(state.first_moment.size());
+  PLEXUS_ASSIGN_OR_RETURN(ModelState kept, ModelState::Create({{"first_moment", {n}}, {"second_moment", {n}}}));
+  std::copy(state.first_moment.begin(), state.first_moment.end(), kept.tensor(0).begin());
+  std::copy(state.second_moment.begin(), state.second_moment.end(), kept.tensor(1).begin());
+  kept.set_version(static_cast<uint64_t>(state.steps));
+  return WriteSafetensorsFile(File(kOptimizerFile), kept);
+}
+
+std::optional<OptimizerState> ClientStateDir::LoadOptimizerState() const {
+  const std::string path = File(kOptimizerFile);
+  std::optional<std::string> bytes = ReadKept(path, 2 * max_model_bytes_);
+  if (!bytes) return std::nullopt;
+  Result<ModelState> r = DecodeSafetensors(*bytes);
+  std::string why = r.ok() ? "" : r.status().message();
+  if (r.ok() && (r->tensors().size() != 2 || r->tensors()[0].name != "first_moment" ||
+                 r->tensors()[1].name != "second_moment" || r->tensor(0).size() != r->tensor(1).size())) {
+    why = "not two moments of one size";
+  }
+  if (why.empty()) {
+    for (float v : r->tensor(0)) {
+      if (!std::isfinite(v)) why = "a first moment that is not finite";
+    }
+    for (float v : r->tensor(1)) {
+      if (!(v >= 0 && std::isfinite(v))) why = "a second moment that is negative or not finite";
+    }
+  }
+  if (!why.empty()) {
+    spdlog::warn("state directory: dropping the optimizer state '{}': {}", path, why);
+    RemoveQuietly(path);
+    return std::nullopt;
+  }
+  OptimizerState state;
+  state.steps = static_cast<int64_t>(r->version());
+  state.first_moment.assign(r->tensor(0).begin(), r->tensor(0).end());
+  state.second_moment.assign(r->tensor(1).begin(), r->tensor(1).end());
+  return state;
 }
 
 void ClientStateDir::DropPendingUpload() {

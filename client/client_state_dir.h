@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "client/federation_transport.h"
+#include "compute/trainer.h"
 #include "core/model_state.h"
 #include "core/status.h"
 
@@ -69,6 +70,12 @@ class ClientStateDir {
   // The error feedback of a codec that keeps one (top-k), across tasks and restarts.
   Status SaveResidual(const ModelState& residual);
   std::optional<ModelState> LoadResidual() const;  // nullopt: none kept, or unreadable
+
+  // The inner optimizer's moments (AdamW's), across tasks and restarts. nullopt: none kept, or
+  // unreadable, or not a state (two moments of one size, finite, the second not negative): such a
+  // file is dropped with a warning and the client's moments start afresh.
+  Status SaveOptimizerState(const OptimizerState& state);
+  std::optional<OptimizerState> LoadOptimizerState() const;
 
  private:
   ClientStateDir(std::string dir, uint64_t max_model_bytes) : dir_(std::move(dir)), max_model_bytes_(max_model_bytes) {}

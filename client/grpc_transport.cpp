@@ -337,10 +337,14 @@ class GrpcFederationTransport final : public FederationTransport {
         a.task.round = t.round();
         a.task.model_version = t.model_version();
         a.task.model_sha256 = t.model_sha256();
-        a.task.hyperparams = {
-            t.local_epochs(), t.local_steps(),
-            t.batch_size(),   t.learning_rate(),
-            t.momentum(),     std::map<std::string, std::string>(t.config().begin(), t.config().end())};
+        a.task.hyperparams.local_epochs = t.local_epochs();
+        a.task.hyperparams.local_steps = t.local_steps();
+        a.task.hyperparams.batch_size = t.batch_size();
+        a.task.hyperparams.learning_rate = t.learning_rate();
+        a.task.hyperparams.momentum = t.momentum();
+        a.task.hyperparams.optimizer = t.optimizer().empty() ? "sgd" : t.optimizer();
+        a.task.hyperparams.weight_decay = t.weight_decay();
+        a.task.hyperparams.config = {t.config().begin(), t.config().end()};
         a.task.deadline_ms = t.deadline_in_ms();
         a.task.upload_codec = t.upload_codec();
         a.task.download_codec = t.download_codec();

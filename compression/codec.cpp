@@ -18,6 +18,7 @@ Result<std::unique_ptr<Codec>> MakeTernGradCodec(StrategySpec& spec, ThreadPool*
 Result<std::unique_ptr<Codec>> MakeQsgdCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeExactSumCodec(StrategySpec& spec, ThreadPool* pool);
 Result<std::unique_ptr<Codec>> MakeBundleCodec(StrategySpec& spec, ThreadPool* pool);
+Result<std::unique_ptr<Codec>> MakeDctCodec(StrategySpec& spec, ThreadPool* pool);
 
 namespace {
 
@@ -36,6 +37,7 @@ constexpr CodecEntry kCodecs[] = {
     {"qsgd", "qsgd[:levels=L]", MakeQsgdCodec},
     {kPartialSumCodec, kPartialSumCodec, MakeExactSumCodec},
     {kUpdateBundleCodec, kUpdateBundleCodec, MakeBundleCodec},
+    {"dct", "dct[:chunk=C,k=K,decay=B]", MakeDctCodec},
 };
 
 }  // namespace

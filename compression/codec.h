@@ -12,6 +12,11 @@
 //                       s x sign(v) x Bernoulli(|v| / s), unbiased (2 bits per value)
 //   qsgd[:levels=L]     per tensor the L2 norm and per value a stochastic level of |v| / norm on L
 //                       levels (default 16) with its sign, unbiased (1 byte per value)
+//   dct[:chunk=C,k=K,decay=B]
+//                       per tensor, chunks of C values (64) in the DCT domain, their K largest
+//                       coefficients (8) as (u8 index, f32 value), with error feedback whose
+//                       residual decays by B (1) before each delta joins it: DeMo's fast
+//                       components of a momentum (compression/dct_codec.cpp; 5 bytes per sent value)
 //   exactsum            a sum of weighted deltas in int64 fixed point (aggregators/exact_sum.h): what
 //                       an edge aggregator sends its parent (8 bytes per value); read as a
 //                       PartialSumDelta (aggregators/partial_sum_delta.h)

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "compute/text_corpus.h"
 #include "core/csv_reader.h"
 #include "core/file_contents.h"
 #include "core/rng.h"
@@ -329,8 +330,10 @@ Result<Dataset> LoadDataFile(const std::string& path, const DataFileOptions& opt
       if (name.rfind("train-images-idx3-ubyte", 0) == 0 || name.rfind("t10k-images-idx3-ubyte", 0) == 0) idx = true;
     }
     if (files.empty() && idx) return LoadFashionMnist(path, options.split, select);
+    if (files.empty() && IsTextCorpus(path)) return LoadTextCorpus(path, options.split, select);
     if (files.empty()) {
-      return InvalidArgumentError("data folder '" + path + "' holds no .safetensors files and no IDX files");
+      return InvalidArgumentError("data folder '" + path +
+                                  "' holds no .safetensors files, no IDX files and is not a text corpus");
     }
     std::sort(files.begin(), files.end());
     for (const std::string& file : files) {

@@ -4,7 +4,9 @@
 //   *.safetensors   tensors `x` (examples first; F32, F64, U8, I8, I16, I32 or I64) and `y`
 //                   (integer class labels, one per example); the names are options
 //   a directory     every *.safetensors file in it, in name order, concatenated; or, when it holds
-//                   Fashion-MNIST IDX files, that data set (its training or test split)
+//                   Fashion-MNIST IDX files, that data set (its training or test split); or,
+//                   when it holds only plain-text files, a text corpus for a language model
+//                   (compute/text_corpus.h: the split picks its training or validation windows)
 // Features are kept as float32 as they are stored (no normalization: the model gets what the file
 // holds); labels are class indices in [0, 256), or real-valued targets for regression. Every error names the file, and
 // the line and column for CSV. Stateless functions; thread-safe.

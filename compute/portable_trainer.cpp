@@ -189,6 +189,10 @@ class PortableTrainer final : public Trainer {
   Result<TrainOutcome> Train(const ModelState& start, const DatasetView& data, const TrainOptions& o) override {
     PLEXUS_RETURN_IF_ERROR(Check(start, data));
     PLEXUS_RETURN_IF_ERROR(CheckTrainOptions(o));
+    if (o.optimizer != "sgd") {
+      return InvalidArgumentError("the portable trainer runs SGD with momentum only; --optimizer " + o.optimizer +
+                                  " needs LibTorch");
+    }
     ModelState w = start;
     ModelState grad = start, velocity = start;
     std::fill(velocity.data().begin(), velocity.data().end(), 0.0f);
@@ -325,6 +329,10 @@ class PortableTrainer final : public Trainer {
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> MakePortableTrainer(const std::string& model_name) {
+  if (IsLanguageModel(model_name)) {
+    return InvalidArgumentError("the portable trainer has the image models (mlp, cnn); " + model_name +
+                                " needs LibTorch");
+  }
   PLEXUS_ASSIGN_OR_RETURN(ModelState layout, InitModel(model_name, 0));
   return std::unique_ptr<Trainer>(std::make_unique<PortableTrainer>(model_name, std::move(layout)));
 }

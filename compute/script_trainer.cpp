@@ -97,8 +97,9 @@ class ScriptTrainer final : public Trainer {
     }
     torch::manual_seed(o.seed);  // dropout and other random layers
     module_.train();
-    PLEXUS_ASSIGN_OR_RETURN(const double mean_loss, torch_training::RunSgd(params, ForwardOn(*data.data), data, o,
-                                                                           "model '" + info_.path + "'", objective()));
+    PLEXUS_ASSIGN_OR_RETURN(
+        const double mean_loss,
+        torch_training::RunSteps(params, ForwardOn(*data.data), data, o, "model '" + info_.path + "'", objective()));
     TrainOutcome out;
     out.weights = start;
     CopyOut(tensors_, &out.weights, options_.local_buffers);

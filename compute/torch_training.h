@@ -17,7 +17,10 @@ namespace plexus::torch_training {
 
 // What a step minimizes: cross-entropy of logits against class labels, or the mean squared error
 // of predictions against the data's targets (regression).
-enum class Objective { kCrossEntropy, kMse };
+// kNextByte: a language model's windows of context + 1 bytes, the first `context` in, logits
+// [batch, context, 256] out, cross-entropy against each next byte; losses and accuracies are per
+// predicted byte.
+enum class Objective { kCrossEntropy, kMse, kNextByte };
 
 // Logits [batch, classes] (or predictions [batch, target_width]) for a batch of inputs [batch, example_shape...]; an
 // error when the model cannot take them. May throw a LibTorch exception (caught by the loops below).
@@ -28,11 +31,16 @@ using Forward = std::function<Result<torch::Tensor>(const torch::Tensor& x)>;
 std::pair<torch::Tensor, torch::Tensor> Batch(const Dataset& d, const std::vector<uint32_t>& idx, int64_t b, int64_t e,
                                               const uint8_t* label_map);
 
-// Runs the SGD steps of `o` on `params` (momentum, FedProx term, batches in the seeded order every
+// A batch of windows [batch, context + 1] (byte values as floats) as the model's input [batch,
+// context] and int64 targets [batch, context]: each position's next byte.
+std::pair<torch::Tensor, torch::Tensor> NextByteTargets(const torch::Tensor& windows);
+
+// Runs the optimizer steps of `o` on `params` (SGD with momentum, or AdamW with the moments of
+// o.optimizer_state, which a finished run advances; FedProx term; batches in the seeded order every
 // trainer uses) and returns the mean loss. Aborted when the loss stops being finite;
 // InvalidArgument (prefixed with `what`) when LibTorch throws.
-Result<double> RunSgd(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
-                      const TrainOptions& o, const std::string& what, Objective objective);
+Result<double> RunSteps(const std::vector<torch::Tensor>& params, const Forward& forward, const DatasetView& data,
+                        const TrainOptions& o, const std::string& what, Objective objective);
 
 // Over `data`, in batches of 1000, without gradients: mean cross-entropy and accuracy; for kMse the
 // mean squared error and, as the accuracy, R^2 (1 - SSE / SST over the data's targets, clipped to

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "compute/dataset.h"
 #include "core/evaluation.h"
@@ -18,12 +19,26 @@
 
 namespace plexus {
 
+// The inner optimizer's state that a client keeps from task to task (AdamW's two moments of every
+// trainable value, in the order the trainer walks them, and its step count): owned by the client
+// (its --state-dir keeps it; the simulator keeps one per virtual client), lent to each Train call,
+// which reads and advances it. Empty until a trainer first fills it; a state of another size (a
+// model of another layout) is started afresh.
+struct OptimizerState {
+  int64_t steps = 0;
+  std::vector<float> first_moment, second_moment;
+};
+
 struct TrainOptions {
   int64_t local_epochs = 1;  // used when local_steps == 0
   int64_t local_steps = 0;   // exact number of SGD steps when positive
   int64_t batch_size = 32;
   double learning_rate = 0.01;
   double momentum = 0.9;
+  std::string optimizer = "sgd";  // or "adamw" (TaskHyperparams::optimizer)
+  double weight_decay = 0.0;      // AdamW's
+  // AdamW's moments, carried over from this client's last task (null: start them at zero).
+  OptimizerState* optimizer_state = nullptr;
   double prox_mu = 0.0;  // FedProx proximal term (mu/2)||w - w_start||^2; 0 = plain SGD
   uint64_t seed = 0;     // batch order
   // The task being trained (for trainers that tell their user, such as a Python training loop).
@@ -47,10 +62,13 @@ struct TrainOutcome {
 };
 
 // What every trainer checks first: InvalidArgument unless the batch size and learning rate are
-// positive and there are epochs or steps to run.
+// positive, there are epochs or steps to run and the optimizer is one the trainers know.
 inline Status CheckTrainOptions(const TrainOptions& o) {
   if (o.batch_size <= 0 || o.learning_rate <= 0 || (o.local_steps <= 0 && o.local_epochs <= 0)) {
     return InvalidArgumentError("training needs a positive batch size, learning rate and epochs or steps");
+  }
+  if (o.optimizer != "sgd" && o.optimizer != "adamw") {
+    return InvalidArgumentError("optimizer '" + o.optimizer + "': sgd or adamw");
   }
   return Status::Ok();
 }
@@ -82,6 +100,8 @@ inline TrainOptions TrainOptionsFor(const TaskHyperparams& hp, uint64_t seed) {
   o.batch_size = hp.batch_size;
   o.learning_rate = hp.learning_rate;
   o.momentum = hp.momentum;
+  o.optimizer = hp.optimizer;
+  o.weight_decay = hp.weight_decay;
   o.config = hp.config;
   o.seed = seed;
   return o;

@@ -13,7 +13,11 @@ struct TaskHyperparams {
   int64_t local_steps = 0;   // optimizer steps; 0 means "use local_epochs"
   int64_t batch_size = 32;
   double learning_rate = 0.01;
-  double momentum = 0.9;
+  double momentum = 0.9;  // SGD's; AdamW's first-moment decay is its own (0.9)
+  // The client's inner optimizer: "sgd" (with momentum) or "adamw" (decoupled weight decay, its
+  // moments kept by the client from task to task: compute/trainer.h's OptimizerState).
+  std::string optimizer = "sgd";
+  double weight_decay = 0.0;  // AdamW's decoupled weight decay
   // The operator's own settings for user-written training loops (`--task-config KEY=VALUE`,
   // e.g. an augmentation strength), passed to the loop as they are; the built-in trainers
   // ignore them.

@@ -98,6 +98,8 @@ Result<TrainOutcome> PythonTrainer::Train(const ModelState& start, const Dataset
     task["batch_size"] = options.batch_size;
     task["learning_rate"] = options.learning_rate;
     task["momentum"] = options.momentum;
+    task["optimizer"] = options.optimizer;
+    task["weight_decay"] = options.weight_decay;
     task["seed"] = options.seed;
     task["config"] = options.config;
     py::list views = ArrayViewsOf(start);

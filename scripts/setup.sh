@@ -12,7 +12,7 @@ packages=(
   libssl-dev libsqlite3-dev zlib1g-dev libuv1-dev
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libcli11-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  dataset-fashion-mnist gnuplot-nox
+  dataset-fashion-mnist fortunes gnuplot-nox
   clang-14 libclang-rt-14-dev clang-format
   libopenmpi-dev openmpi-bin
   systemd python3-yaml chromium

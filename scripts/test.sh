@@ -56,6 +56,10 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-
     exit 1
   fi
 done
+if [ ! -s /usr/share/games/fortunes/fortunes ]; then  # the language model's corpus (--model tinylm)
+  echo "test.sh: /usr/share/games/fortunes is missing although scripts/setup.sh installs fortunes" >&2
+  exit 1
+fi
 
 stage portable
 echo "== portable subset (PLEXUS_PROFILE=portable)"

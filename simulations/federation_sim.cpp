@@ -159,6 +159,12 @@ void FederationSim::Tick() {
   net_.After(static_cast<double>(kTickMs), [this] { Tick(); });
 }
 
+TrainOptions FederationSim::TrainingOptions(size_t i, const Task& task, uint64_t batch_seed) {
+  TrainOptions o = TrainOptionsFor(task, batch_seed);
+  if (o.optimizer == "adamw") o.optimizer_state = &optimizer_states_[i];
+  return o;
+}
+
 Status FederationSim::ClientPolls(size_t i) {
   if (engine_->finished() || BudgetSpent()) return Status::Ok();  // the client stops
   const double now = net_.now_ms();
@@ -237,7 +243,7 @@ Status FederationSim::ClientPolls(size_t i) {
   const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x51ULL << 56), i * 1000003ULL + tasks_of_[i]++).NextU64();
   if (o_.sync.secagg) return StartSecureTask(i, task, start, download_bytes, compute_ms, batch_seed);
   PLEXUS_RETURN_IF_ERROR(runner_->Start(i, {start, data_.Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
-                                            TrainOptionsFor(task, batch_seed)}));
+                                            TrainingOptions(i, task, batch_seed)}));
   InFlight f{task, start, std::nullopt};
   ++handed_out_;
   if (train_at_handout_) {

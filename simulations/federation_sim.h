@@ -125,6 +125,9 @@ class FederationSim {
     double cpu_ms = 0;
   };
 
+  // Client i's training options for `task`: with --optimizer adamw, its kept moments lent to the job.
+  TrainOptions TrainingOptions(size_t i, const Task& task, uint64_t batch_seed);
+
   SimResult::SecureAggregation& SecureStats();
   static double MsSince(std::chrono::steady_clock::time_point began);
   double NoteServerCall(std::chrono::steady_clock::time_point began);
@@ -159,9 +162,12 @@ class FederationSim {
   Engine* const engine_;
   ManualClock* const clock_;
   const size_t model_bytes_;
-  const std::unique_ptr<Codec> codec_;               // null: uploads travel as float32
-  size_t upload_bytes_ = 0;                          // of one upload: model_bytes_, or its encoded size
-  std::map<size_t, ModelState> residual_;            // per client: the codec's error feedback (top-k)
+  const std::unique_ptr<Codec> codec_;     // null: uploads travel as float32
+  size_t upload_bytes_ = 0;                // of one upload: model_bytes_, or its encoded size
+  std::map<size_t, ModelState> residual_;  // per client: the codec's error feedback (top-k)
+  // Per client that trained with --optimizer adamw: its moments, carried from task to task as a
+  // real client keeps them (node-based: the pointer a training job holds stays valid).
+  std::unordered_map<size_t, OptimizerState> optimizer_states_;
   std::unique_ptr<CodedDownloads> coded_downloads_;  // null: downloads travel as float32
   std::vector<std::string> held_;  // per client, with coded downloads: the SHA-256 of what it rebuilt last
   const std::function<void(const SimRound&)>& on_round_;

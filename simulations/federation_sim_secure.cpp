@@ -77,7 +77,7 @@ Status FederationSim::SecureViewArrives(size_t i, const secagg::View& view) {
     case SecureAction::Kind::kTrain:
       // The model's download and the local steps, then the update goes into the session.
       PLEXUS_RETURN_IF_ERROR(
-          runner_->Start(i, {m.start, data_.Indices(i), false, TrainOptionsFor(m.task, m.batch_seed)}));
+          runner_->Start(i, {m.start, data_.Indices(i), false, TrainingOptions(i, m.task, m.batch_seed)}));
       bytes_down_ += static_cast<int64_t>(m.download_bytes);
       net_.Send(0, Node(i), m.download_bytes,
                 [this, i] { net_.After(secure_.at(i).compute_ms, [this, i] { Guard(SecureTrained(i)); }); });

@@ -7,6 +7,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
 #include "compute/model_zoo.h"
 #include "core/rng.h"
@@ -295,8 +296,10 @@ class GossipSim {
     const uint64_t key = (static_cast<uint64_t>(i) << 32) | jobs_[i]++;
     const int64_t steps = Steps(i);
     const uint64_t batch_seed = Rng::Derive(o_.seed ^ (0x61ULL << 56), key).NextU64();
-    Status s = runner_->Start(key, {base, data_->Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip,
-                                    TrainOptionsFor(o_.task, batch_seed)});
+    TrainOptions options = TrainOptionsFor(o_.task, batch_seed);
+    if (options.optimizer == "adamw") options.optimizer_state = &optimizer_states_[i];  // the node's own moments
+    Status s = runner_->Start(
+        key, {base, data_->Indices(i), malicious_[i] && attack_ == AttackKind::kLabelFlip, std::move(options)});
     if (!s.ok()) return Fail(s);
     std::shared_ptr<Result<TrainOutcome>> early;
     if (train_at_start_) early = std::make_shared<Result<TrainOutcome>>(Finish(i, key, *base));
@@ -573,10 +576,11 @@ class GossipSim {
   std::vector<bool> live_;
   std::vector<uint64_t> incarnation_;  // bumped when a node leaves or rejoins: its old timers lapse
   std::vector<uint32_t> jobs_;         // training jobs started per node (runner keys)
-  std::vector<uint64_t> completed_;    // rounds completed per node, as last seen
-  std::vector<std::shared_ptr<const ModelState>> train_base_;  // what each attacker last trained from
-  std::map<uint64_t, HonestStats> honest_;                     // by round, for omniscient attacks
-  std::map<uint64_t, std::pair<double, int64_t>> train_loss_;  // by round: sum and count
+  std::unordered_map<size_t, OptimizerState> optimizer_states_;  // per node, with --optimizer adamw
+  std::vector<uint64_t> completed_;                              // rounds completed per node, as last seen
+  std::vector<std::shared_ptr<const ModelState>> train_base_;    // what each attacker last trained from
+  std::map<uint64_t, HonestStats> honest_;                       // by round, for omniscient attacks
+  std::map<uint64_t, std::pair<double, int64_t>> train_loss_;    // by round: sum and count
   std::vector<NodeId> away_;
   size_t model_bytes_ = 0;
   uint64_t bytes_sent_ = 0;

@@ -124,6 +124,10 @@ MpiTaskRunner::~MpiTaskRunner() {
 Status MpiTaskRunner::Start(uint64_t key, TrainJob job) {
   const int rank = static_cast<int>(dealt_++ % static_cast<uint64_t>(size_));
   if (rank == 0) return local_.Start(key, std::move(job));
+  if (job.options.optimizer_state) {  // the moments live in this process, per client
+    return FailedPreconditionError(
+        "--optimizer adamw keeps each client's moments in the simulator's process: run it without MPI ranks");
+  }
   if (!remote_.emplace(key, Remote{rank, job.base}).second) {
     return InternalError("training job " + std::to_string(key) + " started twice");
   }

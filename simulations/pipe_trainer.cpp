@@ -86,6 +86,8 @@ Result<TrainOutcome> PipeTrainer::Train(const ModelState& base, const DatasetVie
                                           {"batch_size", o.batch_size},
                                           {"learning_rate", o.learning_rate},
                                           {"momentum", o.momentum},
+                                          {"optimizer", o.optimizer},
+                                          {"weight_decay", o.weight_decay},
                                           {"seed", o.seed},
                                           {"config", o.config},
                                           {"indices", data.indices.size()},

@@ -58,7 +58,7 @@ std::string EncodeJob(uint64_t key, const TrainJob& job) {
   const TrainOptions& o = job.options;
   Writer w;
   w.Put(key).Put(o.local_epochs).Put(o.local_steps).Put(o.batch_size).Put(o.learning_rate).Put(o.momentum);
-  w.Put(o.prox_mu).Put(o.seed).Put<uint8_t>(job.flip_labels);
+  w.Put(o.prox_mu).Put(o.seed).Put<uint8_t>(job.flip_labels).Put<uint8_t>(o.optimizer == "adamw").Put(o.weight_decay);
   w.PutBytes({reinterpret_cast<const char*>(job.indices.data()), job.indices.size() * sizeof(uint32_t)});
   return w.Take();
 }
@@ -66,13 +66,15 @@ std::string EncodeJob(uint64_t key, const TrainJob& job) {
 bool DecodeJob(std::string_view bytes, uint64_t* key, TrainJob* job) {
   Reader r(bytes);
   TrainOptions& o = job->options;
-  uint8_t flip = 0;
+  uint8_t flip = 0, adamw = 0;
   std::string_view indices;
   if (!(r.Get(key) && r.Get(&o.local_epochs) && r.Get(&o.local_steps) && r.Get(&o.batch_size) &&
         r.Get(&o.learning_rate) && r.Get(&o.momentum) && r.Get(&o.prox_mu) && r.Get(&o.seed) && r.Get(&flip) &&
-        r.GetBytes(&indices) && r.done() && indices.size() % sizeof(uint32_t) == 0)) {
+        r.Get(&adamw) && r.Get(&o.weight_decay) && r.GetBytes(&indices) && r.done() &&
+        indices.size() % sizeof(uint32_t) == 0)) {
     return false;
   }
+  o.optimizer = adamw ? "adamw" : "sgd";
   job->flip_labels = flip != 0;
   job->indices.resize(indices.size() / sizeof(uint32_t));
   std::memcpy(job->indices.data(), indices.data(), indices.size());

@@ -311,7 +311,10 @@ void AddClientCommand(CLI::App& app) {
       ->capture_default_str();
 #endif
   AddConfigOption(cmd);
-  cmd->callback([f] { RunClient(*f); });
+  cmd->callback([f] {
+    DefaultDataForModel(f->model, &f->data);
+    RunClient(*f);
+  });
 }
 
 }  // namespace plexus::cli

@@ -20,6 +20,7 @@
 #include "compute/model_zoo.h"
 #include "compute/partition.h"
 #include "compute/portable_trainer.h"
+#include "compute/text_corpus.h"
 #include "compute/trainer.h"
 #include "core/atomic_file.h"
 #include "core/host_port.h"
@@ -92,8 +93,9 @@ class PartitionTrainer final : public gossip::PeerTrainer {
         task_(task),
         seed_(seed) {}
   Result<ModelState> Train(const ModelState& start, uint64_t round) override {
-    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out,
-                            trainer_->Train(start, data_, TrainOptionsFor(task_, seed_ * 1000003 + round)));
+    TrainOptions options = TrainOptionsFor(task_, seed_ * 1000003 + round);
+    options.optimizer_state = &optimizer_state_;  // one training at a time: the node trains in turn
+    PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, trainer_->Train(start, data_, options));
     if (attack_factor_ != 1.0) {
       // Test-only attacker: what it trained becomes start + factor * (trained - start), and that
       // is the model it sends (and keeps).
@@ -117,6 +119,9 @@ class PartitionTrainer final : public gossip::PeerTrainer {
   TaskHyperparams task_;
   uint64_t seed_;
   double attack_factor_ = 1.0;
+  // AdamW's moments from round to round (--optimizer adamw), in memory: a restarted peer starts
+  // them afresh.
+  OptimizerState optimizer_state_;
 };
 
 // --attack (tests and demonstrations only): signflip[:scale=S] sends -S times the update it
@@ -234,22 +239,26 @@ void RunPeer(const PeerFlags& f) {
                  return std::move(parts[static_cast<size_t>(f.partition_index)]);
                });
   Dataset test_data;
+  // A test split's first --test-subset examples (all when 0).
+  const ExampleSelector first_test_examples = [&](const std::vector<uint8_t>& labels) {
+    std::vector<uint32_t> first(f.test_subset > 0 ? std::min<size_t>(labels.size(), f.test_subset) : labels.size());
+    std::iota(first.begin(), first.end(), 0u);
+    return Result<std::vector<uint32_t>>(std::move(first));
+  };
   if (!f.test_data.empty()) {  // a common test file, read as --data is
     if (!f.data.given()) throw CommandError("--test-data is for --data: Fashion-MNIST peers test on its test set");
     DataFlags test_flags = f.data;
     test_flags.data = f.test_data;
     test_data = LoadData(test_flags, model.regression(), f.data_dir, Split::kTrain);
+  } else if (f.data.given() && IsTextCorpus(f.data.data)) {  // a text corpus's validation windows
+    test_data = LoadData(f.data, model.regression(), f.data_dir, Split::kTest, first_test_examples);
   } else if (f.data.given()) {  // a seeded share of the peer's partition is its test set
     HeldOut split =
         Take(HoldOut(local_data, f.test_split, f.seed ^ static_cast<uint64_t>(f.partition_index + 1)), "--test-split");
     local_data = std::move(split.kept);
     test_data = std::move(split.held_out);
   } else {
-    test_data = Take(LoadFashionMnist(f.data_dir, Split::kTest, [&](const std::vector<uint8_t>& labels) {
-      std::vector<uint32_t> first(f.test_subset > 0 ? std::min<size_t>(labels.size(), f.test_subset) : labels.size());
-      std::iota(first.begin(), first.end(), 0u);
-      return Result<std::vector<uint32_t>>(std::move(first));
-    }));
+    test_data = Take(LoadFashionMnist(f.data_dir, Split::kTest, first_test_examples));
   }
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
                spec.ToString(), local_data.size());
@@ -388,6 +397,10 @@ void AddPeerCommand(CLI::App& app) {
   cmd->add_option("--batch-size", f->task.batch_size, "Local batch size")->capture_default_str();
   cmd->add_option("--lr", f->task.learning_rate, "Learning rate")->capture_default_str();
   cmd->add_option("--momentum", f->task.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--optimizer", f->task.optimizer, "Inner optimizer: sgd (with --momentum) or adamw")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", f->task.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
   cmd->add_option("--db", f->db, "SQLite file for the peer's model, round and membership (restart to continue)");
   cmd->add_option("--summary-out", f->summary_out, "Write a summary JSON here at the end");
   cmd->add_option("--tls-ca", f->tls_ca, "CA certificate (PEM) of the federation (plexus certs init)");
@@ -432,7 +445,10 @@ void AddPeerCommand(CLI::App& app) {
                   "For tests and demonstrations only: make this peer an attacker, signflip[:scale=S] or scale:f=F")
       ->capture_default_str();
   AddConfigOption(cmd);
-  cmd->callback([f] { RunPeer(*f); });
+  cmd->callback([f] {
+    DefaultDataForModel(f->model, &f->data);
+    RunPeer(*f);
+  });
 }
 
 }  // namespace plexus::cli

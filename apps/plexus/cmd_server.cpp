@@ -18,12 +18,14 @@
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
+#include "apps/plexus/slow_link_checks.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "client/failover_transport.h"
 #include "compression/codec.h"
 #include "compression/coded_downloads.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
+#include "compute/text_corpus.h"
 #include "core/clock.h"
 #include "core/memory_tuning.h"
 #include "core/safetensors.h"
@@ -246,6 +248,7 @@ void RunServer(const ServerFlags& f) {
   }
   if (!download_codec.empty())
     Take(CodedDownloads::Create(download_codec), f.codec.empty() ? "--download-codec" : "--codec");
+  CheckSlowLinkSettings(f.mode == Mode::kSync ? sync.strategy : async.strategy, sync.task, upload_codec);
   FederatedEvaluationOptions federated_eval = f.federated_eval;
   federated_eval.deadline_ms = static_cast<int64_t>(f.federated_eval_deadline_s * 1000);
   federated_eval.seed = f.seed;
@@ -469,6 +472,7 @@ void RunServer(const ServerFlags& f) {
     s.updates_refused = final_status.updates_refused;
     s.updates_stale = final_status.updates_stale;
     s.model = f.model;
+    if (IsLanguageModel(f.model) && test.size() > 0) s.unigram_bits_per_char = UnigramBitsPerChar(test);
     s.strategy = engine->strategy_description();
     s.clients = final_status.known_clients;
     s.clients_per_round = sync.clients_per_round;
@@ -709,6 +713,7 @@ void AddServerCommand(CLI::App& app) {
   AddConfigOption(cmd);
   cmd->callback([f, cmd] {
     f->cmd = cmd;
+    DefaultDataForModel(f->model, &f->data);
     RunServer(*f);
   });
 }

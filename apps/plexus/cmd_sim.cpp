@@ -15,10 +15,13 @@
 #include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
 #include "apps/plexus/shared_flags.h"
+#include "apps/plexus/slow_link_checks.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compression/codec.h"
 #include "compute/fashion_mnist.h"
+#include "compute/model_zoo.h"
 #include "compute/script_model.h"
+#include "compute/text_corpus.h"
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "server/coordinator/engine_factory.h"
@@ -273,6 +276,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   Check(options.Validate(), "invalid settings");
   const ModelChoice model(f.sim.model, f.loss);  // a model file is read (and checked) before anything starts
   const std::string& strategy = options.mode == Mode::kSync ? options.sync.strategy : options.async.strategy;
+  CheckSlowLinkSettings(strategy, options.sync.task, options.codec);
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
   const bool caller_trains = !f.trainer_pipe.empty();
@@ -329,16 +333,9 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     return;
   }
   if (model.is_script()) options.initial = std::make_shared<const ModelState>(model.Initial(options.seed));
-  Dataset train, test;
-  if (f.data.given()) {  // a user's data file: a seeded share of it is the test set
-    HeldOut split = Take(
-        HoldOut(LoadData(f.data, model.regression(), f.data_dir, Split::kTrain), f.test_split, options.seed), "--data");
-    train = std::move(split.kept);
-    test = std::move(split.held_out);
-  } else {
-    train = Take(LoadFashionMnist(f.data_dir, Split::kTrain));
-    test = Take(LoadFashionMnist(f.data_dir, Split::kTest));
-  }
+  TrainAndTest sets = LoadTrainAndTest(f.data, model.regression(), f.data_dir, f.test_split, options.seed);
+  Dataset& train = sets.train;
+  Dataset& test = sets.test;
   if (f.train_subset) {
     train.KeepFirst(f.train_subset);
   }
@@ -381,12 +378,16 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     // With secure aggregation the server (and so the record) has no client's training loss.
     char loss[32] = "-";
     if (!options.sync.secagg) std::snprintf(loss, sizeof loss, "%.4f", r.record.mean_train_loss);
+    char bits[48] = "";  // a language model's test loss per character
+    if (IsLanguageModel(options.model) && r.record.test_loss) {
+      std::snprintf(bits, sizeof bits, "test_bits_per_char %.3f  ", BitsPerChar(*r.record.test_loss));
+    }
     std::printf(
         "round %3llu/%lld  updates %lld  train_loss %s  test_accuracy %.4f  test_loss %.4f  "
-        "virtual %.1f s  real %.1f s  eta %.0f s%s\n",
+        "%svirtual %.1f s  real %.1f s  eta %.0f s%s\n",
         static_cast<unsigned long long>(r.record.round), static_cast<long long>(options.sync.rounds),
         static_cast<long long>(r.record.num_updates), loss, r.record.test_accuracy.value_or(0.0),
-        r.record.test_loss.value_or(0.0), r.virtual_time_s, r.wall_time_s, eta,
+        r.record.test_loss.value_or(0.0), bits, r.virtual_time_s, r.wall_time_s, eta,
         dp ? ("  " + DpEpsilonText(*dp, static_cast<int64_t>(r.record.model_version))).c_str() : "");
     std::fflush(stdout);
   }));
@@ -412,6 +413,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   RunSummary s;
   s.mode = ModeName(options.mode);
   s.model = options.model;
+  if (IsLanguageModel(options.model)) s.unigram_bits_per_char = UnigramBitsPerChar(test);
   s.strategy = result.strategy;
   s.partition = options.partition.ToString();
   s.clients = options.clients;
@@ -595,6 +597,7 @@ void AddSimCommand(CLI::App& app) {
   AddScenarioOption(cmd);
   cmd->callback([flags, cmd] {
     flags->cmd = cmd;
+    DefaultDataForModel(flags->sim.model, &flags->data);
     RunSim(*flags);
   });
 }

@@ -187,15 +187,9 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   Dataset train, test;
   std::unique_ptr<Trainer> trainer;
   if (o.train) {
-    if (run.data.given()) {  // a user's data file: a seeded share of it is the test set
-      HeldOut split =
-          Take(HoldOut(LoadData(run.data, model.regression(), run.data_dir, Split::kTrain), run.test_split, o.seed),
-               "--data");
-      train = std::move(split.kept);
-      test = std::move(split.held_out);
-    } else {
-      train = Take(LoadFashionMnist(run.data_dir, Split::kTrain));
-    }
+    TrainAndTest sets = LoadTrainAndTest(run.data, model.regression(), run.data_dir, run.test_split, o.seed);
+    train = std::move(sets.train);
+    test = std::move(sets.test);
     if (run.train_subset) train.KeepFirst(run.train_subset);
     trainer = Take(model.MakeTrainer(run.threads, /*portable=*/false), "--model");
     if (!training_rank) {  // long runs say so before they start
@@ -224,7 +218,6 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
 #endif
   std::unique_ptr<TestSetEvaluator> average_eval, node_eval;
   if (o.train) {
-    if (!run.data.given()) test = Take(LoadFashionMnist(run.data_dir, Split::kTest));
     average_eval = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, run.test_subset));
     node_eval = std::make_unique<TestSetEvaluator>(trainer.get(), DatasetView::Prefix(test, g.node_test_subset));
   }

@@ -4,6 +4,7 @@
 #include "compute/model_zoo.h"
 #include "compute/portable_trainer.h"
 #include "compute/script_model.h"
+#include "compute/text_corpus.h"
 
 namespace plexus::cli {
 namespace {
@@ -20,7 +21,8 @@ ModelChoice::ModelChoice(const std::string& flag, const std::string& loss) : fla
   if (!LooksLikeFile(flag)) {
     const std::vector<std::string> names = ModelNames();
     if (std::find(names.begin(), names.end(), flag) == names.end()) {
-      throw CommandError("--model '" + flag + "': not a built-in model (cnn, mlp) nor a TorchScript file (PATH.pt)");
+      throw CommandError("--model '" + flag +
+                         "': not a built-in model (cnn, mlp, tinylm) nor a TorchScript file (PATH.pt)");
     }
     federation_name_ = flag;
     return;
@@ -61,6 +63,11 @@ Result<std::unique_ptr<Trainer>> ModelChoice::MakeTrainer(int threads, bool port
 
 Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
   if (mine && announced == mine->federation_name()) return Status::Ok();
+  if (!mine && IsLanguageModel(announced)) {
+    return FailedPreconditionError("the server federates " + announced +
+                                   ", a language model: start this client with --model " + announced +
+                                   " (it reads a text corpus, by default " + kDefaultTextCorpusDir + ")");
+  }
   if (IsScriptModelName(announced) && !(mine && mine->is_script())) {
     return FailedPreconditionError("the server federates a TorchScript model (" + announced +
                                    "): start this client with --model and the server's model file (PATH.pt)");
@@ -108,12 +115,35 @@ void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what) {
   cmd->add_option("--data", f->data,
                   what +
                       ": a CSV file (a header, numeric features, a label column), a .safetensors file with "
-                      "tensors x and y, or a folder of .safetensors files (default: Fashion-MNIST from --data-dir)");
+                      "tensors x and y, a folder of .safetensors files, or a folder of plain-text files (a text "
+                      "corpus, for --model tinylm; its default: " +
+                      std::string(kDefaultTextCorpusDir) + ") (default: Fashion-MNIST from --data-dir)");
   cmd->add_option("--label-column", f->label_column, "CSV: the label column's name")->capture_default_str();
   cmd->add_option("--input-shape", f->input_shape,
                   "The shape of one example as the model takes it, e.g. 1,28,28 (default: as the file stores it)");
   cmd->add_option("--x-name", f->x_name, "safetensors: the features tensor's name")->capture_default_str();
   cmd->add_option("--y-name", f->y_name, "safetensors: the labels tensor's name")->capture_default_str();
+}
+
+void DefaultDataForModel(const std::string& model_flag, DataFlags* f) {
+  if (!f->given() && IsLanguageModel(model_flag)) f->data = kDefaultTextCorpusDir;
+}
+
+TrainAndTest LoadTrainAndTest(const DataFlags& f, bool regression, const std::string& data_dir, double test_split,
+                              uint64_t seed) {
+  TrainAndTest out;
+  if (f.given() && IsTextCorpus(f.data)) {
+    out.train = LoadData(f, regression, data_dir, Split::kTrain);
+    out.test = LoadData(f, regression, data_dir, Split::kTest);
+  } else if (f.given()) {  // a user's data file: a seeded share of it is the test set
+    HeldOut split = Take(HoldOut(LoadData(f, regression, data_dir, Split::kTrain), test_split, seed), "--data");
+    out.train = std::move(split.kept);
+    out.test = std::move(split.held_out);
+  } else {
+    out.train = Take(LoadFashionMnist(data_dir, Split::kTrain));
+    out.test = Take(LoadFashionMnist(data_dir, Split::kTest));
+  }
+  return out;
 }
 
 Dataset LoadData(const DataFlags& f, bool regression, const std::string& data_dir, Split split,

@@ -66,9 +66,22 @@ struct DataFlags {
 };
 void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what);
 
+// --model tinylm (a language model) without --data reads the text corpus of Debian's fortunes
+// package (compute/text_corpus.h): sets f->data to it. Anything else is left as given.
+void DefaultDataForModel(const std::string& model_flag, DataFlags* f);
+
 // The data set for a command: the --data file (only the examples `select` keeps; real-valued
 // targets for a regression), or Fashion-MNIST's `split` from `data_dir`.
 Dataset LoadData(const DataFlags& f, bool regression, const std::string& data_dir, Split split,
                  const ExampleSelector& select = {});
+
+// A simulation's training and test sets: a text corpus's training and validation windows; a
+// user's data file with a seeded `test_split` share of it held out as the test set; or
+// Fashion-MNIST's two splits from `data_dir`.
+struct TrainAndTest {
+  Dataset train, test;
+};
+TrainAndTest LoadTrainAndTest(const DataFlags& f, bool regression, const std::string& data_dir, double test_split,
+                              uint64_t seed);
 
 }  // namespace plexus::cli

@@ -9,6 +9,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "compute/model_zoo.h"
+#include "compute/text_corpus.h"
+
 namespace plexus::cli {
 namespace {
 
@@ -100,6 +103,12 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   }
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
+  // A language model's losses are per predicted byte; its accuracy is the next byte's.
+  const bool language = IsLanguageModel(s.model);
+  if (language) {
+    j["final_test_bits_per_char"] = nullptr;
+    if (s.unigram_bits_per_char) j["unigram_bits_per_char"] = *s.unigram_bits_per_char;
+  }
   bool any_federated = false;
   nlohmann::json rounds = nlohmann::json::array();
   for (size_t i = 0; i < s.rounds.size(); ++i) {
@@ -110,6 +119,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     row["refused"] = r.num_refused;
     row["test_accuracy"] = r.test_accuracy ? nlohmann::json(*r.test_accuracy) : nlohmann::json();
     row["test_loss"] = r.test_loss ? nlohmann::json(*r.test_loss) : nlohmann::json();
+    if (language && r.test_loss) row["test_bits_per_char"] = BitsPerChar(*r.test_loss);
     if (r.federated_accuracy) {
       row["federated_test_accuracy"] = *r.federated_accuracy;
       row["federated_test_loss"] = *r.federated_loss;
@@ -144,6 +154,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
     if (r.test_accuracy) {
       j["final_test_accuracy"] = *r.test_accuracy;
       j["final_test_loss"] = *r.test_loss;
+      if (language) j["final_test_bits_per_char"] = BitsPerChar(*r.test_loss);
     }
   }
   if (!any_federated) j["federated_test_accuracy"] = nullptr;
@@ -154,7 +165,9 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
 Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
   std::string csv =
       "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
-      "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples,dp_epsilon\n";
+      "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples,dp_epsilon,"
+      "test_bits_per_char\n";
+  const bool language = IsLanguageModel(s.model);
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];
@@ -174,7 +187,9 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
     if (s.privacy && i < s.privacy->round_epsilon.size() && std::isfinite(s.privacy->round_epsilon[i])) {
       epsilon = std::to_string(s.privacy->round_epsilon[i]);
     }
-    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
+    // Empty unless the model is a language model (its test loss in bits per byte).
+    const std::string bits = language && r.test_loss ? std::to_string(BitsPerChar(*r.test_loss)) : "";
+    std::snprintf(line, sizeof line, "%llu,%llu,%lld,%lld,%lld,%.6f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
                   static_cast<unsigned long long>(r.round), static_cast<unsigned long long>(r.model_version),
                   static_cast<long long>(r.num_updates), static_cast<long long>(r.num_dropped),
                   static_cast<long long>(r.num_examples), r.mean_train_loss,
@@ -184,7 +199,7 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
                   i < s.round_virtual_time_s.size() ? std::to_string(s.round_virtual_time_s[i]).c_str() : "",
                   i < s.round_bytes_down.size() ? std::to_string(s.round_bytes_down[i]).c_str() : "",
                   i < s.round_bytes_up.size() ? std::to_string(s.round_bytes_up[i]).c_str() : "", staleness.c_str(),
-                  federated.c_str(), epsilon.c_str());
+                  federated.c_str(), epsilon.c_str(), bits.c_str());
     csv += line;
   }
   return WriteFile(path, csv);

@@ -36,6 +36,12 @@ inline void AddFederationFlags(CLI::App* cmd, SyncOptions* o) {
   cmd->add_option("--batch-size", o->task.batch_size, "Local batch size")->capture_default_str();
   cmd->add_option("--lr", o->task.learning_rate, "Client learning rate")->capture_default_str();
   cmd->add_option("--momentum", o->task.momentum, "Client SGD momentum")->capture_default_str();
+  cmd->add_option("--optimizer", o->task.optimizer,
+                  "Clients' inner optimizer: sgd (with --momentum) or adamw (betas 0.9/0.999, its moments kept by "
+                  "each client from task to task)")
+      ->check(CLI::IsMember({"sgd", "adamw"}))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", o->task.weight_decay, "AdamW's decoupled weight decay")->capture_default_str();
   cmd->add_option_function<std::vector<std::string>>(
          "--task-config",
          [o](const std::vector<std::string>& settings) {

@@ -58,6 +58,10 @@ class Task:
     # The operator's settings for your loop (`plexus server --task-config KEY=VALUE`, or
     # plexus.sim(task_config=[...])), strings as given.
     config: dict = dataclasses.field(default_factory=dict)
+    # The server's inner optimizer ("sgd" or "adamw") and AdamW's weight decay: hints, like the
+    # learning rate.
+    optimizer: str = "sgd"
+    weight_decay: float = 0.0
 
 
 def _read(path: Optional[str]) -> str:
@@ -397,7 +401,8 @@ class _SimTrainer:
         task = Task(task_id=job["task_id"], round=job["round"], local_steps=job["local_steps"],
                     local_epochs=job["local_epochs"], batch_size=job["batch_size"],
                     learning_rate=job["learning_rate"], momentum=job["momentum"], seed=job["seed"],
-                    indices=indices, config=job.get("config", {}))
+                    indices=indices, config=job.get("config", {}),
+                    optimizer=job.get("optimizer", "sgd"), weight_decay=job.get("weight_decay", 0.0))
         if self.module is not None:
             _load_into(self.tensors, arrays)
             self.module.train()

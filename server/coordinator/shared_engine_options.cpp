@@ -18,6 +18,12 @@ Status SharedEngineOptions::ValidateShared() const {
   PLEXUS_RETURN_IF_ERROR(PositiveOption(task.batch_size, "batch-size"));
   if (!(task.learning_rate > 0.0)) return InvalidArgumentError("learning rate must be positive");
   if (!(task.momentum >= 0.0 && task.momentum < 1.0)) return InvalidArgumentError("momentum must lie in [0, 1)");
+  if (task.optimizer != "sgd" && task.optimizer != "adamw") {
+    return InvalidArgumentError("optimizer '" + task.optimizer + "': sgd or adamw");
+  }
+  if (!(task.weight_decay >= 0.0 && task.weight_decay < 1.0)) {
+    return InvalidArgumentError("weight decay must lie in [0, 1)");
+  }
   return Status::Ok();
 }
 

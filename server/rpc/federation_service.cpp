@@ -13,7 +13,9 @@ void FederationServiceImpl::VersionServedLocked(const RoundRecord& r, std::strin
   last_served_ms_ = now;
   spdlog::info("round {} closed{}: {} updates, {} dropped{}, version {}{}", r.round, how, r.num_updates, r.num_dropped,
                r.num_refused > 0 ? fmt::format(", {} refused", r.num_refused) : std::string(), r.model_version,
-               r.test_accuracy ? fmt::format(", test accuracy {:.4f}", *r.test_accuracy) : std::string());
+               r.test_accuracy
+                   ? fmt::format(", test accuracy {:.4f}, loss {:.4f}", *r.test_accuracy, r.test_loss.value_or(0.0))
+                   : std::string());
 }
 
 FederationServiceImpl::FederationServiceImpl(Engine* engine, Store* store, ServerInfo info, bool mtls,

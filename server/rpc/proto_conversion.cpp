@@ -17,6 +17,8 @@ void TaskToProto(const Task& t, int64_t now_ms, v1::TrainingTask* out) {
   out->set_batch_size(t.hyperparams.batch_size);
   out->set_learning_rate(t.hyperparams.learning_rate);
   out->set_momentum(t.hyperparams.momentum);
+  out->set_optimizer(t.hyperparams.optimizer);
+  out->set_weight_decay(t.hyperparams.weight_decay);
   out->mutable_config()->insert(t.hyperparams.config.begin(), t.hyperparams.config.end());
   out->set_deadline_in_ms(t.deadline_ms - now_ms);
   out->set_evaluate_only(t.evaluate_only);

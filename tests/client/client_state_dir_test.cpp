@@ -173,5 +173,31 @@ TEST_F(ClientStateDirTest, AResidualThatIsNotFiniteOrOutOfRangeIsDropped) {
   }
 }
 
+TEST_F(ClientStateDirTest, TheOptimizersMomentsSurviveARestartAndBrokenOnesAreDropped) {
+  EXPECT_FALSE(state_->LoadOptimizerState().has_value());
+  OptimizerState kept;
+  kept.steps = 41;
+  kept.first_moment = {0.5f, -0.25f, 0.0f};
+  kept.second_moment = {0.25f, 0.0625f, 0.0f};
+  ASSERT_OK(state_->SaveOptimizerState(kept));
+  std::optional<OptimizerState> back = Reopen()->LoadOptimizerState();
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->steps, 41);
+  EXPECT_EQ(back->first_moment, kept.first_moment);
+  EXPECT_EQ(back->second_moment, kept.second_moment);
+  // A NaN first moment or a negative second moment would poison every later step.
+  for (auto [which, bad] : {std::pair{0, std::nanf("")}, std::pair{1, -1.0f}, std::pair{1, INFINITY}}) {
+    OptimizerState broken = kept;
+    (which == 0 ? broken.first_moment : broken.second_moment)[1] = bad;
+    ASSERT_OK(state_->SaveOptimizerState(broken));
+    EXPECT_FALSE(Reopen()->LoadOptimizerState().has_value()) << which << " " << bad;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/optimizer.safetensors"));
+  }
+  // Something else under its name: dropped too.
+  ASSERT_OK(state_->SaveResidual(*ModelState::Create({{"w", {3}}})));
+  std::filesystem::rename(dir_ + "/residual.safetensors", dir_ + "/optimizer.safetensors");
+  EXPECT_FALSE(Reopen()->LoadOptimizerState().has_value());
+}
+
 }  // namespace
 }  // namespace plexus

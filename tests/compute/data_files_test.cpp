@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/testing/scratch_dir_test_base.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -15,22 +16,8 @@ namespace {
 using ::plexus::testing::StatusIs;
 using ::testing::ElementsAre;
 
-class DataFilesTest : public ::testing::Test {
+class DataFilesTest : public ::plexus::testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("plexus_data_files_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
-  }
-
   // A safetensors file of F32 `x` [n, 2] and I64 `y` [n] (or the given y dtype and bytes).
   static std::string Safetensors(const std::vector<float>& x, const std::vector<int64_t>& y,
                                  const std::string& x_name = "x") {
@@ -47,8 +34,6 @@ class DataFilesTest : public ::testing::Test {
     out.append(reinterpret_cast<const char*>(y.data()), yb);
     return out;
   }
-
-  std::filesystem::path dir_;
 };
 
 TEST_F(DataFilesTest, ReadsACsvWithTheLabelInAnyColumn) {

@@ -51,9 +51,9 @@ class FederationTest : public ::testing::Test {
                                   "--min-clients",
                                   std::to_string(clients_per_round_),
                                   "--model",
-                                  "mlp",
+                                  model_,
                                   "--test-subset",
-                                  "2000",
+                                  test_subset_,
                                   "--summary-out",
                                   summary_,
                                   "--linger-s",
@@ -142,6 +142,7 @@ class FederationTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::string address_, db_, summary_;
   int clients_per_round_ = 4;
+  std::string model_ = "mlp", test_subset_ = "2000";  // StartServer's --model and --test-subset
 };
 
 TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
@@ -177,6 +178,47 @@ TEST_F(FederationTest, ServerAndFourClientsTrainThreeRounds) {
   std::string exported = (dir_ / "final.safetensors").string();
   ASSERT_EQ(testing::RunToCompletion(PLEXUS_BINARY, {"export", "--db", db_, "--out", exported}, &out), 0) << out;
   EXPECT_NE(out.find("version 3"), std::string::npos) << out;
+}
+
+// Issue 42's language model over gRPC: tinylm on the fortunes corpus, DiLoCo's outer Nesterov step
+// at the server over 20 inner AdamW steps per client and round, the clients' moments kept in their
+// state directories from round to round. The validation loss must end below the corpus's unigram
+// baseline (the entropy of its validation bytes, about 4.79 bits per character for Debian's
+// fortunes 1.99.1): the model learned more than byte frequencies. The sim's run of the same
+// settings reached 4.43 after five rounds.
+TEST_F(FederationTest, FourClientsTrainTheLanguageModelWithDiLoCoBelowTheUnigramBaseline) {
+  if (!std::filesystem::exists("/usr/share/games/fortunes/fortunes")) GTEST_SKIP() << "fortunes not installed";
+  model_ = "tinylm";
+  test_subset_ = "200";
+  for (int i = 0; i < 4; ++i) std::filesystem::create_directories(dir_ / ("state" + std::to_string(i)));
+  auto server = StartServer(5, "server.log",
+                            {"--strategy", "diloco", "--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.01",
+                             "--local-steps", "20", "--batch-size", "16"});
+  std::vector<std::unique_ptr<ChildProcess>> clients;
+  for (int i = 0; i < 4; ++i) {  // as StartClients, each with its own state directory
+    clients.push_back(std::make_unique<ChildProcess>(
+        PLEXUS_BINARY,
+        std::vector<std::string>{"client", "--server", address_, "--model", "tinylm", "--partition", "iid",
+                                 "--num-partitions", "4", "--partition-index", std::to_string(i), "--client-id",
+                                 "c" + std::to_string(i), "--give-up-s", "120", "--state-dir",
+                                 (dir_ / ("state" + std::to_string(i))).string()},
+        (dir_ / ("client" + std::to_string(i) + ".log")).string()));
+  }
+  ASSERT_EQ(server->Wait(600000), 0) << server->Log();
+  for (auto& c : clients) EXPECT_EQ(c->Wait(30000), 0) << c->Log();
+  ExpectNoHonestUpdateRefused(*server, clients);
+  nlohmann::json s = Summary();
+  EXPECT_EQ(s["model_version"], 5);
+  ASSERT_TRUE(s["unigram_bits_per_char"].is_number()) << s;
+  ASSERT_TRUE(s["final_test_bits_per_char"].is_number()) << s;
+  const double unigram = s["unigram_bits_per_char"].get<double>();
+  EXPECT_NEAR(unigram, 4.79, 0.1) << s;
+  EXPECT_LT(s["final_test_bits_per_char"].get<double>(), unigram) << s;
+  EXPECT_NEAR(s["final_test_bits_per_char"].get<double>(), s["final_test_loss"].get<double>() / std::log(2.0), 1e-9);
+  // Each client kept AdamW's moments on disk after its tasks.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::filesystem::exists(dir_ / ("state" + std::to_string(i)) / "optimizer.safetensors")) << i;
+  }
 }
 
 TEST_F(FederationTest, ClientsUploadAndDownloadInInt8AtAQuarterOfTheBytes) {

@@ -17,7 +17,9 @@
                                runs the PyTorch block of DOC.md that rebuilds the built-in models,
                                loads the export WEIGHTS into NAME (mlp or cnn) and prints, as JSON,
                                its accuracy on the first N Fashion-MNIST test images of DATA_DIR
-                               (normalized as the docs say)
+                               (normalized as the docs say); for NAME tinylm, DATA_DIR is a text
+                               corpus and it prints the bits per character on its first N
+                               validation windows, cut as the docs say
 
 Needs Debian's python3-torch (run it with /usr/bin/python3)."""
 import gzip
@@ -28,6 +30,31 @@ import sys
 import torch
 
 FEATURES, CLASSES = 12, 4
+
+
+def corpus_bits_per_char(model, corpus, n):
+    """The first n validation windows of the text corpus in `corpus` (docs/models-and-data.md:
+    files in name order but symlinks and *.dat, windows of 65 bytes at a stride of 64, window k of
+    a file validation when k % 10 == 9); the model's mean cross-entropy over their predicted bytes,
+    in bits."""
+    import math
+    import os
+    windows = []
+    for name in sorted(os.listdir(corpus)):
+        path = os.path.join(corpus, name)
+        if os.path.islink(path) or not os.path.isfile(path) or name.endswith(".dat") or name.startswith("."):
+            continue
+        text = open(path, "rb").read()
+        k = 0
+        while 64 * k + 65 <= len(text):
+            if k % 10 == 9:
+                windows.append(list(text[64 * k: 64 * k + 65]))
+            k += 1
+    batch = torch.tensor(windows[:n], dtype=torch.int64)
+    with torch.no_grad():
+        logits = model(batch[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+    return loss.item() / math.log(2)
 
 
 class TabularNet(torch.nn.Module):
@@ -160,9 +187,12 @@ def main():
         block = next(b.split("```")[0] for b in blocks if "class PlexusMLP" in b)
         space = {}
         exec(block, space)
-        model = space["PlexusCNN" if name == "cnn" else "PlexusMLP"]()
+        model = space[{"cnn": "PlexusCNN", "mlp": "PlexusMLP", "tinylm": "PlexusTinyLM"}[name]]()
         model.load_state_dict(read_safetensors(weights))
         model.eval()
+        if name == "tinylm":
+            print(json.dumps({"bits_per_char": corpus_bits_per_char(model, data_dir, n)}))
+            sys.exit(0)
         with gzip.open(f"{data_dir}/t10k-images-idx3-ubyte.gz") as f:
             images = torch.frombuffer(bytearray(f.read()[16:]), dtype=torch.uint8)[: n * 784].float()
         with gzip.open(f"{data_dir}/t10k-labels-idx1-ubyte.gz") as f:

@@ -489,5 +489,53 @@ TEST_F(OwnModelTest, TheBuiltInModelsAsDocumentedScoreInPyTorchWhatTheSimulatorR
   }
 }
 
+// The PyTorch class docs/models-and-data.md gives for tinylm, loaded with a trained export, scores
+// on the corpus's validation windows (cut in Python as the docs say) what the simulator reported.
+TEST_F(OwnModelTest, TheDocumentedLanguageModelScoresInPyTorchWhatTheSimulatorReported) {
+  const std::string corpus = "/usr/share/games/fortunes";
+  if (!std::filesystem::exists(corpus)) GTEST_SKIP() << "fortunes not installed";
+  const std::string doc = std::string(PLEXUS_SOURCE_DIR) + "/docs/models-and-data.md";
+  constexpr int kWindows = 100;
+  std::string out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim",
+                             "--model",
+                             "tinylm",
+                             "--clients",
+                             "2",
+                             "--clients-per-round",
+                             "2",
+                             "--rounds",
+                             "1",
+                             "--local-steps",
+                             "5",
+                             "--batch-size",
+                             "8",
+                             "--optimizer",
+                             "adamw",
+                             "--lr",
+                             "0.003",
+                             "--test-subset",
+                             std::to_string(kWindows),
+                             "--model-out",
+                             Path("tinylm.safetensors"),
+                             "--summary-out",
+                             Path("tinylm.json")},
+                            &out),
+            0)
+      << out;
+  const nlohmann::json summary = ReadJson(Path("tinylm.json"));
+  const double reported = summary["final_test_bits_per_char"].get<double>();
+  ASSERT_EQ(
+      RunToCompletion(kPython,
+                      {kScript, "builtin", doc, "tinylm", Path("tinylm.safetensors"), corpus, std::to_string(kWindows)},
+                      &out),
+      0)
+      << out;
+  const double in_pytorch = nlohmann::json::parse(out.substr(out.find('{')))["bits_per_char"].get<double>();
+  EXPECT_LT(reported, 8.0);  // trained a little: below a uniform guess over 256 bytes
+  EXPECT_NEAR(in_pytorch, reported, 1e-3);
+}
+
 }  // namespace
 }  // namespace plexus

@@ -1,0 +1,41 @@
+// ChunkedDct: the orthonormal DCT-II of a vector cut into consecutive chunks of `chunk` values
+// (the last one shorter when the length is not a multiple), and its inverse (DCT-III). The `dct`
+// codec sends the largest coefficients of each chunk: DeMo's "fast components" (Peng, Quesnelle
+// and Kingma 2024, "Decoupled Momentum Optimization"), which move most of a momentum's energy in a
+// few coefficients per chunk.
+//
+// Coefficient j of a chunk x of length N: X_j = sqrt(2/N) c_j sum_n x_n cos(pi (n + 1/2) j / N),
+// c_0 = 1/sqrt(2), c_j = 1 otherwise; orthonormal, so the inverse is the transpose and the sum of
+// squares is kept. Computed in double from a table of the cosines (O(chunk) per value: chunks are
+// small). Immutable after construction; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace plexus {
+
+class ChunkedDct {
+ public:
+  // REQUIRES: chunk >= 1.
+  explicit ChunkedDct(size_t chunk);
+
+  size_t chunk() const { return chunk_; }
+
+  // The coefficients of x's chunks, chunk after chunk, into out (x.size() values).
+  void Forward(std::span<const float> x, std::span<double> out) const;
+  // The values whose coefficients are `coefficients` (chunk after chunk), into out.
+  void Inverse(std::span<const double> coefficients, std::span<float> out) const;
+
+ private:
+  // Row j, column n: sqrt(2/N) c_j cos(pi (n + 1/2) j / N) for a chunk of N values.
+  static std::vector<double> Table(size_t n);
+  // The table for a chunk of `n` values: the full chunk's, or `tail` (the last, shorter chunk).
+  const std::vector<double>& TableFor(size_t n, std::vector<double>* tail) const;
+
+  const size_t chunk_;
+  const std::vector<double> table_;
+};
+
+}  // namespace plexus
