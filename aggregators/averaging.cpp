@@ -301,6 +301,17 @@ Result<std::unique_ptr<Aggregator>> MakeDiLoCo(StrategySpec& spec, ThreadPool* p
   return AveragingFrom(spec, std::move(o), MakeMomentumStep(lr, momentum, nesterov), pool);
 }
 
+// DeMo (Peng, Quesnelle and Kingma 2024): the clients send their momentum's fast components (the
+// dct codec with a decaying residual, one plain SGD step per task); the server steps by the sign
+// of their mean, x += lr * sign(d), as the paper's signum does. lr is the step per value.
+Result<std::unique_ptr<Aggregator>> MakeDeMo(StrategySpec& spec, ThreadPool* pool) {
+  PLEXUS_ASSIGN_OR_RETURN(double lr, spec.GetDouble("lr", 0.001));
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  PLEXUS_RETURN_IF_ERROR(Positive("demo", "lr", lr));
+  AveragingOptions o{"demo", weighted ? "" : "weighted=false", weighted};
+  return MakeAveraging(std::move(o), MakeSignStep(lr), pool);
+}
+
 Result<std::unique_ptr<Aggregator>> MakeFedNova(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
   AveragingOptions o{"fednova", weighted ? "weighted=true" : "weighted=false", weighted, /*normalize_by_steps=*/true};

@@ -12,6 +12,7 @@ namespace plexus {
   X("fedavg_exact", MakeExactFedAvg)   \
   X("fedavgm", MakeFedAvgM)            \
   X("diloco", MakeDiLoCo)              \
+  X("demo", MakeDeMo)                  \
   X("dp_fedavg", MakeDpFedAvg)         \
   X("dp_ftrl", MakeDpFtrl)             \
   X("fednova", MakeFedNova)            \

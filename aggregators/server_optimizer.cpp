@@ -175,6 +175,38 @@ Status ServerOptimizer::RestoreState(std::string_view state) {
 }
 
 std::unique_ptr<ServerOptimizer> MakePlainStep(double lr) { return std::make_unique<PlainStep>(lr); }
+namespace {
+
+// DeMo's step (Peng et al. 2024): x += lr * sign(d), sign(0) = 0. The mean d is the clients' fast
+// momentum components (the dct codec); the sign makes the step's size lr whatever their scale.
+class SignStep final : public ServerOptimizer {
+ public:
+  explicit SignStep(double lr) : lr_(lr) {}
+  ModelState Step(const ModelState& base, std::span<const double> sum, double, ThreadPool* pool) override {
+    // The scale is positive (a mean), so it does not change a sign: the sum's is the mean's.
+    ModelState out = NextVersion(base);
+    float* x = out.data().data();
+    const float* b = base.data().data();
+    const double* s = sum.data();
+    const double lr = lr_;
+    ForRanges(pool, sum.size(), [=](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j) {
+        const double sign = s[j] > 0 ? 1.0 : s[j] < 0 ? -1.0 : 0.0;
+        x[j] = static_cast<float>(static_cast<double>(b[j]) + lr * sign);
+      }
+    });
+    return out;
+  }
+  std::string Describe() const override { return "lr=" + Num(lr_); }
+
+ private:
+  const double lr_;
+};
+
+}  // namespace
+
+std::unique_ptr<ServerOptimizer> MakeSignStep(double lr) { return std::make_unique<SignStep>(lr); }
+
 std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum, bool nesterov) {
   return std::make_unique<MomentumStep>(lr, momentum, nesterov);
 }

@@ -40,5 +40,7 @@ std::unique_ptr<ServerOptimizer> MakePlainStep(double lr);
 std::unique_ptr<ServerOptimizer> MakeMomentumStep(double lr, double momentum, bool nesterov = false);
 enum class AdaptiveKind { kAdagrad, kAdam, kYogi };
 std::unique_ptr<ServerOptimizer> MakeAdaptiveStep(AdaptiveKind kind, double lr, double beta1, double beta2, double tau);
+// x += lr * sign(d) (DeMo's signum over the averaged fast components).
+std::unique_ptr<ServerOptimizer> MakeSignStep(double lr);
 
 }  // namespace plexus

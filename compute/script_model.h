@@ -54,6 +54,10 @@ struct ScriptTrainerOptions {
   // one target), trained on the mean squared error; Evaluation::accuracy then holds R^2. Otherwise
   // classification: cross-entropy on logits.
   bool mse = false;
+  // A language model (--loss next_byte): the module takes [batch, t] int64 byte values and returns
+  // [batch, t, vocabulary >= 256] logits of each next byte; the data are text windows
+  // (compute/text_corpus.h), the losses per predicted byte.
+  bool next_byte = false;
 };
 
 // A LibTorch trainer of the module in `path`. Train and Evaluate refuse (InvalidArgument) data

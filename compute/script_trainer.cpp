@@ -119,7 +119,9 @@ class ScriptTrainer final : public Trainer {
 
  private:
   torch_training::Objective objective() const {
-    return options_.mse ? torch_training::Objective::kMse : torch_training::Objective::kCrossEntropy;
+    return options_.mse         ? torch_training::Objective::kMse
+           : options_.next_byte ? torch_training::Objective::kNextByte
+                                : torch_training::Objective::kCrossEntropy;
   }
 
   Status Check(const ModelState& model, const DatasetView& data) const {
@@ -129,6 +131,9 @@ class ScriptTrainer final : public Trainer {
     }
     if (!options_.mse && data.data->target_width > 0) {
       return InvalidArgumentError("the data holds regression targets: train with --loss mse");
+    }
+    if (options_.next_byte && (data.data->example_shape.size() != 1 || data.data->feature_bytes.empty())) {
+      return InvalidArgumentError("--loss next_byte trains on text windows: a text corpus (--data DIR of text files)");
     }
     return model.CheckSameLayout(info_.initial).WithContext("model '" + info_.path + "'");
   }
@@ -162,7 +167,7 @@ class ScriptTrainer final : public Trainer {
   Result<torch::Tensor> Forward(const torch::Tensor& x, const Dataset& d) {
     torch::Tensor logits;
     try {
-      logits = module_.forward({x}).toTensor();
+      logits = module_.forward({options_.next_byte ? x.to(torch::kLong) : x}).toTensor();
     } catch (const std::exception& e) {
       if (x.size(0) == 1 && module_.is_training()) {
         return InvalidArgumentError("model '" + info_.path +
@@ -180,6 +185,14 @@ class ScriptTrainer final : public Trainer {
         return InvalidArgumentError("model '" + info_.path + "' returns " + ShapeText(logits.sizes().vec()) +
                                     " for a batch of " + std::to_string(x.size(0)) + "; the data has " +
                                     std::to_string(d.target_width) + " target(s) per example");
+      }
+      return logits.to(torch::kFloat32);
+    }
+    if (options_.next_byte) {
+      if (logits.dim() != 3 || logits.size(0) != x.size(0) || logits.size(1) != x.size(1) || logits.size(2) < 256) {
+        return InvalidArgumentError("model '" + info_.path + "' returns " + ShapeText(logits.sizes().vec()) + " for " +
+                                    ShapeText(x.sizes().vec()) +
+                                    " bytes; a language model returns [batch, t, 256] logits of each next byte");
       }
       return logits.to(torch::kFloat32);
     }

@@ -312,7 +312,7 @@ void AddClientCommand(CLI::App& app) {
 #endif
   AddConfigOption(cmd);
   cmd->callback([f] {
-    DefaultDataForModel(f->model, &f->data);
+    DefaultDataForModel(f->model, f->loss, &f->data);
     RunClient(*f);
   });
 }

@@ -446,7 +446,7 @@ void AddPeerCommand(CLI::App& app) {
       ->capture_default_str();
   AddConfigOption(cmd);
   cmd->callback([f] {
-    DefaultDataForModel(f->model, &f->data);
+    DefaultDataForModel(f->model, f->loss, &f->data);
     RunPeer(*f);
   });
 }

@@ -472,7 +472,8 @@ void RunServer(const ServerFlags& f) {
     s.updates_refused = final_status.updates_refused;
     s.updates_stale = final_status.updates_stale;
     s.model = f.model;
-    if (IsLanguageModel(f.model) && test.size() > 0) s.unigram_bits_per_char = UnigramBitsPerChar(test);
+    s.language_model = model.language();
+    if (s.language_model && test.size() > 0) s.unigram_bits_per_char = UnigramBitsPerChar(test);
     s.strategy = engine->strategy_description();
     s.clients = final_status.known_clients;
     s.clients_per_round = sync.clients_per_round;
@@ -713,7 +714,7 @@ void AddServerCommand(CLI::App& app) {
   AddConfigOption(cmd);
   cmd->callback([f, cmd] {
     f->cmd = cmd;
-    DefaultDataForModel(f->model, &f->data);
+    DefaultDataForModel(f->model, f->loss, &f->data);
     RunServer(*f);
   });
 }

@@ -371,6 +371,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
 #endif
   TestSetEvaluator evaluator(trainer.get(), DatasetView::Prefix(test, f.test_subset));
 
+  const bool language = model.language();
   SimResult result = Take(RunSimulation(options, train, runner, &evaluator, [&](const SimRound& r) {
     // ETA from the real time per version so far (the first versions include the setup).
     const double done = static_cast<double>(r.record.model_version);
@@ -379,7 +380,7 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
     char loss[32] = "-";
     if (!options.sync.secagg) std::snprintf(loss, sizeof loss, "%.4f", r.record.mean_train_loss);
     char bits[48] = "";  // a language model's test loss per character
-    if (IsLanguageModel(options.model) && r.record.test_loss) {
+    if (language && r.record.test_loss) {
       std::snprintf(bits, sizeof bits, "test_bits_per_char %.3f  ", BitsPerChar(*r.record.test_loss));
     }
     std::printf(
@@ -413,7 +414,8 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   RunSummary s;
   s.mode = ModeName(options.mode);
   s.model = options.model;
-  if (IsLanguageModel(options.model)) s.unigram_bits_per_char = UnigramBitsPerChar(test);
+  s.language_model = model.language();
+  if (s.language_model) s.unigram_bits_per_char = UnigramBitsPerChar(test);
   s.strategy = result.strategy;
   s.partition = options.partition.ToString();
   s.clients = options.clients;
@@ -597,7 +599,7 @@ void AddSimCommand(CLI::App& app) {
   AddScenarioOption(cmd);
   cmd->callback([flags, cmd] {
     flags->cmd = cmd;
-    DefaultDataForModel(flags->sim.model, &flags->data);
+    DefaultDataForModel(flags->sim.model, flags->loss, &flags->data);
     RunSim(*flags);
   });
 }

@@ -13,10 +13,17 @@ bool LooksLikeFile(const std::string& flag) { return flag.find('/') != std::stri
 
 }  // namespace
 
-ModelChoice::ModelChoice(const std::string& flag, const std::string& loss) : flag_(flag), mse_(loss == "mse") {
-  if (loss != "mse" && loss != "cross_entropy") throw CommandError("--loss '" + loss + "': cross_entropy or mse");
+ModelChoice::ModelChoice(const std::string& flag, const std::string& loss)
+    : flag_(flag), mse_(loss == "mse"), next_byte_(loss == "next_byte") {
+  if (loss != "mse" && loss != "cross_entropy" && loss != "next_byte") {
+    throw CommandError("--loss '" + loss + "': cross_entropy, mse or next_byte");
+  }
   if (mse_ && !LooksLikeFile(flag)) {
     throw CommandError("--loss mse trains a regression: it needs a TorchScript model (--model PATH.pt), not " + flag);
+  }
+  if (next_byte_ && !LooksLikeFile(flag)) {
+    throw CommandError("--loss next_byte is for a TorchScript language model (--model PATH.pt), not " + flag +
+                       (IsLanguageModel(flag) ? " (which predicts the next byte without it)" : ""));
   }
   if (!LooksLikeFile(flag)) {
     const std::vector<std::string> names = ModelNames();
@@ -30,13 +37,15 @@ ModelChoice::ModelChoice(const std::string& flag, const std::string& loss) : fla
 #if PLEXUS_WITH_TORCH
   ScriptModelInfo info = Take(ReadScriptModel(flag), "--model");
   script_path_ = flag;
-  federation_name_ = info.name + (mse_ ? "+mse" : "");
+  federation_name_ = info.name + (mse_ ? "+mse" : next_byte_ ? "+next_byte" : "");
   script_initial_ = std::move(info.initial);
   script_buffers_ = std::move(info.buffers);
 #else
   throw CommandError("--model " + flag + ": TorchScript models need LibTorch, which this build leaves out");
 #endif
 }
+
+bool ModelChoice::language() const { return next_byte_ || (!is_script() && IsLanguageModel(flag_)); }
 
 ModelState ModelChoice::Initial(uint64_t seed) const {
   if (is_script()) return script_initial_;
@@ -50,6 +59,7 @@ Result<std::unique_ptr<Trainer>> ModelChoice::MakeTrainer(int threads, bool port
     o.threads = threads;
     o.local_buffers = local_buffers;
     o.mse = mse_;
+    o.next_byte = next_byte_;
     return MakeScriptTrainer(script_path_, o);
   }
   if (!portable) return MakeTorchTrainer(flag_, threads);
@@ -72,12 +82,22 @@ Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
     return FailedPreconditionError("the server federates a TorchScript model (" + announced +
                                    "): start this client with --model and the server's model file (PATH.pt)");
   }
-  if (mine && mine->is_script() &&
-      (announced == mine->federation_name() + "+mse" || announced + "+mse" == mine->federation_name())) {
-    return FailedPreconditionError(
-        announced.ends_with("+mse")
-            ? std::string("the server trains a regression: start this client with --loss mse")
-            : std::string("the server trains a classifier: start this client without --loss mse"));
+  // The same file trained with another --loss: the name's suffix says which.
+  const auto without_loss = [](std::string name) {
+    for (const std::string suffix : {"+mse", "+next_byte"}) {
+      if (name.ends_with(suffix)) name.resize(name.size() - suffix.size());
+    }
+    return name;
+  };
+  if (mine && mine->is_script() && without_loss(announced) == without_loss(mine->federation_name())) {
+    if (announced.ends_with("+mse")) {
+      return FailedPreconditionError("the server trains a regression: start this client with --loss mse");
+    }
+    if (announced.ends_with("+next_byte")) {
+      return FailedPreconditionError("the server trains a language model: start this client with --loss next_byte");
+    }
+    return FailedPreconditionError(std::string("the server trains a classifier: start this client without --loss ") +
+                                   (mine->regression() ? "mse" : "next_byte"));
   }
   if (mine && mine->is_script()) {
     return FailedPreconditionError("--model " + mine->script_path() + " has another parameter layout (" +
@@ -93,10 +113,12 @@ Status CheckServerModel(const ModelChoice* mine, const std::string& announced) {
 
 void AddLossFlag(CLI::App* cmd, std::string* loss) {
   cmd->add_option("--loss", *loss,
-                  "cross_entropy (classification: the model returns logits) or mse (regression with a TorchScript "
+                  "cross_entropy (classification: the model returns logits), next_byte (a TorchScript language model: "
+                  "int64 bytes in, [batch, t, 256] logits of each next byte out, on a text corpus) or mse (regression "
+                  "with a TorchScript "
                   "model: it returns predictions, the data's label column or y holds real-valued targets, and the "
                   "reported accuracy is R^2)")
-      ->check(CLI::IsMember({"cross_entropy", "mse"}))
+      ->check(CLI::IsMember({"cross_entropy", "mse", "next_byte"}))
       ->capture_default_str();
 }
 
@@ -125,8 +147,8 @@ void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what) {
   cmd->add_option("--y-name", f->y_name, "safetensors: the labels tensor's name")->capture_default_str();
 }
 
-void DefaultDataForModel(const std::string& model_flag, DataFlags* f) {
-  if (!f->given() && IsLanguageModel(model_flag)) f->data = kDefaultTextCorpusDir;
+void DefaultDataForModel(const std::string& model_flag, const std::string& loss, DataFlags* f) {
+  if (!f->given() && (IsLanguageModel(model_flag) || loss == "next_byte")) f->data = kDefaultTextCorpusDir;
 }
 
 TrainAndTest LoadTrainAndTest(const DataFlags& f, bool regression, const std::string& data_dir, double test_split,

@@ -23,6 +23,8 @@ class ModelChoice {
   explicit ModelChoice(const std::string& flag, const std::string& loss = "cross_entropy");
 
   bool regression() const { return mse_; }
+  // A language model: the built-in tinylm, or a TorchScript file trained with --loss next_byte.
+  bool language() const;
 
   bool is_script() const { return !script_path_.empty(); }
   const std::string& script_path() const { return script_path_; }
@@ -43,9 +45,11 @@ class ModelChoice {
   ModelState script_initial_;
   std::vector<std::string> script_buffers_;
   bool mse_ = false;
+  bool next_byte_ = false;
 };
 
-// --loss: cross_entropy (classification, the default) or mse (regression, TorchScript models).
+// --loss: cross_entropy (classification, the default), mse (regression, TorchScript models) or
+// next_byte (a TorchScript language model on a text corpus).
 void AddLossFlag(CLI::App* cmd, std::string* loss);
 
 // OK when a client started with `mine` (null: no --model) may train the model a server announced
@@ -66,9 +70,10 @@ struct DataFlags {
 };
 void AddDataFlags(CLI::App* cmd, DataFlags* f, const std::string& what);
 
-// --model tinylm (a language model) without --data reads the text corpus of Debian's fortunes
-// package (compute/text_corpus.h): sets f->data to it. Anything else is left as given.
-void DefaultDataForModel(const std::string& model_flag, DataFlags* f);
+// A language model (--model tinylm, or --loss next_byte) without --data reads the text corpus of
+// Debian's fortunes package (compute/text_corpus.h): sets f->data to it. Anything else is left as
+// given.
+void DefaultDataForModel(const std::string& model_flag, const std::string& loss, DataFlags* f);
 
 // The data set for a command: the --data file (only the examples `select` keeps; real-valued
 // targets for a regression), or Fashion-MNIST's `split` from `data_dir`.

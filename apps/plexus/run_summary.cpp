@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 
-#include "compute/model_zoo.h"
 #include "compute/text_corpus.h"
 
 namespace plexus::cli {
@@ -104,7 +103,7 @@ Status WriteSummaryJson(const std::string& path, const RunSummary& s) {
   j["final_test_accuracy"] = nullptr;
   j["final_test_loss"] = nullptr;
   // A language model's losses are per predicted byte; its accuracy is the next byte's.
-  const bool language = IsLanguageModel(s.model);
+  const bool language = s.language_model;
   if (language) {
     j["final_test_bits_per_char"] = nullptr;
     if (s.unigram_bits_per_char) j["unigram_bits_per_char"] = *s.unigram_bits_per_char;
@@ -167,7 +166,7 @@ Status WriteMetricsCsv(const std::string& path, const RunSummary& s) {
       "round,model_version,updates,dropped,examples,train_loss,test_accuracy,test_loss,wall_time_s,virtual_time_s,"
       "bytes_down,bytes_up,mean_staleness,federated_test_accuracy,federated_test_loss,federated_examples,dp_epsilon,"
       "test_bits_per_char\n";
-  const bool language = IsLanguageModel(s.model);
+  const bool language = s.language_model;
   for (size_t i = 0; i < s.rounds.size(); ++i) {
     const RoundRecord& r = s.rounds[i];
     char line[512];

@@ -1,6 +1,6 @@
 // The summary JSON that `plexus sim` and `plexus server` write when a federation finishes, and
-// the per-round metrics CSV. A language model's (model_zoo.h) test losses are also given in bits
-// per character ("test_bits_per_char"). Plain functions; thread-safe.
+// the per-round metrics CSV. A language model's test losses are also given in bits per character
+// ("test_bits_per_char"). Plain functions; thread-safe.
 #pragma once
 
 #include <optional>
@@ -73,6 +73,8 @@ struct RunSummary {
     std::vector<double> round_epsilon;  // parallel to rounds
   };
   std::optional<Privacy> privacy;
+  // A language model (ModelChoice::language): its losses are also given in bits per character.
+  bool language_model = false;
   // A language model's baseline: the unigram entropy of its test text, bits per character.
   std::optional<double> unigram_bits_per_char;
 };

@@ -9,11 +9,10 @@ namespace {
 using ::plexus::testing::StatusIs;
 
 TEST(RegistryTest, UnknownNameListsKnownOnes) {
-  EXPECT_THAT(
-      MakeAggregator("fedmagic", nullptr),
-      StatusIs(
-          StatusCode::kInvalidArgument,
-          "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, diloco, dp_fedavg, dp_ftrl, fedadagrad"));
+  EXPECT_THAT(MakeAggregator("fedmagic", nullptr),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "unknown strategy 'fedmagic' (known: bulyan, centered_clip, dare, demo, diloco, dp_fedavg, "
+                       "dp_ftrl, fedadagrad"));
 }
 
 TEST(RegistryTest, UnknownParameterIsNamed) {

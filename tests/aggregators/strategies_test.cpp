@@ -79,6 +79,23 @@ TEST(DiLoCoTest, OuterNesterovStepsMatchTheHandComputation) {
   EXPECT_FALSE(MakeAggregator("diloco:outer_lr=0", nullptr).ok());
 }
 
+// DeMo's step by hand: the mean of (1, -3, 0) and (1, 1, 0) is (1, -1, 0); x moves by lr times
+// its sign, whatever the scale.
+TEST(DeMoTest, TheServerStepsByTheSignOfTheMeanComponents) {
+  auto agg = Make("demo:lr=0.01");
+  EXPECT_EQ(agg->Describe(), "demo(lr=0.01)");
+  ASSERT_OK(agg->Begin(Vec({1, 1, 1})));
+  ASSERT_OK(agg->Fold(U("a", {1, -3, 0})));
+  ASSERT_OK(agg->Fold(U("b", {1, 1, 0})));
+  ModelState x = *agg->Finalize();
+  EXPECT_FLOAT_EQ(x.data()[0], 1.01f);
+  EXPECT_FLOAT_EQ(x.data()[1], 0.99f);
+  EXPECT_FLOAT_EQ(x.data()[2], 1.0f);
+  EXPECT_EQ(x.version(), 1u);
+  EXPECT_TRUE(agg->takes_the_mean());
+  EXPECT_FALSE(MakeAggregator("demo:lr=0", nullptr).ok());
+}
+
 TEST(FedNovaTest, NormalizesByLocalSteps) {
   auto agg = Make("fednova");
   ASSERT_OK(agg->Begin(Vec({0})));

@@ -634,6 +634,37 @@ std::string JsonField(const std::string& json, const std::string& key) {
   return json.substr(at, json.find_first_of(",\n", at) - at);
 }
 
+// The language model in the simulator, DiLoCo over AdamW kept per virtual client: the same seed
+// gives the same model twice; the summary and CSV carry bits per character and the baseline.
+TEST(CliTest, TheLanguageModelSimulationIsReproducibleAndReportsBitsPerCharacter) {
+  if (!std::filesystem::exists("/usr/share/games/fortunes/fortunes")) GTEST_SKIP() << "fortunes not installed";
+  std::string summaries[2], csv_text;
+  for (std::string& summary_text : summaries) {
+    const std::string summary = Temp("lm_summary.json"), csv = Temp("lm_metrics.csv");
+    std::string out;
+    ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                              {"sim",    "--model",       "tinylm", "--clients",     "3",     "--clients-per-round",
+                               "2",      "--rounds",      "2",      "--local-steps", "3",     "--batch-size",
+                               "4",      "--optimizer",   "adamw",  "--lr",          "0.003", "--strategy",
+                               "diloco", "--test-subset", "20",     "--summary-out", summary, "--metrics-out",
+                               csv},
+                              &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("test_bits_per_char "), std::string::npos) << out;
+    summary_text = ReadFile(summary);
+    csv_text = ReadFile(csv);
+    std::filesystem::remove(summary);
+    std::filesystem::remove(csv);
+  }
+  EXPECT_EQ(JsonField(summaries[0], "final_model_sha256"), JsonField(summaries[1], "final_model_sha256"));
+  EXPECT_NE(JsonField(summaries[0], "final_test_bits_per_char"), "\"final_test_bits_per_char\": null");
+  EXPECT_NE(JsonField(summaries[0], "unigram_bits_per_char"), "");
+  EXPECT_NE(csv_text.find(",test_bits_per_char\n"), std::string::npos) << csv_text;
+  // Every row has a value in the last column.
+  EXPECT_EQ(csv_text.find(",\n", csv_text.find('\n')), std::string::npos) << csv_text;
+}
+
 // A CSV file with one column taken out (by its header name).
 std::string WithoutColumn(const std::string& csv, const std::string& name) {
   std::istringstream in(csv);

@@ -20,6 +20,9 @@
                                (normalized as the docs say); for NAME tinylm, DATA_DIR is a text
                                corpus and it prints the bits per character on its first N
                                validation windows, cut as the docs say
+  own_model.py script-lm DOC.md OUT.pt
+                               scripts the PlexusTinyLM class of DOC.md (its PyTorch block, as a
+                               user would save it in a file) and saves it as TorchScript
 
 Needs Debian's python3-torch (run it with /usr/bin/python3)."""
 import gzip
@@ -181,6 +184,20 @@ def main():
                 (state[k] - exported[k]).abs().max().item() for k in state if k in exported
             )
         print(json.dumps(result))
+    elif len(sys.argv) == 4 and sys.argv[1] == "script-lm":
+        import importlib.util
+        import os
+        import tempfile
+        blocks = open(sys.argv[2]).read().split("```python\n")[1:]
+        block = next(b.split("```")[0] for b in blocks if "class PlexusTinyLM" in b)
+        with tempfile.TemporaryDirectory() as tmp:  # torch.jit.script reads the classes' source
+            path = os.path.join(tmp, "plexus_models.py")
+            open(path, "w").write(block)
+            spec = importlib.util.spec_from_file_location("plexus_models", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            torch.manual_seed(0)
+            torch.jit.script(module.PlexusTinyLM()).save(sys.argv[3])
     elif len(sys.argv) == 7 and sys.argv[1] == "builtin":
         doc, name, weights, data_dir, n = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
         blocks = open(doc).read().split("```python\n")[1:]

@@ -537,5 +537,47 @@ TEST_F(OwnModelTest, TheDocumentedLanguageModelScoresInPyTorchWhatTheSimulatorRe
   EXPECT_NEAR(in_pytorch, reported, 1e-3);
 }
 
+// The same class as a user's TorchScript file, trained as a language model (--loss next_byte) on
+// the corpus; --loss next_byte is refused for the built-in model, which needs no such flag.
+TEST_F(OwnModelTest, TheDocumentedLanguageModelAsTorchScriptTrainsOnTheCorpus) {
+  if (!std::filesystem::exists("/usr/share/games/fortunes/fortunes")) GTEST_SKIP() << "fortunes not installed";
+  const std::string doc = std::string(PLEXUS_SOURCE_DIR) + "/docs/models-and-data.md";
+  std::string out;
+  ASSERT_EQ(RunToCompletion(kPython, {kScript, "script-lm", doc, Path("lm.pt")}, &out), 0) << out;
+  ASSERT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim",
+                             "--model",
+                             Path("lm.pt"),
+                             "--loss",
+                             "next_byte",
+                             "--clients",
+                             "2",
+                             "--clients-per-round",
+                             "2",
+                             "--rounds",
+                             "3",
+                             "--local-steps",
+                             "10",
+                             "--batch-size",
+                             "8",
+                             "--optimizer",
+                             "adamw",
+                             "--lr",
+                             "0.003",
+                             "--test-subset",
+                             "50",
+                             "--summary-out",
+                             Path("lm.json")},
+                            &out),
+            0)
+      << out;
+  const nlohmann::json summary = ReadJson(Path("lm.json"));
+  ASSERT_TRUE(summary["final_test_bits_per_char"].is_number()) << summary;
+  EXPECT_LT(summary["final_test_bits_per_char"].get<double>(), 8.0);  // below a uniform guess over 256 bytes
+  EXPECT_TRUE(summary["unigram_bits_per_char"].is_number()) << summary;
+  EXPECT_NE(RunToCompletion(PLEXUS_BINARY, {"sim", "--model", "tinylm", "--loss", "next_byte", "--dry-run"}, &out), 0);
+  EXPECT_NE(out.find("predicts the next byte without it"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace plexus

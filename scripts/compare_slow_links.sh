@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Training over slow links (issue 42, docs/slow-links.md): the language model (`--model tinylm`,
+# the fortunes corpus) on 8 simulated workers whose links carry 100 Mbit/s each way with 50 ms of
+# latency, every worker in every round, each step of local training costing 90 virtual ms (what
+# one tinylm step of 16 windows takes on this project's 2-core machine). Every run does the same
+# local compute, STEPS inner AdamW steps per worker, and differs in how often and how the workers
+# synchronise:
+#   every-step   H = 1: the workers' one-step updates averaged after every step (FedAvg), the
+#                closest this engine comes to data-parallel training that all-reduces every step
+#   diloco-H20   DiLoCo: 20 inner steps, then the outer Nesterov step (outer lr 0.7, momentum 0.9)
+#   diloco-H100  the same with 100 inner steps
+#   ...-int8     the same with the pseudo-gradients uploaded and the models downloaded in int8
+#   demo         DeMo: one plain SGD step per round, the momentum kept in the dct codec's decaying
+#                residual (decay 0.999), its 8 largest DCT coefficients of every 64 values uploaded,
+#                the server stepping by the sign of their mean (lr 0.002); models downloaded whole
+# For each: virtual time and bytes (up + down, all workers) until the validation loss first falls
+# to TARGET bits per character, the final loss, and the communication it saved against
+# every-step averaging. Writes runs/compare-slow-links/ (each run's summary JSON and metrics CSV,
+# table.md, bits-per-char.png). About 20 minutes on 2 cores after the build.
+# usage: scripts/compare_slow_links.sh [TARGET_BITS_PER_CHAR] [STEPS]   (defaults 4.6 and 200)
+set -euo pipefail
+source "$(dirname "$0")/../scripts/script_args.sh"
+script_help "$@"
+script_no_options "$@"
+cd "$(dirname "$0")/.."
+target=${1:-4.6}
+steps=${2:-200}
+out=runs/compare-slow-links
+scripts/setup.sh >/dev/null
+scripts/build.sh build full >/dev/null
+mkdir -p "$out"
+common=(--model tinylm --clients 8 --clients-per-round 8 --latency-ms 50 --down-mbps 100 --up-mbps 100
+  --ms-per-step 90 --batch-size 16 --test-subset 100 --seed 1)
+adamw=(--optimizer adamw --lr 0.002 --weight-decay 0.01)
+runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 demo)
+for run in "${runs[@]}"; do
+  case $run in
+    every-step*) args=("${adamw[@]}" --strategy fedavg --local-steps 1 --rounds "$steps") ;;
+    diloco-H20*) args=("${adamw[@]}" --strategy diloco --local-steps 20 --rounds $((steps / 20))) ;;
+    diloco-H100*) args=("${adamw[@]}" --strategy diloco --local-steps 100 --rounds $((steps / 100))) ;;
+    demo) args=(--strategy demo:lr=0.002 --codec dct:chunk=64,k=8,decay=0.999 --optimizer sgd --lr 1 --momentum 0
+      --local-steps 1 --rounds "$steps") ;;
+  esac
+  if [[ $run == *-int8 ]]; then args+=(--codec int8 --download-codec int8); fi
+  echo "== $run: ${args[*]}" >&2
+  build/apps/plexus/plexus sim "${common[@]}" "${args[@]}" --summary-out "$out/$run.json" \
+    --metrics-out "$out/$run.csv" | tail -1 >&2
+done
+python3 - "$out" "$target" "$steps" "${runs[@]}" <<'PY' | tee "$out/table.md"
+import json, os, sys
+out, target, steps, runs = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+rows = {r: json.load(open(os.path.join(out, r + ".json"))) for r in runs}
+base = rows["every-step"]["rounds"][-1]
+base_bytes = base["bytes_up"] + base["bytes_down"]
+unigram = rows["every-step"]["unigram_bits_per_char"]
+print(f"Target {target} bits per character (the corpus's unigram baseline: {unigram:.2f}); "
+      f"equal compute: {steps} inner steps per worker in every run.\n")
+print("| run | rounds | bytes in all (MB) | vs every-step | virtual time (s) | reached the target at | "
+      "bytes to the target (MB) | final bits per char |")
+print("| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+for r in runs:
+    s = rows[r]
+    last = s["rounds"][-1]
+    total = last["bytes_up"] + last["bytes_down"]
+    hit = next((x for x in s["rounds"] if x.get("test_bits_per_char") is not None and x["test_bits_per_char"] <= target),
+               None)
+    reached = "not reached" if hit is None else f"{hit['virtual_time_s']:.0f} s (round {hit['round']})"
+    to_target = "-" if hit is None else f"{(hit['bytes_up'] + hit['bytes_down']) / 1e6:.0f}"
+    print(f"| {r} | {len(s['rounds'])} | {total / 1e6:.0f} | {base_bytes / total:.1f}x less | "
+          f"{last['virtual_time_s']:.0f} | {reached} | {to_target} | {s['final_test_bits_per_char']:.3f} |")
+PY
+plot=(); for run in "${runs[@]}"; do plot+=("'$out/$run.csv' using 10:18 with linespoints title '$run'"); done
+if command -v gnuplot >/dev/null; then
+  gnuplot -e "set terminal png size 900,560; set output '$out/bits-per-char.png'; set datafile separator ',';
+    set key top right; set xlabel 'virtual time (s)'; set ylabel 'validation bits per character'; set logscale x;
+    plot $(IFS=,; echo "${plot[*]}")"
+  echo "plot: $out/bits-per-char.png" >&2
+fi
