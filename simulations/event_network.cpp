@@ -11,7 +11,8 @@ double TransferMs(uint64_t bytes, double mbps) { return static_cast<double>(byte
 }  // namespace
 
 EventNetwork::NodeId EventNetwork::AddNode(const AccessLink& link) {
-  nodes_.push_back({link, now_ms_, now_ms_});
+  if (links_.empty() || !(links_.back() == link)) links_.push_back(link);
+  nodes_.push_back({static_cast<uint32_t>(links_.size() - 1), now_ms_, now_ms_});
   return static_cast<NodeId>(nodes_.size() - 1);
 }
 
@@ -26,12 +27,13 @@ bool EventNetwork::Send(NodeId from, NodeId to, uint64_t bytes, Handler on_deliv
   }
   Node& src = nodes_[from];
   Node& dst = nodes_[to];
+  const AccessLink& up = links_[src.link];
+  const AccessLink& down = links_[dst.link];
   // An unlimited link holds nothing up; a limited one is reserved in the order messages are sent.
   double at = now_ms_;
-  if (src.link.up_mbps > 0) at = src.up_free_ms = std::max(at, src.up_free_ms) + TransferMs(bytes, src.link.up_mbps);
-  at += src.link.latency_ms + dst.link.latency_ms;
-  if (dst.link.down_mbps > 0)
-    at = dst.down_free_ms = std::max(at, dst.down_free_ms) + TransferMs(bytes, dst.link.down_mbps);
+  if (up.up_mbps > 0) at = src.up_free_ms = std::max(at, src.up_free_ms) + TransferMs(bytes, up.up_mbps);
+  at += up.latency_ms + down.latency_ms;
+  if (down.down_mbps > 0) at = dst.down_free_ms = std::max(at, dst.down_free_ms) + TransferMs(bytes, down.down_mbps);
   events_.push({at, seq_++, [this, bytes, h = std::move(on_delivery)] {
                   ++messages_delivered_;
                   bytes_delivered_ += bytes;
@@ -45,11 +47,11 @@ bool EventNetwork::SendControl(NodeId from, NodeId to, uint64_t bytes, Handler o
     ++messages_lost_;
     return false;
   }
-  const Node& src = nodes_[from];
-  const Node& dst = nodes_[to];
-  double at = now_ms_ + src.link.latency_ms + dst.link.latency_ms;
-  if (src.link.up_mbps > 0) at += TransferMs(bytes, src.link.up_mbps);
-  if (dst.link.down_mbps > 0) at += TransferMs(bytes, dst.link.down_mbps);
+  const AccessLink& up = links_[nodes_[from].link];
+  const AccessLink& down = links_[nodes_[to].link];
+  double at = now_ms_ + up.latency_ms + down.latency_ms;
+  if (up.up_mbps > 0) at += TransferMs(bytes, up.up_mbps);
+  if (down.down_mbps > 0) at += TransferMs(bytes, down.down_mbps);
   events_.push({at, seq_++, [this, bytes, h = std::move(on_delivery)] {
                   ++messages_delivered_;
                   bytes_delivered_ += bytes;

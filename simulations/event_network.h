@@ -25,6 +25,7 @@ class EventNetwork {
     double latency_ms = 0.0;  // one way, to the network core
     double up_mbps = 0.0;     // megabits per second; 0 = unlimited
     double down_mbps = 0.0;
+    bool operator==(const AccessLink&) const = default;
   };
 
   NodeId AddNode(const AccessLink& link);
@@ -58,8 +59,11 @@ class EventNetwork {
   uint64_t bytes_delivered() const { return bytes_delivered_; }
 
  private:
+  // A node names its link in links_: nodes added one after the other with the same link (a
+  // population of alike devices) share one entry, so that a node costs 24 bytes, not 40 (16 MB
+  // at a million clients). Nodes whose links all differ cost 24 bytes more each.
   struct Node {
-    AccessLink link;
+    uint32_t link = 0;        // index into links_
     double up_free_ms = 0.0;  // when the uplink has sent everything queued on it
     double down_free_ms = 0.0;
   };
@@ -71,6 +75,7 @@ class EventNetwork {
   };
 
   std::vector<Node> nodes_;
+  std::vector<AccessLink> links_;
   std::vector<uint32_t> group_of_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   double now_ms_ = 0.0;
