@@ -11,6 +11,7 @@
 // the sent coefficients are its fast components q, m <- m - q, and the server applies the mean q.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -126,8 +127,9 @@ class DctCodec final : public Codec {
     return kHeaderBytes + 8 + entries * kEntryBytes;
   }
   std::string Describe() const override {
-    return "dct(chunk=" + std::to_string(dct_.chunk()) + ",k=" + std::to_string(k_) +
-           ",decay=" + std::to_string(decay_) + ")";
+    char decay[32];
+    std::snprintf(decay, sizeof decay, "%g", decay_);
+    return "dct(chunk=" + std::to_string(dct_.chunk()) + ",k=" + std::to_string(k_) + ",decay=" + decay + ")";
   }
   bool uses_residual() const override { return true; }
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/file_contents.h"
 
@@ -49,9 +51,15 @@ Result<std::vector<std::string>> TextCorpusFiles(const std::string& dir) {
 bool IsTextCorpus(const std::string& dir) {
   Result<std::vector<std::string>> files = Candidates(dir);
   if (!files.ok() || files->empty() || files->size() > kMaxFiles) return false;
+  // Read in blocks, stopping at the first NUL: a folder of large binary files is not read whole.
+  std::vector<char> block(1 << 16);
   for (const std::string& f : *files) {
-    Result<std::string> text = ReadFileContents(f);
-    if (!text.ok() || text->find('\0') != std::string::npos) return false;
+    std::ifstream in(f, std::ios::binary);
+    if (!in) return false;
+    while (in) {
+      in.read(block.data(), static_cast<std::streamsize>(block.size()));
+      if (std::memchr(block.data(), '\0', static_cast<size_t>(in.gcount())) != nullptr) return false;
+    }
   }
   return true;
 }

@@ -279,6 +279,10 @@ void RunFederationSim(const SimFlags& f, const MpiSession* mpi) {
   CheckSlowLinkSettings(strategy, options.sync.task, options.codec);
   Take(MakeAggregator(strategy, nullptr), "--strategy");
   if (!f.plot.empty()) CheckPlotterPresent();
+  if (mpi && mpi->size() > 1 && options.sync.task.optimizer == "adamw") {
+    throw CommandError(
+        "--optimizer adamw keeps each client's moments in the simulator's process: run it without MPI ranks");
+  }
   const bool caller_trains = !f.trainer_pipe.empty();
   std::pair<int, int> trainer_pipe{-1, -1};
   if (caller_trains) {  // a loop of the caller's trains, over the simulator's training set

@@ -150,6 +150,10 @@ void AddGossipFlags(CLI::App* cmd, GossipFlags* g) {
 
 void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   const bool training_rank = mpi && mpi->rank() > 0;
+  if (mpi && mpi->size() > 1 && run.options.task.optimizer == "adamw") {
+    throw CommandError(
+        "--optimizer adamw keeps each node's moments in the simulator's process: run it without MPI ranks");
+  }
   GossipSimOptions& o = run.options;
   o.gossip = g.gossip;
   o.merge = g.merge;

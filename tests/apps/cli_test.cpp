@@ -1108,6 +1108,15 @@ TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
     }
     EXPECT_EQ(hashes[0], hashes[1]) << sim[sim.size() - 2];
   }
+  // AdamW's moments live with each client in the one process: refused under ranks, before a round.
+  std::string out;
+  EXPECT_NE(RunToCompletion(PLEXUS_MPIEXEC,
+                            {"--allow-run-as-root", "--oversubscribe", "-np", "2", PLEXUS_BINARY, "sim", "--clients",
+                             "4", "--clients-per-round", "2", "--optimizer", "adamw", "--rounds", "1"},
+                            &out),
+            0);
+  EXPECT_NE(out.find("--optimizer adamw keeps each client's moments in the simulator's process"), std::string::npos)
+      << out;
 #endif
 }
 

@@ -93,6 +93,7 @@ TEST(DctCodecTest, WhatIsNotSentWaitsInTheDecayingResidual) {
   Rng rng(2);
   for (float& x : d.data()) x = static_cast<float>(rng.Normal());
   auto codec = *MakeCodec("dct:chunk=16,k=2,decay=0.5");
+  EXPECT_EQ(codec->Describe(), "dct(chunk=16,k=2,decay=0.5)");
   ModelState residual = ModelState::ZerosLike(d);
   residual.data()[3] = 4.0f;  // left from the last task; halved before this delta joins it
   const ModelState before = residual;
