@@ -39,17 +39,11 @@ TEST_F(TextCorpusTest, WindowsAreSplitByPositionAndLabelledByTheirFile) {
   Write("a_first", Alphabet(4 * 10));              // 9 windows (the 10th would need one byte more): all train
   Write("a_first.dat", std::string("\0\1\2", 3));  // fortune's index: left out
   std::filesystem::create_symlink(dir_ / "a_first", dir_ / "a_first.u8");  // an alias: left out
-  Result<std::vector<std::string>> files_or = TextCorpusFiles(dir());
-  ASSERT_OK(files_or);
-  std::vector<std::string> files = *std::move(files_or);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> files, TextCorpusFiles(dir()));
   EXPECT_THAT(files, ElementsAre((dir_ / "a_first").string(), (dir_ / "b_second").string()));
 
-  Result<Dataset> train_or = LoadTextCorpus(dir(), Split::kTrain, {}, /*context=*/4);
-  ASSERT_OK(train_or);
-  Dataset train = *std::move(train_or);
-  Result<Dataset> validation_or = LoadTextCorpus(dir(), Split::kTest, {}, /*context=*/4);
-  ASSERT_OK(validation_or);
-  Dataset validation = *std::move(validation_or);
+  ASSERT_OK_AND_ASSIGN(Dataset train, LoadTextCorpus(dir(), Split::kTrain, {}, /*context=*/4));
+  ASSERT_OK_AND_ASSIGN(Dataset validation, LoadTextCorpus(dir(), Split::kTest, {}, /*context=*/4));
   EXPECT_EQ(train.size(), 9u + 18u);
   EXPECT_EQ(validation.size(), 2u);
   EXPECT_EQ(train.example_shape, std::vector<int64_t>({5}));
@@ -73,18 +67,16 @@ TEST_F(TextCorpusTest, TheSelectorPicksWindowsByTheirSourceLabels) {
   Write("a", Alphabet(4 * 5 + 1));
   Write("b", std::string(4 * 5 + 1, 'z'));
   // Keep the second file's windows only, as a partition by source would.
-  Result<Dataset> d_or = LoadTextCorpus(
-      dir(), Split::kTrain,
-      [](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
-        std::vector<uint32_t> keep;
-        for (uint32_t k = 0; k < labels.size(); ++k) {
-          if (labels[k] == 1) keep.push_back(k);
-        }
-        return keep;
-      },
-      /*context=*/4);
-  ASSERT_OK(d_or);
-  Dataset d = *std::move(d_or);
+  ASSERT_OK_AND_ASSIGN(Dataset d, LoadTextCorpus(
+                                      dir(), Split::kTrain,
+                                      [](const std::vector<uint8_t>& labels) -> Result<std::vector<uint32_t>> {
+                                        std::vector<uint32_t> keep;
+                                        for (uint32_t k = 0; k < labels.size(); ++k) {
+                                          if (labels[k] == 1) keep.push_back(k);
+                                        }
+                                        return keep;
+                                      },
+                                      /*context=*/4));
   ASSERT_EQ(d.size(), 5u);
   for (size_t k = 0; k < d.size(); ++k) EXPECT_EQ(Window(d, k), "zzzzz");
   EXPECT_THAT(
@@ -98,13 +90,9 @@ TEST_F(TextCorpusTest, AFolderOfTextIsReadAsACorpusByDataFiles) {
   Write("only", Alphabet(64 * 12 + 1));
   EXPECT_TRUE(IsTextCorpus(dir()));
   DataFileOptions o;
-  Result<Dataset> train_or = LoadDataFile(dir(), o);
-  ASSERT_OK(train_or);
-  Dataset train = *std::move(train_or);
+  ASSERT_OK_AND_ASSIGN(Dataset train, LoadDataFile(dir(), o));
   o.split = Split::kTest;
-  Result<Dataset> validation_or = LoadDataFile(dir(), o);
-  ASSERT_OK(validation_or);
-  Dataset validation = *std::move(validation_or);
+  ASSERT_OK_AND_ASSIGN(Dataset validation, LoadDataFile(dir(), o));
   EXPECT_EQ(train.size(), 11u);  // the default context, 64 bytes: 12 windows, the 10th validation
   EXPECT_EQ(validation.size(), 1u);
   EXPECT_EQ(train.features_per_example(), kTextContext + 1);
@@ -125,9 +113,7 @@ TEST_F(TextCorpusTest, BadCorporaAreRefusedWithTheReason) {
 
 TEST_F(TextCorpusTest, UnigramBaselineIsTheEntropyOfThePredictedBytes) {
   Write("ab", std::string(4 * 10 + 1, 'a') + std::string(4 * 10, 'b'));  // windows of 5: 20 windows
-  Result<Dataset> d_or = LoadTextCorpus(dir(), Split::kTrain, {}, 4);
-  ASSERT_OK(d_or);
-  Dataset d = *std::move(d_or);
+  ASSERT_OK_AND_ASSIGN(Dataset d, LoadTextCorpus(dir(), Split::kTrain, {}, 4));
   // 18 training windows: 9 of "aaaaa", 1 of "abbbb" (k = 10: bytes 40..44), 8 of "bbbbb"; their
   // predicted bytes (the last four of each): 36 a, 36 b, one bit each.
   ASSERT_EQ(d.size(), 18u);

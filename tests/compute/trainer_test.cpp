@@ -151,21 +151,15 @@ TEST(TinyLmTest, LearnsAShortTextBelowItsUnigramBaselineWithAdamW) {
   auto trainer = *MakeTorchTrainer("tinylm", 1);
   const ModelState start = *InitModel("tinylm", 0);
   // At the start every byte is about equally likely: about ln 256 nats per predicted byte.
-  Result<Evaluation> before_or = trainer->Evaluate(start, DatasetView::All(d));
-  ASSERT_OK(before_or);
-  Evaluation before = *std::move(before_or);
+  ASSERT_OK_AND_ASSIGN(Evaluation before, trainer->Evaluate(start, DatasetView::All(d)));
   EXPECT_NEAR(before.loss, std::log(256.0), 0.6);
   TrainOptions o;
   o.optimizer = "adamw";
   o.learning_rate = 3e-3;
   o.batch_size = 8;
   o.local_steps = 60;
-  Result<TrainOutcome> out_or = trainer->Train(start, DatasetView::All(d), o);
-  ASSERT_OK(out_or);
-  TrainOutcome out = *std::move(out_or);
-  Result<Evaluation> after_or = trainer->Evaluate(out.weights, DatasetView::All(d));
-  ASSERT_OK(after_or);
-  Evaluation after = *std::move(after_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome out, trainer->Train(start, DatasetView::All(d), o));
+  ASSERT_OK_AND_ASSIGN(Evaluation after, trainer->Evaluate(out.weights, DatasetView::All(d)));
   EXPECT_LT(BitsPerChar(after.loss), unigram) << "unigram baseline " << unigram << " bits per character";
   EXPECT_GT(after.accuracy, 0.2);  // of the next byte, over every predicted position
   EXPECT_EQ(after.examples, static_cast<int64_t>(d.size()));
@@ -196,9 +190,7 @@ TEST(AdamWTest, TheFirstStepMovesEveryValueByTheLearningRateAfterTheDecay) {
   o.local_steps = 1;
   OptimizerState state;
   o.optimizer_state = &state;
-  Result<TrainOutcome> out_or = trainer->Train(start, DatasetView::All(d), o);
-  ASSERT_OK(out_or);
-  TrainOutcome out = *std::move(out_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome out, trainer->Train(start, DatasetView::All(d), o));
   size_t moved_by_lr = 0;
   for (size_t i = 0; i < start.num_params(); ++i) {
     const double decayed = static_cast<double>(start.data()[i]) * (1.0 - 1e-3 * 0.1);
@@ -223,25 +215,17 @@ TEST(AdamWTest, KeptMomentsCarryTheOptimizerAcrossTasks) {
   o.learning_rate = 1e-3;
   o.batch_size = 1;
   o.local_steps = 2;
-  Result<TrainOutcome> whole_or = trainer->Train(start, DatasetView::All(d), o);
-  ASSERT_OK(whole_or);
-  TrainOutcome whole = *std::move(whole_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome whole, trainer->Train(start, DatasetView::All(d), o));
   o.local_steps = 1;
   OptimizerState state;
   o.optimizer_state = &state;
-  Result<TrainOutcome> first_or = trainer->Train(start, DatasetView::All(d), o);
-  ASSERT_OK(first_or);
-  TrainOutcome first = *std::move(first_or);
-  Result<TrainOutcome> second_or = trainer->Train(first.weights, DatasetView::All(d), o);
-  ASSERT_OK(second_or);
-  TrainOutcome second = *std::move(second_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome first, trainer->Train(start, DatasetView::All(d), o));
+  ASSERT_OK_AND_ASSIGN(TrainOutcome second, trainer->Train(first.weights, DatasetView::All(d), o));
   EXPECT_EQ(state.steps, 2);
   EXPECT_EQ(second.weights, whole.weights);
   // Without kept moments the second task starts afresh: another model.
   o.optimizer_state = nullptr;
-  Result<TrainOutcome> fresh_or = trainer->Train(first.weights, DatasetView::All(d), o);
-  ASSERT_OK(fresh_or);
-  TrainOutcome fresh = *std::move(fresh_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome fresh, trainer->Train(first.weights, DatasetView::All(d), o));
   EXPECT_NE(fresh.weights.ContentSha256(), whole.weights.ContentSha256());
   // A state of another model's size is started afresh, not misread.
   OptimizerState other;
@@ -249,9 +233,7 @@ TEST(AdamWTest, KeptMomentsCarryTheOptimizerAcrossTasks) {
   other.first_moment.assign(3, 1.0f);
   other.second_moment.assign(3, 1.0f);
   o.optimizer_state = &other;
-  Result<TrainOutcome> restarted_or = trainer->Train(first.weights, DatasetView::All(d), o);
-  ASSERT_OK(restarted_or);
-  TrainOutcome restarted = *std::move(restarted_or);
+  ASSERT_OK_AND_ASSIGN(TrainOutcome restarted, trainer->Train(first.weights, DatasetView::All(d), o));
   EXPECT_EQ(restarted.weights, fresh.weights);
   EXPECT_EQ(other.steps, 1);
 }

@@ -26,6 +26,17 @@ Status GetStatus(const Result<T>& r) {
 #define EXPECT_OK(expr) PLEXUS_TEST_OK_IMPL_(expr, ADD_FAILURE())
 #define ASSERT_OK(expr) PLEXUS_TEST_OK_IMPL_(expr, GTEST_FAIL())
 
+// ASSERT_OK_AND_ASSIGN(lhs, expr): `expr` (a Result<T>) must be OK; its value is then moved into
+// `lhs` (a declaration, `Dataset d`, or an existing variable). `expr` is evaluated exactly once.
+#define PLEXUS_TEST_CONCAT_INNER_(a, b) a##b
+#define PLEXUS_TEST_CONCAT_(a, b) PLEXUS_TEST_CONCAT_INNER_(a, b)
+#define PLEXUS_TEST_ASSIGN_IMPL_(result, lhs, expr) \
+  auto result = (expr);                             \
+  ASSERT_OK(result);                                \
+  lhs = *std::move(result)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  PLEXUS_TEST_ASSIGN_IMPL_(PLEXUS_TEST_CONCAT_(plexus_test_result_, __LINE__), lhs, expr)
+
 // Matches a Status or Result whose code is `code` and whose message contains `substring`.
 MATCHER_P2(StatusIs, code, substring, "") {
   const Status s = ::plexus::testing::GetStatus(arg);
