@@ -8,6 +8,7 @@
 #include <numeric>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compute/model_zoo.h"
 #include "core/rng.h"
@@ -259,8 +260,13 @@ class GossipSim {
 
   // CRDT gossip: node i pulls from `from`'s replica of `round`. The entries i lacks travel from
   // `from` to i, charged a model's bytes each (plus 32 bytes per digest node compared); on
-  // arrival i syncs a copy of its replica from `from`'s as it is then, and joins it.
+  // arrival i syncs a copy of its replica from `from`'s as it is then, and joins it. While one
+  // pull from `from` is on its way, i asks for no other (as a real peer runs one pull at a time):
+  // on a slow link a pull outlasts the interval between pulls, and overlapping pulls would each
+  // carry the same missing models.
   void Pull(NodeId i, NodeId from, uint64_t round) {
+    const uint64_t key = (static_cast<uint64_t>(i) << 32) | from;
+    if (!pulling_.insert(key).second) return;
     const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
     const CrdtReplica* mine = nodes_[i]->replica(round);
     uint64_t bytes = Message::kHeaderBytes;
@@ -271,7 +277,8 @@ class GossipSim {
       bytes += 32 * hashes + missing * model_bytes_;
     }
     if (from < n_) bytes_sent_ += bytes;
-    const bool sent = net_.Send(from, i, bytes, [this, i, from, round, inc = incarnation_[i]] {
+    const bool sent = net_.Send(from, i, bytes, [this, i, from, round, key, inc = incarnation_[i]] {
+      pulling_.erase(key);
       if (!live_[i] || incarnation_[i] != inc) return;
       const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
       const CrdtReplica* mine = nodes_[i]->replica(round);
@@ -280,7 +287,10 @@ class GossipSim {
       const bool ok = copy.SyncFrom(*theirs).ok();
       Execute(i, nodes_[i]->OnSynced(from, round, ok ? &copy : nullptr));
     });
-    if (!sent) ++lost_;
+    if (!sent) {
+      ++lost_;
+      pulling_.erase(key);
+    }
   }
 
   void StartTraining(NodeId i) {
@@ -584,6 +594,7 @@ class GossipSim {
   std::vector<NodeId> away_;
   size_t model_bytes_ = 0;
   uint64_t bytes_sent_ = 0;
+  std::unordered_set<uint64_t> pulling_;  // CRDT pulls on their way: (puller << 32) | pulled
   int64_t lost_ = 0;
   int64_t next_report_ = 1;
   int64_t behind_ = 0;

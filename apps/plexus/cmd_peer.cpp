@@ -177,6 +177,10 @@ void RunPeer(const PeerFlags& f) {
                        "mode=s2a runs in plexus sim --mode gossip");
   }
 
+  if (factory->description().rfind("diloco", 0) == 0 && f.task.local_steps < 1) {
+    throw CommandError("--local-steps: --gossip diloco needs H >= 1 inner steps per round (0 trains epochs)");
+  }
+
   gossip::PeerNodeOptions o;
   o.self = static_cast<gossip::NodeId>(f.partition_index);
   o.nodes = static_cast<size_t>(f.num_partitions);
@@ -324,6 +328,10 @@ void RunPeer(const PeerFlags& f) {
     j["fetched_at_start"] = stats.fetched_at_start;
     j["final_test_accuracy"] = eval.accuracy;
     j["final_test_loss"] = eval.loss;
+    if (model.language()) {  // loss per predicted byte, and the test text's unigram entropy to beat
+      j["final_test_bits_per_char"] = BitsPerChar(eval.loss);
+      j["unigram_bits_per_char"] = UnigramBitsPerChar(test_data);
+    }
     j["peers_seen"] = stats.peers_seen.size();
     j["bytes_sent"] = stats.bytes_sent;
     j["bytes_received"] = stats.bytes_received;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "apps/plexus/accuracy_plot.h"
 #include "apps/plexus/commands.h"
@@ -13,6 +14,7 @@
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
+#include "compute/text_corpus.h"
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "gossip/protocol/neighbour_merge.h"
@@ -60,7 +62,10 @@ Status WriteMetrics(const std::string& path, const GossipResult& r) {
   return WriteFileAtomically(path, {csv});
 }
 
-Status WriteSummary(const std::string& path, const GossipRun& run, const GossipResult& r) {
+// `unigram`: the language model's baseline (the test text's byte entropy in bits), which also
+// adds bits per character to the rounds; nullopt for other models.
+Status WriteSummary(const std::string& path, const GossipRun& run, const GossipResult& r,
+                    std::optional<double> unigram) {
   const GossipSimOptions& o = run.options;
   nlohmann::json j;
   j["mode"] = "gossip";
@@ -75,6 +80,11 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
   j["attack"] = o.attack;
   j["attackers"] = r.attackers;
   j["final_test_accuracy"] = r.final_test_accuracy;
+  if (unigram && !r.rounds.empty()) {
+    j["final_test_loss"] = r.rounds.back().test_loss;
+    j["final_test_bits_per_char"] = BitsPerChar(r.rounds.back().test_loss);
+    j["unigram_bits_per_char"] = *unigram;
+  }
   j["mean_node_accuracy"] = r.mean_node_accuracy;
   j["min_node_accuracy"] = r.min_node_accuracy;
   j["consensus_distance"] = r.consensus_distance;
@@ -97,6 +107,7 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
     rounds.push_back({{"round", g.round},
                       {"live_nodes", g.live_nodes},
                       {"test_accuracy", g.test_accuracy},
+                      {"test_loss", g.test_loss},
                       {"mean_node_accuracy", g.mean_node_accuracy},
                       {"min_node_accuracy", g.min_node_accuracy},
                       {"consensus_distance", g.consensus_distance},
@@ -107,6 +118,7 @@ Status WriteSummary(const std::string& path, const GossipRun& run, const GossipR
                       {"deaths", g.deaths},
                       {"refutations", g.refutations},
                       {"membership_errors", g.membership_errors}});
+    if (unigram) rounds.back()["test_bits_per_char"] = BitsPerChar(g.test_loss);
   }
   j["rounds"] = rounds;
   return WriteFileAtomically(path, {j.dump(2), "\n"});
@@ -261,7 +273,11 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
         static_cast<long long>(result.rounds_to_recover));
   }
   if (!run.metrics_out.empty()) Check(WriteMetrics(run.metrics_out, result));
-  if (!run.summary_out.empty()) Check(WriteSummary(run.summary_out, run, result));
+  if (!run.summary_out.empty()) {
+    const std::optional<double> unigram =
+        model.language() && test.size() > 0 ? std::optional<double>(UnigramBitsPerChar(test)) : std::nullopt;
+    Check(WriteSummary(run.summary_out, run, result, unigram));
+  }
   if (!run.model_out.empty()) Check(WriteSafetensorsFile(run.model_out, result.final_model));
   if (!run.plot.empty()) {
     const std::string csv = run.metrics_out.empty() ? run.plot + ".csv" : run.metrics_out;

@@ -168,7 +168,8 @@ bool PeerNode::Impl::AcceptHello(Link* c, const v1::GossipHello& h) {
 }
 
 void PeerNode::Impl::ModelAnnounced(Link* c, const v1::GossipModel& m) {
-  if (m.kind() < v1::GossipModel::MODEL || m.kind() > v1::GossipModel::MODEL_REPLY) {
+  if ((m.kind() < v1::GossipModel::MODEL || m.kind() > v1::GossipModel::MODEL_REPLY) &&
+      m.kind() != v1::GossipModel::OUTER_STATE) {
     return links->Refuse(c, "unknown model message kind");
   }
   if (m.total_bytes() == 0) {

@@ -37,6 +37,9 @@ struct Message {
     kPushSum,       // push-sum: the running totals of numerator and weight sent on this link
     kModelRequest,  // a (re)joining node asks for a model to start from
     kModelReply,    // the answer: the sender's model and round
+    // DiLoCo gossip: the outer momentum (model layout, float32), sent just before a kModelReply
+    // so that a rejoining node steps exactly as its peers do. (4 is the wire's CRDT delta.)
+    kOuterState = 5,
   };
   Kind kind = Kind::kModel;
   uint64_t round = 0;

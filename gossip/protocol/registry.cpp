@@ -11,7 +11,8 @@ namespace plexus::gossip {
   X("pushsum", MakePushSum)                     \
   X("semidecentralized", MakeSemiDecentralized) \
   X("choco", MakeChoco)                         \
-  X("crdt", MakeCrdtGossip)
+  X("crdt", MakeCrdtGossip)                     \
+  X("diloco", MakeDiLoCoGossip)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);
 PLEXUS_GOSSIP_ALGORITHMS(PLEXUS_DECLARE_MAKER)

@@ -15,6 +15,10 @@
 //                                replica, pulled from peers by Merkle-digest anti-entropy and
 //                                resolved with --merge as an aggregators strategy: replicas holding
 //                                the same contributions compute identical bytes (crdt.cpp)
+//   diloco[:outer_lr=L,momentum=M,nesterov=B,wait_ms=W,interval_ms=I]
+//                                DiLoCo without a server: pseudo-gradients as CRDT contributions,
+//                                their --merge stepped by every peer with the outer Nesterov step,
+//                                bit-identical everywhere (diloco.cpp)
 // A new algorithm is one file defining its Make function plus one line in registry.cpp.
 // A factory owns the merge rule its nodes share: the nodes of one factory belong to one driver
 // thread. Immutable otherwise.
@@ -58,7 +62,7 @@ class ProtocolFactory {
     merge_ = std::move(merge);
     merge_spec_ = std::move(spec);
   }
-  // Algorithms that talk to other nodes through CRDT replicas rather than messages (crdt).
+  // Algorithms that talk to other nodes through CRDT replicas rather than messages (crdt, diloco).
   bool uses_replicas() const { return uses_replicas_; }
   void set_uses_replicas() { uses_replicas_ = true; }
 

@@ -43,9 +43,11 @@ struct Pull {
   uint64_t round;
 };
 
-// n CRDT nodes starting from different models. "Training" adds (node + 1) * step to every value.
+// n CRDT nodes starting from different models (node i from (i, -i, 1); with `same_start`, every
+// node from (1, 2, 3), as DiLoCo's peers start). "Training" adds (node + 1) * step to every value.
 struct CrdtHarness {
-  CrdtHarness(size_t n, uint64_t rounds, const std::string& merge = "mean", const std::string& spec = "crdt")
+  CrdtHarness(size_t n, uint64_t rounds, const std::string& merge = "mean", const std::string& spec = "crdt",
+              bool same_start = false)
       : peers(n), factory(*MakeGossip(spec, merge)) {
     for (size_t i = 0; i < n; ++i) {
       keys.push_back(*SigningKey::FromSeed(std::string(31, 'k') + static_cast<char>('a' + i)));
@@ -56,7 +58,9 @@ struct CrdtHarness {
       ctx.signing_key = &keys[i];
       ctx.author_keys = &authors;
       const float v = static_cast<float>(i);
-      nodes.push_back(factory->MakeNode(ctx, std::make_shared<const ModelState>(testing::VectorModel({v, -v, 1}))));
+      nodes.push_back(
+          factory->MakeNode(ctx, std::make_shared<const ModelState>(same_start ? testing::VectorModel({1, 2, 3})
+                                                                               : testing::VectorModel({v, -v, 1}))));
     }
   }
   void Take(NodeId i, Actions a) {
@@ -201,6 +205,79 @@ TEST(CrdtGossipTest, ARejoiningNodeTakesALivePeersModelAndRoundBeforeItTrains) {
   EXPECT_EQ(*h.nodes[2]->model(), *h.nodes[0]->model());
 }
 
+// DiLoCo's outer step by hand: two peers from (1, 2, 3) "train" by +0.5 and +1.0, so the mean
+// pseudo-gradient is d = 0.75 in every value; with momentum 0.9 and outer_lr 0.7 (Nesterov)
+// round 1: v = 0.75,  x += 0.7 (0.75 + 0.9 * 0.75)   = 0.9975
+// round 2: v = 1.425, x += 0.7 (0.75 + 0.9 * 1.425)  = 1.42275
+// and without Nesterov x += 0.7 v: 0.525, then 0.9975.
+TEST(DiLoCoGossipTest, EveryPeerTakesTheOuterNesterovStepOnTheMeanPseudoGradient) {
+  for (const bool nesterov : {true, false}) {
+    CrdtHarness h(2, 2, "mean", nesterov ? "diloco" : "diloco:nesterov=false", true);
+    h.StartAll();
+    h.TrainAll();
+    h.CarryAll();
+    const double first = nesterov ? 0.9975 : 0.525, second = nesterov ? 1.42275 : 0.9975;
+    for (NodeId i = 0; i < 2; ++i) EXPECT_NEAR(h.Value(i, 2), 3 + first, 1e-5) << "nesterov " << nesterov;
+    h.TrainAll();
+    h.CarryAll();
+    for (NodeId i = 0; i < 2; ++i) {
+      EXPECT_EQ(h.nodes[i]->rounds_completed(), 2u);
+      EXPECT_NEAR(h.Value(i, 0), 1 + first + second, 1e-5) << "nesterov " << nesterov;
+      EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model());
+    }
+  }
+}
+
+// A peer that restarts with nothing saved takes a live peer's model, round and outer momentum (the
+// two parts of the answer in either order), and from then on steps exactly as the others do: a
+// momentum of zero would put it 0.7 * 0.9 * 0.9 * 1.425 elsewhere after the next round.
+TEST(DiLoCoGossipTest, ARejoiningPeerTakesTheOuterMomentumWithTheModelAndStepsAsTheOthers) {
+  CrdtHarness h(3, 4, "mean", "diloco", true);
+  h.StartAll();
+  for (int r = 0; r < 2; ++r) {
+    h.TrainAll();
+    h.CarryAll();
+  }
+  NodeContext ctx{2, &h.peers, 3, 4, 3, 3};
+  ctx.signing_key = &h.keys[2];
+  ctx.author_keys = &h.authors;
+  h.nodes[2] = h.factory->MakeNode(ctx, std::make_shared<const ModelState>(testing::VectorModel({1, 2, 3})));
+  h.to_train.erase(std::remove(h.to_train.begin(), h.to_train.end(), NodeId{2}), h.to_train.end());
+  Actions ask = h.nodes[2]->Start(true);
+  EXPECT_FALSE(ask.train);
+  ASSERT_EQ(ask.sends.size(), 1u);
+  const NodeId asked = ask.sends[0].to;
+  Actions answer = h.nodes[asked]->OnMessage(2, ask.sends[0].message);
+  ASSERT_EQ(answer.sends.size(), 2u);
+  EXPECT_EQ(answer.sends[0].message.kind, Message::Kind::kOuterState);
+  EXPECT_EQ(answer.sends[1].message.kind, Message::Kind::kModelReply);
+  Actions half = h.nodes[2]->OnMessage(asked, answer.sends[1].message);  // the model first
+  EXPECT_FALSE(half.train);
+  EXPECT_EQ(h.nodes[2]->rounds_completed(), 0u);
+  Actions go = h.nodes[2]->OnMessage(asked, answer.sends[0].message);
+  EXPECT_TRUE(go.train);
+  EXPECT_EQ(go.rounds_completed, 2u);
+  h.Take(2, Actions{});
+  h.to_train.push_back(2);
+  EXPECT_EQ(*h.nodes[2]->model(), *h.nodes[0]->model());
+  h.TrainAll();
+  h.CarryAll();
+  for (NodeId i = 0; i < 3; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 3u);
+    EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model()) << "node " << i;
+  }
+}
+
+TEST(DiLoCoGossipTest, BadOuterSettingsAreRefused) {
+  EXPECT_TRUE(MakeGossip("diloco:outer_lr=0.5,momentum=0,nesterov=false", "mean").ok());
+  for (const char* bad : {"diloco:outer_lr=0", "diloco:momentum=1", "diloco:momentum=-0.1", "diloco:wait_ms=0"}) {
+    auto f = MakeGossip(bad, "mean");
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("--gossip"), std::string::npos) << bad;
+  }
+  EXPECT_FALSE(MakeGossip("diloco", "balance").ok());
+}
+
 TEST(CrdtGossipTest, AMergeThatIsNoStrategyIsRefused) {
   auto f = MakeGossip("crdt", "balance");
   ASSERT_FALSE(f.ok());
@@ -210,12 +287,14 @@ TEST(CrdtGossipTest, AMergeThatIsNoStrategyIsRefused) {
 }
 
 // Whatever the order pulls are carried out in, repeated or not, every node ends every round with
-// the same bytes, and with a robust strategy too.
+// the same bytes, and with a robust strategy too; and so do DiLoCo's peers, whose outer steps
+// follow the merges.
 RC_GTEST_PROP(CrdtGossipProperty, EveryOrderOfPullsGivesEveryNodeTheIdenticalModel, ()) {
   const size_t n = *rc::gen::inRange<size_t>(2, 6);
   const uint64_t rounds = *rc::gen::inRange<uint64_t>(1, 4);
   const std::string merge = *rc::gen::element<std::string>("mean", "median", "trimmed_mean:beta=0.2");
-  CrdtHarness h(n, rounds, merge);
+  const bool diloco = *rc::gen::arbitrary<bool>();
+  CrdtHarness h(n, rounds, merge, diloco ? "diloco" : "crdt", diloco);
   h.StartAll();
   for (int step = 0; step < 10000; ++step) {
     h.TrainAll();
