@@ -13,6 +13,9 @@
 #   diloco-gossip-H20  DiLoCo with no server (`--mode gossip --gossip diloco`): the 8 workers are
 #                peers whose pseudo-gradients travel as CRDT contributions each peer pulls from
 #                the others, every peer taking the same outer step
+#   diloco-eager-gossip-H20  the same with eager updates: each peer steps at once with its own
+#                fresh pseudo-gradient in place of the part of the average still in flight, and
+#                trains on while the exchange goes on
 #   demo         DeMo: one plain SGD step per round, the momentum kept in the dct codec's decaying
 #                residual (decay 0.999), its 8 largest DCT coefficients of every 64 values uploaded,
 #                the server stepping by the sign of their mean (lr 0.002); models downloaded whole
@@ -37,7 +40,7 @@ mkdir -p "$out"
 common=(--model tinylm --clients 8 --latency-ms 50 --down-mbps 100 --up-mbps 100
   --ms-per-step 90 --batch-size 16 --test-subset 100 --seed 1)
 adamw=(--optimizer adamw --lr 0.002 --weight-decay 0.01)
-runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 demo)
+runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 diloco-eager-gossip-H20 demo)
 selected=("${runs[@]}")
 if [ -n "${3:-}" ]; then IFS=, read -r -a selected <<<"$3"; fi
 for run in "${selected[@]}"; do
@@ -47,6 +50,8 @@ for run in "${selected[@]}"; do
     diloco-H20*) args=("${adamw[@]}" --strategy diloco --local-steps 20 --rounds $((steps / 20))) ;;
     diloco-H100*) args=("${adamw[@]}" --strategy diloco --local-steps 100 --rounds $((steps / 100))) ;;
     diloco-gossip-H20) mode=(--mode gossip --gossip diloco); args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
+    diloco-eager-gossip-H20) mode=(--mode gossip --gossip diloco:eager=true)
+      args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
     demo) args=(--strategy demo:lr=0.002 --codec dct:chunk=64,k=8,decay=0.999 --optimizer sgd --lr 1 --momentum 0
       --local-steps 1 --rounds "$steps") ;;
     *) echo "compare_slow_links.sh: unknown run '$run' (known: ${runs[*]})" >&2; exit 2 ;;

@@ -76,24 +76,7 @@ class CrdtNode : public Protocol {
 
   Actions OnTrained(ModelState trained) override {
     if (left_ || waiting_ || round_ >= ctx_.total_rounds) return {};
-    waiting_ = true;
-    trained_ = std::make_shared<const ModelState>(trained);
-    Contribution c;
-    c.author = AuthorOf(ctx_.self);
-    c.examples = 1;
-    c.base_version = round_;
-    c.created_round = round_;
-    c.delta = ContributionOf(std::move(trained));
-    c.delta.set_version(0);
-    CrdtReplica& mine = ReplicaOf(round_);
-    // A contribution that cannot be signed or is refused (NaN after a diverged step) is left
-    // out: the round goes on with the others'.
-    if (ctx_.signing_key != nullptr && Sign(c, *ctx_.signing_key).ok()) (void)mine.Add(c);
-    pulled_.clear();
-    Actions a = PullFromLive();
-    a.timers.push_back({TimerId(kWaitTimer, round_), wait_ms_});
-    a.Append(MaybeAdvance());
-    return a;
+    return Contribute(std::move(trained));
   }
 
   // Model requests of rejoining peers, and the answer to this node's own.
@@ -173,6 +156,29 @@ class CrdtNode : public Protocol {
   uint64_t rounds_completed() const override { return round_; }
 
  protected:
+  // The node's contribution of round_, trained to `trained`: added to its replica, then pulls
+  // from every live peer until the round is complete.
+  Actions Contribute(ModelState trained) {
+    waiting_ = true;
+    trained_ = std::make_shared<const ModelState>(trained);
+    Contribution c;
+    c.author = AuthorOf(ctx_.self);
+    c.examples = 1;
+    c.base_version = round_;
+    c.created_round = round_;
+    c.delta = ContributionOf(std::move(trained));
+    c.delta.set_version(0);
+    CrdtReplica& mine = ReplicaOf(round_);
+    // A contribution that cannot be signed or is refused (NaN after a diverged step) is left
+    // out: the round goes on with the others'.
+    if (ctx_.signing_key != nullptr && Sign(c, *ctx_.signing_key).ok()) (void)mine.Add(c);
+    pulled_.clear();
+    Actions a = PullFromLive();
+    a.timers.push_back({TimerId(kWaitTimer, round_), wait_ms_});
+    a.Append(MaybeAdvance());
+    return a;
+  }
+
   // The contribution of a round whose training ended at `trained`, as a delta from the zero
   // model: here the trained model itself.
   virtual ModelState ContributionOf(ModelState trained) { return trained; }
@@ -229,8 +235,14 @@ class CrdtNode : public Protocol {
     departed_.clear();
     ++round_;
     while (!replicas_.empty() && replicas_.begin()->first + kKeptRounds < round_) replicas_.erase(replicas_.begin());
-    Actions a;
+    Actions a = AfterRound();
     a.rounds_completed = 1;
+    return a;
+  }
+
+  // What a node does once a round is complete: train the next one (if any is left).
+  virtual Actions AfterRound() {
+    Actions a;
     a.train = round_ < ctx_.total_rounds;
     return a;
   }

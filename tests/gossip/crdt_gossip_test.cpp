@@ -268,6 +268,51 @@ TEST(DiLoCoGossipTest, ARejoiningPeerTakesTheOuterMomentumWithTheModelAndStepsAs
   }
 }
 
+// Eager DiLoCo by hand: two peers from (1, 2, 3) whose training adds 0.5 and 1.0. Each steps as
+// soon as it has trained, with its own delta in place of the average still in flight:
+// round 0: d~ = 0.5 (peer 0) and 1.0 (peer 1): x += 0.7 (0.5 + 0.45) = 0.665, 0.7 (1 + 0.9) = 1.33
+// round 1: the others' deltas of round 0 have arrived: d~ = (own + 2 * 0.75 - own of round 0) / 2
+//          = 0.75 on both; v = 1.2 and 1.65: x += 0.7 (0.75 + 1.08) = 1.281, 0.7 (0.75 + 1.485)
+//          = 1.5645
+// The same whether round 1 was trained before round 0's exchange ended (its contribution waits)
+// or after; and the peers' models differ, each stepping with its own delta.
+TEST(DiLoCoGossipTest, EagerPeersStepWithTheirOwnFreshDeltaAndTheOthersOfTheLastRound) {
+  for (const bool overlapped : {false, true}) {
+    CrdtHarness h(2, 2, "mean", "diloco:eager=true", true);
+    h.StartAll();
+    h.TrainAll();  // round 0 contributed, the eager step taken, round 1 asked for at once
+    EXPECT_EQ(h.to_train.size(), 2u);
+    EXPECT_NEAR(h.Value(0, 2), 3.665, 1e-5);
+    EXPECT_NEAR(h.Value(1, 2), 4.33, 1e-5);
+    if (overlapped) {
+      h.TrainAll();  // round 1 trained while round 0 is still being pulled: it waits
+      EXPECT_EQ(h.nodes[0]->rounds_completed(), 0u);
+      h.CarryAll();
+    } else {
+      h.CarryAll();
+      EXPECT_EQ(h.nodes[0]->rounds_completed(), 1u);
+      h.TrainAll();
+      h.CarryAll();
+    }
+    for (int round = 0; round < 3 && h.nodes[0]->rounds_completed() < 2; ++round) {
+      h.FirePullTimers();
+      h.CarryAll();
+    }
+    EXPECT_EQ(h.nodes[0]->rounds_completed(), 2u) << "overlapped " << overlapped;
+    EXPECT_EQ(h.nodes[1]->rounds_completed(), 2u) << "overlapped " << overlapped;
+    EXPECT_NEAR(h.Value(0, 2), 3 + 0.665 + 1.281, 1e-5) << "overlapped " << overlapped;
+    EXPECT_NEAR(h.Value(1, 2), 3 + 1.33 + 1.5645, 1e-5) << "overlapped " << overlapped;
+    EXPECT_TRUE(h.to_train.empty());
+  }
+}
+
+TEST(DiLoCoGossipTest, EagerUpdatesNeedThePlainMean) {
+  EXPECT_TRUE(MakeGossip("diloco:eager=true", "mean").ok());
+  auto f = MakeGossip("diloco:eager=true", "median");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("--merge"), std::string::npos) << f.status().message();
+}
+
 TEST(DiLoCoGossipTest, BadOuterSettingsAreRefused) {
   EXPECT_TRUE(MakeGossip("diloco:outer_lr=0.5,momentum=0,nesterov=false", "mean").ok());
   for (const char* bad : {"diloco:outer_lr=0", "diloco:momentum=1", "diloco:momentum=-0.1", "diloco:wait_ms=0"}) {
