@@ -16,6 +16,9 @@
 #   diloco-eager-gossip-H20  the same with eager updates: each peer steps at once with its own
 #                fresh pseudo-gradient in place of the part of the average still in flight, and
 #                trains on while the exchange goes on
+#   diloco-streaming-gossip-F4  Streaming DiLoCo over the same peers: 4 fragments (every fourth
+#                tensor), one exchanged every 5 steps, so each fragment every 20; the exchange
+#                overlapped with the next 5 steps and mixed in half and half
 #   demo         DeMo: one plain SGD step per round, the momentum kept in the dct codec's decaying
 #                residual (decay 0.999), its 8 largest DCT coefficients of every 64 values uploaded,
 #                the server stepping by the sign of their mean (lr 0.002); models downloaded whole
@@ -40,7 +43,8 @@ mkdir -p "$out"
 common=(--model tinylm --clients 8 --latency-ms 50 --down-mbps 100 --up-mbps 100
   --ms-per-step 90 --batch-size 16 --test-subset 100 --seed 1)
 adamw=(--optimizer adamw --lr 0.002 --weight-decay 0.01)
-runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 diloco-eager-gossip-H20 demo)
+runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 diloco-eager-gossip-H20
+  diloco-streaming-gossip-F4 demo)
 selected=("${runs[@]}")
 if [ -n "${3:-}" ]; then IFS=, read -r -a selected <<<"$3"; fi
 for run in "${selected[@]}"; do
@@ -52,6 +56,8 @@ for run in "${selected[@]}"; do
     diloco-gossip-H20) mode=(--mode gossip --gossip diloco); args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
     diloco-eager-gossip-H20) mode=(--mode gossip --gossip diloco:eager=true)
       args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
+    diloco-streaming-gossip-F4) mode=(--mode gossip --gossip diloco:fragments=4,mix=0.5)
+      args=("${adamw[@]}" --local-steps 5 --rounds $((steps / 5))) ;;
     demo) args=(--strategy demo:lr=0.002 --codec dct:chunk=64,k=8,decay=0.999 --optimizer sgd --lr 1 --momentum 0
       --local-steps 1 --rounds "$steps") ;;
     *) echo "compare_slow_links.sh: unknown run '$run' (known: ${runs[*]})" >&2; exit 2 ;;

@@ -169,6 +169,7 @@ class GossipSim {
       PLEXUS_ASSIGN_OR_RETURN(ModelState initial, InitModel(o_.model, o_.seed));
       shared = std::make_shared<const ModelState>(std::move(initial));
     }
+    if (Status s = factory_->CheckModel(*shared); !s.ok()) return InvalidArgumentError("--gossip: " + s.message());
     if (factory_->uses_replicas()) {
       // CRDT gossip: every node signs its contributions; the keys are derived from the seed
       // (reproducible runs) and every node knows every other's.
@@ -272,9 +273,14 @@ class GossipSim {
     uint64_t bytes = Message::kHeaderBytes;
     if (theirs && mine) {
       size_t hashes = 0;
-      const size_t missing =
-          MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes).size();
-      bytes += 32 * hashes + missing * model_bytes_;
+      // Each missing contribution costs its delta's bytes (streaming DiLoCo's are one fragment's).
+      for (const std::string& entry :
+           MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes)) {
+        const Contribution* c =
+            entry.empty() || entry[0] != '+' ? nullptr : theirs->Find(entry.substr(entry.rfind('/') + 1));
+        bytes += c != nullptr ? c->delta.num_bytes() : (entry[0] == '+' ? model_bytes_ : 0);
+      }
+      bytes += 32 * hashes;
     }
     if (from < n_) bytes_sent_ += bytes;
     const bool sent = net_.Send(from, i, bytes, [this, i, from, round, key, inc = incarnation_[i]] {

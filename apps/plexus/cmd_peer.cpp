@@ -267,6 +267,7 @@ void RunPeer(const PeerFlags& f) {
   spdlog::info("peer {}: partition {} of {} ({}): {} examples", f.partition_index, f.partition_index, f.num_partitions,
                spec.ToString(), local_data.size());
   ModelState initial = model.Initial(f.seed);
+  Check(factory->CheckModel(initial), "--gossip");
   auto make_trainer = [&](int threads) {
     return Take(model.MakeTrainer(threads, f.trainer == "portable", f.local_buffers), "--model");
   };

@@ -179,6 +179,9 @@ class CrdtNode : public Protocol {
     return a;
   }
 
+  // The zero model of `round`'s contributions (the base they are deltas from and are resolved
+  // on): the model's layout; a node that contributes part of the model gives that part's.
+  virtual const ModelState& ZeroOf(uint64_t /*round*/) const { return *zero_; }
   // The contribution of a round whose training ended at `trained`, as a delta from the zero
   // model: here the trained model itself.
   virtual ModelState ContributionOf(ModelState trained) { return trained; }
@@ -230,7 +233,7 @@ class CrdtNode : public Protocol {
   }
 
   Actions Advance() {
-    model_ = NextModel(ReplicaOf(round_).Resolve(strategy_, *zero_));
+    model_ = NextModel(ReplicaOf(round_).Resolve(strategy_, ZeroOf(round_)));
     waiting_ = false;
     departed_.clear();
     ++round_;

@@ -43,54 +43,101 @@ struct OuterStep {
   double lr = 0.7, momentum = 0.9;
   bool nesterov = true;
   bool eager = false;
+  // Streaming: fragments (0: the whole model at once), the share of its own values a node keeps
+  // when a fragment's new outer values arrive, and whether it trains on meanwhile.
+  size_t fragments = 0;
+  double mix = 0.5;
+  bool overlap = true;
 };
 
-class DiLoCoNode final : public CrdtNode {
+// The outer step on values x and momentum v with pseudo-gradient d, value by value, in double,
+// rounded to float32 in one fixed order (the same bytes on every node).
+void StepValues(std::span<float> x, std::span<float> v, std::span<const float> d, const OuterStep& s) {
+  for (size_t j = 0; j < x.size(); ++j) {
+    const double dj = d[j];
+    v[j] = static_cast<float>(s.momentum * v[j] + dj);
+    const double move = s.nesterov ? dj + s.momentum * v[j] : static_cast<double>(v[j]);
+    x[j] = static_cast<float>(x[j] + s.lr * move);
+  }
+}
+
+// What DiLoCo's gossip nodes share: the outer momentum v; the answer to a rejoining peer, the
+// outer model and v of one round in two parts (kOuterState, then kModelReply), taken once both
+// parts of one peer's answer are in; and, for the variants that train on during the exchange, a
+// trained model that waits for the round before to complete.
+class OuterLoopNode : public CrdtNode {
  public:
-  DiLoCoNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::string strategy, double wait_ms,
-             double interval_ms, OuterStep step)
+  OuterLoopNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::string strategy, double wait_ms,
+                double interval_ms, OuterStep step)
       : CrdtNode(ctx, initial, std::move(strategy), wait_ms, interval_ms),
         step_(step),
         momentum_(std::make_shared<const ModelState>(ModelState::ZerosLike(*initial))) {}
 
-  // Eager: a trained round's contribution waits for the round before to complete; it is then
-  // made, the eager step taken at once and the next round trained meanwhile.
   Actions OnTrained(ModelState trained) override {
-    if (!step_.eager) return CrdtNode::OnTrained(std::move(trained));
     if (left_ || round_ >= ctx_.total_rounds) return {};
-    if (waiting_) {
-      pending_ = std::make_unique<ModelState>(std::move(trained));
+    if (waiting_) {  // trained on during the exchange: the round before is not complete yet
+      if (Overlaps()) pending_ = std::make_unique<ModelState>(std::move(trained));
       return {};
     }
-    return ContributeEagerly(std::move(trained));
+    return ContributeTrained(std::move(trained));
   }
 
-  // A rejoining peer's request is answered with the outer momentum and the model of this round;
-  // the node's own answer is taken once both parts of one peer's answer, of one round, are in.
   Actions OnMessage(NodeId from, const Message& m) override {
     Actions a;
     if (m.kind == Message::Kind::kModelRequest) {
       if (left_) return a;
       a.sends.push_back({from, Message{Message::Kind::kOuterState, round_, momentum_, 0.0, 0}});
-      a.sends.push_back({from, Message{Message::Kind::kModelReply, round_, model_, 0.0, 0}});
+      a.sends.push_back({from, Message{Message::Kind::kModelReply, round_, Outer(), 0.0, 0}});
       return a;
     }
-    const bool is_model = m.kind == Message::Kind::kModelReply;
-    if (!catching_up_ || !m.model || (!is_model && m.kind != Message::Kind::kOuterState)) return a;
-    Answer& answer = answers_[from];
-    (is_model ? answer.model : answer.momentum) = {m.round, m.model};
-    if (!answer.model.second || !answer.momentum.second || answer.model.first != answer.momentum.first) return a;
+    const bool is_outer = m.kind == Message::Kind::kModelReply;
+    if (!catching_up_ || !m.model || (!is_outer && m.kind != Message::Kind::kOuterState)) return a;
+    Parts& p = answers_[from];
+    (is_outer ? p.outer : p.momentum) = {m.round, m.model};
+    if (!p.outer.second || !p.momentum.second || p.outer.first != p.momentum.first) return a;
     catching_up_ = false;
-    if (const uint64_t round = std::min(answer.model.first, ctx_.total_rounds); round >= round_) {
+    if (const uint64_t round = std::min(p.outer.first, ctx_.total_rounds); round >= round_) {
       a.rounds_completed = static_cast<uint32_t>(round - round_);
       round_ = round;
-      model_ = answer.model.second;
-      momentum_ = answer.momentum.second;
+      momentum_ = p.momentum.second;
+      TakeOuter(p.outer.second);
     }
     answers_.clear();
     a.train = round_ < ctx_.total_rounds;
     return a;
   }
+
+ protected:
+  // Whether the node trains the next round during the exchange.
+  virtual bool Overlaps() const = 0;
+  // Contributes round_'s training (and, overlapping, asks for the next round's).
+  virtual Actions ContributeTrained(ModelState trained) = 0;
+  // The outer model x, what a rejoining peer is given; and taking a peer's.
+  virtual std::shared_ptr<const ModelState> Outer() const = 0;
+  virtual void TakeOuter(std::shared_ptr<const ModelState> outer) = 0;
+
+  // Overlapping: the round is complete, and a contribution that waited for it goes out now.
+  Actions AfterRound() override {
+    if (!Overlaps()) return CrdtNode::AfterRound();
+    if (!pending_ || round_ >= ctx_.total_rounds) return {};
+    std::unique_ptr<ModelState> trained = std::move(pending_);
+    return ContributeTrained(std::move(*trained));
+  }
+
+  const OuterStep step_;
+  std::shared_ptr<const ModelState> momentum_;  // v, the same on every node
+
+ private:
+  struct Parts {
+    std::pair<uint64_t, std::shared_ptr<const ModelState>> outer, momentum;  // round, contents
+  };
+  std::map<NodeId, Parts> answers_;      // parts of peers' answers while catching up
+  std::unique_ptr<ModelState> pending_;  // trained while the round before was not complete
+};
+
+class DiLoCoNode final : public OuterLoopNode {
+ public:
+  using OuterLoopNode::OuterLoopNode;
 
  protected:
   // The pseudo-gradient delta_i = theta_i - x_t, x_t the model it trained from.
@@ -121,19 +168,14 @@ class DiLoCoNode final : public CrdtNode {
     return model_;
   }
 
-  // Eager: the round is complete; a contribution that waited for it goes out now.
-  Actions AfterRound() override {
-    if (!step_.eager) return CrdtNode::AfterRound();
-    if (!pending_ || round_ >= ctx_.total_rounds) return {};
-    std::unique_ptr<ModelState> trained = std::move(pending_);
-    return ContributeEagerly(std::move(*trained));
+  bool Overlaps() const override { return step_.eager; }
+  Actions ContributeTrained(ModelState trained) override {
+    return step_.eager ? ContributeEagerly(std::move(trained)) : Contribute(std::move(trained));
   }
+  std::shared_ptr<const ModelState> Outer() const override { return model_; }
+  void TakeOuter(std::shared_ptr<const ModelState> outer) override { model_ = std::move(outer); }
 
  private:
-  struct Answer {
-    std::pair<uint64_t, std::shared_ptr<const ModelState>> model, momentum;  // round, contents
-  };
-
   // Contributes round_'s delta, steps eagerly with d~ and trains the next round from there.
   Actions ContributeEagerly(ModelState trained) {
     trained_from_ = model_;
@@ -161,29 +203,121 @@ class DiLoCoNode final : public CrdtNode {
   std::shared_ptr<const ModelState> Step(const ModelState& pseudo_gradient) {
     std::span<const float> d = pseudo_gradient.data();
     ModelState x = *model_, v = *momentum_;
-    std::span<float> xs = x.data();
-    std::span<float> vs = v.data();
-    for (size_t j = 0; j < xs.size(); ++j) {
-      const double dj = d[j];
-      vs[j] = static_cast<float>(step_.momentum * vs[j] + dj);
-      const double move = step_.nesterov ? dj + step_.momentum * vs[j] : static_cast<double>(vs[j]);
-      xs[j] = static_cast<float>(xs[j] + step_.lr * move);
-    }
+    StepValues(x.data(), v.data(), d, step_);
     x.set_version(model_->version() + 1);
     momentum_ = std::make_shared<const ModelState>(std::move(v));
     return std::make_shared<const ModelState>(std::move(x));
   }
 
-  const OuterStep step_;
-  std::shared_ptr<const ModelState> momentum_;
-  std::map<NodeId, Answer> answers_;  // parts of peers' answers while catching up
   // Eager only: the model round_ was trained from, this node's delta of the last round it
   // contributed to, the last complete round's mean and count (and whether this node's own delta
   // is among them), and a trained model waiting for the round before to complete.
   std::shared_ptr<const ModelState> trained_from_, last_own_, last_mean_;
   size_t last_count_ = 0;
   bool own_in_last_ = false;
-  std::unique_ptr<ModelState> pending_;
+};
+
+// Streaming DiLoCo: each node trains its own replica theta_i from round to round; round t
+// exchanges fragment p = t mod F only (tensors p, p+F, p+2F, ... of the model's order), so that
+// fragment p is synchronised every F rounds, at offset p. Its contribution is the fragment of
+// theta_i - x; once the round is complete every node takes the outer step on x's fragment p (the
+// same bytes everywhere, as DiLoCo's) and mixes it into its replica: theta_p <- mix theta_p +
+// (1 - mix) x_p. With overlap the node trains the next round while the fragment is exchanged, and
+// the mix lands on what that round trained (the paper's overlap, tau = one round's steps).
+class StreamingDiLoCoNode final : public OuterLoopNode {
+ public:
+  StreamingDiLoCoNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::string strategy,
+                      double wait_ms, double interval_ms, OuterStep step)
+      : OuterLoopNode(ctx, initial, std::move(strategy), wait_ms, interval_ms, step),
+        outer_(initial),
+        fragments_(step.fragments) {
+    const std::vector<TensorSlot>& slots = initial->tensors();
+    for (size_t k = 0; k < slots.size(); ++k) fragments_[k % step.fragments].push_back(k);
+    for (const std::vector<size_t>& fragment : fragments_) {
+      std::vector<TensorSpec> specs;
+      for (size_t k : fragment) specs.push_back({slots[k].name, slots[k].shape});
+      // The factory's model check guarantees a tensor per fragment; a failed Create leaves an
+      // empty zero, whose contributions the replica refuses.
+      Result<ModelState> zero = ModelState::Create(specs);
+      zeros_.push_back(zero.ok() ? std::move(zero).value() : ModelState());
+    }
+  }
+
+ protected:
+  const ModelState& ZeroOf(uint64_t round) const override { return zeros_[round % fragments_.size()]; }
+
+  // Fragment round_ mod F of theta_i - x.
+  ModelState ContributionOf(ModelState trained) override {
+    const size_t p = round_ % fragments_.size();
+    ModelState delta = zeros_[p];
+    for (size_t i = 0; i < fragments_[p].size(); ++i) {
+      std::span<float> out = delta.tensor(i);
+      std::span<const float> t = trained.tensor(fragments_[p][i]);
+      std::span<const float> x = outer_->tensor(fragments_[p][i]);
+      for (size_t j = 0; j < out.size(); ++j) out[j] = t[j] - x[j];
+    }
+    return delta;
+  }
+
+  // The outer step on x's fragment; the mix into the replica now when the node waits (or the
+  // run ends), else into what the next round trains.
+  std::shared_ptr<const ModelState> NextModel(Result<ModelState> merged) override {
+    if (!merged.ok()) return model_;
+    const size_t p = round_ % fragments_.size();
+    ModelState x = *outer_, v = *momentum_;
+    for (size_t i = 0; i < fragments_[p].size(); ++i) {
+      StepValues(x.tensor(fragments_[p][i]), v.tensor(fragments_[p][i]), merged->tensor(i), step_);
+    }
+    x.set_version(outer_->version() + 1);
+    outer_ = std::make_shared<const ModelState>(std::move(x));
+    momentum_ = std::make_shared<const ModelState>(std::move(v));
+    mix_due_ = true;
+    mix_fragment_ = p;
+    if (step_.overlap && round_ + 1 < ctx_.total_rounds) return model_;
+    ModelState mixed = *model_;
+    Mix(mixed);
+    return std::make_shared<const ModelState>(std::move(mixed));
+  }
+
+  bool Overlaps() const override { return step_.overlap; }
+  Actions ContributeTrained(ModelState trained) override { return ContributeFragment(std::move(trained)); }
+  // Rejoining peers get the outer model x (not this node's replica), and take it as theirs.
+  std::shared_ptr<const ModelState> Outer() const override { return outer_; }
+  void TakeOuter(std::shared_ptr<const ModelState> outer) override {
+    model_ = outer_ = std::move(outer);
+    mix_due_ = false;
+  }
+
+ private:
+  // theta_q <- mix theta_q + (1 - mix) x_q for the fragment q whose outer values arrived last.
+  void Mix(ModelState& theta) {
+    if (!mix_due_) return;
+    mix_due_ = false;
+    for (size_t k : fragments_[mix_fragment_]) {
+      std::span<float> t = theta.tensor(k);
+      std::span<const float> x = outer_->tensor(k);
+      for (size_t j = 0; j < t.size(); ++j) {
+        t[j] = static_cast<float>(step_.mix * t[j] + (1.0 - step_.mix) * static_cast<double>(x[j]));
+      }
+    }
+  }
+
+  // The replica after round_'s training (mixed first if a fragment arrived meanwhile) becomes the
+  // node's model, and round_'s fragment goes out; overlapping, the next round trains at once.
+  Actions ContributeFragment(ModelState trained) {
+    Mix(trained);
+    model_ = std::make_shared<const ModelState>(trained);
+    const uint64_t contributed = round_;
+    Actions a = Contribute(std::move(trained));
+    if (step_.overlap) a.train = contributed + 1 < ctx_.total_rounds;
+    return a;
+  }
+
+  std::shared_ptr<const ModelState> outer_;     // x, the same on every node
+  std::vector<std::vector<size_t>> fragments_;  // tensor indices, by fragment
+  std::vector<ModelState> zeros_;               // each fragment's zero model
+  bool mix_due_ = false;                        // fragment mix_fragment_'s new outer values not mixed in yet
+  size_t mix_fragment_ = 0;
 };
 
 }  // namespace
@@ -194,6 +328,17 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
   PLEXUS_ASSIGN_OR_RETURN(step.momentum, spec.GetDouble("momentum", 0.9));
   PLEXUS_ASSIGN_OR_RETURN(step.nesterov, spec.GetBool("nesterov", true));
   PLEXUS_ASSIGN_OR_RETURN(step.eager, spec.GetBool("eager", false));
+  PLEXUS_ASSIGN_OR_RETURN(double fragments, spec.GetDouble("fragments", 0));
+  PLEXUS_ASSIGN_OR_RETURN(step.mix, spec.GetDouble("mix", 0.5));
+  PLEXUS_ASSIGN_OR_RETURN(step.overlap, spec.GetBool("overlap", true));
+  if (!(fragments >= 0 && fragments <= 1e6 && fragments == static_cast<double>(static_cast<size_t>(fragments)))) {
+    return InvalidArgumentError("diloco:fragments must be a whole number >= 1");
+  }
+  step.fragments = static_cast<size_t>(fragments);
+  if (!(step.mix >= 0 && step.mix <= 1)) return InvalidArgumentError("diloco:mix must be in [0, 1]");
+  if (step.eager && step.fragments > 0) {
+    return InvalidArgumentError("diloco: eager=true and fragments=F are two ways to overlap; choose one");
+  }
   PLEXUS_ASSIGN_OR_RETURN(double wait_ms, spec.GetDouble("wait_ms", 30000.0));
   PLEXUS_ASSIGN_OR_RETURN(double interval_ms, spec.GetDouble("interval_ms", 200.0));
   if (!(step.lr > 0)) return InvalidArgumentError("diloco:outer_lr must be positive");
@@ -203,6 +348,9 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
   const std::string description =
       "diloco(outer_lr=" + std::to_string(step.lr) + ",momentum=" + std::to_string(step.momentum) +
       ",nesterov=" + (step.nesterov ? "true" : "false") + (step.eager ? ",eager=true" : "") +
+      (step.fragments > 0 ? ",fragments=" + std::to_string(step.fragments) + ",mix=" + std::to_string(step.mix) +
+                                ",overlap=" + (step.overlap ? "true" : "false")
+                          : "") +
       ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) +
       ",interval_ms=" + std::to_string(static_cast<int64_t>(interval_ms)) + ")";
   PLEXUS_ASSIGN_OR_RETURN(
@@ -211,11 +359,25 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
           description, "complete",
           [step, wait_ms, interval_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
                                        NeighbourMerge*) -> std::unique_ptr<Protocol> {
+            if (step.fragments > 0) {
+              return std::make_unique<StreamingDiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec),
+                                                           wait_ms, interval_ms, step);
+            }
             return std::make_unique<DiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec), wait_ms,
                                                 interval_ms, step);
           },
           /*mixes_by_weight_only=*/step.eager));  // the eager step needs the plain mean's sum
   factory->set_uses_replicas();
+  if (step.fragments > 0) {
+    factory->set_model_check([fragments = step.fragments](const ModelState& model) -> Status {
+      if (model.tensors().size() < fragments) {
+        return InvalidArgumentError("diloco:fragments=" + std::to_string(fragments) +
+                                    " does not divide the model: it has " + std::to_string(model.tensors().size()) +
+                                    " tensors, one fragment each at least");
+      }
+      return Status::Ok();
+    });
+  }
   return factory;
 }
 

@@ -62,6 +62,10 @@ class ProtocolFactory {
     merge_ = std::move(merge);
     merge_spec_ = std::move(spec);
   }
+  // What the algorithm needs of the model its nodes start from (streaming DiLoCo: a tensor per
+  // fragment at least); the drivers call it before they make nodes. OK when unset.
+  Status CheckModel(const ModelState& model) const { return check_model_ ? check_model_(model) : Status::Ok(); }
+  void set_model_check(std::function<Status(const ModelState&)> check) { check_model_ = std::move(check); }
   // Algorithms that talk to other nodes through CRDT replicas rather than messages (crdt, diloco).
   bool uses_replicas() const { return uses_replicas_; }
   void set_uses_replicas() { uses_replicas_ = true; }
@@ -80,6 +84,7 @@ class ProtocolFactory {
   std::unique_ptr<NeighbourMerge> merge_;
   std::string merge_spec_ = "mean";
   bool uses_replicas_ = false;
+  std::function<Status(const ModelState&)> check_model_;
 };
 
 // For the algorithm files: a factory of round-based nodes (any merge rule).

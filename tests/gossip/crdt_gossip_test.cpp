@@ -43,11 +43,20 @@ struct Pull {
   uint64_t round;
 };
 
+// The model (1, 2, 3) as three one-value tensors a, b, c (streaming DiLoCo's fragments).
+ModelState ThreeTensors() {
+  ModelState m = *ModelState::Create({{"a", {1}}, {"b", {1}}, {"c", {1}}});
+  const float values[] = {1, 2, 3};
+  std::copy_n(values, 3, m.data().begin());
+  return m;
+}
+
 // n CRDT nodes starting from different models (node i from (i, -i, 1); with `same_start`, every
-// node from (1, 2, 3), as DiLoCo's peers start). "Training" adds (node + 1) * step to every value.
+// node from (1, 2, 3), as DiLoCo's peers start, or from `start` when given). "Training" adds
+// (node + 1) * step to every value.
 struct CrdtHarness {
   CrdtHarness(size_t n, uint64_t rounds, const std::string& merge = "mean", const std::string& spec = "crdt",
-              bool same_start = false)
+              bool same_start = false, const ModelState* start = nullptr)
       : peers(n), factory(*MakeGossip(spec, merge)) {
     for (size_t i = 0; i < n; ++i) {
       keys.push_back(*SigningKey::FromSeed(std::string(31, 'k') + static_cast<char>('a' + i)));
@@ -59,8 +68,9 @@ struct CrdtHarness {
       ctx.author_keys = &authors;
       const float v = static_cast<float>(i);
       nodes.push_back(
-          factory->MakeNode(ctx, std::make_shared<const ModelState>(same_start ? testing::VectorModel({1, 2, 3})
-                                                                               : testing::VectorModel({v, -v, 1}))));
+          factory->MakeNode(ctx, std::make_shared<const ModelState>(start        ? *start
+                                                                    : same_start ? testing::VectorModel({1, 2, 3})
+                                                                                 : testing::VectorModel({v, -v, 1}))));
     }
   }
   void Take(NodeId i, Actions a) {
@@ -304,6 +314,106 @@ TEST(DiLoCoGossipTest, EagerPeersStepWithTheirOwnFreshDeltaAndTheOthersOfTheLast
     EXPECT_NEAR(h.Value(1, 2), 3 + 1.33 + 1.5645, 1e-5) << "overlapped " << overlapped;
     EXPECT_TRUE(h.to_train.empty());
   }
+}
+
+// Streaming DiLoCo's schedule by hand, two fragments of (a, b, c) = (1, 2, 3): fragment 0 holds
+// a and c, fragment 1 holds b; mix 0 (the outer values replace the replica's), no overlap; the
+// peers' training adds 0.5 and 1.0.
+// round 0, fragment 0: deltas 0.5 and 1.0 for a and c, mean 0.75: x_a = 1.9975, x_c = 3.9975;
+//          replicas (1.9975, 2.5, 3.9975) and (1.9975, 3, 3.9975); b stays each peer's own
+// round 1, fragment 1: b trained to 3.0 and 4.0, deltas from x_b = 2: 1.0 and 2.0, mean 1.5:
+//          x_b = 2 + 0.7 (1.5 + 0.9 * 1.5) = 3.995; replicas (2.4975, 3.995, 4.4975) and
+//          (2.9975, 3.995, 4.9975): a and c wait for round 2
+TEST(DiLoCoGossipTest, StreamingPeersExchangeOneFragmentPerRoundOnAStaggeredSchedule) {
+  const ModelState start = ThreeTensors();
+  CrdtHarness h(2, 2, "mean", "diloco:fragments=2,mix=0,overlap=false", false, &start);
+  h.StartAll();
+  h.TrainAll();
+  EXPECT_TRUE(h.to_train.empty());  // without overlap the peers wait for the exchange
+  h.CarryAll();
+  const std::vector<std::vector<float>> after0 = {{1.9975f, 2.5f, 3.9975f}, {1.9975f, 3.0f, 3.9975f}};
+  for (NodeId i = 0; i < 2; ++i) {
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(h.Value(i, k), after0[i][k], 1e-5) << i << " " << k;
+    // Each contribution held one fragment: two values.
+    const CrdtReplica* r = h.nodes[i]->replica(0);
+    ASSERT_NE(r, nullptr);
+    for (const std::string& id : r->LiveIds()) EXPECT_EQ(r->Find(id)->delta.num_params(), 2u);
+  }
+  h.TrainAll();
+  h.CarryAll();
+  const std::vector<std::vector<float>> after1 = {{2.4975f, 3.995f, 4.4975f}, {2.9975f, 3.995f, 4.9975f}};
+  for (NodeId i = 0; i < 2; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 2u);
+    for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(h.Value(i, k), after1[i][k], 1e-5) << i << " " << k;
+  }
+}
+
+// With overlap each peer trains round 1 while fragment 0 is exchanged, and the arriving values
+// are mixed (0.5) into what round 1 trained: a and c of (2.0, 3.0, 4.0) and (3, 4, 5) become
+// (1.99875, 3.99875) and (2.49875, 4.49875); b's deltas 1.0 and 2.0 give x_b = 3.995 as above,
+// mixed in at the end: 3.4975 and 3.9975. The same whichever of the two comes first.
+TEST(DiLoCoGossipTest, StreamingPeersOverlapTheExchangeWithTheNextRoundAndMixTheFragmentIn) {
+  const ModelState start = ThreeTensors();
+  for (const bool trained_first : {false, true}) {
+    CrdtHarness h(2, 2, "mean", "diloco:fragments=2,mix=0.5", false, &start);
+    h.StartAll();
+    h.TrainAll();
+    EXPECT_EQ(h.to_train.size(), 2u);  // round 1 trains at once
+    if (trained_first) {
+      h.TrainAll();
+      h.CarryAll();
+    } else {
+      h.CarryAll();
+      h.TrainAll();
+      h.CarryAll();
+    }
+    for (int extra = 0; extra < 3 && h.nodes[1]->rounds_completed() < 2; ++extra) {
+      h.FirePullTimers();
+      h.CarryAll();
+    }
+    const std::vector<std::vector<float>> expected = {{1.99875f, 3.4975f, 3.99875f}, {2.49875f, 3.9975f, 4.49875f}};
+    for (NodeId i = 0; i < 2; ++i) {
+      EXPECT_EQ(h.nodes[i]->rounds_completed(), 2u) << "trained first " << trained_first;
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_NEAR(h.Value(i, k), expected[i][k], 1e-5) << i << " " << k << " trained first " << trained_first;
+      }
+    }
+  }
+}
+
+// One fragment, replaced outright, without overlap is DiLoCo, byte for byte.
+TEST(DiLoCoGossipTest, StreamingWithOneFragmentAndNoMixIsDiLoCo) {
+  CrdtHarness plain(3, 3, "mean", "diloco", true);
+  CrdtHarness streaming(3, 3, "mean", "diloco:fragments=1,mix=0,overlap=false", true);
+  for (CrdtHarness* h : {&plain, &streaming}) {
+    h->StartAll();
+    for (int r = 0; r < 3; ++r) {
+      h->TrainAll(0.25f);
+      h->CarryAll();
+    }
+  }
+  for (NodeId i = 0; i < 3; ++i) {
+    EXPECT_EQ(streaming.nodes[i]->rounds_completed(), 3u);
+    // The values, byte for byte (the versions count differently).
+    EXPECT_EQ(streaming.nodes[i]->model()->ContentSha256(), plain.nodes[i]->model()->ContentSha256()) << "node " << i;
+  }
+}
+
+TEST(DiLoCoGossipTest, FragmentsThatCannotHoldAreRefused) {
+  for (const char* bad :
+       {"diloco:fragments=1.5", "diloco:fragments=-1", "diloco:fragments=2,mix=1.5", "diloco:fragments=2,eager=true"}) {
+    auto f = MakeGossip(bad, "mean");
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("--gossip"), std::string::npos) << bad;
+  }
+  auto f = MakeGossip("diloco:fragments=4", "mean");
+  ASSERT_TRUE(f.ok());
+  const Status s = (*f)->CheckModel(ThreeTensors());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fragments=4"), std::string::npos) << s.message();
+  EXPECT_NE((*f)->CheckModel(testing::VectorModel(std::vector<float>(4, 0))).message().find("1 tensors"),
+            std::string::npos);
+  EXPECT_TRUE((*MakeGossip("diloco:fragments=3", "mean"))->CheckModel(ThreeTensors()).ok());
 }
 
 TEST(DiLoCoGossipTest, EagerUpdatesNeedThePlainMean) {
