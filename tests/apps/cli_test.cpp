@@ -155,6 +155,22 @@ TEST(CliTest, SlowLinkSettingsThatCannotHoldAreRefusedNamingTheFlag) {
             1);
   EXPECT_NE(out.find("not --strategy trimmed_mean"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(db)) << "a refused start left a database behind";
+  // DiLoCo between peers: H >= 1 (simulated and real peers), and fragments the model can hold.
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"sim", "--mode", "gossip", "--gossip", "diloco", "--local-steps", "0", "--dry-run"}, &out),
+            1);
+  EXPECT_NE(out.find("--local-steps: --gossip diloco needs H >= 1 inner steps"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
+                            {"peer", "--listen", "127.0.0.1:47999", "--num-partitions", "2", "--partition-index", "0",
+                             "--gossip", "diloco"},
+                            &out),
+            1);
+  EXPECT_NE(out.find("--local-steps: --gossip diloco needs H >= 1 inner steps"), std::string::npos) << out;
+  EXPECT_EQ(RunToCompletion(
+                PLEXUS_BINARY,
+                {"sim", "--mode", "gossip", "--gossip", "diloco:fragments=5", "--local-steps", "5", "--dry-run"}, &out),
+            1);
+  EXPECT_NE(out.find("diloco:fragments=5 does not divide the model: it has 4 tensors"), std::string::npos) << out;
   // The settings that hold start: DiLoCo with H inner steps, DeMo under FedAvg.
   EXPECT_EQ(
       RunToCompletion(PLEXUS_BINARY,
