@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -212,6 +213,8 @@ class GossipSim {
           {static_cast<NodeId>(n_), &peers_, o_.seed, static_cast<uint64_t>(o_.rounds), n_, static_cast<NodeId>(n_)}));
     }
     model_bytes_ = shared->num_bytes();
+    pull_queue_.resize(n_);
+    pulling_.assign(n_, false);
     return Status::Ok();
   }
 
@@ -259,43 +262,56 @@ class GossipSim {
     if (depth_ == 0) ReportDueRounds();
   }
 
-  // CRDT gossip: node i pulls from `from`'s replica of `round`. The entries i lacks travel from
-  // `from` to i, charged a model's bytes each (plus 32 bytes per digest node compared); on
-  // arrival i syncs a copy of its replica from `from`'s as it is then, and joins it. While one
-  // pull from `from` is on its way, i asks for no other (as a real peer runs one pull at a time):
-  // on a slow link a pull outlasts the interval between pulls, and overlapping pulls would each
-  // carry the same missing models.
+  // CRDT gossip: node i pulls from `from`'s replica of `round`. As a real peer does
+  // (gossip/node/crdt_pulls.h), a node runs one pull at a time and queues the others (one per peer
+  // at a time): each then starts from what the node holds by then, so a model reaches it once,
+  // not once from every peer that has it. The entries i lacks travel from `from` to i, charged
+  // their delta's bytes (streaming DiLoCo's are one fragment's) plus 32 bytes per digest node
+  // compared; on arrival i joins what `from`'s replica held when the pull started (what a real
+  // pull's digest questions found), never more than was charged.
   void Pull(NodeId i, NodeId from, uint64_t round) {
-    const uint64_t key = (static_cast<uint64_t>(i) << 32) | from;
-    if (!pulling_.insert(key).second) return;
-    const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
-    const CrdtReplica* mine = nodes_[i]->replica(round);
-    uint64_t bytes = Message::kHeaderBytes;
-    if (theirs && mine) {
-      size_t hashes = 0;
-      // Each missing contribution costs its delta's bytes (streaming DiLoCo's are one fragment's).
-      for (const std::string& entry :
-           MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes)) {
-        const Contribution* c =
-            entry.empty() || entry[0] != '+' ? nullptr : theirs->Find(entry.substr(entry.rfind('/') + 1));
-        bytes += c != nullptr ? c->delta.num_bytes() : (entry[0] == '+' ? model_bytes_ : 0);
-      }
-      bytes += 32 * hashes;
-    }
-    if (from < n_) bytes_sent_ += bytes;
-    const bool sent = net_.Send(from, i, bytes, [this, i, from, round, key, inc = incarnation_[i]] {
-      pulling_.erase(key);
-      if (!live_[i] || incarnation_[i] != inc) return;
+    if (!queued_pulls_.insert((static_cast<uint64_t>(i) << 32) | from).second) return;
+    pull_queue_[i].push_back({from, round});
+    if (!pulling_[i]) StartNextPull(i);
+  }
+
+  void StartNextPull(NodeId i) {
+    while (!pulling_[i] && !pull_queue_[i].empty()) {
+      const auto [from, round] = pull_queue_[i].front();
+      pull_queue_[i].pop_front();
+      queued_pulls_.erase((static_cast<uint64_t>(i) << 32) | from);
+      if (!live_[i]) continue;
       const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
       const CrdtReplica* mine = nodes_[i]->replica(round);
-      if (!theirs || !mine) return Execute(i, nodes_[i]->OnSynced(from, round, nullptr));
-      CrdtReplica copy(*mine);
-      const bool ok = copy.SyncFrom(*theirs).ok();
-      Execute(i, nodes_[i]->OnSynced(from, round, ok ? &copy : nullptr));
-    });
-    if (!sent) {
-      ++lost_;
-      pulling_.erase(key);
+      uint64_t bytes = Message::kHeaderBytes;
+      std::shared_ptr<const CrdtReplica> pulled;
+      if (theirs && mine) {
+        pulled = std::make_shared<const CrdtReplica>(*theirs);
+        size_t hashes = 0;
+        for (const std::string& entry :
+             MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes)) {
+          if (entry.empty() || entry[0] != '+') continue;  // a tombstone: a few bytes
+          const Contribution* c = theirs->Find(entry.substr(entry.rfind('/') + 1));
+          bytes += c != nullptr ? c->delta.num_bytes() : model_bytes_;
+        }
+        bytes += 32 * hashes;
+      }
+      if (from < n_) bytes_sent_ += bytes;
+      pulling_[i] = net_.Send(from, i, bytes, [this, i, from, round, pulled, inc = incarnation_[i]] {
+        pulling_[i] = false;
+        if (live_[i] && incarnation_[i] == inc) {
+          const CrdtReplica* mine = nodes_[i]->replica(round);
+          if (!pulled || !mine || !live_[from]) {
+            Execute(i, nodes_[i]->OnSynced(from, round, nullptr));
+          } else {
+            CrdtReplica copy(*mine);
+            const bool ok = copy.SyncFrom(*pulled).ok();
+            Execute(i, nodes_[i]->OnSynced(from, round, ok ? &copy : nullptr));
+          }
+        }
+        StartNextPull(i);
+      });
+      if (!pulling_[i]) ++lost_;
     }
   }
 
@@ -600,7 +616,11 @@ class GossipSim {
   std::vector<NodeId> away_;
   size_t model_bytes_ = 0;
   uint64_t bytes_sent_ = 0;
-  std::unordered_set<uint64_t> pulling_;  // CRDT pulls on their way: (puller << 32) | pulled
+  // CRDT pulls: each node's queue of (peer, round), which (node << 32 | peer) are queued, and
+  // whether the node's one pull is on its way.
+  std::vector<std::deque<std::pair<NodeId, uint64_t>>> pull_queue_;
+  std::unordered_set<uint64_t> queued_pulls_;
+  std::vector<bool> pulling_;
   int64_t lost_ = 0;
   int64_t next_report_ = 1;
   int64_t behind_ = 0;

@@ -246,12 +246,14 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   GossipResult result = Take(RunGossipSimulation(
       o, o.train ? &train : nullptr, runner, average_eval.get(), node_eval.get(), [&](const GossipRound& r) {
         const double eta = r.wall_time_s / static_cast<double>(r.round) * static_cast<double>(o.rounds - r.round);
+        char bits[48] = "";  // the language model's measure
+        if (model.language()) std::snprintf(bits, sizeof bits, "  test_bits_per_char %.3f", BitsPerChar(r.test_loss));
         std::printf(
-            "round %3lld/%lld  live %lld  test_accuracy %.4f  node_accuracy mean %.4f min "
+            "round %3lld/%lld  live %lld  test_accuracy %.4f%s  node_accuracy mean %.4f min "
             "%.4f  consensus %.4g  train_loss %.4f  sent %.2f MB/node  virtual %.1f s  "
             "real %.1f s  eta %.0f s%s%s\n",
             static_cast<long long>(r.round), static_cast<long long>(o.rounds), static_cast<long long>(r.live_nodes),
-            r.test_accuracy, r.mean_node_accuracy, r.min_node_accuracy, r.consensus_distance, r.mean_train_loss,
+            r.test_accuracy, bits, r.mean_node_accuracy, r.min_node_accuracy, r.consensus_distance, r.mean_train_loss,
             r.bytes_sent_per_node / 1e6, r.virtual_time_s, r.wall_time_s, eta, r.partitioned ? "  (partitioned)" : "",
             o.swim()
                 ? ("  swim: " + std::to_string(r.suspicions) + " suspected, " + std::to_string(r.deaths) + " buried, " +
