@@ -107,6 +107,7 @@ Status CrdtPulls::ReplyArrived(PeerLinks::Link* c, const v1::CrdtReply& reply) {
     if (w.sha256().empty()) return InvalidArgumentError("a CRDT contribution announced without its SHA-256");
     v1::GossipModel header;
     header.set_kind(v1::GossipModel::CRDT_DELTA);
+    header.set_round(p.request.round());  // which round's layout the delta must have
     header.set_stream(w.stream());
     header.set_total_bytes(w.total_bytes());
     header.set_sha256(w.sha256());

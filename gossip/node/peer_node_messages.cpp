@@ -182,30 +182,16 @@ void PeerNode::Impl::ModelAnnounced(Link* c, const v1::GossipModel& m) {
   if (Status s = links->Expect(c, m, !m.codec().empty()); !s.ok()) links->Refuse(c, s.message());
 }
 
-namespace {
-
-// OK when every tensor of `part` is a tensor of `whole` (name and shape), in `whole`'s order.
-Status CheckPartOfLayout(const ModelState& part, const ModelState& whole) {
-  size_t k = 0;
-  for (const TensorSlot& t : part.tensors()) {
-    while (k < whole.tensors().size() && whole.tensors()[k].name != t.name) ++k;
-    if (k == whole.tensors().size() || whole.tensors()[k].shape != t.shape) {
-      return InvalidArgumentError("tensor '" + t.name + "' is not one of this model's, in its order and shape");
-    }
-    ++k;
-  }
-  if (part.tensors().empty()) return InvalidArgumentError("a delta without tensors");
-  return Status::Ok();
-}
-
-}  // namespace
-
 void PeerNode::Impl::OnStream(Link* c, InboundStream in) {
   const NodeId from = c->peer;
   ++decoding[from];
   auto job = std::make_shared<InboundStream>(std::move(in));
   auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
   std::shared_ptr<const ModelState> own = protocol->model();
+  // A contribution's delta has its round's layout (streaming DiLoCo's: one fragment of the model).
+  if (job->header.kind() == v1::GossipModel::CRDT_DELTA) {
+    if (std::shared_ptr<const ModelState> layout = protocol->contribution_layout(job->header.round())) own = layout;
+  }
   work->OffLoop(
       [job, model, own, codec = o.codec] {
         if (!job->assembler.bytes_stream()) {
@@ -217,9 +203,7 @@ void PeerNode::Impl::OnStream(Link* c, InboundStream in) {
           *model = decoder.ok() ? (*decoder)->Decode(*bytes, *own) : decoder.status();
         }
         if (!model->ok()) return;
-        // A contribution's delta may be part of the model (streaming DiLoCo's fragments).
-        Status check = job->header.kind() == v1::GossipModel::CRDT_DELTA ? CheckPartOfLayout(**model, *own)
-                                                                         : (*model)->CheckSameLayout(*own);
+        Status check = (*model)->CheckSameLayout(*own);
         if (check.ok()) check = (*model)->CheckFinite();
         if (!check.ok()) *model = check;
       },

@@ -152,6 +152,8 @@ class CrdtNode : public Protocol {
     return it == replicas_.end() ? nullptr : &it->second;
   }
 
+  std::shared_ptr<const ModelState> contribution_layout(uint64_t round) const override { return ZeroOf(round); }
+
   std::shared_ptr<const ModelState> model() const override { return model_; }
   uint64_t rounds_completed() const override { return round_; }
 
@@ -181,7 +183,7 @@ class CrdtNode : public Protocol {
 
   // The zero model of `round`'s contributions (the base they are deltas from and are resolved
   // on): the model's layout; a node that contributes part of the model gives that part's.
-  virtual const ModelState& ZeroOf(uint64_t /*round*/) const { return *zero_; }
+  virtual std::shared_ptr<const ModelState> ZeroOf(uint64_t /*round*/) const { return zero_; }
   // The contribution of a round whose training ended at `trained`, as a delta from the zero
   // model: here the trained model itself.
   virtual ModelState ContributionOf(ModelState trained) { return trained; }
@@ -233,7 +235,7 @@ class CrdtNode : public Protocol {
   }
 
   Actions Advance() {
-    model_ = NextModel(ReplicaOf(round_).Resolve(strategy_, ZeroOf(round_)));
+    model_ = NextModel(ReplicaOf(round_).Resolve(strategy_, *ZeroOf(round_)));
     waiting_ = false;
     departed_.clear();
     ++round_;

@@ -239,17 +239,17 @@ class StreamingDiLoCoNode final : public OuterLoopNode {
       // The factory's model check guarantees a tensor per fragment; a failed Create leaves an
       // empty zero, whose contributions the replica refuses.
       Result<ModelState> zero = ModelState::Create(specs);
-      zeros_.push_back(zero.ok() ? std::move(zero).value() : ModelState());
+      zeros_.push_back(std::make_shared<const ModelState>(zero.ok() ? std::move(zero).value() : ModelState()));
     }
   }
 
  protected:
-  const ModelState& ZeroOf(uint64_t round) const override { return zeros_[round % fragments_.size()]; }
+  std::shared_ptr<const ModelState> ZeroOf(uint64_t round) const override { return zeros_[round % fragments_.size()]; }
 
   // Fragment round_ mod F of theta_i - x.
   ModelState ContributionOf(ModelState trained) override {
     const size_t p = round_ % fragments_.size();
-    ModelState delta = zeros_[p];
+    ModelState delta = *zeros_[p];
     for (size_t i = 0; i < fragments_[p].size(); ++i) {
       std::span<float> out = delta.tensor(i);
       std::span<const float> t = trained.tensor(fragments_[p][i]);
@@ -313,10 +313,10 @@ class StreamingDiLoCoNode final : public OuterLoopNode {
     return a;
   }
 
-  std::shared_ptr<const ModelState> outer_;     // x, the same on every node
-  std::vector<std::vector<size_t>> fragments_;  // tensor indices, by fragment
-  std::vector<ModelState> zeros_;               // each fragment's zero model
-  bool mix_due_ = false;                        // fragment mix_fragment_'s new outer values not mixed in yet
+  std::shared_ptr<const ModelState> outer_;               // x, the same on every node
+  std::vector<std::vector<size_t>> fragments_;            // tensor indices, by fragment
+  std::vector<std::shared_ptr<const ModelState>> zeros_;  // each fragment's zero model
+  bool mix_due_ = false;                                  // fragment mix_fragment_'s new outer values not mixed in yet
   size_t mix_fragment_ = 0;
 };
 

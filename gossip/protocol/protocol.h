@@ -143,6 +143,10 @@ class Protocol {
   // pull from `from` (null: the pull failed), to join.
   virtual const CrdtReplica* replica(uint64_t /*round*/) const { return nullptr; }
   virtual Actions OnSynced(NodeId /*from*/, uint64_t /*round*/, const CrdtReplica* /*synced*/) { return {}; }
+  // CRDT gossip: the layout every contribution of `round` has (streaming DiLoCo's are one
+  // fragment of the model), which a driver checks a fetched delta against before anything is
+  // joined; null for the model's own layout.
+  virtual std::shared_ptr<const ModelState> contribution_layout(uint64_t /*round*/) const { return nullptr; }
 
   // The node's current model: what it trains from next and what is evaluated as its own.
   virtual std::shared_ptr<const ModelState> model() const = 0;
