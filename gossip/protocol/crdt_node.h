@@ -166,7 +166,7 @@ class CrdtNode : public Protocol {
     Contribution c;
     c.author = AuthorOf(ctx_.self);
     c.examples = 1;
-    c.base_version = round_;
+    c.base_version = BaseTag();
     c.created_round = round_;
     c.delta = ContributionOf(std::move(trained));
     c.delta.set_version(0);
@@ -184,6 +184,8 @@ class CrdtNode : public Protocol {
   // The zero model of `round`'s contributions (the base they are deltas from and are resolved
   // on): the model's layout; a node that contributes part of the model gives that part's.
   virtual std::shared_ptr<const ModelState> ZeroOf(uint64_t /*round*/) const { return zero_; }
+  // What a contribution records as its base (Contribution::base_version): the round.
+  virtual uint64_t BaseTag() { return round_; }
   // The contribution of a round whose training ended at `trained`, as a delta from the zero
   // model: here the trained model itself.
   virtual ModelState ContributionOf(ModelState trained) { return trained; }

@@ -169,6 +169,41 @@ class DiLoCoNode final : public OuterLoopNode {
   }
 
   bool Overlaps() const override { return step_.eager; }
+
+  // Plain DiLoCo: a contribution's base is a fingerprint of the outer model it was trained from,
+  // so that a node whose x left the others' (a round that ended by its timer with another set of
+  // contributions) sees it: once the round is complete and more of its contributions share
+  // another base than its own, the node takes a live peer's x, v and round of that base, as a
+  // rejoining node does, before it trains on.
+  uint64_t BaseTag() override {
+    if (step_.eager) return CrdtNode::BaseTag();
+    base_tag_ = std::stoull(model_->ContentSha256().substr(0, 15), nullptr, 16);
+    return base_tag_;
+  }
+  Actions AfterRound() override {
+    if (step_.eager || round_ == 0 || round_ >= ctx_.total_rounds) return OuterLoopNode::AfterRound();
+    const CrdtReplica* last = replica(round_ - 1);
+    if (last == nullptr) return OuterLoopNode::AfterRound();
+    std::map<uint64_t, std::vector<NodeId>> authors_by_base;
+    for (const std::string& id : last->LiveIds()) {
+      const Contribution* c = last->Find(id);
+      if (c == nullptr || c->created_round != round_ - 1 || c->author.rfind("peer-", 0) != 0) continue;
+      authors_by_base[c->base_version].push_back(static_cast<NodeId>(std::stoul(c->author.substr(5))));
+    }
+    const size_t mine = authors_by_base[base_tag_].size();
+    for (const auto& [base, authors] : authors_by_base) {
+      if (authors.size() <= mine) continue;
+      for (NodeId peer : authors) {
+        if (peer == ctx_.self || peer >= ctx_.nodes || !ctx_.peers->IsLive(peer)) continue;
+        Actions a;
+        a.sends.push_back({peer, Message{Message::Kind::kModelRequest, round_, nullptr, 0.0, 0}});
+        a.timers.push_back({TimerId(kRejoinTimer, round_), wait_ms_});
+        catching_up_ = true;
+        return a;
+      }
+    }
+    return OuterLoopNode::AfterRound();
+  }
   Actions ContributeTrained(ModelState trained) override {
     return step_.eager ? ContributeEagerly(std::move(trained)) : Contribute(std::move(trained));
   }
@@ -213,6 +248,7 @@ class DiLoCoNode final : public OuterLoopNode {
   // contributed to, the last complete round's mean and count (and whether this node's own delta
   // is among them), and a trained model waiting for the round before to complete.
   std::shared_ptr<const ModelState> trained_from_, last_own_, last_mean_;
+  uint64_t base_tag_ = 0;  // plain DiLoCo: the fingerprint of x this node's last contribution came from
   size_t last_count_ = 0;
   bool own_in_last_ = false;
 };

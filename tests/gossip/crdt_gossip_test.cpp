@@ -74,6 +74,7 @@ struct CrdtHarness {
     }
   }
   void Take(NodeId i, Actions a) {
+    for (Actions::Send& s : a.sends) sent.push_back({i, std::move(s)});
     for (const Actions::Sync& s : a.syncs) pulls.push_back({i, s.from, s.round});
     for (const Actions::Timer& t : a.timers) timers[i].push_back(t.id);
     rounds_done[i] += a.rounds_completed;
@@ -128,6 +129,7 @@ struct CrdtHarness {
   std::map<NodeId, std::vector<uint64_t>> timers;
   std::map<NodeId, uint64_t> rounds_done;
   std::vector<NodeId> to_train;
+  std::vector<std::pair<NodeId, Actions::Send>> sent;  // by sender
 };
 
 TEST(CrdtGossipTest, ARoundEndsWithEveryNodeHoldingTheMeanOfTheTrainedModels) {
@@ -421,6 +423,47 @@ TEST(DiLoCoGossipTest, EagerUpdatesNeedThePlainMean) {
   auto f = MakeGossip("diloco:eager=true", "median");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("--merge"), std::string::npos) << f.status().message();
+}
+
+// A node whose outer model left the others' (here: it started from another model, as after a
+// round that ended by its timer with another set) sees it in the bases of the round's
+// contributions: two of three came from another x than its own. It asks one of those peers for
+// x, v and round, takes them, and from then on steps as the others do.
+TEST(DiLoCoGossipTest, APeerWhoseOuterModelLeftTheOthersTakesTheMajoritysBack) {
+  CrdtHarness h(3, 3, "mean", "diloco", true);
+  NodeContext ctx{2, &h.peers, 3, 3, 3, 3};
+  ctx.signing_key = &h.keys[2];
+  ctx.author_keys = &h.authors;
+  h.nodes[2] = h.factory->MakeNode(ctx, std::make_shared<const ModelState>(testing::VectorModel({7, 7, 7})));
+  h.StartAll();
+  h.TrainAll();
+  h.CarryAll();
+  EXPECT_EQ(h.nodes[2]->rounds_completed(), 1u);
+  EXPECT_NE(*h.nodes[2]->model(), *h.nodes[0]->model());
+  // Nodes 0 and 1 train on; node 2 asked a peer of the majority instead.
+  EXPECT_EQ(std::count(h.to_train.begin(), h.to_train.end(), NodeId{2}), 0);
+  std::vector<std::pair<NodeId, Actions::Send>> requests;
+  for (auto& [from, send] : h.sent) {
+    if (send.message.kind == Message::Kind::kModelRequest) requests.push_back({from, send});
+  }
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].first, 2u);
+  const NodeId asked = requests[0].second.to;
+  EXPECT_NE(asked, 2u);
+  h.sent.clear();
+  h.Take(asked, h.nodes[asked]->OnMessage(2, requests[0].second.message));
+  for (const auto& [from, send] : std::vector<std::pair<NodeId, Actions::Send>>(h.sent)) {
+    if (send.to == 2) h.Take(2, h.nodes[2]->OnMessage(from, send.message));
+  }
+  EXPECT_EQ(*h.nodes[2]->model(), *h.nodes[0]->model());
+  for (int r = 0; r < 2; ++r) {
+    h.TrainAll();
+    h.CarryAll();
+  }
+  for (NodeId i = 0; i < 3; ++i) {
+    EXPECT_EQ(h.nodes[i]->rounds_completed(), 3u);
+    EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model()) << "node " << i;
+  }
 }
 
 TEST(DiLoCoGossipTest, BadOuterSettingsAreRefused) {
