@@ -284,9 +284,11 @@ class GossipSim {
       const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
       const CrdtReplica* mine = nodes_[i]->replica(round);
       uint64_t bytes = Message::kHeaderBytes;
-      std::shared_ptr<const CrdtReplica> pulled;
+      // What the peer held when the pull started: its set (the contributions are content-addressed
+      // and immutable, so its store supplies them on arrival).
+      std::shared_ptr<const ContributionSet> pulled;
       if (theirs && mine) {
-        pulled = std::make_shared<const CrdtReplica>(*theirs);
+        pulled = std::make_shared<const ContributionSet>(theirs->set());
         size_t hashes = 0;
         for (const std::string& entry :
              MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes)) {
@@ -301,11 +303,12 @@ class GossipSim {
         pulling_[i] = false;
         if (live_[i] && incarnation_[i] == inc) {
           const CrdtReplica* mine = nodes_[i]->replica(round);
-          if (!pulled || !mine || !live_[from]) {
+          const CrdtReplica* theirs = live_[from] ? nodes_[from]->replica(round) : nullptr;
+          if (!pulled || !mine || !theirs) {
             Execute(i, nodes_[i]->OnSynced(from, round, nullptr));
           } else {
             CrdtReplica copy(*mine);
-            const bool ok = copy.SyncFrom(*pulled).ok();
+            const bool ok = copy.Restore(*pulled, theirs->contributions()).ok();
             Execute(i, nodes_[i]->OnSynced(from, round, ok ? &copy : nullptr));
           }
         }

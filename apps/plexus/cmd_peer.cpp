@@ -14,6 +14,7 @@
 #include "apps/plexus/help_lists.h"
 #include "apps/plexus/model_choice.h"
 #include "apps/plexus/run_summary.h"
+#include "apps/plexus/slow_link_checks.h"
 #include "client/grpc_transport.h"
 #include "client/server_exchange.h"
 #include "compute/fashion_mnist.h"
@@ -177,9 +178,7 @@ void RunPeer(const PeerFlags& f) {
                        "mode=s2a runs in plexus sim --mode gossip");
   }
 
-  if (factory->description().rfind("diloco", 0) == 0 && f.task.local_steps < 1) {
-    throw CommandError("--local-steps: --gossip diloco needs H >= 1 inner steps per round (0 trains epochs)");
-  }
+  CheckGossipLocalSteps(*factory, f.gossip, f.task);
 
   gossip::PeerNodeOptions o;
   o.self = static_cast<gossip::NodeId>(f.partition_index);

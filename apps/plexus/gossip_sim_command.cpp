@@ -11,6 +11,7 @@
 #include "apps/plexus/help_lists.h"
 #include "apps/plexus/run_estimate.h"
 #include "apps/plexus/run_summary.h"
+#include "apps/plexus/slow_link_checks.h"
 #include "apps/plexus/test_set_evaluator.h"
 #include "compute/fashion_mnist.h"
 #include "compute/model_zoo.h"
@@ -177,13 +178,11 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   o.eval_nodes = g.eval_nodes;
   o.liveness = g.liveness;
   Check(o.Validate(), "invalid settings");
-  if (o.gossip.rfind("diloco", 0) == 0 && o.train && o.task.local_steps < 1) {
-    throw CommandError("--local-steps: --gossip diloco needs H >= 1 inner steps per round (0 trains epochs)");
-  }
   const ModelChoice model(o.model, run.loss);  // a model file is read (and checked) before anything starts
   if (model.is_script()) o.initial = std::make_shared<const ModelState>(model.Initial(o.seed));
-  if (auto factory = gossip::MakeGossip(o.gossip, o.merge); factory.ok()) {  // e.g. more fragments than tensors
-    Check((*factory)->CheckModel(o.initial ? *o.initial : model.Initial(o.seed)), "--gossip");
+  if (auto factory = gossip::MakeGossip(o.gossip, o.merge); factory.ok()) {
+    if (o.train) CheckGossipLocalSteps(**factory, o.gossip, o.task);
+    Check((*factory)->CheckModel(o.initial ? *o.initial : model.Initial(o.seed)), "--gossip");  // e.g. fragments
   }
   if (!run.plot.empty()) CheckPlotterPresent();
   if (!training_rank) {

@@ -1,5 +1,5 @@
 // Settings of the slow-link algorithms (docs/slow-links.md) that cannot hold, refused at start by
-// `plexus server` and `plexus sim` with one line naming the flag. Throws CommandError (CLI edge
+// `plexus server`, `plexus peer` and `plexus sim` with one line naming the flag. Throws CommandError (CLI edge
 // only).
 #pragma once
 
@@ -10,6 +10,7 @@
 #include "apps/plexus/commands.h"
 #include "compression/codec.h"
 #include "core/task.h"
+#include "gossip/protocol/registry.h"
 
 namespace plexus::cli {
 
@@ -30,6 +31,14 @@ inline void CheckSlowLinkSettings(const std::string& strategy, const TaskHyperpa
       throw CommandError("--codec dct (DeMo's fast components) needs a strategy that averages them, not --strategy " +
                          strategy);
     }
+  }
+}
+
+// The same for an algorithm between peers whose round is H steps (--gossip diloco).
+inline void CheckGossipLocalSteps(const gossip::ProtocolFactory& factory, const std::string& gossip,
+                                  const TaskHyperparams& task) {
+  if (factory.needs_local_steps() && task.local_steps < 1) {
+    throw CommandError("--local-steps: --gossip " + gossip + " needs H >= 1 inner steps per round (0 trains epochs)");
   }
 }
 

@@ -63,11 +63,7 @@ class CrdtNode : public Protocol {
     Actions a;
     if (rejoining) {
       for (NodeId j = 0; j < ctx_.nodes; ++j) {
-        if (j == ctx_.self || !ctx_.peers->IsLive(j)) continue;
-        a.sends.push_back({j, Message{Message::Kind::kModelRequest, round_, nullptr, 0.0, 0}});
-        a.timers.push_back({TimerId(kRejoinTimer, round_), wait_ms_});
-        catching_up_ = true;
-        return a;
+        if (j != ctx_.self && ctx_.peers->IsLive(j)) return AskForModel(j);
       }
     }
     a.train = round_ < ctx_.total_rounds;
@@ -158,6 +154,16 @@ class CrdtNode : public Protocol {
   uint64_t rounds_completed() const override { return round_; }
 
  protected:
+  // Asks `peer` for its model and round (and waits for the answer at most wait_ms, then trains
+  // from its own).
+  Actions AskForModel(NodeId peer) {
+    Actions a;
+    a.sends.push_back({peer, Message{Message::Kind::kModelRequest, round_, nullptr, 0.0, 0}});
+    a.timers.push_back({TimerId(kRejoinTimer, round_), wait_ms_});
+    catching_up_ = true;
+    return a;
+  }
+
   // The node's contribution of round_, trained to `trained`: added to its replica, then pulls
   // from every live peer until the round is complete.
   Actions Contribute(ModelState trained) {

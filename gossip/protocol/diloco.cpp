@@ -194,12 +194,7 @@ class DiLoCoNode final : public OuterLoopNode {
     for (const auto& [base, authors] : authors_by_base) {
       if (authors.size() <= mine) continue;
       for (NodeId peer : authors) {
-        if (peer == ctx_.self || peer >= ctx_.nodes || !ctx_.peers->IsLive(peer)) continue;
-        Actions a;
-        a.sends.push_back({peer, Message{Message::Kind::kModelRequest, round_, nullptr, 0.0, 0}});
-        a.timers.push_back({TimerId(kRejoinTimer, round_), wait_ms_});
-        catching_up_ = true;
-        return a;
+        if (peer != ctx_.self && peer < ctx_.nodes && ctx_.peers->IsLive(peer)) return AskForModel(peer);
       }
     }
     return OuterLoopNode::AfterRound();
@@ -404,6 +399,7 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
           },
           /*mixes_by_weight_only=*/step.eager));  // the eager step needs the plain mean's sum
   factory->set_uses_replicas();
+  factory->set_needs_local_steps();
   if (step.fragments > 0) {
     factory->set_model_check([fragments = step.fragments](const ModelState& model) -> Status {
       if (model.tensors().size() < fragments) {

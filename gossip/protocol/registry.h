@@ -62,6 +62,10 @@ class ProtocolFactory {
     merge_ = std::move(merge);
     merge_spec_ = std::move(spec);
   }
+  // Algorithms whose round is H optimizer steps (DiLoCo's inner phase): the drivers refuse
+  // --local-steps 0 (epochs) at start.
+  bool needs_local_steps() const { return needs_local_steps_; }
+  void set_needs_local_steps() { needs_local_steps_ = true; }
   // What the algorithm needs of the model its nodes start from (streaming DiLoCo: a tensor per
   // fragment at least); the drivers call it before they make nodes. OK when unset.
   Status CheckModel(const ModelState& model) const { return check_model_ ? check_model_(model) : Status::Ok(); }
@@ -84,6 +88,7 @@ class ProtocolFactory {
   std::unique_ptr<NeighbourMerge> merge_;
   std::string merge_spec_ = "mean";
   bool uses_replicas_ = false;
+  bool needs_local_steps_ = false;
   std::function<Status(const ModelState&)> check_model_;
 };
 
