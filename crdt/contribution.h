@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -21,6 +22,16 @@ struct Contribution {
   uint64_t created_round = 0;
   ModelState delta;
   std::string signature;  // Ed25519 by `author` over Id()
+  // The delta's wire form when it travels in a codec's bytes (a pseudo-gradient in int8, DeMo's
+  // DCT components): `delta` is then `codec`'s Decode of `coded`, made by whoever decoded them
+  // (the author, or a node that received them). Not part of Id: the identity is the decoded
+  // values, so a relay passes the bytes on as they came, and a contribution without them (one
+  // that lost its coded form) is the same contribution, travelling as float32.
+  std::string codec;
+  std::shared_ptr<const std::string> coded;
+
+  // What the contribution's delta takes on the wire: the coded bytes, else its float32 values.
+  size_t WireBytes() const { return coded ? coded->size() : delta.num_bytes(); }
 
   // Lower-case hex SHA-256 over "plexus.contribution.v1", the length-prefixed author, the three
   // integers (little-endian) and delta.ContentSha256().

@@ -19,9 +19,12 @@
 #   diloco-streaming-gossip-F4  Streaming DiLoCo over the same peers: 4 fragments (every fourth
 #                tensor), one exchanged every 5 steps, so each fragment every 20; the exchange
 #                overlapped with the next 5 steps and mixed in half and half
+#   ...-gossip-...-int8  the same peers with their pseudo-gradients (or fragments) in int8
 #   demo         DeMo: one plain SGD step per round, the momentum kept in the dct codec's decaying
 #                residual (decay 0.999), its 8 largest DCT coefficients of every 64 values uploaded,
 #                the server stepping by the sign of their mean (lr 0.002); models downloaded whole
+#   demo-gossip  DeMo between the same peers (`--gossip demo`): each peer's fast components are its
+#                CRDT contribution, every peer steps by the sign of their mean
 # For each: virtual time and bytes (every message once: up + down, or what the peers sent) until the validation loss first falls
 # to TARGET bits per character, the final loss, and the communication it saved against
 # every-step averaging. Writes runs/compare-slow-links/ (each run's summary JSON and metrics CSV,
@@ -43,8 +46,8 @@ mkdir -p "$out"
 common=(--model tinylm --clients 8 --latency-ms 50 --down-mbps 100 --up-mbps 100
   --ms-per-step 90 --batch-size 16 --test-subset 100 --seed 1)
 adamw=(--optimizer adamw --lr 0.002 --weight-decay 0.01)
-runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 diloco-eager-gossip-H20
-  diloco-streaming-gossip-F4 demo)
+runs=(every-step diloco-H20 diloco-H100 every-step-int8 diloco-H20-int8 diloco-gossip-H20 diloco-gossip-H20-int8
+  diloco-eager-gossip-H20 diloco-streaming-gossip-F4 diloco-streaming-gossip-F4-int8 demo demo-gossip)
 selected=("${runs[@]}")
 if [ -n "${3:-}" ]; then IFS=, read -r -a selected <<<"$3"; fi
 for run in "${selected[@]}"; do
@@ -54,15 +57,21 @@ for run in "${selected[@]}"; do
     diloco-H20*) args=("${adamw[@]}" --strategy diloco --local-steps 20 --rounds $((steps / 20))) ;;
     diloco-H100*) args=("${adamw[@]}" --strategy diloco --local-steps 100 --rounds $((steps / 100))) ;;
     diloco-gossip-H20) mode=(--mode gossip --gossip diloco); args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
+    diloco-gossip-H20-int8) mode=(--mode gossip --gossip diloco:codec=int8)
+      args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
     diloco-eager-gossip-H20) mode=(--mode gossip --gossip diloco:eager=true)
       args=("${adamw[@]}" --local-steps 20 --rounds $((steps / 20))) ;;
     diloco-streaming-gossip-F4) mode=(--mode gossip --gossip diloco:fragments=4,mix=0.5)
       args=("${adamw[@]}" --local-steps 5 --rounds $((steps / 5))) ;;
+    diloco-streaming-gossip-F4-int8) mode=(--mode gossip --gossip diloco:fragments=4,mix=0.5,codec=int8)
+      args=("${adamw[@]}" --local-steps 5 --rounds $((steps / 5))) ;;
     demo) args=(--strategy demo:lr=0.002 --codec dct:chunk=64,k=8,decay=0.999 --optimizer sgd --lr 1 --momentum 0
       --local-steps 1 --rounds "$steps") ;;
+    demo-gossip) mode=(--mode gossip --gossip demo:lr=0.002,chunk=64,k=8,decay=0.999)
+      args=(--optimizer sgd --lr 1 --momentum 0 --local-steps 1 --rounds "$steps") ;;
     *) echo "compare_slow_links.sh: unknown run '$run' (known: ${runs[*]})" >&2; exit 2 ;;
   esac
-  if [[ $run == *-int8 ]]; then args+=(--codec int8 --download-codec int8); fi
+  if [[ $run == *-int8 && $run != *gossip* ]]; then args+=(--codec int8 --download-codec int8); fi
   echo "== $run: ${args[*]}" >&2
   build/apps/plexus/plexus sim "${mode[@]}" "${common[@]}" "${args[@]}" --summary-out "$out/$run.json" \
     --metrics-out "$out/$run.csv" | tail -1 >&2

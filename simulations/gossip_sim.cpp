@@ -294,7 +294,7 @@ class GossipSim {
              MissingFrom(MerkleDigest(mine->set().Entries()), MerkleDigest(theirs->set().Entries()), &hashes)) {
           if (entry.empty() || entry[0] != '+') continue;  // a tombstone: a few bytes
           const Contribution* c = theirs->Find(entry.substr(entry.rfind('/') + 1));
-          bytes += c != nullptr ? c->delta.num_bytes() : model_bytes_;
+          bytes += c != nullptr ? c->WireBytes() : model_bytes_;
         }
         bytes += 32 * hashes;
       }

@@ -77,19 +77,24 @@ void CrdtPulls::End(const CrdtReplica* synced, const std::string& why) {
 }
 
 void CrdtPulls::Answer(PeerLinks::Link* c, const CrdtReplica* replica, const v1::CrdtRequest& request) {
-  std::vector<std::shared_ptr<const ModelState>> deltas;
+  std::vector<ShippedDelta> deltas;
   v1::GossipEnvelope e = hooks_.envelope();
   v1::CrdtReply* reply = e.mutable_crdt_reply();
   *reply = AnswerCrdtRequest(replica, request, &deltas);
   for (size_t i = 0; i < deltas.size(); ++i) {
-    auto prefix = std::make_shared<const std::string>(SafetensorsPrefix(*deltas[i]));
-    const std::string_view values(reinterpret_cast<const char*>(deltas[i]->data().data()), deltas[i]->num_bytes());
     v1::CrdtContribution* w = reply->mutable_contributions(static_cast<int>(i));
     OutboundStream stream;
-    stream.model = deltas[i];
-    stream.prefix = prefix;
+    stream.model = deltas[i].values;
+    if (deltas[i].coded) {  // the codec's bytes as they came from the author
+      stream.coded = deltas[i].coded;
+      w->set_sha256(Sha256Hex(*stream.coded));
+    } else {
+      stream.prefix = std::make_shared<const std::string>(SafetensorsPrefix(*stream.model));
+      const std::string_view values(reinterpret_cast<const char*>(stream.model->data().data()),
+                                    stream.model->num_bytes());
+      w->set_sha256(Sha256Hex({*stream.prefix, values}));
+    }
     w->set_total_bytes(stream.size());
-    w->set_sha256(Sha256Hex({*prefix, values}));
     w->set_stream(links_->QueueStream(c, std::move(stream)));
   }
   links_->Send(c, e);
@@ -113,16 +118,19 @@ Status CrdtPulls::ReplyArrived(PeerLinks::Link* c, const v1::CrdtReply& reply) {
     header.set_sha256(w.sha256());
     header.set_request(reply.id());
     header.set_part(static_cast<uint32_t>(i));
-    PLEXUS_RETURN_IF_ERROR(links_->Expect(c, header, /*bytes_stream=*/false));
+    header.set_codec(w.codec());  // the receiver decodes a codec's bytes with its own contribution codec
+    PLEXUS_RETURN_IF_ERROR(links_->Expect(c, header, /*bytes_stream=*/!w.codec().empty()));
   }
   p.answer.reply = reply;
   p.answer.deltas.resize(static_cast<size_t>(reply.contributions_size()));
+  p.answer.coded.resize(p.answer.deltas.size());
   p.deltas_left = p.answer.deltas.size();
   if (p.deltas_left == 0) Answered(it);
   return Status::Ok();
 }
 
-Status CrdtPulls::DeltaDecoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
+Status CrdtPulls::DeltaDecoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model,
+                               std::shared_ptr<const std::string> coded) {
   auto it = pending_.find(h.request());
   if (it == pending_.end()) return Status::Ok();  // its link closed meanwhile: the pull has failed already
   Pending& p = it->second;
@@ -138,6 +146,7 @@ Status CrdtPulls::DeltaDecoded(NodeId from, const v1::GossipModel& h, Result<Mod
     return check;
   }
   p.answer.deltas[h.part()] = std::move(model).value();
+  p.answer.coded[h.part()] = std::move(coded);
   if (--p.deltas_left == 0) Answered(it);
   return Status::Ok();
 }

@@ -53,10 +53,11 @@ class CrdtPulls {
   // streams. InvalidArgument for a reply nobody asked for on that link, or a stream the link
   // cannot take; the caller refuses the link.
   Status ReplyArrived(PeerLinks::Link* link, const v1::CrdtReply& reply);
-  // A delta of a reply, decoded and checked (`model` holds the error otherwise). InvalidArgument
-  // when it is bad or out of place (the pull then fails); Ok when it was used or nobody waits
-  // for it any more.
-  Status DeltaDecoded(NodeId from, const v1::GossipModel& header, Result<ModelState> model);
+  // A delta of a reply, decoded and checked (`model` holds the error otherwise), with the codec
+  // bytes it was decoded from (null: it came as float32). InvalidArgument when it is bad or out
+  // of place (the pull then fails); Ok when it was used or nobody waits for it any more.
+  Status DeltaDecoded(NodeId from, const v1::GossipModel& header, Result<ModelState> model,
+                      std::shared_ptr<const std::string> coded = nullptr);
   // The pull fails if its link closed.
   void LinkClosed(PeerLinks::Link* link, const std::string& why);
   // The pull fails if a question has waited longer than kAnswerTimeoutMs; questions of ended

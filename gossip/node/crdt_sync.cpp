@@ -7,7 +7,7 @@
 namespace plexus::gossip {
 
 v1::CrdtReply AnswerCrdtRequest(const CrdtReplica* replica, const v1::CrdtRequest& request,
-                                std::vector<std::shared_ptr<const ModelState>>* deltas) {
+                                std::vector<ShippedDelta>* deltas) {
   v1::CrdtReply reply;
   reply.set_id(request.id());
   const std::vector<std::string> entries = replica ? replica->set().Entries() : std::vector<std::string>{};
@@ -48,7 +48,8 @@ v1::CrdtReply AnswerCrdtRequest(const CrdtReplica* replica, const v1::CrdtReques
         w->set_base_version(c.base_version);
         w->set_created_round(c.created_round);
         w->set_signature(c.signature);
-        deltas->push_back(std::make_shared<const ModelState>(std::move(c.delta)));
+        if (c.coded) w->set_codec(c.codec);
+        deltas->push_back({std::make_shared<const ModelState>(std::move(c.delta)), c.coded});
       }
       break;
     }
@@ -121,6 +122,10 @@ Result<StateDelta> CrdtPull::DeltaOf(CrdtAnswer answer) const {
     c.created_round = w.created_round();
     c.signature = w.signature();
     c.delta = std::move(answer.deltas[static_cast<size_t>(i)]);
+    if (static_cast<size_t>(i) < answer.coded.size() && answer.coded[static_cast<size_t>(i)]) {
+      c.codec = w.codec();  // the delta is the receiver's own decoding of these bytes
+      c.coded = std::move(answer.coded[static_cast<size_t>(i)]);
+    }
     // Whether the id matches the content is checked (with the signature) when it is joined.
     delta.contributions.emplace(w.id(), std::move(c));
   }

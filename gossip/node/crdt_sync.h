@@ -23,17 +23,26 @@
 
 namespace plexus::gossip {
 
-// A peer's answer: its reply and the deltas of the contributions it ships, in reply order.
+// A peer's answer: its reply and the deltas of the contributions it ships, in reply order, each
+// with the codec bytes it travelled in (null where it came as float32).
 struct CrdtAnswer {
   v1::CrdtReply reply;
   std::vector<ModelState> deltas;
+  std::vector<std::shared_ptr<const std::string>> coded;
+};
+
+// A shipped contribution's delta: its float32 values, and the codec bytes it travels in instead
+// when it has them (the reply's contribution then names the codec).
+struct ShippedDelta {
+  std::shared_ptr<const ModelState> values;
+  std::shared_ptr<const std::string> coded;
 };
 
 // The reply to `request` from `replica` (null: a replica with nothing in it). The deltas of the
 // contributions a fetch ships go to `deltas` in reply order; their stream, size and hash fields
 // are the caller's to fill in.
 v1::CrdtReply AnswerCrdtRequest(const CrdtReplica* replica, const v1::CrdtRequest& request,
-                                std::vector<std::shared_ptr<const ModelState>>* deltas);
+                                std::vector<ShippedDelta>* deltas);
 
 class CrdtPull {
  public:

@@ -134,7 +134,9 @@ struct PeerNode::Impl final : PeerLinks::Owner {
   // layout); the model is checked there too, next to its decoding (the node's layout, every value
   // finite; free when the decoder saw every value as it arrived). The result comes back to the loop.
   void OnStream(Link* c, InboundStream in) override;
-  void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model);
+  // A decoded model message (a CRDT delta with the codec bytes it came in, null for float32).
+  void Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model,
+               std::shared_ptr<const std::string> coded = nullptr);
   // To the protocol, or kept for it until it starts.
   void Deliver(NodeId from, const Message& m);
 

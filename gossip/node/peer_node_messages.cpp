@@ -188,36 +188,48 @@ void PeerNode::Impl::OnStream(Link* c, InboundStream in) {
   auto job = std::make_shared<InboundStream>(std::move(in));
   auto model = std::make_shared<Result<ModelState>>(InvalidArgumentError("not decoded"));
   std::shared_ptr<const ModelState> own = protocol->model();
-  // A contribution's delta has its round's layout (streaming DiLoCo's: one fragment of the model).
+  std::string codec = o.codec;
+  // A contribution's delta has its round's layout (streaming DiLoCo's: one fragment of the model),
+  // and travels in the protocol's contribution codec, if any.
   if (job->header.kind() == v1::GossipModel::CRDT_DELTA) {
     if (std::shared_ptr<const ModelState> layout = protocol->contribution_layout(job->header.round())) own = layout;
+    codec = protocol->contribution_codec();
   }
+  auto coded = std::make_shared<std::shared_ptr<const std::string>>();  // a contribution's bytes, kept to relay
   work->OffLoop(
-      [job, model, own, codec = o.codec] {
+      [job, model, own, codec, coded] {
         if (!job->assembler.bytes_stream()) {
           *model = std::move(job->assembler).Finish();
+        } else if (job->header.codec() != codec) {
+          *model =
+              InvalidArgumentError("a contribution in codec '" + job->header.codec() + "', where this run's travel " +
+                                   (codec.empty() ? std::string("as float32") : "in '" + codec + "'"));
         } else if (Result<std::string> bytes = std::move(job->assembler).FinishBytes(); !bytes.ok()) {
           *model = bytes.status();
         } else {
           Result<std::unique_ptr<Codec>> decoder = MakeCodec(codec);
           *model = decoder.ok() ? (*decoder)->Decode(*bytes, *own) : decoder.status();
+          if (job->header.kind() == v1::GossipModel::CRDT_DELTA) {
+            *coded = std::make_shared<const std::string>(std::move(bytes).value());
+          }
         }
         if (!model->ok()) return;
         Status check = (*model)->CheckSameLayout(*own);
         if (check.ok()) check = (*model)->CheckFinite();
         if (!check.ok()) *model = check;
       },
-      [this, from, job, model] {
+      [this, from, job, model, coded] {
         links->Release(job->received);
-        Decoded(from, job->header, std::move(*model));
+        Decoded(from, job->header, std::move(*model), std::move(*coded));
         --decoding[from];
         ApplyDeferredLeave(from);
       });
 }
 
-void PeerNode::Impl::Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model) {
+void PeerNode::Impl::Decoded(NodeId from, const v1::GossipModel& h, Result<ModelState> model,
+                             std::shared_ptr<const std::string> coded) {
   if (h.kind() == v1::GossipModel::CRDT_DELTA) {
-    if (Status s = pulls->DeltaDecoded(from, h, std::move(model)); !s.ok()) {
+    if (Status s = pulls->DeltaDecoded(from, h, std::move(model), std::move(coded)); !s.ok()) {
       ++refused;
       spdlog::warn("refused a contribution from peer {}: {}", from, s.message());
     }

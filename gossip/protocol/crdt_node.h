@@ -22,7 +22,10 @@
 // (the peer's merged model, which the rejoining node takes on trust like every round protocol's
 // rejoin does), so that it continues in the others' round rather than holding them up.
 // DiLoCo gossip (diloco.cpp) is the same node with an outer step: it overrides ContributionOf,
-// NextModel and the answer to a rejoining peer. Single-threaded, as every Protocol.
+// NextModel and the answer to a rejoining peer; it may send its contributions in a codec's bytes
+// (SetContributionCodec: int8 pseudo-gradients, DeMo's DCT components), whose decoding is the
+// contribution, so that every node resolves the same values and relays the same bytes.
+// Single-threaded, as every Protocol.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +34,7 @@
 #include <set>
 #include <string>
 
+#include "compression/codec.h"
 #include "crdt/contribution.h"
 #include "crdt/crdt_replica.h"
 #include "gossip/protocol/protocol.h"
@@ -149,6 +153,7 @@ class CrdtNode : public Protocol {
   }
 
   std::shared_ptr<const ModelState> contribution_layout(uint64_t round) const override { return ZeroOf(round); }
+  std::string contribution_codec() const override { return codec_ ? codec_->spec() : ""; }
 
   std::shared_ptr<const ModelState> model() const override { return model_; }
   uint64_t rounds_completed() const override { return round_; }
@@ -175,6 +180,7 @@ class CrdtNode : public Protocol {
     c.base_version = BaseTag();
     c.created_round = round_;
     c.delta = ContributionOf(std::move(trained));
+    if (codec_) Encode(c);
     c.delta.set_version(0);
     CrdtReplica& mine = ReplicaOf(round_);
     // A contribution that cannot be signed or is refused (NaN after a diverged step) is left
@@ -202,6 +208,31 @@ class CrdtNode : public Protocol {
   }
 
   static uint64_t TimerId(uint64_t kind, uint64_t round) { return (kind << 56) | (round & kRoundMask); }
+
+  // Contributions travel in `codec`'s bytes from now on (a codec with a residual keeps it here,
+  // across rounds: DeMo's local momentum).
+  void SetContributionCodec(std::shared_ptr<const Codec> codec) { codec_ = std::move(codec); }
+  const ModelState* residual() const { return residual_.get(); }
+
+  // c's delta through the codec: the bytes travel, their decoding is the delta (so the author
+  // resolves what every other node will). Codecs that draw random numbers are seeded by node and
+  // round.
+  void Encode(Contribution& c) {
+    ModelState* residual = nullptr;
+    if (codec_->uses_residual()) {
+      if (!residual_ || !residual_->CheckSameLayout(c.delta).ok()) {
+        residual_ = std::make_unique<ModelState>(ModelState::ZerosLike(c.delta));
+      }
+      residual = residual_.get();
+    }
+    auto bytes = std::make_shared<const std::string>(
+        codec_->Encode(c.delta, residual, (uint64_t{ctx_.self} << 40) ^ c.created_round));
+    Result<ModelState> decoded = codec_->Decode(*bytes, c.delta);
+    if (!decoded.ok()) return;  // its own bytes always decode; if not, the contribution stays float32
+    c.delta = std::move(decoded).value();
+    c.codec = codec_->spec();
+    c.coded = std::move(bytes);
+  }
 
   CrdtReplica& ReplicaOf(uint64_t round) {
     return replicas_.try_emplace(round, AuthorOf(ctx_.self), ctx_.author_keys).first->second;
@@ -274,6 +305,8 @@ class CrdtNode : public Protocol {
   std::set<NodeId> departed_;  // peers that left this round, their last pull not over yet
   std::set<NodeId> gone_;      // peers that left or died (until they rejoin)
   std::map<uint64_t, CrdtReplica> replicas_;
+  std::shared_ptr<const Codec> codec_;    // null: contributions travel as float32
+  std::unique_ptr<ModelState> residual_;  // the codec's error feedback, when it keeps one
 };
 
 }  // namespace plexus::gossip

@@ -27,10 +27,23 @@
 // complete before round t+1's contribution goes out; its mean then enters the next eager step. The
 // exchange overlaps a whole inner phase. The peers' models differ (each steps with its own term),
 // so their hashes do too; the sum needs the plain mean (--merge mean).
+//
+// Low-precision pseudo-gradients (codec=int8|fp16|bf16; INTELLECT-1's int8 all-reduce, Streaming
+// DiLoCo's low-precision fragments): each contribution travels in the codec's bytes and is their
+// decoding, on its author as on every other node (crdt_node.h), so the step stays bit-identical.
+//
+// DeMo between peers (MakeDeMoGossip, --gossip demo; Peng, Quesnelle and Kingma 2024, arXiv
+// 2411.19870): the same node with the DCT codec and a sign step. Each round's pseudo-gradient (one
+// plain SGD step, --local-steps 1 --momentum 0) joins the peer's local momentum, the codec's
+// residual, which decays by `decay` first; the k largest DCT coefficients of every chunk of it
+// travel and leave the residual; every peer steps x_{t+1} = x_t + lr sign(mean of the decoded
+// components), as the paper's signum does and as the server's `demo` strategy does.
 #include <algorithm>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <span>
+#include <sstream>
 #include <string>
 
 #include "gossip/protocol/crdt_node.h"
@@ -48,11 +61,20 @@ struct OuterStep {
   size_t fragments = 0;
   double mix = 0.5;
   bool overlap = true;
+  // DeMo: x += lr sign(d), no momentum.
+  bool sign = false;
 };
 
 // The outer step on values x and momentum v with pseudo-gradient d, value by value, in double,
 // rounded to float32 in one fixed order (the same bytes on every node).
 void StepValues(std::span<float> x, std::span<float> v, std::span<const float> d, const OuterStep& s) {
+  if (s.sign) {
+    for (size_t j = 0; j < x.size(); ++j) {
+      const double sign = d[j] > 0 ? 1.0 : d[j] < 0 ? -1.0 : 0.0;
+      x[j] = static_cast<float>(static_cast<double>(x[j]) + s.lr * sign);
+    }
+    return;
+  }
   for (size_t j = 0; j < x.size(); ++j) {
     const double dj = d[j];
     v[j] = static_cast<float>(s.momentum * v[j] + dj);
@@ -68,10 +90,12 @@ void StepValues(std::span<float> x, std::span<float> v, std::span<const float> d
 class OuterLoopNode : public CrdtNode {
  public:
   OuterLoopNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::string strategy, double wait_ms,
-                double interval_ms, OuterStep step)
+                double interval_ms, OuterStep step, std::shared_ptr<const Codec> codec)
       : CrdtNode(ctx, initial, std::move(strategy), wait_ms, interval_ms),
         step_(step),
-        momentum_(std::make_shared<const ModelState>(ModelState::ZerosLike(*initial))) {}
+        momentum_(std::make_shared<const ModelState>(ModelState::ZerosLike(*initial))) {
+    if (codec) SetContributionCodec(std::move(codec));
+  }
 
   Actions OnTrained(ModelState trained) override {
     if (left_ || round_ >= ctx_.total_rounds) return {};
@@ -258,8 +282,8 @@ class DiLoCoNode final : public OuterLoopNode {
 class StreamingDiLoCoNode final : public OuterLoopNode {
  public:
   StreamingDiLoCoNode(const NodeContext& ctx, std::shared_ptr<const ModelState> initial, std::string strategy,
-                      double wait_ms, double interval_ms, OuterStep step)
-      : OuterLoopNode(ctx, initial, std::move(strategy), wait_ms, interval_ms, step),
+                      double wait_ms, double interval_ms, OuterStep step, std::shared_ptr<const Codec> codec)
+      : OuterLoopNode(ctx, initial, std::move(strategy), wait_ms, interval_ms, step, std::move(codec)),
         outer_(initial),
         fragments_(step.fragments) {
     const std::vector<TensorSlot>& slots = initial->tensors();
@@ -353,6 +377,36 @@ class StreamingDiLoCoNode final : public OuterLoopNode {
 
 }  // namespace
 
+namespace {
+
+// The factory of DiLoCo's nodes (and DeMo's: step.sign) whose contributions travel in `codec`
+// (null: float32).
+std::unique_ptr<ProtocolFactory> OuterLoopFactory(std::string description, OuterStep step, double wait_ms,
+                                                  double interval_ms, std::shared_ptr<const Codec> codec) {
+  auto factory = std::make_unique<ProtocolFactory>(
+      std::move(description), "complete",
+      // The eager step needs the plain mean's sum, DeMo's sign the mean the paper takes.
+      /*mixes_by_weight_only=*/step.eager || step.sign,
+      [step, wait_ms, interval_ms, codec](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
+                                          NeighbourMerge*) -> std::unique_ptr<Protocol> {
+        if (step.fragments > 0) {
+          return std::make_unique<StreamingDiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec), wait_ms,
+                                                       interval_ms, step, codec);
+        }
+        return std::make_unique<DiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec), wait_ms, interval_ms,
+                                            step, codec);
+      });
+  factory->set_uses_replicas();
+  factory->set_needs_local_steps();
+  return factory;
+}
+
+std::string Millis(const char* key, double ms) {
+  return std::string(",") + key + "=" + std::to_string(static_cast<int64_t>(ms));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
   OuterStep step;
   PLEXUS_ASSIGN_OR_RETURN(step.lr, spec.GetDouble("outer_lr", 0.7));
@@ -362,6 +416,7 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
   PLEXUS_ASSIGN_OR_RETURN(double fragments, spec.GetDouble("fragments", 0));
   PLEXUS_ASSIGN_OR_RETURN(step.mix, spec.GetDouble("mix", 0.5));
   PLEXUS_ASSIGN_OR_RETURN(step.overlap, spec.GetBool("overlap", true));
+  PLEXUS_ASSIGN_OR_RETURN(std::string codec_name, spec.GetString("codec", "f32"));
   if (!(fragments >= 0 && fragments <= 1e6 && fragments == static_cast<double>(static_cast<size_t>(fragments)))) {
     return InvalidArgumentError("diloco:fragments must be a whole number >= 1");
   }
@@ -376,30 +431,25 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
   if (!(step.momentum >= 0 && step.momentum < 1)) return InvalidArgumentError("diloco:momentum must be in [0, 1)");
   if (!(wait_ms > 0)) return InvalidArgumentError("diloco:wait_ms must be positive");
   if (!(interval_ms > 0)) return InvalidArgumentError("diloco:interval_ms must be positive");
+  std::shared_ptr<const Codec> codec;
+  if (codec_name != "f32") {
+    Result<std::unique_ptr<Codec>> made = MakeCodec(codec_name);
+    if (!made.ok()) return InvalidArgumentError("diloco:codec: " + made.status().message());
+    // Every peer must step on the same values, so every value must arrive, the same every time.
+    if (!(*made)->keeps_every_value()) {
+      return InvalidArgumentError("diloco:codec=" + codec_name +
+                                  " drops or randomizes values; pseudo-gradients travel in f32, fp16, bf16 or int8");
+    }
+    codec = std::move(made).value();
+  }
   const std::string description =
       "diloco(outer_lr=" + std::to_string(step.lr) + ",momentum=" + std::to_string(step.momentum) +
       ",nesterov=" + (step.nesterov ? "true" : "false") + (step.eager ? ",eager=true" : "") +
       (step.fragments > 0 ? ",fragments=" + std::to_string(step.fragments) + ",mix=" + std::to_string(step.mix) +
                                 ",overlap=" + (step.overlap ? "true" : "false")
                           : "") +
-      ",wait_ms=" + std::to_string(static_cast<int64_t>(wait_ms)) +
-      ",interval_ms=" + std::to_string(static_cast<int64_t>(interval_ms)) + ")";
-  PLEXUS_ASSIGN_OR_RETURN(
-      std::unique_ptr<ProtocolFactory> factory,
-      MakeFactory(
-          description, "complete",
-          [step, wait_ms, interval_ms](const NodeContext& ctx, std::shared_ptr<const ModelState> initial,
-                                       NeighbourMerge*) -> std::unique_ptr<Protocol> {
-            if (step.fragments > 0) {
-              return std::make_unique<StreamingDiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec),
-                                                           wait_ms, interval_ms, step);
-            }
-            return std::make_unique<DiLoCoNode>(ctx, std::move(initial), CrdtStrategy(ctx.merge_spec), wait_ms,
-                                                interval_ms, step);
-          },
-          /*mixes_by_weight_only=*/step.eager));  // the eager step needs the plain mean's sum
-  factory->set_uses_replicas();
-  factory->set_needs_local_steps();
+      (codec ? ",codec=" + codec_name : "") + Millis("wait_ms", wait_ms) + Millis("interval_ms", interval_ms) + ")";
+  std::unique_ptr<ProtocolFactory> factory = OuterLoopFactory(description, step, wait_ms, interval_ms, codec);
   if (step.fragments > 0) {
     factory->set_model_check([fragments = step.fragments](const ModelState& model) -> Status {
       if (model.tensors().size() < fragments) {
@@ -411,6 +461,36 @@ Result<std::unique_ptr<ProtocolFactory>> MakeDiLoCoGossip(StrategySpec& spec) {
     });
   }
   return factory;
+}
+
+// Registered in registry.cpp as "demo": DiLoCo's node with a sign step, its contributions the
+// DCT codec's fast components of each peer's momentum.
+Result<std::unique_ptr<ProtocolFactory>> MakeDeMoGossip(StrategySpec& spec) {
+  OuterStep step;
+  step.sign = true;
+  step.momentum = 0;
+  PLEXUS_ASSIGN_OR_RETURN(step.lr, spec.GetDouble("lr", 0.001));
+  PLEXUS_ASSIGN_OR_RETURN(double chunk, spec.GetDouble("chunk", 64));
+  PLEXUS_ASSIGN_OR_RETURN(double k, spec.GetDouble("k", 8));
+  PLEXUS_ASSIGN_OR_RETURN(double decay, spec.GetDouble("decay", 0.999));
+  PLEXUS_ASSIGN_OR_RETURN(double wait_ms, spec.GetDouble("wait_ms", 30000.0));
+  PLEXUS_ASSIGN_OR_RETURN(double interval_ms, spec.GetDouble("interval_ms", 200.0));
+  if (!(step.lr > 0)) return InvalidArgumentError("demo:lr must be positive");
+  if (!(wait_ms > 0)) return InvalidArgumentError("demo:wait_ms must be positive");
+  if (!(interval_ms > 0)) return InvalidArgumentError("demo:interval_ms must be positive");
+  auto whole = [](double v) { return v >= 1 && v <= 1e9 && v == static_cast<double>(static_cast<int64_t>(v)); };
+  if (!whole(chunk) || !whole(k)) return InvalidArgumentError("demo:chunk and demo:k must be whole numbers >= 1");
+  std::ostringstream codec_spec;
+  codec_spec << std::setprecision(15) << "dct:chunk=" << static_cast<int64_t>(chunk) << ",k=" << static_cast<int64_t>(k)
+             << ",decay=" << decay;
+  Result<std::unique_ptr<Codec>> made = MakeCodec(codec_spec.str());
+  if (!made.ok()) return InvalidArgumentError("demo: " + made.status().message());
+  std::shared_ptr<const Codec> codec = std::move(made).value();
+  std::ostringstream description;
+  description << std::setprecision(15) << "demo(lr=" << step.lr << ",chunk=" << static_cast<int64_t>(chunk)
+              << ",k=" << static_cast<int64_t>(k) << ",decay=" << decay << Millis("wait_ms", wait_ms)
+              << Millis("interval_ms", interval_ms) << ")";
+  return OuterLoopFactory(description.str(), step, wait_ms, interval_ms, std::move(codec));
 }
 
 }  // namespace plexus::gossip

@@ -147,6 +147,9 @@ class Protocol {
   // fragment of the model), which a driver checks a fetched delta against before anything is
   // joined; null for the model's own layout.
   virtual std::shared_ptr<const ModelState> contribution_layout(uint64_t /*round*/) const { return nullptr; }
+  // The codec spec contributions travel in (compression/codec.h), or empty: float32 models.
+  // A fetched delta in any other codec is refused.
+  virtual std::string contribution_codec() const { return ""; }
 
   // The node's current model: what it trains from next and what is evaluated as its own.
   virtual std::shared_ptr<const ModelState> model() const = 0;

@@ -12,7 +12,8 @@ namespace plexus::gossip {
   X("semidecentralized", MakeSemiDecentralized) \
   X("choco", MakeChoco)                         \
   X("crdt", MakeCrdtGossip)                     \
-  X("diloco", MakeDiLoCoGossip)
+  X("diloco", MakeDiLoCoGossip)                 \
+  X("demo", MakeDeMoGossip)
 
 #define PLEXUS_DECLARE_MAKER(name, maker) Result<std::unique_ptr<ProtocolFactory>> maker(StrategySpec&);
 PLEXUS_GOSSIP_ALGORITHMS(PLEXUS_DECLARE_MAKER)

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 
+#include "compression/codec.h"
 #include "crdt/contribution.h"
 #include "crdt/crdt_replica.h"
 #include "crdt/signing.h"
@@ -466,6 +467,158 @@ TEST(DiLoCoGossipTest, APeerWhoseOuterModelLeftTheOthersTakesTheMajoritysBack) {
   }
 }
 
+// Trains node i of `h` to a delta that varies from value to value (so that a codec's rounding
+// shows): value j gains (i + 1) * 0.01 * (((7 j + 3 i) mod 11) - 5) + 0.002 j.
+void TrainUnevenly(CrdtHarness& h) {
+  std::vector<NodeId> now;
+  now.swap(h.to_train);
+  for (NodeId i : now) {
+    ModelState m = *h.nodes[i]->model();
+    std::span<float> v = m.data();
+    for (size_t j = 0; j < v.size(); ++j) {
+      v[j] += static_cast<float>((i + 1) * 0.01 * (static_cast<double>((7 * j + 3 * i) % 11) - 5) + 0.002 * j);
+    }
+    h.Take(i, h.nodes[i]->OnTrained(std::move(m)));
+  }
+}
+
+// Node i's own contribution to `round`.
+const Contribution* OwnContribution(const CrdtHarness& h, NodeId i, uint64_t round) {
+  const CrdtReplica* r = h.nodes[i]->replica(round);
+  if (r == nullptr) return nullptr;
+  for (const std::string& id : r->LiveIds()) {
+    const Contribution* c = r->Find(id);
+    if (c != nullptr && c->author == "peer-" + std::to_string(i)) return c;
+  }
+  return nullptr;
+}
+
+std::vector<float> Ramp(size_t n) {
+  std::vector<float> v(n);
+  for (size_t j = 0; j < n; ++j) v[j] = 0.5f + 0.001f * static_cast<float>(j);
+  return v;
+}
+
+// int8 pseudo-gradients (codec=int8): each contribution carries the codec's bytes (about a
+// quarter of float32's) and is their decoding, on its author as on the peer that pulled it; the
+// outer step (outer_lr 1, no momentum: x += the mean) runs on the decoded values, not on what
+// the peers trained, and every peer ends with the same bytes.
+TEST(DiLoCoGossipTest, Int8PseudoGradientsTravelAsTheirBytesAndEveryPeerStepsOnTheirDecoding) {
+  const ModelState start = testing::VectorModel(Ramp(1000));
+  CrdtHarness h(2, 1, "mean", "diloco:codec=int8,outer_lr=1,momentum=0,nesterov=false", true, &start);
+  h.StartAll();
+  EXPECT_EQ(h.nodes[0]->contribution_codec(), "int8");
+  TrainUnevenly(h);
+  const std::unique_ptr<Codec> int8 = *MakeCodec("int8");
+  std::vector<ModelState> decoded;
+  bool rounded = false;
+  for (NodeId i = 0; i < 2; ++i) {
+    const Contribution* c = OwnContribution(h, i, 0);
+    ASSERT_NE(c, nullptr);
+    ASSERT_NE(c->coded, nullptr);
+    EXPECT_EQ(c->codec, "int8");
+    EXPECT_LT(c->WireBytes(), c->delta.num_bytes() / 3);
+    Result<ModelState> d = int8->Decode(*c->coded, start);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->data().size(), 1000u);
+    EXPECT_TRUE(std::equal(d->data().begin(), d->data().end(), c->delta.data().begin()));
+    for (size_t j = 0; j < 1000; ++j) {
+      const float trained = static_cast<float>((i + 1) * 0.01 * (static_cast<double>((7 * j + 3 * i) % 11) - 5) +
+                                               0.002 * static_cast<double>(j));
+      rounded = rounded || std::abs(d->data()[j] - trained) > 1e-6f;
+    }
+    decoded.push_back(std::move(d).value());
+  }
+  EXPECT_TRUE(rounded) << "int8 kept every value exactly: the test shows nothing";
+  h.CarryAll();
+  for (NodeId i = 0; i < 2; ++i) {
+    ASSERT_EQ(h.nodes[i]->rounds_completed(), 1u);
+    EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model());
+    // The contribution node i pulled is the bytes its author sent.
+    const Contribution* theirs = OwnContribution(h, 1 - i, 0);
+    const CrdtReplica* mine = h.nodes[i]->replica(0);
+    ASSERT_NE(mine, nullptr);
+    ASSERT_NE(theirs, nullptr);
+    const Contribution* pulled = mine->Find(theirs->Id());
+    ASSERT_NE(pulled, nullptr);
+    ASSERT_NE(pulled->coded, nullptr);
+    EXPECT_EQ(*pulled->coded, *theirs->coded);
+  }
+  for (size_t j = 0; j < 1000; j += 97) {
+    const double mean = (static_cast<double>(decoded[0].data()[j]) + decoded[1].data()[j]) / 2;
+    EXPECT_NEAR(h.Value(0, j), start.data()[j] + mean, 2e-6) << j;
+  }
+}
+
+// DeMo between peers by hand (chunk 4, k 1, decay 0.5): each peer's contribution is the DCT
+// codec's bytes of its pseudo-gradient added to its momentum (the codec's residual, kept from
+// round to round), and every peer steps x += lr sign(mean of the decoded components). The
+// expected bytes come from the same codec run here on the same deltas.
+TEST(DeMoGossipTest, PeersStepBySignOfTheMeanOfTheirMomentumsFastComponentsAndKeepTheRest) {
+  const ModelState start = testing::VectorModel(Ramp(16));
+  CrdtHarness h(2, 2, "mean", "demo:lr=0.01,chunk=4,k=1,decay=0.5", true, &start);
+  const std::unique_ptr<Codec> dct = *MakeCodec("dct:chunk=4,k=1,decay=0.5");
+  EXPECT_EQ(h.nodes[0]->contribution_codec(), dct->spec());
+  std::vector<ModelState> residual(2, ModelState::ZerosLike(start));
+  h.StartAll();
+  for (uint64_t round = 0; round < 2; ++round) {
+    const ModelState x = *h.nodes[0]->model();
+    TrainUnevenly(h);
+    std::vector<float> sum(16, 0);
+    for (NodeId i = 0; i < 2; ++i) {
+      ModelState delta = ModelState::ZerosLike(start);
+      for (size_t j = 0; j < 16; ++j) {
+        delta.data()[j] = static_cast<float>(
+            (x.data()[j] + static_cast<float>((i + 1) * 0.01 * (static_cast<double>((7 * j + 3 * i) % 11) - 5) +
+                                              0.002 * static_cast<double>(j))) -
+            x.data()[j]);
+      }
+      const std::string expected = dct->Encode(delta, &residual[i], 0);
+      const Contribution* c = OwnContribution(h, i, round);
+      ASSERT_NE(c, nullptr);
+      ASSERT_NE(c->coded, nullptr);
+      EXPECT_EQ(*c->coded, expected) << "round " << round << " node " << i;
+      const ModelState d = *dct->Decode(expected, start);
+      EXPECT_EQ(c->delta, d);
+      for (size_t j = 0; j < 16; ++j) sum[j] += d.data()[j];
+    }
+    h.CarryAll();
+    for (NodeId i = 0; i < 2; ++i) {
+      ASSERT_EQ(h.nodes[i]->rounds_completed(), round + 1);
+      EXPECT_EQ(*h.nodes[i]->model(), *h.nodes[0]->model());
+    }
+    int moved = 0;
+    for (size_t j = 0; j < 16; ++j) {
+      const double sign = sum[j] > 0 ? 1 : sum[j] < 0 ? -1 : 0;
+      EXPECT_NEAR(h.Value(0, j), x.data()[j] + 0.01 * sign, 1e-6) << "round " << round << " value " << j;
+      moved += sign != 0;
+    }
+    EXPECT_GT(moved, 0);
+  }
+  // The momentum kept what was not sent: the second round's bytes above came from it.
+  EXPECT_TRUE(std::any_of(residual[0].data().begin(), residual[0].data().end(), [](float v) { return v != 0; }));
+}
+
+TEST(DeMoGossipTest, BadSettingsAreRefusedNamingTheFlag) {
+  auto ok = MakeGossip("demo", "mean");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE((*ok)->needs_local_steps());
+  for (const char* bad : {"demo:lr=0", "demo:chunk=0", "demo:k=1.5", "demo:decay=2"}) {
+    auto f = MakeGossip(bad, "mean");
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("--gossip"), std::string::npos) << bad << ": " << f.status().message();
+  }
+  auto robust = MakeGossip("demo", "median");
+  ASSERT_FALSE(robust.ok());
+  EXPECT_NE(robust.status().message().find("--merge"), std::string::npos) << robust.status().message();
+  for (const char* bad : {"diloco:codec=topk", "diloco:codec=terngrad", "diloco:codec=nope"}) {
+    auto f = MakeGossip(bad, "mean");
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_NE(f.status().message().find("diloco:codec"), std::string::npos) << bad << ": " << f.status().message();
+  }
+  EXPECT_TRUE(MakeGossip("diloco:codec=fp16,fragments=2", "mean").ok());
+}
+
 TEST(DiLoCoGossipTest, BadOuterSettingsAreRefused) {
   EXPECT_TRUE(MakeGossip("diloco:outer_lr=0.5,momentum=0,nesterov=false", "mean").ok());
   for (const char* bad : {"diloco:outer_lr=0", "diloco:momentum=1", "diloco:momentum=-0.1", "diloco:wait_ms=0"}) {
@@ -491,8 +644,10 @@ RC_GTEST_PROP(CrdtGossipProperty, EveryOrderOfPullsGivesEveryNodeTheIdenticalMod
   const size_t n = *rc::gen::inRange<size_t>(2, 6);
   const uint64_t rounds = *rc::gen::inRange<uint64_t>(1, 4);
   const std::string merge = *rc::gen::element<std::string>("mean", "median", "trimmed_mean:beta=0.2");
-  const bool diloco = *rc::gen::arbitrary<bool>();
-  CrdtHarness h(n, rounds, merge, diloco ? "diloco" : "crdt", diloco);
+  // Plain CRDT gossip, DiLoCo in float32 and in int8, DeMo (which takes the mean only).
+  const int kind = *rc::gen::inRange(0, 4);
+  const char* const specs[] = {"crdt", "diloco", "diloco:codec=int8", "demo:lr=0.1,chunk=2,k=1"};
+  CrdtHarness h(n, rounds, kind == 3 ? "mean" : merge, specs[kind], kind > 0);
   h.StartAll();
   for (int step = 0; step < 10000; ++step) {
     h.TrainAll();

@@ -464,6 +464,50 @@ TEST_F(PeerTest, StreamingDiLoCoPeersExchangeOneFragmentPerRound) {
   EXPECT_GT(sent, 0.4 * whole);
 }
 
+// Pseudo-gradients between peers in a codec's bytes: three peers train; every contribution
+// travels as its codec's bytes (a share of float32's between `low` and `high`), every peer decodes
+// them as their author did, and all end with the identical model; nothing is refused.
+class CodedPeerTest : public PeerTest {
+ protected:
+  void RunPeers(const std::vector<std::string>& flags, int rounds, double low, double high, double accuracy) {
+    const int n = 3;
+    Ports(n);
+    std::vector<std::unique_ptr<ChildProcess>> peers;
+    std::vector<std::string> extra = flags;
+    extra.insert(extra.end(), {"--eval-every", "0"});
+    for (int i = 0; i < n; ++i) peers.push_back(StartPeer(i, n, rounds, extra));
+    double sent = 0;
+    std::string hash;
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(peers[i]->Wait(300000), 0) << "peer " << i << "\n" << peers[i]->Log();
+      const nlohmann::json s = Summary(i);
+      EXPECT_EQ(s["rounds_completed"], rounds) << "peer " << i;
+      EXPECT_EQ(s["frames_refused"], 0) << "peer " << i;
+      EXPECT_GE(s["final_test_accuracy"].get<double>(), accuracy) << "peer " << i;
+      if (hash.empty()) hash = s["final_model_sha256"];
+      EXPECT_EQ(s["final_model_sha256"], hash) << "peer " << i << " stepped to another model";
+      sent += s["bytes_sent"].get<double>();
+    }
+    EXPECT_EQ(hash.size(), 64u);
+    // Each round every peer fetches the other peers' contributions: n (n - 1) of them.
+    const double whole = 1.0 * rounds * n * (n - 1) * 636400;
+    EXPECT_LT(sent, high * whole);
+    EXPECT_GT(sent, low * whole);
+  }
+};
+
+// DiLoCo with int8 pseudo-gradients (about a quarter of float32's bytes).
+TEST_F(CodedPeerTest, Int8DiLoCoPeersSendTheirPseudoGradientsInInt8AndEndWithTheSameModel) {
+  RunPeers({"--gossip", "diloco:codec=int8", "--local-steps", "20"}, 4, 0.2, 0.4, 0.5);
+}
+
+// DeMo: one plain SGD step per round, each peer's momentum kept locally, the DCT codec's 8 largest
+// coefficients of every 64 values sent (40/256 of float32's bytes).
+TEST_F(CodedPeerTest, DeMoPeersSendTheirMomentumsFastComponentsAndEndWithTheSameModel) {
+  RunPeers({"--gossip", "demo:lr=0.002", "--local-steps", "1", "--optimizer", "sgd", "--momentum", "0"}, 6, 0.1, 0.3,
+           0.0);
+}
+
 // Semi-decentralized peers: D-PSGD between six peers and, after every second round, the three
 // peers the round's seeded sample names exchange with a real `plexus server` (async mode, a
 // buffer of three, server learning rate 1: each version is the mean of the three models): each

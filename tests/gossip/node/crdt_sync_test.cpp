@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "compression/codec.h"
 #include "crdt/signing.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
@@ -44,11 +45,14 @@ class CrdtSyncTest : public ::testing::Test {
       EXPECT_EQ(request.round(), 4u);
       v1::CrdtRequest sent;
       EXPECT_TRUE(sent.ParseFromString(request.SerializeAsString()));
-      std::vector<std::shared_ptr<const ModelState>> deltas;
+      std::vector<ShippedDelta> deltas;
       const v1::CrdtReply reply = AnswerCrdtRequest(remote, sent, &deltas);
       CrdtAnswer answer;
       EXPECT_TRUE(answer.reply.ParseFromString(reply.SerializeAsString()));
-      for (const auto& d : deltas) answer.deltas.push_back(*d);
+      for (const ShippedDelta& d : deltas) {
+        answer.deltas.push_back(*d.values);
+        answer.coded.push_back(d.coded);
+      }
       return answer;
     };
   }
@@ -96,6 +100,51 @@ TEST_F(CrdtSyncTest, APullOverTheWireEndsInTheSameStateAsALocalOne) {
   asked_ = 0;
   ASSERT_OK(Pull(mine, Wire(&remote), &all_));
   EXPECT_EQ(asked_, 1);
+}
+
+// A contribution that travels in a codec's bytes ships them, not its float32 values, names the
+// codec, and keeps them on the node that pulled it (to pass them on as they came).
+TEST_F(CrdtSyncTest, ACodedContributionTravelsAsItsBytesAndThePullerKeepsThem) {
+  std::vector<float> values(64);
+  for (size_t j = 0; j < values.size(); ++j) values[j] = 0.01f * static_cast<float>(j) - 0.2f;
+  const ModelState layout = testing::VectorModel(values);
+  const std::unique_ptr<Codec> int8 = *MakeCodec("int8");
+  Contribution c;
+  c.author = Author(1);
+  c.created_round = 4;
+  c.codec = "int8";
+  c.coded = std::make_shared<const std::string>(int8->Encode(layout, nullptr, 0));
+  c.delta = *int8->Decode(*c.coded, layout);
+  ASSERT_OK(Sign(c, keys_[1]));
+  CrdtReplica remote("peer-1", &all_), mine("peer-0", &all_);
+  const std::string id = *remote.Add(c);
+
+  int shipped = 0;
+  Ask ask = [&](v1::CrdtRequest request) -> Result<CrdtAnswer> {
+    std::vector<ShippedDelta> deltas;
+    CrdtAnswer answer;
+    answer.reply = AnswerCrdtRequest(&remote, request, &deltas);
+    for (int i = 0; i < answer.reply.contributions_size(); ++i) {
+      const ShippedDelta& d = deltas[static_cast<size_t>(i)];
+      EXPECT_EQ(answer.reply.contributions(i).codec(), "int8");
+      EXPECT_NE(d.coded, nullptr);
+      if (d.coded == nullptr) return InternalError("shipped as float32");
+      ++shipped;
+      // The receiver decodes the bytes itself, as a peer does.
+      answer.deltas.push_back(*int8->Decode(*d.coded, layout));
+      answer.coded.push_back(std::make_shared<const std::string>(*d.coded));
+    }
+    return answer;
+  };
+  ASSERT_OK(Pull(mine, ask, &all_));
+  EXPECT_EQ(shipped, 1);
+  const Contribution* pulled = mine.Find(id);
+  ASSERT_NE(pulled, nullptr);
+  EXPECT_EQ(pulled->codec, "int8");
+  ASSERT_NE(pulled->coded, nullptr);
+  EXPECT_EQ(*pulled->coded, *c.coded);
+  EXPECT_EQ(pulled->WireBytes(), c.coded->size());
+  EXPECT_EQ(pulled->delta, c.delta);
 }
 
 TEST_F(CrdtSyncTest, ContributionsOfAuthorsNotMetYetWaitForTheirKey) {
