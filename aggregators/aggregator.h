@@ -81,6 +81,9 @@ class Aggregator {
   // after it), so that an edge aggregator may send the sum in its place and leave any step to the
   // root. False for fedadam:exact=true and the like, which only a root may run.
   virtual bool finalizes_to_the_mean() const { return false; }
+  // Whether edges' partial sums (aggregators/partial_sum_delta.h) may be folded: the strategies
+  // that keep exact sums, and dp_fedavg (central DP at a root over sums its edges clipped).
+  virtual bool takes_partial_sums() const { return partial_sum() != nullptr; }
 
   // Number of updates folded since Begin.
   virtual size_t num_folded() const = 0;

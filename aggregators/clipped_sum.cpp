@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/simd_kernels.h"
 #include "aggregators/update_buffer.h"
 
@@ -29,6 +30,35 @@ Status ClippedSum::Fold(const Update& u, double clip, double scale, const char* 
   } else {
     sum_.Fold(u.delta.data(), 1.0, factor);
   }
+  return Status::Ok();
+}
+
+Status ClippedSum::FoldPartial(const Update& u, const PartialSumDelta& partial, double clip, double scale,
+                               const char* strategy) {
+  PLEXUS_RETURN_IF_ERROR(CheckUpdate(u, base_, /*needs_examples=*/false, strategy, /*takes_coded=*/true));
+  const ExactSum& exact = partial.sum();
+  const auto k = static_cast<double>(exact.count());
+  // Read as an update, a partial is the mean of its sum with its total weight: unweighted, the
+  // weight is the count and the sum is the mean times it.
+  if (exact.count() < 1 || exact.weight() != k) {
+    return InvalidArgumentError(std::string(strategy) + ": the partial sum from " + u.client_id + " weighs " +
+                                std::to_string(exact.weight()) + " for " + std::to_string(exact.count()) +
+                                " updates: central DP needs each client delta clipped and summed unweighted at the "
+                                "edge (--strategy norm_bound:max=C,exact=true,weighted=false there)");
+  }
+  const double norm = std::sqrt(partial.SquaredNorm()) * k;
+  if (!std::isfinite(norm)) {
+    return InvalidArgumentError(std::string(strategy) + ": the partial sum from " + u.client_id + " is not finite");
+  }
+  // A little room for the float rounding of the mean the norm is computed from.
+  if (norm > k * clip * (1 + 1e-5)) {
+    return InvalidArgumentError(std::string(strategy) + ": the partial sum of " + std::to_string(exact.count()) +
+                                " updates from " + u.client_id + " has norm " + std::to_string(norm) + ", above " +
+                                std::to_string(exact.count()) + " x the clip " + std::to_string(clip) +
+                                ": its edge did not clip each update to the clip (norm_bound:max=C,exact=true,"
+                                "weighted=false there)");
+  }
+  sum_.FoldCoded(partial, 1.0, scale * k);
   return Status::Ok();
 }
 

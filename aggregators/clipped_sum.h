@@ -15,6 +15,8 @@
 
 namespace plexus {
 
+class PartialSumDelta;
+
 class ClippedSum {
  public:
   explicit ClippedSum(ThreadPool* pool) : sum_(pool) {}
@@ -24,6 +26,13 @@ class ClippedSum {
   // sum += scale · min(1, clip / ‖delta‖) · delta. The errors of CheckUpdate (`strategy` names
   // the caller in them); nothing folded then. REQUIRES: Reset, clip > 0, 0 < scale ≤ 1.
   Status Fold(const Update& update, double clip, double scale, const char* strategy);
+  // An edge's partial sum of k client deltas, each of which the edge clipped to `clip` and
+  // summed unweighted (norm_bound:max=C,exact=true,weighted=false): sum += scale · their sum,
+  // unclipped, once its own norm is checked against k · clip (what k deltas within the clip can
+  // reach at most). InvalidArgument for a weighted partial (its weight is not its count) or one
+  // beyond the bound; nothing folded then. REQUIRES: Reset, clip > 0, 0 < scale ≤ 1.
+  Status FoldPartial(const Update& update, const PartialSumDelta& partial, double clip, double scale,
+                     const char* strategy);
   // Fold over every update, reading the inputs once for the whole batch where it can; stops at
   // the first refused update (those before it stay folded) and returns its error.
   Status FoldAll(std::span<const Update* const> updates, double clip, const char* strategy);

@@ -21,6 +21,14 @@
 // release of the same data: the value noise multiplier is raised to (z⁻² − (2·count_noise)⁻²)^−½
 // so that the two together cost what noise multiplier z alone costs (Andrew et al., §3.1).
 //
+// Under a tree of aggregators (central DP at the root): an edge's partial sum (partial_sum_delta.h)
+// is folded as the sum it is, unclipped, once checked: unweighted (its weight is its count k) and
+// of norm at most k·clip, which is what k deltas each within the clip can reach. The edges clip
+// (norm_bound:max=C,exact=true,weighted=false) and are trusted to clip each delta, as a secure
+// aggregation's members are; the check catches an edge that does not clip or weighs. `expected`
+// counts client updates per release, not edges. Adaptive clipping refuses partial sums (its
+// count of the updates under the clip cannot see inside one).
+//
 // Noise from OpenSSL's secure generator unless `seed` is given (the simulator's reproducible
 // runs; the stream of each release is derived from the seed and the base version, so a restart
 // never repeats earlier noise). The adaptive clip is the strategy's saved state.
@@ -36,6 +44,7 @@
 #include "aggregators/aggregator.h"
 #include "aggregators/clipped_sum.h"
 #include "aggregators/dp_release.h"
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/server_optimizer.h"
 #include "aggregators/strategy_spec.h"
 #include "privacy/gaussian_noise.h"
@@ -78,11 +87,16 @@ class DpFedAvg final : public Aggregator {
   Status Fold(const Update& u) override { return FoldTimes(u, 1.0); }
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, std::min(value_scale, 1.0)); }
   bool folds_coded() const override { return true; }
+  bool takes_partial_sums() const override { return !s_.adaptive; }
   size_t num_folded() const override { return sum_.count(); }
 
   Status FoldAll(std::span<const Update* const> updates) override {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    return sum_.FoldAll(updates, FoldClip(), "dp_fedavg");
+    if (std::none_of(updates.begin(), updates.end(), [](const Update* u) { return PartialOf(*u) != nullptr; })) {
+      return sum_.FoldAll(updates, FoldClip(), "dp_fedavg");
+    }
+    for (const Update* u : updates) PLEXUS_RETURN_IF_ERROR(FoldTimes(*u, 1.0));
+    return Status::Ok();
   }
 
   Result<ModelState> Finalize() override {
@@ -143,8 +157,19 @@ class DpFedAvg final : public Aggregator {
   }
 
  private:
+  static const PartialSumDelta* PartialOf(const Update& u) {
+    return dynamic_cast<const PartialSumDelta*>(u.coded.get());
+  }
   Status FoldTimes(const Update& u, double scale) {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
+    if (const PartialSumDelta* partial = PartialOf(u)) {
+      if (s_.adaptive) {
+        return InvalidArgumentError("dp_fedavg: a partial sum from " + u.client_id +
+                                    ", but adaptive clipping counts the updates under the clip, which a partial sum "
+                                    "hides: run a fixed clip at a root over edges");
+      }
+      return sum_.FoldPartial(u, *partial, clip_, scale, "dp_fedavg");
+    }
     return sum_.Fold(u, FoldClip(), scale, "dp_fedavg");
   }
   // Summed updates were clipped by their members, each to clip_.

@@ -41,9 +41,11 @@ Result<std::unique_ptr<Aggregator>> MakeNormBound(StrategySpec& spec, ThreadPool
   if (max.empty() || *end != '\0' || errno != 0 || !(bound > 0) || !std::isfinite(bound)) {
     return InvalidArgumentError("strategy 'norm_bound': max='" + max + "' must be a positive number or 'median'");
   }
-  char params[48];
-  std::snprintf(params, sizeof params, "max=%g", bound);
-  AveragingOptions o{"norm_bound", params, /*weighted=*/true, /*normalize_by_steps=*/false, bound};
+  // weighted=false: every clipped delta weighs one, as central DP at a root over edges needs.
+  PLEXUS_ASSIGN_OR_RETURN(bool weighted, spec.GetBool("weighted", true));
+  char params[64];
+  std::snprintf(params, sizeof params, "max=%g%s", bound, weighted ? "" : ",weighted=false");
+  AveragingOptions o{"norm_bound", params, weighted, /*normalize_by_steps=*/false, bound};
   return AveragingFrom(spec, std::move(o), MakePlainStep(1.0), pool);
 }
 

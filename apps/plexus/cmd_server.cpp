@@ -161,6 +161,11 @@ void RunServer(const ServerFlags& f) {
       local_dp ? std::nullopt
                : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
+  if (dp && !dp->tree && !dp->per_release_given && !f.edge_clients.empty()) {
+    throw CommandError(
+        "--dp at a root over edges (--edge-clients): give --dp central:clip=C,noise=Z,per_release=N, N the client "
+        "updates a version takes (--clients-per-round counts edges here, each partial sum many updates)");
+  }
   const bool edge = !f.upstream.empty();
   if (edge) {
     // An edge forwards exact sums of its clients' deltas; whatever needs every update, or noise,
@@ -205,11 +210,12 @@ void RunServer(const ServerFlags& f) {
   async.commit_outside = !async.semi_async;
   const EngineOptions engine_options{f.mode, sync, async};
   Check(engine_options.Validate(), "invalid settings");
-  // A root (or a flat server) whose merge keeps exact sums takes edges' partial sums: in sync
-  // rounds, or in FedBuff's buffer (a partial's sums scaled by its staleness).
+  // A root (or a flat server) whose merge keeps exact sums, or adds central DP noise to sums its
+  // edges clipped, takes edges' partial sums: in sync rounds, or in FedBuff's buffer (a partial's
+  // sums scaled by its staleness).
   const bool accept_partial_sums =
       (f.mode == Mode::kSync || f.mode == Mode::kAsync) && !sync.secagg &&
-      Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->partial_sum() != nullptr;
+      Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->takes_partial_sums();
   const std::vector<std::string> parents = SplitAddresses(f.upstream);
   if (edge && parents.empty()) throw CommandError("--upstream: no address given");
   const ClientTls upstream_tls = edge ? ClientTlsFromFiles(f.upstream_tls, parents, "--upstream-") : ClientTls{};

@@ -31,11 +31,12 @@ void AddDpFlags(CLI::App* cmd, DpFlags* flags);
 
 // What a federation with DP releases, and what each release costs.
 struct DpPlan {
-  std::string strategy;  // the dp_fedavg or dp_ftrl strategy the engine runs
-  double clip = 0;       // C (the starting clip with adaptive clipping)
-  double noise = 0;      // z
-  double q = 0;          // per-release sampling rate the accountant assumes
-  double expected = 0;   // updates per release: the fixed denominator
+  std::string strategy;            // the dp_fedavg or dp_ftrl strategy the engine runs
+  double clip = 0;                 // C (the starting clip with adaptive clipping)
+  double noise = 0;                // z
+  double q = 0;                    // per-release sampling rate the accountant assumes
+  double expected = 0;             // updates per release: the fixed denominator
+  bool per_release_given = false;  // central:per_release=N (a root over edges), not the clients per round
   double delta = 1e-5;
   bool adaptive = false;
   bool tree = false;                    // DP-FTRL: tree aggregation, no sampling assumed (q is 0 then)

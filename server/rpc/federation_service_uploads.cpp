@@ -76,7 +76,8 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     return Refuse("upload", InvalidArgumentError(
                                 "a partial sum (an edge aggregator's) for task " + header.task_id() +
                                 ", but this server takes none: it needs sync rounds or "
-                                "--mode async, and a strategy that keeps exact sums (fedavg_exact, or exact=true)"));
+                                "--mode async, and a strategy that keeps exact sums (fedavg_exact, or exact=true) "
+                                "or adds central DP noise to them (dp_fedavg with a fixed clip)"));
   } else if (coded) {
     std::lock_guard<std::mutex> lock(mu_);
     // A server without an upload codec names none in its tasks: the check comes before any use of it.

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "aggregators/exact_sum.h"
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
@@ -205,6 +207,54 @@ TEST(DpFedAvgTest, RefusesSettingsThatMeanNothing) {
   EXPECT_THAT(dp->Fold(U("a", {1, 0, 0})), StatusIs(StatusCode::kInvalidArgument, ""));
   EXPECT_EQ(dp->num_folded(), 0u);
   EXPECT_THAT(dp->Finalize().status(), StatusIs(StatusCode::kFailedPrecondition, "no updates"));
+}
+
+// Central DP at a root over edges: the edges clip each delta and sum unweighted, exactly
+// (norm_bound:max=C,exact=true,weighted=false), and the root adds the noise once to the sum of
+// their partial sums. Without noise, and with the same seeded noise, the release is the flat
+// server's over the same updates (up to the rounding of a partial's float mean).
+TEST(DpFedAvgTest, AtARootOverEdgesPartialSumsReleaseWhatAFlatServerWould) {
+  std::vector<Update> updates = RandomUpdates(5, 6, 300, 0.2);
+  for (float& v : updates[1].delta.data()) v *= 30;  // well beyond the clip: the edge clips it
+  const ModelState base = VectorModel(std::vector<float>(300, 0.5f));
+  auto partial = [&](size_t begin, size_t end, const std::string& edge_strategy, const std::string& edge) {
+    auto agg = *MakeAggregator(edge_strategy, nullptr);
+    EXPECT_OK(agg->Begin(base));
+    for (size_t i = begin; i < end; ++i) EXPECT_OK(agg->Fold(updates[i]));
+    ExactSum sum = *agg->partial_sum();
+    Update p;
+    p.client_id = edge;
+    p.num_examples = static_cast<int64_t>(sum.weight());
+    std::string bytes = sum.Encode();
+    p.coded = *PartialSumDelta::Make("exactsum", std::move(bytes), std::move(sum));
+    return p;
+  };
+  const std::string clipping = "norm_bound:max=2,exact=true,weighted=false";
+  for (const char* root : {"dp_fedavg:clip=2,noise=0,expected=6", "dp_fedavg:clip=2,noise=1,expected=6,seed=4"}) {
+    auto flat = Make(root);
+    auto tree = Make(root);
+    ASSERT_TRUE(tree->takes_partial_sums());
+    const ModelState expected = Release(*flat, base, updates);
+    const ModelState released =
+        Release(*tree, base, {partial(0, 3, clipping, "edge-a"), partial(3, 6, clipping, "edge-b")});
+    ASSERT_EQ(released.num_params(), expected.num_params());
+    for (size_t i = 0; i < released.num_params(); ++i) {
+      EXPECT_NEAR(released.data()[i], expected.data()[i], 1e-5) << root << " value " << i;
+    }
+  }
+  // Partial sums whose edge weighed its clients, or did not clip, are refused with the remedy.
+  auto root = Make("dp_fedavg:clip=2,noise=1,expected=6,seed=4");
+  ASSERT_OK(root->Begin(base));
+  EXPECT_THAT(root->Fold(partial(0, 3, "norm_bound:max=2,exact=true", "edge-a")),
+              StatusIs(StatusCode::kInvalidArgument, "weighted=false"));
+  EXPECT_THAT(root->Fold(partial(0, 3, "fedavg_exact:weighted=false", "edge-a")),
+              StatusIs(StatusCode::kInvalidArgument, "did not clip"));
+  EXPECT_EQ(root->num_folded(), 0u);
+  // Adaptive clipping cannot count the updates under the clip inside a partial sum.
+  auto adaptive = Make("dp_fedavg:clip=2,noise=1,expected=6,adaptive=true,seed=4");
+  EXPECT_FALSE(adaptive->takes_partial_sums());
+  ASSERT_OK(adaptive->Begin(base));
+  EXPECT_THAT(adaptive->Fold(partial(0, 3, clipping, "edge-a")), StatusIs(StatusCode::kInvalidArgument, "adaptive"));
 }
 
 }  // namespace

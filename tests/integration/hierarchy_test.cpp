@@ -78,7 +78,9 @@ class HierarchyTest : public ::testing::Test {
     };
     if (!given("--linger-s")) args.insert(args.end(), {"--linger-s", "30"});
     // An edge forwarding raw takes no strategy (its root's runs over the updates).
-    if (!given("--strategy") && !given("--upstream-forward")) args.insert(args.end(), {"--strategy", "fedavg_exact"});
+    if (!given("--strategy") && !given("--upstream-forward") && !given("--dp")) {
+      args.insert(args.end(), {"--strategy", "fedavg_exact"});
+    }
     if (!s.upstream.empty()) args.insert(args.end(), {"--upstream", s.upstream, "--upstream-client-id", name});
     args.insert(args.end(), s.extra.begin(), s.extra.end());
     processes_.push_back(std::make_unique<ChildProcess>(PLEXUS_BINARY, args, Path(name + ".log")));
@@ -303,6 +305,40 @@ TEST_F(HierarchyTest, EdgesForwardingRawGiveTheRootsMedianEveryUpdate) {
   for (const auto& round : r["rounds"]) EXPECT_EQ(round["updates"], kClients) << r.dump(2);
   const std::string log = *ReadFileContents(Path("edge-a.log"));
   EXPECT_NE(log.find("every update forwarded raw"), std::string::npos) << log;
+}
+
+// Central DP at a root over edges: each edge clips its clients' deltas and sums them unweighted
+// (norm_bound:max=C,exact=true,weighted=false); the root checks each partial sum against its
+// count times the clip, adds the noise once to the sum of the partials, and divides by the client
+// updates a version takes (per_release), its rounds counting client updates, not edges. A root over
+// named edges that is not told per_release is refused at start.
+TEST_F(HierarchyTest, ARootAddsCentralDpNoiseToItsEdgesClippedPartialSums) {
+  const auto with = [](int k, const std::string& upstream, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--round-deadline-s", "120"});
+    return ServerSettings{k, 0, kRounds, upstream, "", std::move(extra)};
+  };
+  const std::string clip = "norm_bound:max=0.05,exact=true,weighted=false";
+  const std::string root = StartServer("root-dp", with(2, "",
+                                                       {"--dp", "central:clip=0.05,noise=0.5,per_release=4",
+                                                        "--dp-population", "100", "--edge-clients", "edge-a,edge-b"}));
+  StartClientsUnder(StartServer("edge-a", with(2, root, {"--strategy", clip})),
+                    StartServer("edge-b", with(2, root, {"--strategy", clip})), "dp");
+  WaitForAll();
+  const nlohmann::json r = Summary("root-dp");
+  ASSERT_EQ(r["model_version"], kRounds) << r.dump(2);
+  for (const auto& round : r["rounds"]) EXPECT_EQ(round["updates"], kClients) << r.dump(2);
+  const std::string strategy = r["strategy"];
+  EXPECT_NE(strategy.find("dp_fedavg"), std::string::npos) << strategy;
+  EXPECT_NE(strategy.find("expected=4"), std::string::npos) << strategy;
+
+  std::string out;
+  EXPECT_NE(testing::RunToCompletion(PLEXUS_BINARY,
+                                     {"server", "--dp", "central:clip=0.05,noise=0.5", "--dp-population", "100",
+                                      "--edge-clients", "edge-a,edge-b", "--db", Path("x.db"), "--dry-run"},
+                                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("per_release=N"), std::string::npos) << out;
 }
 
 TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {
