@@ -220,10 +220,12 @@ Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
   if (acknowledged_.Contains(update.client_id, update.task_id)) {  // its answer was lost
     return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
   }
-  if (dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr) {
+  const bool bundle = dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr;
+  if (bundle && policy_->mode() != Mode::kAsync) {
     ++updates_refused_;
     return FailedPreconditionError(
-        "forwarded updates (an edge's --upstream-forward raw) are taken in sync rounds only");
+        "forwarded updates (an edge's --upstream-forward raw) are taken in sync rounds and FedBuff (--mode async) "
+        "only");
   }
   if (secure_) {
     ++updates_refused_;
@@ -255,9 +257,20 @@ Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
     return FailedPreconditionError("update is " + std::to_string(staleness) + " versions stale (the limit is " +
                                    std::to_string(options_.max_staleness) + "); poll for a task on the current model");
   }
-  // Validated before it is logged, so that a bad update is refused to its sender and never logged.
-  if (Status valid = CheckUpdate(update, published_->model(), policy_->needs_examples(),
-                                 policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff", buffer_->folds_coded());
+  // Validated before it is logged, so that a bad update is refused to its sender and never logged;
+  // a bundle's forwarded updates each (coded ones are decoded when folded, if the merge needs).
+  const char* strategy = policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff";
+  for (const Update& inner : bundle ? UnbundledUpdates(update) : std::vector<Update>{}) {
+    if (Status valid = CheckUpdate(inner, published_->model(), policy_->needs_examples(), strategy, true);
+        !valid.ok()) {
+      ++updates_refused_;
+      end_task(false);
+      return valid.WithContext("forwarded update of " + inner.client_id);
+    }
+  }
+  if (Status valid = bundle ? Status::Ok()
+                            : CheckUpdate(update, published_->model(), policy_->needs_examples(), strategy,
+                                          buffer_->folds_coded());
       !valid.ok()) {
     ++updates_refused_;
     end_task(false);
@@ -307,11 +320,33 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   std::vector<std::pair<std::string, std::string>> members;
   members.swap(group_members_);
   UpdateTally counted;
-  counted.Add(update);
+  for (const Update& inner : BundledOrSelf(update)) counted.Add(inner);
+  logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
+  if (dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr) {
+    // Each forwarded update as if its client had sent it, with the staleness of the edge's task
+    // (the buffer counts them, so a bundle may fill it past its size, as a partial sum does).
+    size_t folded = 0;
+    for (Update& inner : UnbundledUpdates(update)) {
+      if (inner.coded && !buffer_->folds_coded()) MaterializeCoded(inner, model());
+      inner.base_version = update.base_version;
+      const std::string client = inner.client_id;
+      if (Result<bool> added = buffer_->Add(std::move(inner), staleness); !added.ok()) {
+        ++updates_refused_;
+        tally_ += counted;
+        for (size_t i = 0; i < folded && i < entries.size(); ++i) merged_.push_back(std::move(entries[i]));
+        updates_accepted_ += static_cast<int64_t>(folded);
+        return added.status().WithContext("forwarded update of " + client);
+      }
+      ++folded;
+    }
+    for (MergedUpdate& m : entries) merged_.push_back(std::move(m));
+    updates_accepted_ += static_cast<int64_t>(folded);
+    tally_ += counted;
+    return Status::Ok();
+  }
   // Logged coded by a server whose strategy folded codes; this one's may not.
   if (!buffer_->folds_coded()) MaterializeCoded(update, model());
   Result<bool> added = buffer_->Add(std::move(update), staleness);
-  logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
   if (!added.ok()) {
     ++updates_refused_;
     return added.status();

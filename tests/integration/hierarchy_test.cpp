@@ -435,6 +435,27 @@ TEST_F(HierarchyTest, EdgesUnderAnAsynchronousRootAreItsSubBuffers) {
       << ea.dump(2) << eb.dump(2);
 }
 
+// Edges forwarding raw under a FedBuff root (--mode async) running the median: every forwarded
+// update is one of the root's buffer (a buffer of four: both edges' two each).
+TEST_F(HierarchyTest, EdgesForwardingRawUnderAnAsynchronousRootFillItsBufferWithEveryUpdate) {
+  const auto with = [](int k, const std::string& upstream, std::vector<std::string> extra) {
+    extra.insert(extra.end(), {"--round-deadline-s", "120"});
+    return ServerSettings{k, 0, 2, upstream, "", std::move(extra)};
+  };
+  const std::string root = StartServer(
+      "root",
+      with(2, "", {"--mode", "async", "--buffer-size", "4", "--strategy", "median", "--max-bundle-updates", "4"}));
+  StartClientsUnder(StartServer("edge-a", with(2, root, {"--upstream-forward", "raw"})),
+                    StartServer("edge-b", with(2, root, {"--upstream-forward", "raw"})), "raw-async");
+  WaitForAll();
+  const nlohmann::json r = Summary("root");
+  EXPECT_EQ(r["mode"], "async") << r.dump(2);
+  ASSERT_EQ(r["model_version"], 2) << r.dump(2);
+  // Bundles of two fill a buffer of four exactly: two versions of four client updates.
+  for (const auto& version : r["rounds"]) EXPECT_EQ(version["updates"], 4) << r.dump(2);
+  EXPECT_NE(r["strategy"].get<std::string>().find("median"), std::string::npos) << r.dump(2);
+}
+
 // The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
 // summary says so.
 TEST_F(HierarchyTest, AnEdgeRobustEdgeRunsItsRuleOverItsOwnClientsAndSaysSo) {

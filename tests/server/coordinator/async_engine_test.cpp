@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "aggregators/update_bundle.h"
+#include "compression/codec.h"
 #include "server/coordinator/sync_engine.h"
 #include "server/store/memory_store.h"
 #include "tests/testing/raw_coded_delta.h"
@@ -675,6 +677,37 @@ TEST(OverselectionTest, AggregatesExactlyTheFirstK) {
   EXPECT_FLOAT_EQ(e->model().data()[0], 4.0f);  // 1 + (2 + 4) / 2: b's update is not in
   EXPECT_EQ(e->history().back().num_updates, 2);
   EXPECT_FALSE(report("b", tasks[1], 100.0f).ok());
+}
+
+// An edge forwarding its clients' updates raw under a FedBuff root: each forwarded update is one
+// of the buffer's, folded as if its client had sent it (with the staleness of the edge's task),
+// so a robust merge runs over every client update; the version's record names each under its edge.
+// (The door's bundle codec has refused malformed or non-finite forwarded updates already.)
+TEST_F(AsyncEngineTest, FedBuffTakesEachForwardedUpdateOfABundleAsOneOfItsBuffer) {
+  AsyncOptions o = Options(2, 3, 1.0, "constant");
+  o.strategy = "median";
+  Open(o);
+  auto bundle = [&](const std::string& edge, const Task& t, const std::vector<float>& values) {
+    std::vector<Update> in;
+    for (size_t i = 0; i < values.size(); ++i) in.push_back(UpdateOf("c" + std::to_string(i), t, values[i]));
+    Update u = UpdateOf(edge, t, 0);
+    u.delta = ModelState();
+    u.num_examples = 10 * static_cast<int64_t>(values.size());
+    u.coded = *(*MakeCodec(kUpdateBundleCodec))->Read(EncodeUpdateBundle(in, 1), Initial());
+    return u;
+  };
+  const Task ta = TaskOf("a"), tb = TaskOf("b");
+  ASSERT_OK(engine_->Submit(bundle("a", ta, {1.0f, 2.0f})));
+  EXPECT_EQ(engine_->model().version(), 0u) << "two updates of a buffer of three";
+  EXPECT_EQ(engine_->status().round_received, 2);
+  ASSERT_OK(engine_->Submit(bundle("b", tb, {1000.0f})));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  EXPECT_FLOAT_EQ(W(), 1.0f + 2.0f) << "1 + the median of 1, 2 and 1000";
+  const RoundRecord r = store_.ListRounds()->back();
+  EXPECT_EQ(r.num_updates, 3);
+  ASSERT_EQ(r.merged.size(), 3u);
+  EXPECT_EQ(r.merged[0].client_id, "a/c0");
+  EXPECT_EQ(r.merged[2].client_id, "b/c0");
 }
 
 }  // namespace
