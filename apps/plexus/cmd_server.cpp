@@ -211,10 +211,11 @@ void RunServer(const ServerFlags& f) {
   const EngineOptions engine_options{f.mode, sync, async};
   Check(engine_options.Validate(), "invalid settings");
   // A root (or a flat server) whose merge keeps exact sums, or adds central DP noise to sums its
-  // edges clipped, takes edges' partial sums: in sync rounds, or in FedBuff's buffer (a partial's
-  // sums scaled by its staleness).
+  // edges clipped, takes edges' partial sums: in sync rounds, in FedBuff's buffer (a partial's
+  // sums scaled by its staleness), or in FedCompass's groups (each edge one member, its clients
+  // training the steps the root assigned it).
   const bool accept_partial_sums =
-      (f.mode == Mode::kSync || f.mode == Mode::kAsync) && !sync.secagg &&
+      (f.mode == Mode::kSync || f.mode == Mode::kAsync || f.mode == Mode::kSemiAsync) && !sync.secagg &&
       Take(MakeAggregator(f.mode == Mode::kSync ? sync.strategy : async.strategy, nullptr))->takes_partial_sums();
   const std::vector<std::string> parents = SplitAddresses(f.upstream);
   if (edge && parents.empty()) throw CommandError("--upstream: no address given");

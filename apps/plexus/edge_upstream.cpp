@@ -43,7 +43,8 @@ void EdgeUpstream::Run() {
   o.contribute = [this](const Task& task, const ModelState& model) -> Result<Contribution> {
     auto parent_model = std::make_shared<const ModelState>(model);
     PLEXUS_RETURN_IF_ERROR(server_->WithEngine([&](Engine& e) {
-      return static_cast<SyncEngine&>(e).AdoptParentVersion(parent_model, task.round, task.task_id);
+      return static_cast<SyncEngine&>(e).AdoptParentVersion(parent_model, task.round, task.task_id,
+                                                            task.hyperparams.local_steps);
     }));
     spdlog::info("upstream task {}: the parent's round {} on its version {}; waiting for this edge's clients",
                  task.task_id, task.round, task.model_version);

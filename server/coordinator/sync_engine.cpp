@@ -228,6 +228,7 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
   t.model_version = published_->version();
   t.model_sha256 = published_->sha256();
   t.hyperparams = options_.task;
+  if (options_.edge && parent_local_steps_ > 0) t.hyperparams.local_steps = parent_local_steps_;
   t.deadline_ms = open_->deadline_ms;
   return t;
 }
@@ -640,9 +641,10 @@ void SyncEngine::LearnFromRound(const ModelState& next) {
 }
 
 Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round,
-                                      const std::string& parent_task) {
+                                      const std::string& parent_task, int64_t local_steps) {
   PLEXUS_RETURN_IF_ERROR(sticky_error_);
   if (!options_.edge) return FailedPreconditionError("only an edge aggregator adopts its parent's versions");
+  if (local_steps > 0) parent_local_steps_ = local_steps;
   PLEXUS_RETURN_IF_ERROR(model->CheckSameLayout(published_->model()).WithContext("the parent's model"));
   const std::string sha = model->ContentSha256();
   const bool same_version = model->version() == published_->version();

@@ -163,8 +163,11 @@ class SyncEngine final : public Engine {
   // asynchronous parent hands out) drops a round still open or a partial for an earlier task (the
   // parent moved on without them, or has it) and opens a new round. FailedPrecondition outside
   // edge mode, or for a model of another layout, or a version 0 that differs from this edge's own
-  // (the edge must start from the parent's --model and --seed).
-  Status AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round, const std::string& parent_task);
+  // (the edge must start from the parent's --model and --seed). `local_steps` (0: the edge's own)
+  // are the parent's task's: the edge's clients train as many, so that a semi-asynchronous parent's
+  // assignment (FedCompass gives each task its steps) reaches them.
+  Status AdoptParentVersion(std::shared_ptr<const ModelState> model, uint64_t round, const std::string& parent_task,
+                            int64_t local_steps = 0);
   // The partial sum of the last round closed on the adopted version, once it has closed; null
   // before. Stays until another version is adopted (a lost upload is sent again).
   const EdgePartial* partial() const { return partial_ ? &*partial_ : nullptr; }
@@ -255,7 +258,8 @@ class SyncEngine final : public Engine {
   // Edge mode: the parent's round the adopted version is for (until its round closes), the
   // closed round's partial, and whether the parent has finished.
   std::optional<uint64_t> parent_round_;
-  std::string parent_task_;  // the parent's task the open or next round answers (empty: unknown after a restart)
+  std::string parent_task_;         // the parent's task the open or next round answers (empty: unknown after a restart)
+  int64_t parent_local_steps_ = 0;  // the local steps of the parent's task (0: options_.task's)
   std::optional<EdgePartial> partial_;
   bool parent_finished_ = false;
 };

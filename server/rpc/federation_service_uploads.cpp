@@ -73,11 +73,12 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
                                                  ", but this server takes none: it needs sync rounds or --mode async, "
                                                  "no --secagg, and --max-bundle-updates"));
   } else if (coded && header.codec() == kPartialSumCodec && header.codec() != info_.upload_codec) {
-    return Refuse("upload", InvalidArgumentError(
-                                "a partial sum (an edge aggregator's) for task " + header.task_id() +
-                                ", but this server takes none: it needs sync rounds or "
-                                "--mode async, and a strategy that keeps exact sums (fedavg_exact, or exact=true) "
-                                "or adds central DP noise to them (dp_fedavg with a fixed clip)"));
+    return Refuse("upload",
+                  InvalidArgumentError(
+                      "a partial sum (an edge aggregator's) for task " + header.task_id() +
+                      ", but this server takes none: it needs sync rounds, "
+                      "--mode async or semiasync, and a strategy that keeps exact sums (fedavg_exact, or exact=true) "
+                      "or adds central DP noise to them (dp_fedavg with a fixed clip)"));
   } else if (coded) {
     std::lock_guard<std::mutex> lock(mu_);
     // A server without an upload codec names none in its tasks: the check comes before any use of it.

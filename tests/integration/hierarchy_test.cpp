@@ -456,6 +456,28 @@ TEST_F(HierarchyTest, EdgesForwardingRawUnderAnAsynchronousRootFillItsBufferWith
   EXPECT_NE(r["strategy"].get<std::string>().find("median"), std::string::npos) << r.dump(2);
 }
 
+// Edges under a semi-asynchronous root (FedCompass): each edge is one member of the root's groups;
+// the root gives each of its tasks a number of local steps (q_min 20 to q_max 40 here, not the
+// edges' own 15), the edge's clients train as many, and the edge's partial sum arrives as the
+// member's update. The root publishes every version, its records counting client updates.
+TEST_F(HierarchyTest, EdgesUnderASemiAsynchronousRootTrainTheStepsItAssigns) {
+  const std::string root = StartServer(
+      "root",
+      {2, 0, 3, "", "", {"--mode", "semiasync", "--q-min", "20", "--q-max", "40", "--round-deadline-s", "120"}});
+  StartClientsUnder(StartServer("edge-a", 2, root), StartServer("edge-b", 2, root), "semiasync");
+  WaitForAll();
+  const nlohmann::json r = Summary("root");
+  EXPECT_EQ(r["mode"], "semiasync") << r.dump(2);
+  ASSERT_EQ(r["model_version"], 3) << r.dump(2);
+  int64_t updates = 0;
+  for (const auto& version : r["rounds"]) updates += version["updates"].get<int64_t>();
+  EXPECT_GE(updates, 6) << "at least two partial sums of two client updates each\n" << r.dump(2);
+  // The clients trained the root's assignment, not the edges' --local-steps 15.
+  const std::string log = *ReadFileContents(Path("semiasync-client0.log"));
+  EXPECT_EQ(log.find("(15 steps"), std::string::npos) << log;
+  EXPECT_NE(log.find(" steps, train loss"), std::string::npos) << log;
+}
+
 // The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
 // summary says so.
 TEST_F(HierarchyTest, AnEdgeRobustEdgeRunsItsRuleOverItsOwnClientsAndSaysSo) {
