@@ -171,6 +171,19 @@ TEST(CliTest, SlowLinkSettingsThatCannotHoldAreRefusedNamingTheFlag) {
                 {"sim", "--mode", "gossip", "--gossip", "diloco:fragments=5", "--local-steps", "5", "--dry-run"}, &out),
             1);
   EXPECT_NE(out.find("diloco:fragments=5 does not divide the model: it has 4 tensors"), std::string::npos) << out;
+  // DeMo between peers takes the mean: a robust --merge would vote among fast components.
+  EXPECT_EQ(RunToCompletion(
+                PLEXUS_BINARY,
+                {"sim", "--mode", "gossip", "--gossip", "demo", "--local-steps", "1", "--merge", "median", "--dry-run"},
+                &out),
+            1);
+  EXPECT_NE(out.find("--merge: demo"), std::string::npos) << out;
+  // Pseudo-gradients between peers travel in a codec that keeps every value.
+  EXPECT_EQ(RunToCompletion(
+                PLEXUS_BINARY,
+                {"sim", "--mode", "gossip", "--gossip", "diloco:codec=topk", "--local-steps", "3", "--dry-run"}, &out),
+            1);
+  EXPECT_NE(out.find("--gossip: diloco:codec=topk drops or randomizes values"), std::string::npos) << out;
   // The settings that hold start: DiLoCo with H inner steps, DeMo under FedAvg.
   EXPECT_EQ(
       RunToCompletion(PLEXUS_BINARY,
