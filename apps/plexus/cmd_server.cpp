@@ -359,10 +359,8 @@ void RunServer(const ServerFlags& f) {
                   local_dp ? local_dp->announced : std::string()};
   info.accept_partial_sums = accept_partial_sums;
   if (f.max_bundle_updates < 0) throw CommandError("--max-bundle-updates must not be negative");
-  if (f.max_bundle_updates > 0 && ((f.mode != Mode::kSync && f.mode != Mode::kAsync) || sync.secagg)) {
-    throw CommandError(
-        "--max-bundle-updates: forwarded updates are taken in sync rounds and FedBuff (--mode async), without "
-        "--secagg");
+  if (f.max_bundle_updates > 0 && sync.secagg) {
+    throw CommandError("--max-bundle-updates with --secagg: a secure group's members send masked updates only");
   }
   info.max_bundle_updates = f.max_bundle_updates;
   info.edge_clients.insert(f.edge_clients.begin(), f.edge_clients.end());

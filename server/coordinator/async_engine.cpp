@@ -221,12 +221,6 @@ Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
     return AdmittedUpdate{std::move(update), /*already_acknowledged=*/true};
   }
   const bool bundle = dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr;
-  if (bundle && policy_->mode() != Mode::kAsync) {
-    ++updates_refused_;
-    return FailedPreconditionError(
-        "forwarded updates (an edge's --upstream-forward raw) are taken in sync rounds and FedBuff (--mode async) "
-        "only");
-  }
   if (secure_) {
     ++updates_refused_;
     return FailedPreconditionError(
@@ -324,7 +318,8 @@ Status AsyncEngine::Fold(LoggedUpdate logged, uint64_t group) {
   logged_done_.push_back(logged.seq);  // merged into the next version, or refused for good
   if (dynamic_cast<const UpdateBundle*>(update.coded.get()) != nullptr) {
     // Each forwarded update as if its client had sent it, with the staleness of the edge's task
-    // (the buffer counts them, so a bundle may fill it past its size, as a partial sum does).
+    // (the buffer counts them, so a bundle may fill it past its size, as a partial sum does; in
+    // FedCompass the edge is one member of its group, its updates all the group's).
     size_t folded = 0;
     for (Update& inner : UnbundledUpdates(update)) {
       if (inner.coded && !buffer_->folds_coded()) MaterializeCoded(inner, model());

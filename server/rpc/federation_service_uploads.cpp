@@ -70,8 +70,8 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
     return Refuse("upload", InvalidArgumentError("forwarded updates (an edge aggregator's --upstream-forward raw) "
                                                  "for task " +
                                                  header.task_id() +
-                                                 ", but this server takes none: it needs sync rounds or --mode async, "
-                                                 "no --secagg, and --max-bundle-updates"));
+                                                 ", but this server takes none: it needs --max-bundle-updates "
+                                                 "and no --secagg"));
   } else if (coded && header.codec() == kPartialSumCodec && header.codec() != info_.upload_codec) {
     return Refuse("upload",
                   InvalidArgumentError(

@@ -459,7 +459,8 @@ TEST_F(HierarchyTest, EdgesForwardingRawUnderAnAsynchronousRootFillItsBufferWith
 // Edges under a semi-asynchronous root (FedCompass): each edge is one member of the root's groups;
 // the root gives each of its tasks a number of local steps (q_min 20 to q_max 40 here, not the
 // edges' own 15), the edge's clients train as many, and the edge's partial sum arrives as the
-// member's update. The root publishes every version, its records counting client updates.
+// member's update. The root publishes every version, its records counting client updates; and
+// with edges forwarding raw, a robust rule at the root runs over every client update.
 TEST_F(HierarchyTest, EdgesUnderASemiAsynchronousRootTrainTheStepsItAssigns) {
   const std::string root = StartServer(
       "root",
@@ -476,6 +477,27 @@ TEST_F(HierarchyTest, EdgesUnderASemiAsynchronousRootTrainTheStepsItAssigns) {
   const std::string log = *ReadFileContents(Path("semiasync-client0.log"));
   EXPECT_EQ(log.find("(15 steps"), std::string::npos) << log;
   EXPECT_NE(log.find(" steps, train loss"), std::string::npos) << log;
+
+  // Edges forwarding raw: a robust rule at the semi-asynchronous root over every client update.
+  const std::string raw_root =
+      StartServer("raw-root", {2,
+                               0,
+                               3,
+                               "",
+                               "",
+                               {"--mode", "semiasync", "--q-min", "20", "--q-max", "40", "--strategy", "median",
+                                "--max-bundle-updates", "2", "--round-deadline-s", "120"}});
+  const auto raw_edge = [&](const std::string& name) {
+    return StartServer(name, {2, 0, kRounds, raw_root, "", {"--upstream-forward", "raw", "--round-deadline-s", "120"}});
+  };
+  StartClientsUnder(raw_edge("edge-c"), raw_edge("edge-d"), "semiasync-raw");
+  WaitForAll();
+  const nlohmann::json rr = Summary("raw-root");
+  ASSERT_EQ(rr["model_version"], 3) << rr.dump(2);
+  int64_t forwarded = 0;
+  for (const auto& version : rr["rounds"]) forwarded += version["updates"].get<int64_t>();
+  EXPECT_GE(forwarded, 6) << rr.dump(2);
+  EXPECT_NE(rr["strategy"].get<std::string>().find("median"), std::string::npos) << rr.dump(2);
 }
 
 // The user's choice for a robust rule: it runs at the edge over its own clients, and the edge's
