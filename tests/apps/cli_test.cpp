@@ -155,35 +155,28 @@ TEST(CliTest, SlowLinkSettingsThatCannotHoldAreRefusedNamingTheFlag) {
             1);
   EXPECT_NE(out.find("not --strategy trimmed_mean"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(db)) << "a refused start left a database behind";
-  // DiLoCo between peers: H >= 1 (simulated and real peers), and fragments the model can hold.
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"sim", "--mode", "gossip", "--gossip", "diloco", "--local-steps", "0", "--dry-run"}, &out),
-            1);
-  EXPECT_NE(out.find("--local-steps: --gossip diloco needs H >= 1 inner steps"), std::string::npos) << out;
-  EXPECT_EQ(RunToCompletion(PLEXUS_BINARY,
-                            {"peer", "--listen", "127.0.0.1:47999", "--num-partitions", "2", "--partition-index", "0",
-                             "--gossip", "diloco"},
-                            &out),
-            1);
-  EXPECT_NE(out.find("--local-steps: --gossip diloco needs H >= 1 inner steps"), std::string::npos) << out;
-  EXPECT_EQ(RunToCompletion(
-                PLEXUS_BINARY,
-                {"sim", "--mode", "gossip", "--gossip", "diloco:fragments=5", "--local-steps", "5", "--dry-run"}, &out),
-            1);
-  EXPECT_NE(out.find("diloco:fragments=5 does not divide the model: it has 4 tensors"), std::string::npos) << out;
-  // DeMo between peers takes the mean: a robust --merge would vote among fast components.
-  EXPECT_EQ(RunToCompletion(
-                PLEXUS_BINARY,
-                {"sim", "--mode", "gossip", "--gossip", "demo", "--local-steps", "1", "--merge", "median", "--dry-run"},
-                &out),
-            1);
-  EXPECT_NE(out.find("--merge: demo"), std::string::npos) << out;
-  // Pseudo-gradients between peers travel in a codec that keeps every value.
-  EXPECT_EQ(RunToCompletion(
-                PLEXUS_BINARY,
-                {"sim", "--mode", "gossip", "--gossip", "diloco:codec=topk", "--local-steps", "3", "--dry-run"}, &out),
-            1);
-  EXPECT_NE(out.find("--gossip: diloco:codec=topk drops or randomizes values"), std::string::npos) << out;
+  // Between peers: DiLoCo's H >= 1 (simulated and real peers), fragments the model can hold, DeMo
+  // with the mean only (a robust --merge would vote among fast components), and pseudo-gradients
+  // in a codec that keeps every value. Each refused with one line naming the flag.
+  const struct {
+    std::vector<std::string> args;
+    const char* says;
+  } refused[] = {
+      {{"sim", "--mode", "gossip", "--gossip", "diloco", "--local-steps", "0", "--dry-run"},
+       "--local-steps: --gossip diloco needs H >= 1 inner steps"},
+      {{"peer", "--listen", "127.0.0.1:47999", "--num-partitions", "2", "--partition-index", "0", "--gossip", "diloco"},
+       "--local-steps: --gossip diloco needs H >= 1 inner steps"},
+      {{"sim", "--mode", "gossip", "--gossip", "diloco:fragments=5", "--local-steps", "5", "--dry-run"},
+       "diloco:fragments=5 does not divide the model: it has 4 tensors"},
+      {{"sim", "--mode", "gossip", "--gossip", "demo", "--local-steps", "1", "--merge", "median", "--dry-run"},
+       "--merge: demo"},
+      {{"sim", "--mode", "gossip", "--gossip", "diloco:codec=topk", "--local-steps", "3", "--dry-run"},
+       "--gossip: diloco:codec=topk drops or randomizes values"},
+  };
+  for (const auto& r : refused) {
+    EXPECT_EQ(RunToCompletion(PLEXUS_BINARY, r.args, &out), 1) << r.says;
+    EXPECT_NE(out.find(r.says), std::string::npos) << out;
+  }
   // The settings that hold start: DiLoCo with H inner steps, DeMo under FedAvg.
   EXPECT_EQ(
       RunToCompletion(PLEXUS_BINARY,
