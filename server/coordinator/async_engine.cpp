@@ -254,12 +254,12 @@ Result<AdmittedUpdate> AsyncEngine::Admit(Update update) {
   // Validated before it is logged, so that a bad update is refused to its sender and never logged;
   // a bundle's forwarded updates each (coded ones are decoded when folded, if the merge needs).
   const char* strategy = policy_->mode() == Mode::kSemiAsync ? "semiasync" : "fedbuff";
-  for (const Update& inner : bundle ? UnbundledUpdates(update) : std::vector<Update>{}) {
+  for (const Update& inner : bundle ? BundledOrSelf(update) : std::span<const Update>()) {  // a view: no copies
     if (Status valid = CheckUpdate(inner, published_->model(), policy_->needs_examples(), strategy, true);
         !valid.ok()) {
       ++updates_refused_;
       end_task(false);
-      return valid.WithContext("forwarded update of " + inner.client_id);
+      return valid.WithContext("forwarded update of " + update.client_id + "/" + inner.client_id);
     }
   }
   if (Status valid = bundle ? Status::Ok()
