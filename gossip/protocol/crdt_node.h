@@ -212,7 +212,6 @@ class CrdtNode : public Protocol {
   // Contributions travel in `codec`'s bytes from now on (a codec with a residual keeps it here,
   // across rounds: DeMo's local momentum).
   void SetContributionCodec(std::shared_ptr<const Codec> codec) { codec_ = std::move(codec); }
-  const ModelState* residual() const { return residual_.get(); }
 
   // c's delta through the codec: the bytes travel, their decoding is the delta (so the author
   // resolves what every other node will). Codecs that draw random numbers are seeded by node and
