@@ -17,6 +17,16 @@
 // α·m²·⌈log₂(n + 1)⌉ / (2z²) (a contribution reaches one node per level, and m of them at most
 // m·C to a node), which that cap makes true.
 //
+// Under a tree of aggregators (DP-FTRL at the root): an edge's partial sum (partial_sum_delta.h) is
+// checked and folded as dp_fedavg folds one (ClippedSum::FoldPartial: unweighted, norm at most k·C)
+// and each client update it lists counts against its client's cap, so a partial must list its k
+// contributions. A client is counted by its own id, the last part of its path below the root
+// ("edge-a/c0" counts as "c0"): a client that re-attached to another edge stays the same client,
+// and two clients of one id under different edges only count as one, which refuses more, never
+// less. A partial that would take any of its clients past the cap is refused whole (its sum
+// cannot be split); the edges do not see the root's counts, so with few clients and many releases
+// per tree a refusal costs an edge's round.
+//
 // The key comes from OpenSSL's RAND_bytes (or from `seed` in a simulation) and is saved with the
 // strategy's state, with the tree and the contributions counted in it: a restarted server takes
 // back the very nodes it drew. Whoever reads the server's database can therefore remove the
@@ -35,6 +45,7 @@
 #include "aggregators/aggregator.h"
 #include "aggregators/clipped_sum.h"
 #include "aggregators/dp_release.h"
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/server_optimizer.h"
 #include "aggregators/strategy_spec.h"
 #include "privacy/gaussian_noise.h"
@@ -82,6 +93,10 @@ class DpFtrl final : public Aggregator {
   Status Fold(const Update& u) override { return FoldTimes(u, 1.0); }
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, std::min(value_scale, 1.0)); }
   Status FoldAll(std::span<const Update* const> updates) override {
+    if (std::any_of(updates.begin(), updates.end(), [](const Update* u) { return PartialOf(*u) != nullptr; })) {
+      for (const Update* u : updates) PLEXUS_RETURN_IF_ERROR(FoldTimes(*u, 1.0));
+      return Status::Ok();
+    }
     size_t admitted = 0;
     Status refused = Status::Ok();
     for (; admitted < updates.size(); ++admitted) {
@@ -91,15 +106,17 @@ class DpFtrl final : public Aggregator {
     const size_t before = sum_.count();
     Status folded = sum_.FoldAll(updates.first(admitted), s_.clip, "dp_ftrl");
     // Those the sum refused (its first refused and every later one) give back their place.
-    for (size_t i = sum_.count() - before; i < admitted; ++i) Release(updates[i]->client_id);
+    for (size_t i = sum_.count() - before; i < admitted; ++i) Release(ClientOf(updates[i]->client_id));
     return folded.ok() ? refused : folded;
   }
   bool folds_coded() const override { return true; }
+  bool takes_partial_sums() const override { return true; }
+  // Client updates folded (a partial sum's count them all).
   size_t num_folded() const override { return sum_.count(); }
 
   bool MayContribute(const std::string& client_id, uint64_t base_version) const override {
     if (TreeOf(base_version) != tree_) return true;  // a new tree: nobody has contributed yet
-    return Contributions(client_id) < s_.participations;
+    return Contributions(ClientOf(client_id)) < s_.participations;
   }
 
   Result<ModelState> Finalize() override {
@@ -194,31 +211,70 @@ class DpFtrl final : public Aggregator {
   uint64_t StreamOf(const std::pair<int, uint64_t>& node) const {
     return tree_ << 32 | static_cast<uint64_t>(node.first) << 26 | node.second;
   }
+  static const PartialSumDelta* PartialOf(const Update& u) {
+    return dynamic_cast<const PartialSumDelta*>(u.coded.get());
+  }
+  // The client a contribution counts for: the last part of its path ("edge-a/c0" is "c0").
+  static std::string ClientOf(std::string_view path) {
+    const size_t slash = path.rfind('/');
+    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+  }
   int64_t Contributions(const std::string& client) const {
     int64_t n = 0;
     if (auto it = contributions_.find(client); it != contributions_.end()) n += it->second;
     if (auto it = pending_.find(client); it != pending_.end()) n += it->second;
     return n;
   }
-  // Takes a place in the tree for the update's client, or refuses it.
+  // The clients whose places an update takes: its own, or those a partial sum lists.
+  static Result<std::vector<std::string>> ClientsOf(const Update& u) {
+    const PartialSumDelta* partial = PartialOf(u);
+    if (partial == nullptr) return std::vector<std::string>{ClientOf(u.client_id)};
+    const std::vector<PartialContribution>& listed = partial->contributions();
+    if (static_cast<int64_t>(listed.size()) != partial->sum().count()) {
+      return InvalidArgumentError("dp_ftrl: the partial sum from " + u.client_id + " lists " +
+                                  std::to_string(listed.size()) + " contributions for " +
+                                  std::to_string(partial->sum().count()) +
+                                  " updates: DP-FTRL counts each client's contributions to a tree, so each must be "
+                                  "named");
+    }
+    std::vector<std::string> clients;
+    clients.reserve(listed.size());
+    for (const PartialContribution& c : listed) clients.push_back(ClientOf(c.client_path));
+    return clients;
+  }
+  // Takes a place in the tree for each of the update's clients, or refuses it whole.
   Status Admit(const Update& u) {
     if (!begun_) return FailedPreconditionError("dp_ftrl: Fold before Begin");
-    if (Contributions(u.client_id) >= s_.participations) {
-      return FailedPreconditionError("dp_ftrl: client " + u.client_id + " already contributed " +
-                                     std::to_string(s_.participations) +
-                                     " time(s) to this tree of releases, all DP-FTRL's accounting allows; it may "
-                                     "contribute again after the tree restarts");
+    PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> clients, ClientsOf(u));
+    for (size_t i = 0; i < clients.size(); ++i) {
+      if (Contributions(clients[i]) >= s_.participations) {
+        for (size_t j = 0; j < i; ++j) Release(clients[j]);
+        return FailedPreconditionError(
+            "dp_ftrl: client " + clients[i] +
+            (clients[i] == u.client_id ? "" : " (in the partial sum from " + u.client_id + ")") +
+            " already contributed " + std::to_string(s_.participations) +
+            " time(s) to this tree of releases, all DP-FTRL's accounting allows; it may contribute again after the "
+            "tree restarts");
+      }
+      ++pending_[clients[i]];
     }
-    ++pending_[u.client_id];
     return Status::Ok();
+  }
+  void ReleaseAll(const Update& u) {
+    Result<std::vector<std::string>> clients = ClientsOf(u);
+    if (clients.ok()) {
+      for (const std::string& c : *clients) Release(c);
+    }
   }
   void Release(const std::string& client) {
     if (auto it = pending_.find(client); it != pending_.end() && --it->second == 0) pending_.erase(it);
   }
   Status FoldTimes(const Update& u, double scale) {
     PLEXUS_RETURN_IF_ERROR(Admit(u));
-    Status folded = sum_.Fold(u, s_.clip, scale, "dp_ftrl");
-    if (!folded.ok()) Release(u.client_id);
+    const PartialSumDelta* partial = PartialOf(u);
+    Status folded =
+        partial ? sum_.FoldPartial(u, *partial, s_.clip, scale, "dp_ftrl") : sum_.Fold(u, s_.clip, scale, "dp_ftrl");
+    if (!folded.ok()) ReleaseAll(u);
     return folded;
   }
   static void Append(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), sizeof v); }

@@ -34,14 +34,21 @@ Status SimOptions::Validate() const {
   PLEXUS_RETURN_IF_ERROR(CheckSecAggMode(mode, sync));
   if (edges < 0 || edges > clients) return InvalidArgumentError("--edges must lie in [0, --clients]");
   if (edges > 0) {
-    if (mode != Mode::kSync) return InvalidArgumentError("--edges: edge aggregators are simulated in sync mode only");
-    // The server folds the edges' partial sums; with exact sums that is folding their updates.
-    Result<std::unique_ptr<Aggregator>> merge = MakeAggregator(sync.strategy, nullptr);
-    if (merge.ok() && (*merge)->partial_sum() == nullptr) {
+    if (mode == Mode::kSemiAsync) {
       return InvalidArgumentError(
-          "--edges needs a strategy that keeps exact sums (fedavg_exact, or exact=true as in fedadam:exact=true): "
-          "edges forward partial sums, and only exact sums compose into the model a flat server would publish "
-          "(robust rules would have to run at each edge, or edges forward raw updates: not simulated)");
+          "--edges: edge aggregators are simulated in sync and async modes; under a semi-asynchronous root each edge "
+          "is one member of its groups, which the simulator's clients are instead");
+    }
+    // The server folds the edges' partial sums; with exact sums that is folding their updates, and
+    // central DP (dp_fedavg, dp_ftrl) clips at the edges what it would clip at a flat server.
+    Result<std::unique_ptr<Aggregator>> merge =
+        MakeAggregator(mode == Mode::kSync ? sync.strategy : async.strategy, nullptr);
+    if (merge.ok() && !(*merge)->takes_partial_sums()) {
+      return InvalidArgumentError(
+          "--edges needs a strategy that keeps exact sums (fedavg_exact, or exact=true as in fedadam:exact=true) or "
+          "central DP with a fixed clip (--dp central or tree): edges forward partial sums, and only these compose "
+          "into what a flat server would publish (robust rules would have to run at each edge, or edges forward raw "
+          "updates: not simulated)");
     }
     if (sync.secagg) return InvalidArgumentError("--edges with --secagg is not simulated");
     if (!download_codec.empty()) return InvalidArgumentError("--edges with --download-codec is not simulated");

@@ -161,10 +161,16 @@ void RunServer(const ServerFlags& f) {
       local_dp ? std::nullopt
                : PlanDp(f.dp, f.mode == Mode::kAsync ? f.async.buffer_size : sync.clients_per_round, sync.rounds,
                         /*default_population=*/0, /*seed=*/std::nullopt, f.cmd->count("--strategy") > 0);
-  if (dp && !dp->tree && !dp->per_release_given && !f.edge_clients.empty()) {
+  if (dp && dp->adaptive && !f.edge_clients.empty()) {
     throw CommandError(
-        "--dp at a root over edges (--edge-clients): give --dp central:clip=C,noise=Z,per_release=N, N the client "
-        "updates a version takes (--clients-per-round counts edges here, each partial sum many updates)");
+        "--dp adaptive at a root over edges (--edge-clients): adaptive clipping counts the updates under the clip, "
+        "which an edge's partial sum hides; use --dp central or tree (a fixed clip, each edge clipping to it)");
+  }
+  if (dp && !dp->per_release_given && !f.edge_clients.empty()) {
+    throw CommandError(
+        "--dp at a root over edges (--edge-clients): give per_release=N (--dp central:clip=C,noise=Z,per_release=N, "
+        "or tree:...,per_release=N), N the client updates a version takes (--clients-per-round counts edges here, "
+        "each partial sum many updates)");
   }
   const bool edge = !f.upstream.empty();
   if (edge) {

@@ -583,8 +583,8 @@ void AddSimCommand(CLI::App& app) {
   cmd->add_option("--train-subset", flags->train_subset, "Use only the first N training examples (0 = all)");
   cmd->add_option("--test-subset", flags->test_subset, "Evaluate on the first N test examples (0 = all)");
   cmd->add_option("--edges", flags->sim.edges,
-                  "Edge aggregators between the clients and the server (sync mode, a --strategy with exact sums: "
-                  "fedavg_exact, or exact=true as in fedadam:exact=true): each "
+                  "Edge aggregators between the clients and the server (sync or async mode, a --strategy with exact "
+                  "sums: fedavg_exact, or exact=true as in fedadam:exact=true; or --dp central or tree): each "
                   "fetches a version once, serves its clients and forwards one partial sum per version (0 = none)")
       ->capture_default_str();
   cmd->add_option("--edge-mbps", flags->sim.edge_mbps, "With --edges: each edge's link, each way (0 = unlimited)")

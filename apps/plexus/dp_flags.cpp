@@ -73,7 +73,8 @@ void AddDpFlags(CLI::App* cmd, DpFlags* f) {
                   "Gaussian noise Z*C to each version's sum; N: the client updates a version takes, by default the "
                   "clients per round, which at a root over edges count edges), "
                   "adaptive:clip=C0,noise=Z[,target=0.5,lr=0.2,count_noise=N] (the "
-                  "clip follows the target quantile of update norms), tree:clip=C,noise=Z[,restart=K,participations=M] "
+                  "clip follows the target quantile of update norms), "
+                  "tree:clip=C,noise=Z[,restart=K,participations=M,per_release=N] "
                   "(DP-FTRL: no sampling assumed; each client at most M times per tree of K versions, 0: one tree), "
                   "local:clip=C,noise=Z (the clients clip and noise: a server refuses clients announcing anything "
                   "else; the simulator's clients do it as plexus client does), or distributed:clip=C,noise=Z (with "
@@ -128,10 +129,11 @@ std::optional<DpPlan> PlanDp(const DpFlags& f, int64_t per_release, int64_t vers
   if (plan.tree) {
     plan.restart = Take(spec.GetCount("restart", 0), "--dp");
     plan.participations = Take(spec.GetCount("participations", 1), "--dp");
-  } else if (spec.name() == "central") {
+  }
+  if (plan.tree || spec.name() == "central") {
     // At a root over edges a version takes the edges' client updates, not one per edge.
     const int64_t given = Take(spec.GetCount("per_release", 0), "--dp");
-    if (given < 0) throw CommandError("--dp central: per_release must be at least 1");
+    if (given < 0) throw CommandError("--dp " + spec.name() + ": per_release must be at least 1");
     if (given > 0) {
       per_release = given;
       plan.per_release_given = true;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "aggregators/exact_sum.h"
+#include "aggregators/partial_sum_delta.h"
 #include "aggregators/registry.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
@@ -128,6 +130,70 @@ TEST(DpFtrlTest, RestoredStateContinuesTheSameTree) {
   EXPECT_THAT(other->RestoreState("dpclip1 not this"), StatusIs(StatusCode::kInvalidArgument, "dp_ftrl"));
   auto seeded = Make("dp_ftrl:clip=1,noise=1,expected=2,seed=1");
   EXPECT_THAT(seeded->RestoreState(other->SaveState()), StatusIs(StatusCode::kInvalidArgument, "seed"));
+}
+
+// DP-FTRL at a root over edges: each edge clips its clients' deltas and sums them unweighted
+// (norm_bound:max=C,exact=true,weighted=false) and lists them; the root releases what a flat server
+// would over the same updates (the same tree noise), and counts every listed client against its
+// cap by its own id, whichever edge it came through. A partial that would take one of its clients
+// past the cap is refused whole and takes no place; one that does not list its updates is refused.
+TEST(DpFtrlTest, AtARootOverEdgesPartialSumsCountEveryClientTheyList) {
+  const ModelState base = VectorModel({0.5f, -0.25f, 1.0f});
+  const std::vector<Update> updates = {U("c0", {3, 4, 0}), U("c1", {0.1f, 0.2f, 0.3f}), U("c2", {-1, 0, 0.5f}),
+                                       U("c3", {0, -2, 0})};
+  auto partial = [&](const std::string& edge, std::vector<size_t> which, bool listed = true) {
+    auto agg = *MakeAggregator("norm_bound:max=1,exact=true,weighted=false", nullptr);
+    EXPECT_OK(agg->Begin(base));
+    std::vector<PartialContribution> contributions;
+    for (size_t i : which) {
+      EXPECT_OK(agg->Fold(updates[i]));
+      if (listed) contributions.push_back({updates[i].client_id, updates[i].task_id, ""});
+    }
+    ExactSum sum = *agg->partial_sum();
+    Update p;
+    p.client_id = edge;
+    p.task_id = "t-" + edge;
+    p.num_examples = static_cast<int64_t>(sum.weight());
+    std::string bytes = sum.Encode();
+    p.coded = *PartialSumDelta::Make("exactsum", std::move(bytes), std::move(sum), std::move(contributions));
+    return p;
+  };
+  const std::string spec = "dp_ftrl:clip=1,noise=0.5,expected=4,participations=1,seed=7";
+  auto flat = Make(spec), tree = Make(spec);
+  ASSERT_TRUE(tree->takes_partial_sums());
+  const ModelState expected = *Release(*flat, base, updates);
+  Result<ModelState> released = Release(*tree, base, {partial("edge-a", {0, 1}), partial("edge-b", {2, 3})});
+  ASSERT_OK(released);
+  for (size_t i = 0; i < expected.num_params(); ++i) {
+    EXPECT_NEAR(released->data()[i], expected.data()[i], 1e-5) << "value " << i;
+  }
+  // The next release of the same tree: c1 already contributed, through edge-a or any other edge.
+  EXPECT_FALSE(tree->MayContribute("edge-b/c1", released->version()));
+  ASSERT_OK(tree->Begin(*released));
+  EXPECT_THAT(tree->Fold(partial("edge-b", {1, 2})),
+              StatusIs(StatusCode::kFailedPrecondition, "client c1 (in the partial sum from edge-b)"));
+  EXPECT_THAT(tree->Fold(partial("edge-b", {0}, /*listed=*/false)),
+              StatusIs(StatusCode::kInvalidArgument, "lists 0 contributions for 1 updates"));
+  EXPECT_EQ(tree->num_folded(), 0u);
+  // The refused partial took no place: a fresh client folds, the capped ones still do not.
+  EXPECT_OK(tree->Fold(U("c4", {0, 0, 1})));
+  EXPECT_THAT(tree->Fold(U("c2", {0, 0, 1})), StatusIs(StatusCode::kFailedPrecondition, "client c2"));
+  // A partial whose edge did not clip is refused as dp_fedavg refuses it.
+  ASSERT_OK(flat->Begin(*released));
+  auto unclipped = [&] {
+    auto agg = *MakeAggregator("fedavg_exact:weighted=false", nullptr);
+    EXPECT_OK(agg->Begin(base));
+    EXPECT_OK(agg->Fold(updates[0]));
+    ExactSum sum = *agg->partial_sum();
+    Update p;
+    p.client_id = "edge-c";
+    p.num_examples = 1;
+    std::string bytes = sum.Encode();
+    p.coded = *PartialSumDelta::Make("exactsum", std::move(bytes), std::move(sum), {{"c9", "t", ""}});
+    return p;
+  }();
+  EXPECT_THAT(flat->Fold(unclipped), StatusIs(StatusCode::kInvalidArgument, "did not clip"));
+  EXPECT_TRUE(flat->MayContribute("c9", released->version()));  // its place was given back
 }
 
 TEST(DpFtrlTest, RefusesSettingsThatMeanNothing) {

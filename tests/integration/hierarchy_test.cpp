@@ -15,6 +15,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/file_contents.h"
@@ -308,37 +310,52 @@ TEST_F(HierarchyTest, EdgesForwardingRawGiveTheRootsMedianEveryUpdate) {
 }
 
 // Central DP at a root over edges: each edge clips its clients' deltas and sums them unweighted
-// (norm_bound:max=C,exact=true,weighted=false); the root checks each partial sum against its
-// count times the clip, adds the noise once to the sum of the partials, and divides by the client
-// updates a version takes (per_release), its rounds counting client updates, not edges. A root over
-// named edges that is not told per_release is refused at start.
+// (norm_bound:max=C,exact=true,weighted=false) and lists them; the root checks each partial sum
+// against its count times the clip, adds the noise once to the sum of the partials (DP-FTRL: its
+// tree's noise, each listed client counted against its cap, here 3 contributions to the one tree
+// of 3 versions), and divides by the client updates a version takes (per_release), its rounds
+// counting client updates, not edges. Refused at start at a root over named edges: no
+// per_release, and adaptive clipping (its count of updates under the clip cannot see inside a
+// partial sum).
 TEST_F(HierarchyTest, ARootAddsCentralDpNoiseToItsEdgesClippedPartialSums) {
   const auto with = [](int k, const std::string& upstream, std::vector<std::string> extra) {
     extra.insert(extra.end(), {"--round-deadline-s", "120"});
     return ServerSettings{k, 0, kRounds, upstream, "", std::move(extra)};
   };
   const std::string clip = "norm_bound:max=0.05,exact=true,weighted=false";
-  const std::string root = StartServer("root-dp", with(2, "",
-                                                       {"--dp", "central:clip=0.05,noise=0.5,per_release=4",
-                                                        "--dp-population", "100", "--edge-clients", "edge-a,edge-b"}));
-  StartClientsUnder(StartServer("edge-a", with(2, root, {"--strategy", clip})),
-                    StartServer("edge-b", with(2, root, {"--strategy", clip})), "dp");
-  WaitForAll();
-  const nlohmann::json r = Summary("root-dp");
-  ASSERT_EQ(r["model_version"], kRounds) << r.dump(2);
-  for (const auto& round : r["rounds"]) EXPECT_EQ(round["updates"], kClients) << r.dump(2);
-  const std::string strategy = r["strategy"];
-  EXPECT_NE(strategy.find("dp_fedavg"), std::string::npos) << strategy;
-  EXPECT_NE(strategy.find("expected=4"), std::string::npos) << strategy;
+  const std::string participations = "participations=" + std::to_string(kRounds);
+  for (const auto& [name, dp, strategy] :
+       {std::tuple<std::string, std::string, std::string>{"central", "central:clip=0.05,noise=0.5,per_release=4",
+                                                          "dp_fedavg"},
+        {"tree", "tree:clip=0.05,noise=0.5,per_release=4," + participations, "dp_ftrl"}}) {
+    const std::string root = StartServer(
+        "root-" + name,
+        with(2, "", {"--dp", dp, "--dp-population", "100", "--edge-clients", name + "-edge-a," + name + "-edge-b"}));
+    StartClientsUnder(StartServer(name + "-edge-a", with(2, root, {"--strategy", clip})),
+                      StartServer(name + "-edge-b", with(2, root, {"--strategy", clip})), name);
+    WaitForAll();
+    const nlohmann::json r = Summary("root-" + name);
+    ASSERT_EQ(r["model_version"], kRounds) << r.dump(2);
+    for (const auto& round : r["rounds"]) EXPECT_EQ(round["updates"], kClients) << r.dump(2);
+    const std::string described = r["strategy"];
+    EXPECT_NE(described.find(strategy), std::string::npos) << described;
+    EXPECT_NE(described.find("expected=4"), std::string::npos) << described;
+    if (name == "tree") EXPECT_NE(described.find(participations), std::string::npos) << described;
+  }
 
-  std::string out;
-  EXPECT_NE(testing::RunToCompletion(PLEXUS_BINARY,
-                                     {"server", "--dp", "central:clip=0.05,noise=0.5", "--dp-population", "100",
-                                      "--edge-clients", "edge-a,edge-b", "--db", Path("x.db"), "--dry-run"},
-                                     &out),
-            0)
-      << out;
-  EXPECT_NE(out.find("per_release=N"), std::string::npos) << out;
+  for (const auto& [dp, refusal] :
+       {std::pair<std::string, std::string>{"central:clip=0.05,noise=0.5", "per_release=N"},
+        {"tree:clip=0.05,noise=0.5", "per_release=N"},
+        {"adaptive:clip=0.05,noise=0.5", "adaptive clipping counts the updates under the clip"}}) {
+    std::string out;
+    EXPECT_NE(testing::RunToCompletion(PLEXUS_BINARY,
+                                       {"server", "--dp", dp, "--dp-population", "100", "--edge-clients",
+                                        "edge-a,edge-b", "--db", Path("x.db"), "--dry-run"},
+                                       &out),
+              0)
+        << dp << ": " << out;
+    EXPECT_NE(out.find(refusal), std::string::npos) << dp << ": " << out;
+  }
 }
 
 TEST_F(HierarchyTest, AnEdgeRefusesAStrategyThatDoesNotCompose) {

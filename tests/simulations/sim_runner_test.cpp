@@ -333,8 +333,57 @@ TEST_F(SimRunnerTest, EdgesForwardPartialSumsAndPublishTheFlatServersModel) {
   o.sync.strategy = "fedavg";
   EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "exact=true"));
   o.sync.strategy = "fedavg_exact";
-  o.mode = Mode::kAsync;
-  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "sync mode only"));
+  o.mode = Mode::kSemiAsync;
+  o.async.strategy = "fedavg_exact";
+  EXPECT_THAT(Run(o).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "sync and async modes"));
+}
+
+// Edges under an asynchronous root (FedBuff with exact sums): each edge forwards its clients'
+// updates on a version as one partial, which fills the root's buffer with all of them; every
+// version takes a buffer's worth of client updates, the server receives partials (fewer bytes than
+// flat) and sends each version to each edge at most once, and the same seed gives the same model.
+// Central DP (dp_fedavg with seeded noise) through edges releases what the flat server does.
+TEST_F(SimRunnerTest, EdgesUnderAnAsynchronousRootAndUnderCentralDp) {
+  SimOptions o = TwoSpeeds("async", 4);
+  o.clients = 24;
+  o.async.buffer_size = 6;
+  o.async.strategy = "fedavg_exact";
+  SeededDeltaTrainer trainer;
+  const auto run = [&](const SimOptions& with) {
+    LocalTaskRunner runner(&trainer, &data_);
+    return RunSimulation(with, data_, &runner, nullptr, nullptr);
+  };
+  Result<SimResult> flat = run(o);
+  ASSERT_OK(flat);
+  SimOptions tree_options = o;
+  tree_options.edges = 3;
+  Result<SimResult> tree = run(tree_options), again = run(tree_options);
+  ASSERT_OK(tree);
+  ASSERT_OK(again);
+  ASSERT_EQ(tree->rounds.size(), 4u);
+  EXPECT_EQ(tree->final_model_sha256, again->final_model_sha256);
+  for (const SimRound& r : tree->rounds) EXPECT_GE(r.record.num_updates, 6) << "version " << r.record.model_version;
+  const auto model_bytes = static_cast<int64_t>(flat->final_model.num_bytes());
+  EXPECT_LE(tree->rounds.back().bytes_down, 4 * 3 * model_bytes);  // versions 0-3, once per edge
+  EXPECT_LT(tree->rounds.back().bytes_up, flat->rounds.back().bytes_up);
+
+  SimOptions dp = TwoSpeeds("sync", 3);
+  dp.clients = 24;
+  dp.sync.clients_per_round = 12;
+  dp.sync.min_clients = 12;
+  dp.sync.strategy = "dp_fedavg:clip=0.5,noise=1,expected=12,seed=5";
+  Result<SimResult> dp_flat = run(dp);
+  dp.edges = 3;
+  Result<SimResult> dp_tree = run(dp);
+  ASSERT_OK(dp_flat);
+  ASSERT_OK(dp_tree);
+  ASSERT_EQ(dp_tree->rounds.size(), 3u);
+  ASSERT_EQ(dp_tree->final_model.num_params(), dp_flat->final_model.num_params());
+  for (size_t i = 0; i < dp_flat->final_model.num_params(); i += 97) {
+    EXPECT_NEAR(dp_tree->final_model.data()[i], dp_flat->final_model.data()[i], 1e-5) << "value " << i;
+  }
+  dp.sync.strategy = "dp_fedavg:clip=0.5,noise=1,expected=12,adaptive=true,seed=5";
+  EXPECT_THAT(run(dp).status(), ::plexus::testing::StatusIs(StatusCode::kInvalidArgument, "central DP"));
 }
 
 TEST_F(SimRunnerTest, PopulationsLargerThanTheDataSampleWithReplacement) {
