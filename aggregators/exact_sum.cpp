@@ -1,5 +1,6 @@
 #include "aggregators/exact_sum.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -46,13 +47,19 @@ Status ExactSum::Add(std::span<const float> delta, double weight, double value_s
 
 bool ExactSum::AddWithoutChecks(std::span<const float> delta, double weight, double value_weight) {
   // One pass for the largest magnitude (and whether every value is finite: NaN fails a <= max).
+  // As a vector reduction (GCC leaves a float max scalar otherwise): a NaN may or may not reach
+  // `largest` then, but it always sets `nonfinite`.
+  const float* in = delta.data();
+  const size_t len = delta.size();
   float largest = 0;
-  bool finite = true;
-  for (float x : delta) {
-    const float a = std::fabs(x);
-    finite &= a <= std::numeric_limits<float>::max();
-    largest = a > largest ? a : largest;
+  int nonfinite = 0;
+#pragma omp simd reduction(max : largest) reduction(| : nonfinite)
+  for (size_t i = 0; i < len; ++i) {
+    const float a = std::fabs(in[i]);
+    nonfinite |= !(a <= std::numeric_limits<float>::max());
+    largest = std::max(largest, a);
   }
+  const bool finite = nonfinite == 0;
   const double most = value_weight * static_cast<double>(largest) * kValueScale;  // the largest |w·δ| in units
   int64_t w = 0;
   if (!finite || !(most < kFastLimit) || bound_ + most + 1 > kSumLimit || !RoundToInt64(weight * kWeightScale, &w) ||

@@ -3,8 +3,9 @@
 # through a tree of edges, each run with fedavg_exact, so the models must agree to the bit. Two
 # settings: a small one (1,000 clients, 100 per round, 10 edges) that shows the server's bytes per
 # round against flat, and the issue's large one (1,000,000 clients, 10,000 per round, 100 edges x
-# 100 clients per round). Prints, per run: the server's bytes in and out per round, real time per
-# round after the first (the first includes joining everyone), peak RSS and the model's SHA-256.
+# 100 clients per round), the tree also under `mpirun -np 2` (the training spread over two ranks,
+# the same model). Prints, per run: the server's bytes in and out per round, real time per round
+# after the first (the first includes joining everyone), peak RSS (rank 0's) and the model's SHA-256.
 # usage: bench/run_sim_edges.sh [--quick]   (--quick: the small setting only)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -21,8 +22,11 @@ runs=()
 run() {  # NAME, then plexus sim flags
   local name=$1
   shift
-  echo "== $name: plexus sim $*" >&2
-  build/apps/plexus/plexus sim --strategy fedavg_exact --seed 1 "$@" --summary-out "$work/$name.json" | tail -1 >&2
+  local launcher=()
+  [[ $name == *-mpi2 ]] && launcher=(mpirun --allow-run-as-root --oversubscribe -np 2)
+  echo "== $name: ${launcher[*]} plexus sim $*" >&2
+  "${launcher[@]}" build/apps/plexus/plexus sim --strategy fedavg_exact --seed 1 "$@" --summary-out "$work/$name.json" |
+    tail -1 >&2
   runs+=("$name")
 }
 small=(--clients 1000 --clients-per-round 100 --rounds 4 --model mlp)
@@ -32,6 +36,7 @@ if [[ $quick == 0 ]]; then
   large=(--scenario simulations/scenarios/million_clients.toml --clients-per-round 10000 --rounds 3)
   run large-flat "${large[@]}"
   run large-100-edges "${large[@]}" --edges 100
+  run large-100-edges-mpi2 "${large[@]}" --edges 100
 fi
 python3 - "$work" "${runs[@]}" <<'PY'
 import json, sys

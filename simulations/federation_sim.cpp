@@ -384,6 +384,10 @@ Status FederationSim::EdgeReceives(size_t i, size_t e) {
   edge.outstanding.erase(version);
   net_.Send(EdgeNode(e), 0, partial_bytes_, [this, held = std::move(held)] {
     bytes_up_ += static_cast<int64_t>(partial_bytes_);
+    if (!train_at_handout_ && !engine_->finished()) {  // their training is finished next, in this order
+      const std::vector<uint64_t> keys(held.begin(), held.end());
+      if (Status s = runner_->WillFinish(keys); !s.ok()) return Guard(s);
+    }
     for (uint32_t k : held) {
       --pending_;
       Guard(UpdateArrives(k));

@@ -114,15 +114,27 @@ MpiTaskRunner::MpiTaskRunner(const MpiSession* session, Trainer* trainer, const 
     : size_(session->size()),
       local_(trainer, train),
       rank_base_(static_cast<size_t>(session->size())),
+      fetched_(static_cast<size_t>(session->size())),
       outbox_(std::make_unique<Outbox>()) {}
 
 MpiTaskRunner::~MpiTaskRunner() {
+  // Outcomes fetched for jobs the run no longer finished (it ended first) are taken off the wire:
+  // their ranks wait for every send to be received before they stop.
+  for (int r = 1; r < size_; ++r) {
+    for (size_t left = fetched_[static_cast<size_t>(r)].size(); left > 0; --left) {
+      int tag = 0;
+      std::string bytes;
+      if (!Receive(r, kOutcome, &tag, &bytes).ok()) break;
+    }
+  }
   for (int r = 1; r < size_; ++r) (void)outbox_->Post(r, kStop, {});
   outbox_->WaitAll();
 }
 
 Status MpiTaskRunner::Start(uint64_t key, TrainJob job) {
-  const int rank = static_cast<int>(dealt_++ % static_cast<uint64_t>(size_));
+  // In cycles of 3R - 1 jobs: two for rank 0, three for each other rank (header).
+  const uint64_t slot = dealt_++ % (3 * static_cast<uint64_t>(size_) - 1);
+  const int rank = slot < 2 ? 0 : 1 + static_cast<int>((slot - 2) % static_cast<uint64_t>(size_ - 1));
   if (rank == 0) return local_.Start(key, std::move(job));
   if (job.options.optimizer_state) {  // the moments live in this process, per client
     return FailedPreconditionError(
@@ -145,16 +157,44 @@ Status MpiTaskRunner::Start(uint64_t key, TrainJob job) {
   return outbox_->Post(rank, kJob, EncodeJob(key, job));
 }
 
+Status MpiTaskRunner::WillFinish(std::span<const uint64_t> keys) {
+  for (uint64_t key : keys) {
+    auto it = remote_.find(key);
+    if (it == remote_.end() || it->second.fetched) continue;
+    PLEXUS_RETURN_IF_ERROR(outbox_->Post(it->second.rank, kFetch, EncodeFetch(key)));
+    it->second.fetched = true;
+    fetched_[static_cast<size_t>(it->second.rank)].push_back(key);
+  }
+  return Status::Ok();
+}
+
 Result<TrainOutcome> MpiTaskRunner::Finish(uint64_t key) {
   auto it = remote_.find(key);
   if (it == remote_.end()) return local_.Finish(key);
   const Remote job = std::move(it->second);
   remote_.erase(it);
-  PLEXUS_RETURN_IF_ERROR(outbox_->Post(job.rank, kFetch, EncodeFetch(key)));
-  // The rank answers fetches in the order they were sent, and this is the only one outstanding.
-  int tag = 0;
+  std::deque<uint64_t>& asked = fetched_[static_cast<size_t>(job.rank)];
+  if (!job.fetched) {
+    PLEXUS_RETURN_IF_ERROR(outbox_->Post(job.rank, kFetch, EncodeFetch(key)));
+    asked.push_back(key);
+  }
+  // The rank answers fetches in the order they were sent: outcomes asked for before this one are
+  // kept until their own Finish.
   std::string bytes;
-  PLEXUS_RETURN_IF_ERROR(Receive(job.rank, kOutcome, &tag, &bytes));
+  if (auto kept = received_.find(key); kept != received_.end()) {
+    bytes = std::move(kept->second);
+    received_.erase(kept);
+  } else {
+    for (;;) {
+      if (asked.empty()) return InternalError("training job " + std::to_string(key) + " was never fetched");
+      const uint64_t next = asked.front();
+      asked.pop_front();
+      int tag = 0;
+      PLEXUS_RETURN_IF_ERROR(Receive(job.rank, kOutcome, &tag, &bytes));
+      if (next == key) break;
+      received_[next] = std::move(bytes);
+    }
+  }
   PLEXUS_ASSIGN_OR_RETURN(TrainOutcome out, DecodeOutcome(bytes, job.rank));
   out.weights.set_version(job.base->version());
   return out;
@@ -169,6 +209,11 @@ Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
   std::deque<uint64_t> arrival;              // keys of `queued`, oldest first
   std::deque<uint64_t> fetches;              // asked for, not yet answered
   std::map<uint64_t, std::string> outcomes;  // trained, not yet fetched
+  struct OutgoingOutcome {
+    MPI_Request request;
+    std::string bytes;
+  };
+  std::deque<OutgoingOutcome> sending;  // fetched, on their way to rank 0 (node-stable: MPI holds the pointers)
   bool stop = false;
   auto take_in = [&](bool wait) -> Status {
     for (bool block = wait;; block = false) {
@@ -221,19 +266,31 @@ Status ServeMpiTrainingJobs(Trainer* trainer, const Dataset& train) {
   };
   for (;;) {
     PLEXUS_RETURN_IF_ERROR(take_in(/*wait=*/false));
+    // Outcomes go out without waiting for rank 0 to take them (it may be training its own share
+    // while several fetches are asked at once); each buffer lives until its send is done.
+    while (!sending.empty()) {
+      int done = 0;
+      MPI_Test(&sending.front().request, &done, MPI_STATUS_IGNORE);
+      if (!done) break;
+      sending.pop_front();
+    }
     if (!fetches.empty()) {
       const uint64_t key = fetches.front();
       if (!outcomes.count(key)) train_now(key);
-      const std::string& out = outcomes[key];
-      PLEXUS_ASSIGN_OR_RETURN(const int count, MpiCount(out.size()));
-      if (int rc = MPI_Send(out.data(), count, MPI_BYTE, 0, kOutcome, MPI_COMM_WORLD); rc != MPI_SUCCESS) {
-        return MpiError("MPI_Send", rc);
-      }
-      outcomes.erase(key);
+      auto out = outcomes.find(key);
+      PLEXUS_ASSIGN_OR_RETURN(const int count, MpiCount(out->second.size()));
+      sending.push_back({MPI_REQUEST_NULL, std::move(out->second)});
+      outcomes.erase(out);
       fetches.pop_front();
+      OutgoingOutcome& sent = sending.back();
+      if (int rc = MPI_Isend(sent.bytes.data(), count, MPI_BYTE, 0, kOutcome, MPI_COMM_WORLD, &sent.request);
+          rc != MPI_SUCCESS) {
+        return MpiError("MPI_Isend", rc);
+      }
     } else if (!arrival.empty()) {
       train_now(arrival.front());
     } else if (stop) {
+      for (OutgoingOutcome& o : sending) MPI_Wait(&o.request, MPI_STATUS_IGNORE);
       return Status::Ok();
     } else {
       PLEXUS_RETURN_IF_ERROR(take_in(/*wait=*/true));

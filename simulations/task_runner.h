@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "compute/trainer.h"
@@ -33,6 +34,13 @@ class TaskRunner {
   // The outcome of the job started under `key` (which is then free again); waits for it. The
   // trainer's errors pass through; NotFound for a key not started.
   virtual Result<TrainOutcome> Finish(uint64_t key) = 0;
+  // A hint: the jobs under `keys` are finished next, in this order (an edge's partial sum arriving
+  // with many updates at once), so a runner that trains elsewhere may ask for them all now and
+  // train its own share meanwhile. Finish stays correct in any order whether or not this was said.
+  virtual Status WillFinish(std::span<const uint64_t> keys) {
+    (void)keys;
+    return Status::Ok();
+  }
 };
 
 // Trains with `trainer` (borrowed) on `train` (borrowed) when a job is finished.

@@ -1093,7 +1093,7 @@ TEST(CliTest, GossipSimWritesItsResultsAndRefusesWhatCannotWork) {
 
 // `mpirun -np 2 plexus sim` spreads the training over two ranks and ends with the model the
 // single-process run ends with, bit for bit (sync with label flippers, whose flag travels with
-// the job, and async, where tasks on several versions are in flight).
+// the job, and async, where tasks on several versions are in flight; both through edges).
 TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
 #ifndef PLEXUS_MPIEXEC
   GTEST_SKIP() << "built without MPI";
@@ -1104,6 +1104,10 @@ TEST(CliTest, SimUnderMpirunEqualsTheSingleProcessRun) {
   const std::vector<std::vector<std::string>> settings = {
       {"--clients-per-round", "4", "--attack", "labelflip", "--attackers", "0.25"},
       {"--mode", "async", "--buffer-size", "2", "--speed-ratio", "3"},
+      // Edges: each partial's updates are fetched from the ranks at once (TaskRunner::WillFinish);
+      // in async mode the run ends within a partial, leaving fetched outcomes rank 0 must drain.
+      {"--clients-per-round", "6", "--strategy", "fedavg_exact", "--edges", "2"},
+      {"--mode", "async", "--buffer-size", "2", "--strategy", "fedavg_exact", "--edges", "2"},
       {"--mode", "gossip", "--gossip", "dpsgd", "--topology", "ring", "--attack", "labelflip", "--attackers", "0.25"}};
   for (const std::vector<std::string>& extra : settings) {
     std::vector<std::string> sim = {"sim"};
