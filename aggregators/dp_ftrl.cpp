@@ -251,7 +251,7 @@ class DpFtrl final : public Aggregator {
         for (size_t j = 0; j < i; ++j) Release(clients[j]);
         return FailedPreconditionError(
             "dp_ftrl: client " + clients[i] +
-            (clients[i] == u.client_id ? "" : " (in the partial sum from " + u.client_id + ")") +
+            (PartialOf(u) == nullptr ? "" : " (in the partial sum from " + u.client_id + ")") +
             " already contributed " + std::to_string(s_.participations) +
             " time(s) to this tree of releases, all DP-FTRL's accounting allows; it may contribute again after the "
             "tree restarts");
