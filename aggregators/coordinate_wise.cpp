@@ -97,8 +97,16 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
   // Keep the n rows of a block within about 32 KiB.
   const size_t block = std::max<size_t>(16, (8192 / n) & ~size_t{7});
   const size_t blocks = (p + block - 1) / block;
+  // Batcher's network first sorts aligned groups of 16 wires (its comparators before the first
+  // that joins two groups): each full group is sorted in registers as it is read in
+  // (simd::SortGroupsOf16), and only the network's other comparators run over the block. The
+  // asked ranks get the same values: the rest of the network sees each group sorted either way.
+  const size_t groups = n / 16;
   std::vector<uint32_t> pairs;
+  bool joined = false;
   for (const auto& [a, b] : SelectionNetwork(n, ranks)) {
+    joined = joined || a / 16 != b / 16;
+    if (!joined && b < 16 * groups) continue;  // within a full group: sorted in registers
     pairs.push_back(a);
     pairs.push_back(b);
   }
@@ -107,10 +115,13 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
       [&](size_t b_begin, size_t b_end) {
         std::vector<float> storage(n * block);
         std::vector<float*> rows(n);
+        std::vector<const float*> inputs(16 * groups);
         for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
         for (size_t b = b_begin; b < b_end; ++b) {
           const size_t begin = b * block, len = std::min(block, p - begin);
-          for (size_t i = 0; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
+          for (size_t i = 0; i < 16 * groups; ++i) inputs[i] = deltas[i] + begin;
+          simd::SortGroupsOf16(storage.data(), block, inputs.data(), groups, len);
+          for (size_t i = 16 * groups; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
           simd::ApplyComparators(storage.data(), block, pairs.data(), pairs.size() / 2, len);
           reduce(rows.data(), n, len, out.data() + begin, arg);
         }

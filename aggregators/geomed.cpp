@@ -12,7 +12,7 @@
 namespace plexus {
 namespace {
 
-double Distance(const std::vector<double>& z, const std::vector<float>& v) {
+double Distance(const std::vector<double>& z, std::span<const float> v) {
   double s = 0.0;
   for (size_t j = 0; j < z.size(); ++j) {
     const double d = z[j] - v[j];

@@ -37,7 +37,7 @@ Result<std::unique_ptr<Aggregator>> MakeKrumFamily(StrategySpec& spec, ThreadPoo
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
     std::vector<double> out(u[0].delta.size(), 0.0);
     for (size_t q = 0; q < take; ++q) {
-      const std::vector<float>& d = u[order[q]].delta;
+      const std::span<const float> d = u[order[q]].delta;
       for (size_t j = 0; j < out.size(); ++j) out[j] += d[j];
     }
     for (double& x : out) x /= static_cast<double>(take);

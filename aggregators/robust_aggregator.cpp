@@ -21,6 +21,20 @@ class Robust final : public Aggregator {
     if (!begun_) return FailedPreconditionError(description_ + ": Fold before Begin");
     return buffer_.Add(u, description_.c_str());
   }
+  // One aggregation over updates the caller holds throughout: the rule reads them where they are.
+  Result<ModelState> Aggregate(const ModelState& base, std::span<const Update* const> updates) override {
+    PLEXUS_RETURN_IF_ERROR(Begin(base));
+    for (const Update* u : updates) {
+      if (Status added = buffer_.AddView(*u, description_.c_str()); !added.ok()) {
+        buffer_.Clear();  // no view may outlive this call
+        begun_ = false;
+        return added;
+      }
+    }
+    Result<ModelState> out = Finalize();
+    buffer_.Clear();
+    return out;
+  }
   size_t num_folded() const override { return buffer_.size(); }
   Result<ModelState> Finalize() override {
     if (!begun_ || buffer_.size() == 0) return FailedPreconditionError(description_ + ": no updates to aggregate");

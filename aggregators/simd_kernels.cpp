@@ -1,6 +1,10 @@
 #include "aggregators/simd_kernels.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -83,6 +87,66 @@ PLEXUS_SIMD_CLONES void ApplyComparators(float* block, size_t stride, const uint
       const float a = lo[j], b = hi[j];
       lo[j] = std::min(a, b);
       hi[j] = std::max(a, b);
+    }
+  }
+}
+
+namespace {
+
+// Batcher's odd-even merge sort of 16 wires (Knuth 5.3.4, Algorithm M), at compile time: its
+// comparators are unrolled with constant indices, so that the 16 rows stay in registers.
+struct Pair {
+  uint8_t a, b;
+};
+constexpr std::array<Pair, 63> kSort16 = [] {
+  std::array<Pair, 63> net{};
+  size_t count = 0;  // 63 exactly: more would not compile (out of the array's bounds)
+  for (size_t p = 1; p < 16; p <<= 1) {
+    for (size_t k = p; k >= 1; k >>= 1) {
+      for (size_t j = k % p; j + k < 16; j += 2 * k) {
+        for (size_t i = 0; i < std::min(k, 16 - j - k); ++i) {
+          const size_t a = i + j, b = i + j + k;
+          if (a / (2 * p) == b / (2 * p)) net[count++] = {static_cast<uint8_t>(a), static_cast<uint8_t>(b)};
+        }
+      }
+    }
+  }
+  return net;
+}();
+
+typedef float Vec8 __attribute__((vector_size(32)));
+
+template <size_t... I>
+inline void Sort16(Vec8* r, std::index_sequence<I...>) {
+  (
+      [&] {
+        const Vec8 x = r[kSort16[I].a], y = r[kSort16[I].b];
+        r[kSort16[I].a] = y < x ? y : x;
+        r[kSort16[I].b] = y < x ? x : y;
+      }(),
+      ...);
+}
+
+}  // namespace
+
+PLEXUS_SIMD_CLONES void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_t groups,
+                                       size_t len) {
+  for (size_t g = 0; g < groups; ++g) {
+    const float* const* in = rows + 16 * g;
+    float* out = block + 16 * g * stride;
+    for (size_t j = 0; j < len; j += 8) {
+      Vec8 r[16];
+      const size_t w = std::min<size_t>(8, len - j);
+      if (w == 8) {
+        for (size_t i = 0; i < 16; ++i) std::memcpy(&r[i], in[i] + j, sizeof(Vec8));
+      } else {  // the last few columns: the spare lanes sort zeros and are not stored
+        for (size_t i = 0; i < 16; ++i) {
+          r[i] = Vec8{};
+          std::memcpy(&r[i], in[i] + j, w * sizeof(float));
+        }
+      }
+      Sort16(r, std::make_index_sequence<kSort16.size()>());
+      for (size_t i = 0; i < 16; ++i) std::memcpy(out + i * stride + j, &r[i], w * sizeof(float));
     }
   }
 }

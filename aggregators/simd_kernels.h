@@ -35,6 +35,13 @@ void ApplyScaledSum(float* out, const float* base, const double* sum, double k, 
 // becomes (min, max).
 void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
 
+// Rows come in groups of 16: for each group g < groups, block + (16g + i) * stride, i < 16, becomes
+// rows[16g + i] (len floats each) sorted column by column, the smallest in row 16g: the values
+// ApplyComparators gives with Batcher's network for 16 (each column's values sorted), with the 16
+// rows of eight columns held in registers, one load and one store per value instead of two of
+// each per comparator.
+void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
+
 // sum_j a[j] * b[j] in float (callers keep len to a cache block and add the blocks in double).
 float Dot(const float* a, const float* b, size_t len);
 

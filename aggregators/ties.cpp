@@ -13,7 +13,7 @@ namespace plexus {
 namespace {
 
 // The magnitude at or above which an entry is among the `keep` largest of `delta` (ties kept).
-float MagnitudeThreshold(const std::vector<float>& delta, size_t keep) {
+float MagnitudeThreshold(std::span<const float> delta, size_t keep) {
   if (keep == 0) return INFINITY;
   std::vector<float> magnitude(delta.size());
   for (size_t j = 0; j < delta.size(); ++j) magnitude[j] = std::fabs(delta[j]);

@@ -43,19 +43,33 @@ Status UpdateBuffer::Add(const Update& update, const char* strategy) {
   BufferedUpdate& b = updates_[size_];
   // Copy and finiteness check in one pass; the slot only counts once the check passed.
   const std::span<const float> src = update.delta.data();
-  b.delta.resize(src.size());
+  b.storage.resize(src.size());
   std::atomic<bool> bad{false};
   ForRanges(pool_, src.size(), [&](size_t begin, size_t end) {
-    if (simd::CopyCheckingFinite(b.delta.data() + begin, src.data() + begin, end - begin)) bad = true;
+    if (simd::CopyCheckingFinite(b.storage.data() + begin, src.data() + begin, end - begin)) bad = true;
   });
   if (bad) return CheckUpdate(update, base_, /*needs_examples=*/true, strategy);
+  b.delta = b.storage;
+  Record(update, b);
+  return Status::Ok();
+}
+
+Status UpdateBuffer::AddView(const Update& update, const char* strategy) {
+  PLEXUS_RETURN_IF_ERROR(CheckUpdate(update, base_, /*needs_examples=*/true, strategy));
+  if (size_ == updates_.size()) updates_.emplace_back();
+  BufferedUpdate& b = updates_[size_];
+  b.delta = update.delta.data();
+  Record(update, b);
+  return Status::Ok();
+}
+
+void UpdateBuffer::Record(const Update& update, BufferedUpdate& b) {
   ++size_;
   b.client_id = update.client_id;
   b.task_id = update.task_id;
   b.examples = static_cast<double>(update.num_examples);
   b.local_steps = update.local_steps;
   sorted_ = false;
-  return Status::Ok();
 }
 
 std::span<const BufferedUpdate> UpdateBuffer::Sorted() {

@@ -1,7 +1,9 @@
 // UpdateBuffer: the updates of one aggregation kept in memory, for rules that need all of them
 // at once (robust aggregators). Add() validates like every aggregator (layout, finite values,
-// positive example count) and copies the delta; Sorted() returns them ordered by client id (then
-// task id), so results do not depend on arrival order. Memory: n x model.
+// positive example count) and copies the delta; AddView() validates and keeps a view of it (one
+// aggregation over updates its caller holds: no copy, so the rule reads each value once from
+// where it already is); Sorted() returns them ordered by client id (then task id), so results do
+// not depend on arrival order. Memory: n x model (copies), nothing per update for views.
 // Thread-compatible.
 #pragma once
 
@@ -21,7 +23,8 @@ struct BufferedUpdate {
   std::string task_id;
   double examples = 0;
   int64_t local_steps = 0;
-  std::vector<float> delta;
+  std::span<const float> delta;  // the values: `storage`, or the update's own for a view
+  std::vector<float> storage;    // a copy's values (kept for reuse when the slot next holds a view)
 };
 
 class UpdateBuffer {
@@ -32,6 +35,9 @@ class UpdateBuffer {
   // InvalidArgument for a wrong layout, non-finite values or a non-positive example count; the
   // buffer is unchanged then. `strategy` names the caller in messages.
   Status Add(const Update& update, const char* strategy);
+  // As Add, keeping a view of the update's values instead of a copy. REQUIRES: `update` outlives
+  // the buffer's next Reset or Clear.
+  Status AddView(const Update& update, const char* strategy);
   size_t size() const { return size_; }
   const ModelState& base() const { return base_; }
   // Sorts (once) and returns the updates in canonical order.
@@ -40,6 +46,9 @@ class UpdateBuffer {
   void Clear() { size_ = 0; }
 
  private:
+  // The slot after the last in use now holds `update`'s values: it counts, with its ids.
+  void Record(const Update& update, BufferedUpdate& b);
+
   ThreadPool* const pool_;
   ModelState base_;
   std::vector<BufferedUpdate> updates_;  // [0, size_) in use; the rest is spare storage

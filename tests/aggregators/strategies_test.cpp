@@ -443,7 +443,7 @@ TEST(SortingNetworkTest, MedianOfHundredNeedsFewerComparatorsThanASort) {
 TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
   Rng rng(9);
   ThreadPool pool(2);
-  for (size_t n : {1u, 2u, 3u, 7u, 10u, 33u, 100u, 129u}) {
+  for (size_t n : {1u, 2u, 3u, 7u, 10u, 16u, 33u, 48u, 100u, 129u}) {
     const size_t p = 3001;
     std::vector<std::vector<float>> data(n, std::vector<float>(p));
     std::vector<const float*> ptrs;
