@@ -35,6 +35,12 @@ class Robust final : public Aggregator {
     buffer_.Clear();
     return out;
   }
+  // An update given up whole and unscaled is kept as it is, not copied.
+  Status FoldShared(std::shared_ptr<Update> update, double value_scale) override {
+    if (value_scale != 1.0) return FoldScaled(*update, value_scale);
+    if (!begun_) return FailedPreconditionError(description_ + ": Fold before Begin");
+    return buffer_.AddShared(std::move(update), description_.c_str());
+  }
   size_t num_folded() const override { return buffer_.size(); }
   Result<ModelState> Finalize() override {
     if (!begun_ || buffer_.size() == 0) return FailedPreconditionError(description_ + ": no updates to aggregate");

@@ -31,8 +31,19 @@ Status CheckUpdate(const Update& update, const ModelState& base, bool needs_exam
 
 void UpdateBuffer::Reset(const ModelState& base) {
   base_ = base;
-  size_ = 0;
+  Clear();
   sorted_ = true;
+}
+
+void UpdateBuffer::Clear() {
+  for (size_t i = 0; i < size_; ++i) updates_[i].held.reset();
+  size_ = 0;
+}
+
+Status UpdateBuffer::AddShared(std::shared_ptr<const Update> update, const char* strategy) {
+  PLEXUS_RETURN_IF_ERROR(AddView(*update, strategy));
+  updates_[size_ - 1].held = std::move(update);
+  return Status::Ok();
 }
 
 Status UpdateBuffer::Add(const Update& update, const char* strategy) {

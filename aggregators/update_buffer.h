@@ -7,6 +7,7 @@
 // Thread-compatible.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,8 +24,9 @@ struct BufferedUpdate {
   std::string task_id;
   double examples = 0;
   int64_t local_steps = 0;
-  std::span<const float> delta;  // the values: `storage`, or the update's own for a view
-  std::vector<float> storage;    // a copy's values (kept for reuse when the slot next holds a view)
+  std::span<const float> delta;        // the values: `storage`, or the update's own for a view
+  std::vector<float> storage;          // a copy's values (kept for reuse when the slot next holds a view)
+  std::shared_ptr<const Update> held;  // a shared view's update, kept alive until Reset or Clear
 };
 
 class UpdateBuffer {
@@ -38,12 +40,14 @@ class UpdateBuffer {
   // As Add, keeping a view of the update's values instead of a copy. REQUIRES: `update` outlives
   // the buffer's next Reset or Clear.
   Status AddView(const Update& update, const char* strategy);
+  // As AddView, the buffer holding the update until its next Reset or Clear.
+  Status AddShared(std::shared_ptr<const Update> update, const char* strategy);
   size_t size() const { return size_; }
   const ModelState& base() const { return base_; }
   // Sorts (once) and returns the updates in canonical order.
   std::span<const BufferedUpdate> Sorted();
   // Forgets the updates but keeps their storage for the next round (no new pages to fault in).
-  void Clear() { size_ = 0; }
+  void Clear();
 
  private:
   // The slot after the last in use now holds `update`'s values: it counts, with its ids.

@@ -170,6 +170,7 @@ PLEXUS_BENCH_STRATEGY(norm_bound, "norm_bound:max=5")
 PLEXUS_BENCH_TARGET(dp_fedavg, "dp_fedavg:clip=5,noise=1,expected=10")
 PLEXUS_BENCH_TARGET(dp_fedavg_no_noise, "dp_fedavg:clip=5,noise=0,expected=10")
 PLEXUS_BENCH_TARGET(median, "median")
+BENCHMARK_CAPTURE(BM_StrategyShared, median, "median")->Apply(Repeated);
 PLEXUS_BENCH_TARGET(trimmed_mean, "trimmed_mean:beta=0.1")
 PLEXUS_BENCH_STRATEGY(krum, "krum:f=2")
 PLEXUS_BENCH_STRATEGY(multikrum, "multikrum:f=2")
