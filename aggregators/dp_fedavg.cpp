@@ -92,7 +92,7 @@ class DpFedAvg final : public Aggregator {
 
   Status FoldAll(std::span<const Update* const> updates) override {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    if (std::none_of(updates.begin(), updates.end(), [](const Update* u) { return PartialOf(*u) != nullptr; })) {
+    if (std::none_of(updates.begin(), updates.end(), [](const Update* u) { return PartialSumOf(*u) != nullptr; })) {
       return sum_.FoldAll(updates, FoldClip(), "dp_fedavg");
     }
     for (const Update* u : updates) PLEXUS_RETURN_IF_ERROR(FoldTimes(*u, 1.0));
@@ -157,12 +157,9 @@ class DpFedAvg final : public Aggregator {
   }
 
  private:
-  static const PartialSumDelta* PartialOf(const Update& u) {
-    return dynamic_cast<const PartialSumDelta*>(u.coded.get());
-  }
   Status FoldTimes(const Update& u, double scale) {
     if (!begun_) return FailedPreconditionError("dp_fedavg: Fold before Begin");
-    if (const PartialSumDelta* partial = PartialOf(u)) {
+    if (const PartialSumDelta* partial = PartialSumOf(u)) {
       if (s_.adaptive) {
         return InvalidArgumentError("dp_fedavg: a partial sum from " + u.client_id +
                                     ", but adaptive clipping counts the updates under the clip, which a partial sum "

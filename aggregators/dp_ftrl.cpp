@@ -93,14 +93,14 @@ class DpFtrl final : public Aggregator {
   Status Fold(const Update& u) override { return FoldTimes(u, 1.0); }
   Status FoldScaled(Update& u, double value_scale) override { return FoldTimes(u, std::min(value_scale, 1.0)); }
   Status FoldAll(std::span<const Update* const> updates) override {
-    if (std::any_of(updates.begin(), updates.end(), [](const Update* u) { return PartialOf(*u) != nullptr; })) {
+    if (std::any_of(updates.begin(), updates.end(), [](const Update* u) { return PartialSumOf(*u) != nullptr; })) {
       for (const Update* u : updates) PLEXUS_RETURN_IF_ERROR(FoldTimes(*u, 1.0));
       return Status::Ok();
     }
     size_t admitted = 0;
     Status refused = Status::Ok();
     for (; admitted < updates.size(); ++admitted) {
-      refused = Admit(*updates[admitted]);
+      refused = Admit(*updates[admitted]).status();
       if (!refused.ok()) break;
     }
     const size_t before = sum_.count();
@@ -211,9 +211,6 @@ class DpFtrl final : public Aggregator {
   uint64_t StreamOf(const std::pair<int, uint64_t>& node) const {
     return tree_ << 32 | static_cast<uint64_t>(node.first) << 26 | node.second;
   }
-  static const PartialSumDelta* PartialOf(const Update& u) {
-    return dynamic_cast<const PartialSumDelta*>(u.coded.get());
-  }
   // The client a contribution counts for: the last part of its path ("edge-a/c0" is "c0").
   static std::string ClientOf(std::string_view path) {
     const size_t slash = path.rfind('/');
@@ -227,7 +224,7 @@ class DpFtrl final : public Aggregator {
   }
   // The clients whose places an update takes: its own, or those a partial sum lists.
   static Result<std::vector<std::string>> ClientsOf(const Update& u) {
-    const PartialSumDelta* partial = PartialOf(u);
+    const PartialSumDelta* partial = PartialSumOf(u);
     if (partial == nullptr) return std::vector<std::string>{ClientOf(u.client_id)};
     const std::vector<PartialContribution>& listed = partial->contributions();
     if (static_cast<int64_t>(listed.size()) != partial->sum().count()) {
@@ -242,8 +239,8 @@ class DpFtrl final : public Aggregator {
     for (const PartialContribution& c : listed) clients.push_back(ClientOf(c.client_path));
     return clients;
   }
-  // Takes a place in the tree for each of the update's clients, or refuses it whole.
-  Status Admit(const Update& u) {
+  // Takes a place in the tree for each of the update's clients, or refuses it whole; returns them.
+  Result<std::vector<std::string>> Admit(const Update& u) {
     if (!begun_) return FailedPreconditionError("dp_ftrl: Fold before Begin");
     PLEXUS_ASSIGN_OR_RETURN(std::vector<std::string> clients, ClientsOf(u));
     for (size_t i = 0; i < clients.size(); ++i) {
@@ -251,30 +248,26 @@ class DpFtrl final : public Aggregator {
         for (size_t j = 0; j < i; ++j) Release(clients[j]);
         return FailedPreconditionError(
             "dp_ftrl: client " + clients[i] +
-            (PartialOf(u) == nullptr ? "" : " (in the partial sum from " + u.client_id + ")") +
+            (PartialSumOf(u) == nullptr ? "" : " (in the partial sum from " + u.client_id + ")") +
             " already contributed " + std::to_string(s_.participations) +
             " time(s) to this tree of releases, all DP-FTRL's accounting allows; it may contribute again after the "
             "tree restarts");
       }
       ++pending_[clients[i]];
     }
-    return Status::Ok();
-  }
-  void ReleaseAll(const Update& u) {
-    Result<std::vector<std::string>> clients = ClientsOf(u);
-    if (clients.ok()) {
-      for (const std::string& c : *clients) Release(c);
-    }
+    return clients;
   }
   void Release(const std::string& client) {
     if (auto it = pending_.find(client); it != pending_.end() && --it->second == 0) pending_.erase(it);
   }
   Status FoldTimes(const Update& u, double scale) {
-    PLEXUS_RETURN_IF_ERROR(Admit(u));
-    const PartialSumDelta* partial = PartialOf(u);
+    PLEXUS_ASSIGN_OR_RETURN(const std::vector<std::string> clients, Admit(u));
+    const PartialSumDelta* partial = PartialSumOf(u);
     Status folded =
         partial ? sum_.FoldPartial(u, *partial, s_.clip, scale, "dp_ftrl") : sum_.Fold(u, s_.clip, scale, "dp_ftrl");
-    if (!folded.ok()) ReleaseAll(u);
+    if (!folded.ok()) {
+      for (const std::string& c : clients) Release(c);
+    }
     return folded;
   }
   static void Append(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), sizeof v); }

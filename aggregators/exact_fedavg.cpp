@@ -75,7 +75,7 @@ class ExactAveraging final : public Aggregator {
                                     " values from " + update.client_id + " for a model of " +
                                     std::to_string(sum_.size()));
       }
-      if (const auto* partial = dynamic_cast<const PartialSumDelta*>(update.coded.get())) {
+      if (const PartialSumDelta* partial = PartialSumOf(update)) {
         // Its weights (and clipping) were applied where its updates were summed (the same
         // settings there); a staleness factor scales its sums, rounded once (exact for factor 1).
         return sum_.MergeScaled(partial->sum(), value_scale).WithContext("partial sum from " + update.client_id);

@@ -6,6 +6,10 @@
 
 namespace plexus {
 
+const PartialSumDelta* PartialSumOf(const Update& update) {
+  return dynamic_cast<const PartialSumDelta*>(update.coded.get());
+}
+
 std::vector<MergedUpdate> MergedEntriesOf(const Update& update, bool hash) {
   if (const auto* bundle = dynamic_cast<const UpdateBundle*>(update.coded.get())) {  // each under its path
     std::vector<MergedUpdate> out;
@@ -17,7 +21,7 @@ std::vector<MergedUpdate> MergedEntriesOf(const Update& update, bool hash) {
     }
     return out;
   }
-  const auto* partial = dynamic_cast<const PartialSumDelta*>(update.coded.get());
+  const PartialSumDelta* partial = PartialSumOf(update);
   if (partial == nullptr || partial->contributions().empty()) {
     MergedUpdate m{update.client_id, update.task_id};
     if (hash && partial == nullptr) {

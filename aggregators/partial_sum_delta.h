@@ -42,6 +42,10 @@ struct PartialContribution {
 // `hash` (at an edge, whose partial lists them) and not otherwise (a pass per upload).
 std::vector<MergedUpdate> MergedEntriesOf(const Update& update, bool hash);
 
+class PartialSumDelta;
+// The partial sum `update` carries, or null for any other update.
+const PartialSumDelta* PartialSumOf(const Update& update);
+
 class PartialSumDelta final : public CodedDelta {
  public:
   // InvalidArgument for a sum of no updates (nothing to fold). `codec` and `bytes` are what the

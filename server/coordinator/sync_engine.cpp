@@ -17,7 +17,7 @@ namespace {
 // The client updates in `u`: an edge's partial sum carries its clients' count, a bundle of
 // forwarded updates their number, any other update one.
 int64_t UpdatesIn(const Update& u) {
-  if (const auto* partial = dynamic_cast<const PartialSumDelta*>(u.coded.get())) return partial->sum().count();
+  if (const PartialSumDelta* partial = PartialSumOf(u)) return partial->sum().count();
   return static_cast<int64_t>(BundledOrSelf(u).size());
 }
 
