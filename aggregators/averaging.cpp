@@ -58,6 +58,7 @@ class Averaging final : public Aggregator {
     std::vector<const float*> deltas;
     std::vector<double> weights, scales;
     double steps_weighted = 0.0;
+    bool all_checked_finite = true;
     for (size_t i = 0; i < updates.size(); ++i) {
       const Update& u = *updates[i];
       const std::optional<Share> share = BatchShare(u, base_);
@@ -69,6 +70,14 @@ class Averaging final : public Aggregator {
       weights.push_back(share->weight);
       scales.push_back(share->scale);
       steps_weighted += share->weight * static_cast<double>(u.local_steps);
+      all_checked_finite = all_checked_finite && u.delta.checked_finite();
+    }
+    // Inputs checked finite as they were read (files, decoded uploads) cannot fail the fold: the
+    // sum takes them in place, with no second model-sized buffer to fill and swap.
+    if (all_checked_finite) {
+      mean_.FoldBatchChecked(deltas, weights, scales);
+      steps_weighted_ += steps_weighted;
+      return Status::Ok();
     }
     const size_t bad = mean_.FoldBatch(deltas, weights, scales);
     if (bad < updates.size()) {

@@ -26,7 +26,12 @@ PLEXUS_SIMD_CLONES void AccumulateScaled(double* __restrict acc, const float* __
   for (size_t j = 0; j < len; ++j) acc[j] += w * static_cast<double>(x[j]);
 }
 
-PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
+namespace {
+
+// acc[j] (+)= w[0] x[0][j] + ... + w[3] x[3][j], added in that order; kStore overwrites acc
+// instead of adding to it. Inlined into each instruction set's clone of its callers.
+template <bool kStore>
+inline void WeightedSum4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
   const float* __restrict x0 = x[0];
   const float* __restrict x1 = x[1];
   const float* __restrict x2 = x[2];
@@ -34,8 +39,7 @@ PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* c
   const double w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
 #pragma omp simd
   for (size_t j = 0; j < len; ++j) {
-    double a = acc[j];
-    a += w0 * static_cast<double>(x0[j]);
+    double a = kStore ? w0 * static_cast<double>(x0[j]) : acc[j] + w0 * static_cast<double>(x0[j]);
     a += w1 * static_cast<double>(x1[j]);
     a += w2 * static_cast<double>(x2[j]);
     a += w3 * static_cast<double>(x3[j]);
@@ -43,9 +47,19 @@ PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* c
   }
 }
 
+}  // namespace
+
+PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
+  WeightedSum4<false>(acc, x, w, len);
+}
+
 PLEXUS_SIMD_CLONES void StoreScaled(double* __restrict out, const float* __restrict x, size_t len, double w) {
 #pragma omp simd
   for (size_t j = 0; j < len; ++j) out[j] = w * static_cast<double>(x[j]);
+}
+
+PLEXUS_SIMD_CLONES void StoreScaled4(double* __restrict out, const float* const* x, const double* w, size_t len) {
+  WeightedSum4<true>(out, x, w, len);
 }
 
 PLEXUS_SIMD_CLONES bool AnyNonFinite(const float* x, size_t len) {

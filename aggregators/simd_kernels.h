@@ -20,6 +20,10 @@ void AccumulateScaled4(double* acc, const float* const* x, const double* w, size
 // out[j] = w * x[j].
 void StoreScaled(double* out, const float* x, size_t len, double w);
 
+// out[j] = w[0] x[0][j], then + w[1] x[1][j] ... + w[3] x[3][j]: the bits of StoreScaled followed
+// by three AccumulateScaled, in one pass over out.
+void StoreScaled4(double* out, const float* const* x, const double* w, size_t len);
+
 // Whether any value is NaN or infinite.
 bool AnyNonFinite(const float* x, size_t len);
 bool AnyNonFinite(const double* x, size_t len);

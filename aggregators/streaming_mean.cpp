@@ -17,11 +17,17 @@ constexpr size_t kBlock = 32768;
 // acc[0, len) (+)= sum_i w[i] deltas[i][b, b + len), four inputs per pass, in input order;
 // `first` overwrites acc instead of adding to it. Returns whether the block's sum is finite:
 // weights are finite and positive (and acc finite when added to), so it turns non-finite
-// exactly when some input holds a NaN or infinity there.
-bool SumBlock(double* acc, bool first, std::span<const float* const> deltas, const double* w, size_t b, size_t len) {
+// exactly when some input holds a NaN or infinity there. With check false (inputs known finite)
+// it returns true without looking.
+bool SumBlock(double* acc, bool first, std::span<const float* const> deltas, const double* w, size_t b, size_t len,
+              bool check = true) {
   const size_t n = deltas.size();
   size_t i = 0;
-  if (first) {
+  if (first && n >= 4) {
+    const float* rows[4] = {deltas[0] + b, deltas[1] + b, deltas[2] + b, deltas[3] + b};
+    simd::StoreScaled4(acc, rows, w, len);
+    i = 4;
+  } else if (first) {
     simd::StoreScaled(acc, deltas[0] + b, len, w[0]);
     i = 1;
   }
@@ -30,7 +36,7 @@ bool SumBlock(double* acc, bool first, std::span<const float* const> deltas, con
     simd::AccumulateScaled4(acc, rows, &w[i], len);
   }
   for (; i < n; ++i) simd::AccumulateScaled(acc, deltas[i] + b, len, w[i]);
-  return !simd::AnyNonFinite(acc, len);
+  return !check || !simd::AnyNonFinite(acc, len);
 }
 
 }  // namespace
@@ -83,7 +89,7 @@ void StreamingMean::FoldBatchChecked(std::span<const float* const> deltas, std::
   const bool first = count_ == 0;
   ForRanges(pool_, sum_.size(), [&](size_t begin, size_t end) {
     for (size_t b = begin; b < end; b += kBlock) {
-      (void)SumBlock(sum_.data() + b, first, deltas, w.data(), b, std::min(kBlock, end - b));
+      (void)SumBlock(sum_.data() + b, first, deltas, w.data(), b, std::min(kBlock, end - b), /*check=*/false);
     }
   });
   for (size_t i = 0; i < n; ++i) total_weight_ += weights[i];

@@ -18,10 +18,10 @@ scripts/build.sh build full >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat >"$work/numpy_merge.py" <<'PY'
-import json, struct, sys, time
+import json, os, struct, sys, time
 t0 = time.perf_counter()
 import numpy as np
-out, paths = sys.argv[1], sys.argv[2:]
+synced, out, paths = sys.argv[1] == "synced", sys.argv[2], sys.argv[3:]
 t1 = time.perf_counter()
 acc = None
 for path in paths:
@@ -34,9 +34,18 @@ mean = (acc / len(paths)).astype(np.float32)
 name = next(k for k in header if k != "__metadata__")
 head = json.dumps({name: {"dtype": "F32", "shape": [int(mean.size)], "data_offsets": [0, mean.nbytes]}}).encode()
 head += b" " * (-len(head) % 8)
-with open(out, "wb") as f:
+# synced: as plexus writes its output (a temporary file, synced, renamed over, directory synced)
+with open(out + ".tmp" if synced else out, "wb") as f:
     f.write(struct.pack("<Q", len(head)) + head)
     mean.tofile(f)
+    if synced:
+        f.flush()
+        os.fsync(f.fileno())
+if synced:
+    os.rename(out + ".tmp", out)
+    d = os.open(os.path.dirname(os.path.abspath(out)), os.O_RDONLY)
+    os.fsync(d)
+    os.close(d)
 print(f"{time.perf_counter() - t1:.4f}", file=sys.stderr)
 PY
 /usr/bin/python3 - "$work" "$files" "$params" <<'PY'
@@ -53,7 +62,7 @@ for i in range(files):
         values.tofile(f)
 PY
 inputs=("$work"/in*.safetensors)
-best_plexus="" best_numpy="" best_numpy_work=""
+best_plexus="" best_numpy="" best_numpy_work="" best_numpy_synced=""
 now() { date +%s.%N; }
 min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a == "" || b < a) ? b : a }'; }
 for _ in 1 2 3 4 5; do
@@ -61,9 +70,11 @@ for _ in 1 2 3 4 5; do
   build/apps/plexus/plexus merge --strategy fedavg --out "$work/plexus.safetensors" "${inputs[@]}" >/dev/null 2>&1
   best_plexus=$(min "$best_plexus" "$(awk -v a="$t" -v b="$(now)" 'BEGIN { print b - a }')")
   t=$(now)
-  work_s=$(/usr/bin/python3 "$work/numpy_merge.py" "$work/numpy.safetensors" "${inputs[@]}" 2>&1 >/dev/null)
+  work_s=$(/usr/bin/python3 "$work/numpy_merge.py" plain "$work/numpy.safetensors" "${inputs[@]}" 2>&1 >/dev/null)
   best_numpy=$(min "$best_numpy" "$(awk -v a="$t" -v b="$(now)" 'BEGIN { print b - a }')")
   best_numpy_work=$(min "$best_numpy_work" "$work_s")
+  work_s=$(/usr/bin/python3 "$work/numpy_merge.py" synced "$work/numpy.safetensors" "${inputs[@]}" 2>&1 >/dev/null)
+  best_numpy_synced=$(min "$best_numpy_synced" "$work_s")
 done
 /usr/bin/python3 - "$work/plexus.safetensors" "$work/numpy.safetensors" <<'PY'
 import json, struct, sys
@@ -86,3 +97,4 @@ row() { awk -v n="$1" -v s="$2" -v mb="$mb" -v p="$best_plexus" \
 row "plexus merge --strategy fedavg (process)" "$best_plexus"
 row "numpy (process: interpreter, import, read, average, write)" "$best_numpy"
 row "numpy (read, average, write only)" "$best_numpy_work"
+row "numpy (read, average, write synced as plexus writes)" "$best_numpy_synced"

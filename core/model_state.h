@@ -116,6 +116,8 @@ class ModelState {
   // For a decoder that checked every value as it wrote it (after its last write through
   // data()): CheckFinite is then free.
   void MarkCheckedFinite() { finite_checked_ = true; }
+  // Whether CheckFinite is free: every value was checked finite and none written since.
+  bool checked_finite() const { return finite_checked_; }
 
   // SHA-256 (lower-case hex) over a canonical encoding of names, shapes and values. The version
   // is not part of the content, so equal parameters hash equal whatever their version.

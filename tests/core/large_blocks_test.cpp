@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/model_state.h"
@@ -46,6 +51,32 @@ TEST(LargeBlocksTest, ModelsOfAMillionParametersReuseTheirBuffers) {
   EXPECT_EQ(b->data().data(), where);
   EXPECT_EQ(b->data()[5], 0.0f);
 }
+
+#if defined(__linux__)
+// Whether one mapping of /proc/self/maps holds [begin, end).
+bool Mapped(uintptr_t begin, uintptr_t end) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    uintptr_t from = 0, to = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &from, &to) == 2 && from <= begin && end <= to) return true;
+  }
+  return false;
+}
+
+TEST(LargeBlocksTest, ABlockOfAHugePageAndMoreRunsFromOneHugePageBoundaryToAnother) {
+  // A 1M-parameter model (3.8 MiB): its last 1.8 MiB would otherwise fall outside a huge page.
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t bytes = 4000000 + 4096 * 7;  // a size no other test uses
+  void* p = AllocateLargeBlock(bytes);
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  EXPECT_EQ(at % kHugePage, 0u);
+  const uintptr_t end = at + (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  EXPECT_TRUE(Mapped(at, end)) << "the mapping stops short of the huge-page boundary";
+  std::memset(p, 1, bytes);
+  FreeLargeBlock(p, bytes);
+}
+#endif
 
 }  // namespace
 }  // namespace plexus
