@@ -76,6 +76,25 @@ Result<ModelState> ModelState::CreateUninitialized(const std::vector<TensorSpec>
   return m;
 }
 
+ModelState::ModelState(const ModelState& other)
+    : slots_(other.slots_), version_(other.version_), finite_checked_(other.finite_checked_) {
+  data_.resize(other.data_.size());  // exactly that size (from empty), values not initialized
+  if (!data_.empty()) std::memcpy(data_.data(), other.data_.data(), other.num_bytes());
+}
+
+ModelState& ModelState::operator=(const ModelState& other) {
+  if (this == &other) return *this;
+  slots_ = other.slots_;
+  version_ = other.version_;
+  finite_checked_ = other.finite_checked_;
+  if (data_.size() != other.data_.size()) {
+    decltype(data_)().swap(data_);  // freed (to the block cache); growing from empty allocates exactly
+    data_.resize(other.data_.size());
+  }
+  if (!data_.empty()) std::memcpy(data_.data(), other.data_.data(), other.num_bytes());
+  return *this;
+}
+
 ModelState ModelState::ZerosLike(const ModelState& other) {
   ModelState m;
   m.slots_ = other.slots_;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "tests/testing/status_matchers.h"
@@ -88,6 +89,37 @@ TEST(ModelStateTest, HashCoversValuesAndNamesButNotVersion) {
   EXPECT_NE(a.ContentSha256(), b.ContentSha256());
   ModelState renamed = *ModelState::Create({{"v", {2, 3}}, {"b", {3}}});
   EXPECT_NE(a.ContentSha256(), renamed.ContentSha256());
+}
+
+TEST(ModelStateTest, CopiesCarryLayoutValuesVersionAndTheFiniteCheck) {
+  ModelState small = TwoTensors();
+  for (size_t i = 0; i < small.num_params(); ++i) small.data()[i] = 0.5f * static_cast<float>(i);
+  small.set_version(7);
+  small.MarkCheckedFinite();
+  // A million parameters: a large block, so that copy-assignment between sizes changes blocks.
+  ModelState large = *ModelState::Create({{"big", {1000, 1000}}}, 3);
+  large.data()[999999] = -2.0f;
+
+  ModelState copy(small);
+  EXPECT_EQ(copy, small);
+  EXPECT_TRUE(copy.checked_finite());
+  EXPECT_NE(std::as_const(copy).data().data(), std::as_const(small).data().data());  // const: no write
+
+  ModelState target = large;  // assigned a smaller model, then a larger one, then itself
+  EXPECT_EQ(target, large);
+  EXPECT_FALSE(target.checked_finite());
+  target = small;
+  EXPECT_EQ(target, small);
+  EXPECT_TRUE(target.checked_finite());
+  target = large;
+  EXPECT_EQ(target, large);
+  EXPECT_EQ(target.data()[999999], -2.0f);
+  const ModelState& same = target;
+  target = same;
+  EXPECT_EQ(target, large);
+  target = ModelState();
+  EXPECT_EQ(target.num_params(), 0u);
+  EXPECT_EQ(ModelState(target).num_params(), 0u);
 }
 
 TEST(Sha256Test, KnownVector) {
