@@ -28,38 +28,53 @@ PLEXUS_SIMD_CLONES void AccumulateScaled(double* __restrict acc, const float* __
 
 namespace {
 
-// acc[j] (+)= w[0] x[0][j] + ... + w[3] x[3][j], added in that order; kStore overwrites acc
-// instead of adding to it. Inlined into each instruction set's clone of its callers.
-template <bool kStore>
-inline void WeightedSum4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
+// acc[j] (+)= w[0] x[0][j] + ... + w[K-1] x[K-1][j], added in that order; kStore overwrites acc
+// instead of adding to it. Inlined into each instruction set's clone of its caller.
+template <size_t K, bool kStore>
+inline void WeightedSum(double* __restrict acc, const float* const* x, const double* w, size_t len) {
   const float* __restrict x0 = x[0];
-  const float* __restrict x1 = x[1];
-  const float* __restrict x2 = x[2];
-  const float* __restrict x3 = x[3];
-  const double w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
+  const float* __restrict x1 = x[K > 1 ? 1 : 0];
+  const float* __restrict x2 = x[K > 2 ? 2 : 0];
+  const float* __restrict x3 = x[K > 3 ? 3 : 0];
+  const double w0 = w[0], w1 = w[K > 1 ? 1 : 0], w2 = w[K > 2 ? 2 : 0], w3 = w[K > 3 ? 3 : 0];
 #pragma omp simd
   for (size_t j = 0; j < len; ++j) {
     double a = kStore ? w0 * static_cast<double>(x0[j]) : acc[j] + w0 * static_cast<double>(x0[j]);
-    a += w1 * static_cast<double>(x1[j]);
-    a += w2 * static_cast<double>(x2[j]);
-    a += w3 * static_cast<double>(x3[j]);
+    if constexpr (K > 1) a += w1 * static_cast<double>(x1[j]);
+    if constexpr (K > 2) a += w2 * static_cast<double>(x2[j]);
+    if constexpr (K > 3) a += w3 * static_cast<double>(x3[j]);
     acc[j] = a;
+  }
+}
+
+template <bool kStore>
+inline void WeightedSumOf(double* acc, const float* const* x, const double* w, size_t count, size_t len) {
+  switch (count) {
+    case 1:
+      return WeightedSum<1, kStore>(acc, x, w, len);
+    case 2:
+      return WeightedSum<2, kStore>(acc, x, w, len);
+    case 3:
+      return WeightedSum<3, kStore>(acc, x, w, len);
+    default:
+      return WeightedSum<4, kStore>(acc, x, w, len);
   }
 }
 
 }  // namespace
 
-PLEXUS_SIMD_CLONES void AccumulateScaled4(double* __restrict acc, const float* const* x, const double* w, size_t len) {
-  WeightedSum4<false>(acc, x, w, len);
+PLEXUS_SIMD_CLONES void WeightedSumUpTo4(double* acc, const float* const* x, const double* w, size_t count, size_t len,
+                                         bool store) {
+  if (store) {
+    WeightedSumOf<true>(acc, x, w, count, len);
+  } else {
+    WeightedSumOf<false>(acc, x, w, count, len);
+  }
 }
 
 PLEXUS_SIMD_CLONES void StoreScaled(double* __restrict out, const float* __restrict x, size_t len, double w) {
 #pragma omp simd
   for (size_t j = 0; j < len; ++j) out[j] = w * static_cast<double>(x[j]);
-}
-
-PLEXUS_SIMD_CLONES void StoreScaled4(double* __restrict out, const float* const* x, const double* w, size_t len) {
-  WeightedSum4<true>(out, x, w, len);
 }
 
 PLEXUS_SIMD_CLONES bool AnyNonFinite(const float* x, size_t len) {

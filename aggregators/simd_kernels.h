@@ -14,15 +14,13 @@ namespace plexus::simd {
 // acc[j] += w * x[j] for j < len.
 void AccumulateScaled(double* acc, const float* x, size_t len, double w);
 
-// acc[j] += w[0] x[0][j] + ... + w[3] x[3][j] (added in that order): four inputs per pass over acc.
-void AccumulateScaled4(double* acc, const float* const* x, const double* w, size_t len);
+// acc[j] += w[0] x[0][j] + ... + w[count-1] x[count-1][j], added in that order, 1 <= count <= 4;
+// `store` overwrites acc instead of adding to it. The bits of StoreScaled and AccumulateScaled
+// applied one input at a time, in one pass over acc instead of `count`.
+void WeightedSumUpTo4(double* acc, const float* const* x, const double* w, size_t count, size_t len, bool store);
 
 // out[j] = w * x[j].
 void StoreScaled(double* out, const float* x, size_t len, double w);
-
-// out[j] = w[0] x[0][j], then + w[1] x[1][j] ... + w[3] x[3][j]: the bits of StoreScaled followed
-// by three AccumulateScaled, in one pass over out.
-void StoreScaled4(double* out, const float* const* x, const double* w, size_t len);
 
 // Whether any value is NaN or infinite.
 bool AnyNonFinite(const float* x, size_t len);

@@ -14,7 +14,7 @@ namespace {
 // prefetchers, while four inputs per pass keep the traffic to the block low.
 constexpr size_t kBlock = 32768;
 
-// acc[0, len) (+)= sum_i w[i] deltas[i][b, b + len), four inputs per pass, in input order;
+// acc[0, len) (+)= sum_i w[i] deltas[i][b, b + len), up to four inputs per pass, in input order;
 // `first` overwrites acc instead of adding to it. Returns whether the block's sum is finite:
 // weights are finite and positive (and acc finite when added to), so it turns non-finite
 // exactly when some input holds a NaN or infinity there. With check false (inputs known finite)
@@ -22,20 +22,12 @@ constexpr size_t kBlock = 32768;
 bool SumBlock(double* acc, bool first, std::span<const float* const> deltas, const double* w, size_t b, size_t len,
               bool check = true) {
   const size_t n = deltas.size();
-  size_t i = 0;
-  if (first && n >= 4) {
-    const float* rows[4] = {deltas[0] + b, deltas[1] + b, deltas[2] + b, deltas[3] + b};
-    simd::StoreScaled4(acc, rows, w, len);
-    i = 4;
-  } else if (first) {
-    simd::StoreScaled(acc, deltas[0] + b, len, w[0]);
-    i = 1;
+  for (size_t i = 0; i < n; i += 4) {  // up to four inputs per pass over the block
+    const size_t k = std::min<size_t>(4, n - i);
+    const float* rows[4];
+    for (size_t r = 0; r < k; ++r) rows[r] = deltas[i + r] + b;
+    simd::WeightedSumUpTo4(acc, rows, &w[i], k, len, first && i == 0);
   }
-  for (; i + 4 <= n; i += 4) {
-    const float* rows[4] = {deltas[i] + b, deltas[i + 1] + b, deltas[i + 2] + b, deltas[i + 3] + b};
-    simd::AccumulateScaled4(acc, rows, &w[i], len);
-  }
-  for (; i < n; ++i) simd::AccumulateScaled(acc, deltas[i] + b, len, w[i]);
   return !check || !simd::AnyNonFinite(acc, len);
 }
 
