@@ -12,7 +12,8 @@
 // with a coded form: int8, top-k, fp16, bf16) a third variant logs the updates as the server now keeps such
 // uploads into FedAvg: each a fresh copy of the encoded bytes, read (checked) into a coded delta,
 // logged as those bytes and folded from them. Prints one markdown row per variant (update bytes
-// counted as float32 model bytes throughout) and the ratio to unlogged.
+// counted as float32 model bytes throughout) and the ratio to unlogged. Each variant runs twice,
+// the variants in turn, and its faster run is shown.
 // Updates are submitted as the server's upload handlers submit them: `--threads` threads (one
 // per client by default), each Admit and Complete under one lock and the durable write (Persist)
 // outside it, so that updates that finish together share the store's group commit.
@@ -201,30 +202,40 @@ int Main(int argc, char** argv) {
     codec = std::move(made).value();
   }
   const int variants = codec ? 3 : 2;
-  double seconds[3] = {0, 0, 0};
-  std::atomic<int64_t> commits[3] = {0, 0, 0};  // group commits of update rows
+  double seconds[3] = {0, 0, 0};   // each variant's faster run
+  int64_t commits[3] = {0, 0, 0};  // group commits of update rows in that run
   const std::string coded_name = "logged, " + a.codec + " kept coded";
   const char* names[3] = {"logged (durable acknowledgements)", "unlogged (baseline)", coded_name.c_str()};
-  for (int variant = 0; variant < variants; ++variant) {
-    const std::string path = a.dir + "/ingest-" + std::to_string(variant) + ".db";
-    std::filesystem::remove_all(path);
-    std::filesystem::remove_all(path + ".checkpoints");
-    std::filesystem::remove_all(path + ".updates");
-    Result<std::unique_ptr<SqliteStore>> sqlite = SqliteStore::Open(path);
-    if (!sqlite.ok()) {
-      std::fprintf(stderr, "ingest_durability: %s\n", sqlite.status().ToString().c_str());
-      return 1;
+  // Every variant runs twice, in turn, and keeps its faster run: the process's first touch of
+  // fresh memory (on a virtual machine, a trip to the hypervisor per page the host has not backed
+  // yet) would otherwise fall on whichever variant runs first; the later runs reuse blocks the
+  // process already holds, as a long-running server does.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int variant = 0; variant < variants; ++variant) {
+      const std::string path = a.dir + "/ingest-" + std::to_string(variant) + ".db";
+      std::filesystem::remove_all(path);
+      std::filesystem::remove_all(path + ".checkpoints");
+      std::filesystem::remove_all(path + ".updates");
+      Result<std::unique_ptr<SqliteStore>> sqlite = SqliteStore::Open(path);
+      if (!sqlite.ok()) {
+        std::fprintf(stderr, "ingest_durability: %s\n", sqlite.status().ToString().c_str());
+        return 1;
+      }
+      (*sqlite)->SetCheckpointRetention(2, 0);  // as a long-running server keeps a few
+      std::atomic<int64_t> run_commits{0};
+      (*sqlite)->SetUpdateRowCommitHook([&run_commits](size_t) { ++run_commits; });
+      UnloggedStore unlogged(sqlite->get());
+      Result<double> s = Ingest(a, variant == 1 ? &unlogged : static_cast<Store*>(sqlite->get()),
+                                variant == 2 ? codec.get() : nullptr);
+      if (!s.ok()) {
+        std::fprintf(stderr, "ingest_durability: %s: %s\n", names[variant], s.status().ToString().c_str());
+        return 1;
+      }
+      if (pass == 0 || *s < seconds[variant]) {
+        seconds[variant] = *s;
+        commits[variant] = run_commits.load();
+      }
     }
-    (*sqlite)->SetCheckpointRetention(2, 0);  // as a long-running server keeps a few
-    (*sqlite)->SetUpdateRowCommitHook([&commits, variant](size_t) { ++commits[variant]; });
-    UnloggedStore unlogged(sqlite->get());
-    Result<double> s =
-        Ingest(a, variant == 1 ? &unlogged : static_cast<Store*>(sqlite->get()), variant == 2 ? codec.get() : nullptr);
-    if (!s.ok()) {
-      std::fprintf(stderr, "ingest_durability: %s: %s\n", names[variant], s.status().ToString().c_str());
-      return 1;
-    }
-    seconds[variant] = *s;
   }
   std::printf(
       "| variant | threads | updates | update size | updates/s | update bytes/s | vs unlogged | updates per commit "
