@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "aggregators/batcher_network.h"
 #include "aggregators/robust_aggregator.h"
 #include "aggregators/simd_kernels.h"
 #include "aggregators/strategy_spec.h"
@@ -51,19 +52,8 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
 
 std::vector<Comparator> SortingNetwork(size_t n) {
   std::vector<Comparator> net;
-  size_t size = 1;
-  while (size < n) size <<= 1;
-  // Batcher's odd-even merge sort, iterative form (Knuth 5.3.4, Algorithm M).
-  for (size_t p = 1; p < size; p <<= 1) {
-    for (size_t k = p; k >= 1; k >>= 1) {
-      for (size_t j = k % p; j + k < size; j += 2 * k) {
-        for (size_t i = 0; i < std::min(k, size - j - k); ++i) {
-          const size_t a = i + j, b = i + j + k;
-          if (a / (2 * p) == b / (2 * p) && b < n) net.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b));
-        }
-      }
-    }
-  }
+  ForEachBatcherComparator(
+      n, [&](size_t a, size_t b) { net.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b)); });
   return net;
 }
 

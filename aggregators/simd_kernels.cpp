@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include "aggregators/batcher_network.h"
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -122,24 +124,17 @@ PLEXUS_SIMD_CLONES void ApplyComparators(float* block, size_t stride, const uint
 
 namespace {
 
-// Batcher's odd-even merge sort of 16 wires (Knuth 5.3.4, Algorithm M), at compile time: its
-// comparators are unrolled with constant indices, so that the 16 rows stay in registers.
+// Batcher's network for 16 wires, at compile time: its comparators are unrolled with constant
+// indices, so that the 16 rows stay in registers.
 struct Pair {
   uint8_t a, b;
 };
 constexpr std::array<Pair, 63> kSort16 = [] {
   std::array<Pair, 63> net{};
   size_t count = 0;  // 63 exactly: more would not compile (out of the array's bounds)
-  for (size_t p = 1; p < 16; p <<= 1) {
-    for (size_t k = p; k >= 1; k >>= 1) {
-      for (size_t j = k % p; j + k < 16; j += 2 * k) {
-        for (size_t i = 0; i < std::min(k, 16 - j - k); ++i) {
-          const size_t a = i + j, b = i + j + k;
-          if (a / (2 * p) == b / (2 * p)) net[count++] = {static_cast<uint8_t>(a), static_cast<uint8_t>(b)};
-        }
-      }
-    }
-  }
+  ForEachBatcherComparator(16, [&](size_t a, size_t b) {
+    net[count++] = {static_cast<uint8_t>(a), static_cast<uint8_t>(b)};
+  });
   return net;
 }();
 

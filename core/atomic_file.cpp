@@ -132,18 +132,19 @@ Status WriteAndSync(const std::string& path, std::initializer_list<std::string_v
   for (std::string_view piece : pieces) total += piece.size();
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (in_place ? 0 : O_TRUNC);
   int fd = total >= kDirectMinBytes ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
-  if (fd >= 0 && InMemoryFileSystem(fd)) {  // no page cache to bypass: one copy, from the caller's bytes
-    ::close(fd);
-    fd = -1;
-  }
-  bool buffered = fd < 0;
+  // In memory there is no page cache to bypass: the same file, written buffered from the
+  // caller's bytes (one copy).
+  bool buffered = fd < 0 || (InMemoryFileSystem(fd) && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) == 0);
   Status s;
   if (!buffered) {
     s = WriteDirect(fd, pieces, total, path, &buffered);
-    if (buffered) ::close(fd);  // O_DIRECT refused: start over with an ordinary file
+    if (buffered) {  // O_DIRECT refused: start over with an ordinary file
+      ::close(fd);
+      fd = -1;
+    }
   }
   if (buffered) {
-    fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) fd = ::open(path.c_str(), flags, 0644);
     if (fd < 0) return InvalidArgumentError("cannot write '" + path + "': " + std::strerror(errno));
     for (std::string_view piece : pieces) {
       if (s.ok()) s = WriteAll(fd, piece, path);
