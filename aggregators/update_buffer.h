@@ -24,8 +24,10 @@ struct BufferedUpdate {
   std::string task_id;
   double examples = 0;
   int64_t local_steps = 0;
-  std::span<const float> delta;        // the values: `storage`, or the update's own for a view
-  std::vector<float> storage;          // a copy's values (kept for reuse when the slot next holds a view)
+  std::span<const float> delta;  // the values: `storage`, or the update's own for a view
+  // A copy's values (kept for reuse when the slot next holds a view); from the large-block cache
+  // and not zero-filled, as model buffers are: Add writes every value.
+  std::vector<float, ModelBufferAllocator<float>> storage;
   std::shared_ptr<const Update> held;  // a shared view's update, kept alive until Reset or Clear
 };
 
