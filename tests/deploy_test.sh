@@ -32,6 +32,51 @@ build=$(cd "$(dirname "$plexus")/../.." && pwd)
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 doc=$(sed -n 's|^Documentation=file:///usr/local/||p' "$root/deploy/plexus-server.service")
 [ -n "$doc" ] && [ -f "$tmp/prefix/$doc" ] || { echo "FAIL: Documentation= names $doc, not installed"; exit 1; }
+# The installed binaries carry no debug information: it is kept in files of their own
+# (cmake/SplitDebugInfo.cmake), installed only with the `debug` component, under bin/.debug/ and
+# lib/plexus/.debug/, whose names and CRCs the binaries' .gnu_debuglink sections record.
+if grep -Eq '^CMAKE_BUILD_TYPE:[A-Z]+=(RelWithDebInfo|Debug)$' "$build/CMakeCache.txt"; then
+  installed=("$tmp/prefix/bin/plexus")
+  [ -f "$build/lib/libplexus_torch.so" ] && installed+=("$tmp/prefix/lib/plexus/libplexus_torch.so")
+  [ -z "$(find "$tmp/prefix" -name '*.debug')" ] || { echo "FAIL: a plain install installed debug files"; exit 1; }
+  cmake --install "$build" --prefix "$tmp/prefix" --component debug >/dev/null
+  python3 - "${installed[@]}" <<'PY'
+import os, subprocess, sys, zlib
+
+def sections(path):  # name -> (file offset, size), from readelf's section table
+    out = subprocess.run(["readelf", "-SW", path], capture_output=True, text=True, check=True).stdout
+    table = {}
+    for line in out.splitlines():
+        fields = line.split("]", 1)[1].split() if line.lstrip().startswith("[") and "]" in line else []
+        if len(fields) >= 5 and fields[0].startswith("."):
+            table[fields[0]] = (int(fields[3], 16), int(fields[4], 16))
+    return table
+
+def section_bytes(path, name):
+    offset, size = sections(path)[name]
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+for binary in sys.argv[1:]:
+    have = sections(binary)
+    assert not any(s.startswith(".debug_") for s in have), f"{binary} still has {sorted(have)}"
+    assert ".symtab" in have, f"{binary} lost its symbol table"
+    link = section_bytes(binary, ".gnu_debuglink")
+    name = link.split(b"\0", 1)[0].decode()
+    crc = int.from_bytes(link[-4:], "little")
+    debug = os.path.join(os.path.dirname(binary), ".debug", name)
+    assert name == os.path.basename(binary) + ".debug" and os.path.isfile(debug), f"{binary}: no {debug}"
+    with open(debug, "rb") as f:
+        assert zlib.crc32(f.read()) == crc, f"{debug}: CRC differs from {binary}'s debug link"
+    assert ".debug_info" in sections(debug), f"{debug} has no DWARF"
+    assert section_bytes(debug, ".note.gnu.build-id") == section_bytes(binary, ".note.gnu.build-id")
+PY
+  if command -v gdb >/dev/null; then
+    gdb -batch -ex 'info line main' "$tmp/prefix/bin/plexus" 2>&1 | grep -q 'Line [0-9]* of ".*main.cpp"' \
+      || { echo "FAIL: gdb found no line for main in the installed plexus"; exit 1; }
+  fi
+fi
 # The installed plexus loads LibTorch's module from beside it (PREFIX/lib/plexus), not from the
 # build tree, the first time a command trains (compute/torch_module.h).
 if [ -f "$build/lib/libplexus_torch.so" ]; then
