@@ -34,8 +34,11 @@ void ApplyScaledSum(float* out, const float* base, const double* sum, double k, 
 
 // Applies a comparator network column by column to rows[i] = block + i * stride, each len
 // floats: for each comparator (a, b) = (pairs[2c], pairs[2c + 1]) in order, (rows[a][j], rows[b][j])
-// becomes (min, max).
+// becomes (min, max): swapped when rows[b][j] < rows[a][j], else left (a permutation of each
+// column's bits: of +0 and -0 neither is lost).
 void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
+// ApplyComparators without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
+void ApplyComparatorsPortable(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
 
 // Rows come in groups of 16: for each group g < groups, block + (16g + i) * stride, i < 16, becomes
 // rows[16g + i] (len floats each) sorted column by column, the smallest in row 16g: the values
@@ -43,6 +46,8 @@ void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t
 // rows of eight columns held in registers, one load and one store per value instead of two of
 // each per comparator.
 void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
+// SortGroupsOf16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
+void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
 
 // sum_j a[j] * b[j] in float (callers keep len to a cache block and add the blocks in double).
 float Dot(const float* a, const float* b, size_t len);
