@@ -39,7 +39,7 @@ const Inputs& GetInputs(size_t n, size_t p) {
     Rng rng(n * 31 + p);
     for (size_t i = 0; i < n; ++i) {
       Update u;
-      u.client_id = "c" + std::to_string(1000 + i);
+      u.client_id = std::to_string(1000 + i).insert(0, 1, 'c');  // ("c" + ...: GCC 12's false -Wrestrict)
       u.num_examples = 1 + static_cast<int64_t>(rng.Below(100));
       u.local_steps = 10;
       u.delta = fresh->base;

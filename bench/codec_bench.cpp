@@ -91,7 +91,7 @@ std::unique_ptr<Aggregator> BegunFedAvg() {
 
 Update Weighted(ModelState delta) {
   Update u;
-  u.client_id = "c";
+  u.client_id.assign(1, 'c');  // (not = "c": GCC 12 warns of a false overlap, -Wrestrict)
   u.num_examples = 10;
   u.delta = std::move(delta);
   return u;

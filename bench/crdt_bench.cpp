@@ -32,7 +32,7 @@ const Fixture& Get(size_t n, size_t p) {
   for (size_t i = 0; i < n; ++i) {
     const SigningKey key = *SigningKey::FromSeed(std::string(31, 's') + static_cast<char>(i));
     Contribution c;
-    c.author = "a" + std::to_string(i);
+    c.author = std::to_string(i).insert(0, 1, 'a');  // ("a" + ...: GCC 12's false -Wrestrict)
     c.examples = 10;
     c.delta = f->base;
     Rng rng(i);

@@ -28,7 +28,7 @@ struct JoinReply {
   // FederationTransport::SecureAggregation, never Upload).
   bool secure_aggregation = false;
   // Servers of the same federation to turn to when this one stops answering (FailoverTransport).
-  std::vector<std::string> fallback_servers;
+  std::vector<std::string> fallback_servers{};
 };
 
 // An update's header; the payload (safetensors bytes of the delta, or the codec's bytes of it)
@@ -40,7 +40,7 @@ struct UploadHeader {
   int64_t num_examples = 0;
   int64_t local_steps = 0;
   std::map<std::string, double> metrics;
-  std::string codec;  // the payload's codec (the task's upload_codec); empty: float32 safetensors
+  std::string codec{};  // the payload's codec (the task's upload_codec); empty: float32 safetensors
   // An earlier attempt of this upload failed: the server may hold its first part, so ask and
   // send only the rest. A first attempt skips that question (one call less per update).
   bool resume = false;

@@ -20,7 +20,7 @@ struct ClientTls {
   std::string ca_pem;
   std::string cert_pem;
   std::string key_pem;
-  std::string token;
+  std::string token{};
   bool enabled() const { return !ca_pem.empty(); }
 };
 

@@ -15,14 +15,14 @@ namespace plexus {
 struct MergedUpdate {
   std::string client_id;
   std::string task_id;
-  uint64_t staleness = 0;             // versions published between its task's start and the merge
-  uint64_t group = 0;                 // semiasync group id; 0 for none
-  std::optional<double> ms_per_step;  // semiasync: the client's estimated time per local step
+  uint64_t staleness = 0;               // versions published between its task's start and the merge
+  uint64_t group = 0;                   // semiasync group id; 0 for none
+  std::optional<double> ms_per_step{};  // semiasync: the client's estimated time per local step
   // Where an edge aggregator hashed the update (issue 41): SHA-256 (lower-case hex) of its values as
   // the edge received them (coded: the codec's bytes; float: ModelState::ContentSha256), so that
   // a root's record lists every client update inside its edges' partial sums, each under its
   // path ("edge-a/c0"). Empty for updates a server took directly (not hashed: a pass per upload).
-  std::string update_sha256;
+  std::string update_sha256{};
 
   friend bool operator==(const MergedUpdate&, const MergedUpdate&) = default;
 };

@@ -24,7 +24,7 @@ struct Update {
   int64_t local_steps = 0;                // optimizer steps the client ran
   std::map<std::string, double> metrics;  // e.g. train_loss
   ModelState delta;
-  std::shared_ptr<const CodedDelta> coded;  // set: the values, and `delta` is empty
+  std::shared_ptr<const CodedDelta> coded{};  // set: the values, and `delta` is empty
 };
 
 // Makes `update` carry float32 values: its coded values, if any, decoded into `layout`'s tensors

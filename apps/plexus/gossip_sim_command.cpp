@@ -281,8 +281,8 @@ void RunGossipSim(GossipRun run, const GossipFlags& g, const MpiSession* mpi) {
   }
   if (!run.metrics_out.empty()) Check(WriteMetrics(run.metrics_out, result));
   if (!run.summary_out.empty()) {
-    const std::optional<double> unigram =
-        model.language() && test.size() > 0 ? std::optional<double>(UnigramBitsPerChar(test)) : std::nullopt;
+    std::optional<double> unigram;
+    if (model.language() && test.size() > 0) unigram = UnigramBitsPerChar(test);
     Check(WriteSummary(run.summary_out, run, result, unigram));
   }
   if (!run.model_out.empty()) Check(WriteSafetensorsFile(run.model_out, result.final_model));

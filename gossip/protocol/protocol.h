@@ -50,8 +50,8 @@ struct Message {
   uint64_t encoded_bytes = 0;
   // ... and these are the bytes, of codec `codec` (compression/codec.h), which a networked driver
   // sends instead of the model (the receiver decodes them); null: the model travels as float32.
-  std::shared_ptr<const std::string> encoded;
-  std::string codec;
+  std::shared_ptr<const std::string> encoded{};
+  std::string codec{};
 
   // Bytes on the wire: the model's values (or their encoding) plus a fixed header.
   uint64_t bytes() const {

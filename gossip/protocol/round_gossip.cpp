@@ -99,6 +99,7 @@ Actions RoundGossip::OnMessage(NodeId from, const Message& m) {
       return {};
     }
     case Message::Kind::kPushSum:
+    case Message::Kind::kOuterState:
       ++refused_;  // not this protocol's
       return {};
   }

@@ -31,23 +31,23 @@ struct ServerInfo {
   int64_t rounds_total = 0;
   // The codec (compression/codec.h spec) tasks ask updates in, for clients that advertise it at
   // join (the others send float32); empty: float32 for all.
-  std::string upload_codec;
+  std::string upload_codec{};
   // Evaluation of published versions by the clients, on their held-out data (off by default).
-  FederatedEvaluationOptions federated_eval;
+  FederatedEvaluationOptions federated_eval{};
   // The codec training tasks' models are downloaded in, for clients that advertise it: the
   // change from the model the client last downloaded when the server still holds that one, else
   // the whole model. One that keeps every value (f32, fp16, bf16, int8); empty: float32.
-  std::string download_codec;
+  std::string download_codec{};
   // The model's tensors that are buffers (a TorchScript model's BatchNorm statistics), not
   // trainable: left out of the norm bounds, their changes checked for range instead
   // (server/rpc/update_norm.h).
-  std::vector<std::string> buffer_tensors;
+  std::vector<std::string> buffer_tensors{};
   // Local differential privacy the clients must run, as they announce it at join ("clip=C,noise=Z";
   // empty: none). A client announcing anything else is refused.
-  std::string local_dp;
+  std::string local_dp{};
   // Central DP: epsilon at dp_delta after a number of published versions (for GetStatus); unset:
   // no central DP. Called under the server's lock: must be cheap and not call back.
-  std::function<double(uint64_t versions)> dp_epsilon;
+  std::function<double(uint64_t versions)> dp_epsilon{};
   double dp_delta = 0;
   // Takes edge aggregators' partial sums (the `exactsum` codec, aggregators/partial_sum_delta.h)
   // from any client, whatever the tasks' codec: for a strategy that folds them (fedavg_exact).
@@ -60,10 +60,10 @@ struct ServerInfo {
   // their certificates' names under mutual TLS); empty: any joined client. Either multiplies a
   // client's say (a partial counts as many updates as it claims), so a root whose edges are
   // known names them.
-  std::set<std::string> edge_clients;
+  std::set<std::string> edge_clients{};
   // Told to every client at join: other servers of the federation (HOST:PORT) to turn to when this
   // one stops answering (an edge's siblings or its parent).
-  std::vector<std::string> fallback_servers;
+  std::vector<std::string> fallback_servers{};
 };
 
 // Checks at the door, besides the ones that always apply (identity, sizes, shapes, finite

@@ -37,10 +37,10 @@ class UploadChunks {
 };
 
 struct ReceivedUpload {
-  ModelState values;                        // the decoded payload (a delta, or weights: see the header's encoding)
-  bool resumed = false;                     // it continued an interrupted upload
-  uint64_t resumed_from = 0;                // the byte it continued from (what was not sent again)
-  std::shared_ptr<const CodedDelta> coded;  // instead of `values`: a compressed delta kept coded
+  ModelState values;                          // the decoded payload (a delta, or weights: see the header's encoding)
+  bool resumed = false;                       // it continued an interrupted upload
+  uint64_t resumed_from = 0;                  // the byte it continued from (what was not sent again)
+  std::shared_ptr<const CodedDelta> coded{};  // instead of `values`: a compressed delta kept coded
 };
 
 // Reads the data chunks after `header` (already checked: identity, size, place) into the decoded

@@ -38,7 +38,7 @@ std::string ReadFile(const std::string& path) {
 
 // Removes a server database and the files next to it.
 void RemoveDatabase(const std::string& db) {
-  for (const std::string& suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db + suffix);
   std::filesystem::remove_all(db + ".checkpoints");
   std::filesystem::remove_all(db + ".updates");
 }

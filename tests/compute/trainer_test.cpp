@@ -133,8 +133,12 @@ TEST(ModelZooTest, TinyLmIsAByteLevelTransformerOfAboutAMillionParameters) {
   // LayerNorms start at the identity, embeddings small.
   for (const TensorSlot& t : lm.tensors()) {
     std::span<const float> v = lm.data().subspan(t.offset, t.numel);
-    if (t.name == "ln_f.weight") EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 1.0f; }));
-    if (t.name == "ln_f.bias") EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+    if (t.name == "ln_f.weight") {
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 1.0f; }));
+    }
+    if (t.name == "ln_f.bias") {
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+    }
     if (t.name == "tok_emb.weight") {
       EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return std::abs(x) < 0.15f; }));
     }

@@ -123,7 +123,9 @@ class HierarchyTest : public ::testing::Test {
   // Waits for every process but `killed` to exit; each must exit 0.
   void WaitForAll(ChildProcess* killed = nullptr) {
     for (auto& p : processes_) {
-      if (p.get() != killed) EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+      if (p.get() != killed) {
+        EXPECT_EQ(p->Wait(240000), 0) << p->Log();
+      }
     }
     processes_.clear();
   }
@@ -340,7 +342,9 @@ TEST_F(HierarchyTest, ARootAddsCentralDpNoiseToItsEdgesClippedPartialSums) {
     const std::string described = r["strategy"];
     EXPECT_NE(described.find(strategy), std::string::npos) << described;
     EXPECT_NE(described.find("expected=4"), std::string::npos) << described;
-    if (name == "tree") EXPECT_NE(described.find(participations), std::string::npos) << described;
+    if (name == "tree") {
+      EXPECT_NE(described.find(participations), std::string::npos) << described;
+    }
   }
 
   for (const auto& [dp, refusal] :

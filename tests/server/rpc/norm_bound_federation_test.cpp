@@ -73,7 +73,9 @@ TEST(NormBoundFederationTest, TwoTinyClientsAndOneHugeOneCannotLockHonestClients
       h.num_examples = 10;
       Status s = transport->Upload(h, EncodeSafetensors(Filled(model, v))).status();
       // The same update sent again (a lost acknowledgement) is acknowledged, not counted again.
-      if (s.ok()) EXPECT_OK(transport->Upload(h, EncodeSafetensors(Filled(model, v))).status());
+      if (s.ok()) {
+        EXPECT_OK(transport->Upload(h, EncodeSafetensors(Filled(model, v))).status());
+      }
       return s;
     };
     // The tiny clients first, so that before the fix the window held their norms alone.

@@ -72,8 +72,9 @@ TEST(UpdateChunkWireTest, LengthDelimitedFieldHeaderWritesWhatProtobufWrites) {
     EXPECT_EQ(LengthDelimitedFieldHeader(2, n) + data, update.SerializeAsString()) << n;
     v1::ModelChunk model;
     model.set_data(data);
-    if (n > 0)
-      EXPECT_EQ(LengthDelimitedFieldHeader(4, n) + data, model.SerializeAsString()) << n;  // proto3 omits empty
+    if (n > 0) {  // proto3 omits empty
+      EXPECT_EQ(LengthDelimitedFieldHeader(4, n) + data, model.SerializeAsString()) << n;
+    }
   }
   EXPECT_EQ(LengthDelimitedFieldHeader(16, 1), std::string("\x82\x01\x01", 3));  // a tag past one byte
 }
