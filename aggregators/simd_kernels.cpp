@@ -185,9 +185,9 @@ namespace {
 
 #if defined(__x86_64__)
 // The same network with AVX's min and max: one instruction per output instead of GCC's compare
-// and blend for the select (a third fewer instructions, and fewer registers spilled), half the
-// group sort's time. The same bits: minps(y, x) is y < x ? y : x and maxps(x, y) is x > y ? x : y
-// by definition, signed zeros included.
+// and blend for the select (a third fewer instructions, and fewer registers spilled): a quarter to
+// a third less of the group sort's time, measured. The same bits: minps(y, x) is y < x ? y : x and maxps(x, y) is x > y
+// ? x : y by definition, signed zeros included.
 #define PLEXUS_AVX2 __attribute__((target("avx2")))
 template <size_t I>
 PLEXUS_AVX2 __attribute__((always_inline)) inline void Compare16(__m256* r) {
