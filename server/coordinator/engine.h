@@ -61,12 +61,17 @@ struct PendingCommit {
 
 // An update an engine has checked and given a place (Engine::Admit), on its way to the store.
 struct AdmittedUpdate {
-  Update update;
+  Update update;  // empty when `shared` holds it
   // Sent again because its answer was lost: nothing to store, Complete acknowledges it again.
   bool already_acknowledged = false;
   uint64_t log_seq = 0;  // asynchronous modes: its entry in the update log (Store::LogUpdate)
   uint64_t round = 0;    // sync rounds: the round and attempt it belongs to (Store::PutAcceptedUpdate)
   int64_t attempt = 0;
+  // Sync rounds: the update given to the strategy (Aggregator::FoldShared), which may hold it to
+  // fold it later together with others; read-only from here on.
+  std::shared_ptr<const Update> shared{};
+
+  const Update& get() const { return shared ? *shared : update; }
 };
 
 class Engine {

@@ -5,7 +5,9 @@
 //
 // A round: once enough clients are available (K, or at least M after `selection_wait_ms`), the
 // engine samples up to K of them with the seeded generator and hands each a task. Updates are
-// folded into the aggregator as they arrive. The round closes when every selected client has
+// checked and given to the aggregator as they arrive (Aggregator::FoldShared: the averaging
+// family holds up to three and folds four per pass over its sum, with the bits of folding one at
+// a time). The round closes when every selected client has
 // reported (or as many as the backup-worker policy waits for), or at the deadline if at least M
 // have (stragglers are dropped); with fewer than M at
 // the deadline the attempt is abandoned and the round is retried with a fresh sample. Closing
@@ -215,6 +217,9 @@ class SyncEngine final : public Engine {
   // (UpdateBundle) under its path; coded values decoded for a strategy that folds none. `folded`
   // counts the bundle's updates folded before an error (which the aggregator keeps).
   Status FoldClientUpdates(const Update& update, size_t* folded = nullptr);
+  // Whether Admit gives `update` up to the strategy (Aggregator::FoldShared) rather than folding
+  // it through FoldClientUpdates: neither a bundle nor coded values the strategy cannot fold.
+  bool GivenUp(const Update& update) const;
   // Whether the open round has every update it waits for (see Refused).
   bool RoundComplete() const;
   // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.

@@ -1,11 +1,13 @@
 #include "server/coordinator/sync_engine.h"
 
+#include <bit>
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "aggregators/partial_sum_delta.h"
+#include "aggregators/registry.h"
 #include "compression/codec.h"
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
@@ -204,6 +206,39 @@ TEST_F(SyncEngineTest, FullRoundAggregatesCheckpointsAndEvaluates) {
   EXPECT_DOUBLE_EQ(*rounds[0].test_accuracy, 4.25);
   EXPECT_EQ((*store_.LatestCheckpoint())->version(), 1u);
   EXPECT_EQ(engine_->status().last_accuracy, 4.25);
+}
+
+// Admit gives each update to the strategy (FoldShared), which holds up to three to fold four per
+// pass: the published version has the bits of folding them one at a time, a bad update among
+// them is still refused when it arrives, and the ones held before it stay in the round.
+TEST_F(SyncEngineTest, UpdatesGivenToTheStrategyPublishTheBitsOfFoldingThemOneAtATime) {
+  const size_t n = 7;
+  Open(Options(1, n, n));
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(Join("c" + std::to_string(i)));
+  std::vector<Task> tasks;
+  for (const std::string& id : ids) tasks.push_back(TaskOf(id));
+  std::unique_ptr<Aggregator> reference = *MakeAggregator("fedavg", nullptr);
+  ASSERT_OK(reference->Begin(Initial()));
+  for (size_t i = 0; i < n; ++i) {
+    Update u = UpdateFor(ids[i], tasks[i], 0.1f * static_cast<float>(i + 1), 10 + 7 * static_cast<int64_t>(i));
+    u.delta.data()[1] = 1.0f / static_cast<float>(i + 3);
+    if (i == 4) {  // a NaN among held updates: refused now, as Fold refused it
+      Update bad = u;
+      bad.delta.data()[1] = std::nanf("");
+      EXPECT_EQ(engine_->Submit(std::move(bad)).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(engine_->model().version(), 0u);
+    }
+    ASSERT_OK(reference->Fold(u));
+    ASSERT_OK(engine_->Submit(std::move(u)));
+  }
+  ASSERT_EQ(engine_->model().version(), 1u);
+  const ModelState want = *reference->Finalize();
+  ASSERT_EQ(want.num_params(), engine_->model().num_params());
+  for (size_t j = 0; j < want.num_params(); ++j) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(engine_->model().data()[j]), std::bit_cast<uint32_t>(want.data()[j])) << j;
+  }
+  EXPECT_EQ((*store_.ListRounds())[0].num_updates, static_cast<int64_t>(n));
 }
 
 // The server encodes downloads from a snapshot without the engine's lock: publishing a new
