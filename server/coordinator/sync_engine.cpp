@@ -309,16 +309,11 @@ Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
                                    " but the round is on version " + std::to_string(published_->version()));
   }
   size_t folded_count = 0;
-  std::shared_ptr<Update> shared;
-  Status folded;
-  if (GivenUp(update)) {
-    // Given up to the strategy: the averaging family holds it and folds four at a time, one pass
-    // over its running sum for four updates (FedBuff's path); the checks and their errors are now.
-    shared = std::make_shared<Update>(std::move(update));
-    folded = aggregator_->FoldShared(shared, 1.0);
-  } else {
-    folded = FoldClientUpdates(update, &folded_count);
-  }
+  // Shared from here on: a plain update is given up to the strategy, which may hold it (the
+  // averaging family folds four per pass over its sum, FedBuff's path), while the store writes it;
+  // the checks and their errors are now either way.
+  auto shared = std::make_shared<Update>(std::move(update));
+  Status folded = GivenUp(*shared) ? aggregator_->FoldShared(shared, 1.0) : FoldClientUpdates(*shared, &folded_count);
   if (!folded.ok()) {
     ++updates_refused_;
     if (folded_count > 0) {  // part of a bundle is in the sum: this attempt cannot publish
@@ -329,14 +324,11 @@ Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
     }
     return folded;
   }
-  // Folded already: the round neither closes nor is abandoned until Complete (RoundComplete, Tick).
+  // In the strategy already (folded or held): the round neither closes nor is abandoned until
+  // Complete (RoundComplete, Tick).
+  open_->persisting.insert(shared->client_id);
   AdmittedUpdate admitted;
-  if (shared) {
-    admitted.shared = std::move(shared);
-  } else {
-    admitted.update = std::move(update);
-  }
-  open_->persisting.insert(admitted.get().client_id);
+  admitted.shared = std::move(shared);
   admitted.round = open_->round;
   admitted.attempt = open_->attempt;
   return admitted;
