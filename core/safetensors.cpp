@@ -215,7 +215,8 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
   }
   if (!bytes.empty()) {
     float* values = model_->data_.data();
-    std::memcpy(reinterpret_cast<char*>(values) + data_received_, bytes.data(), bytes.size());
+    char* const to = reinterpret_cast<char*>(values) + data_received_;
+    if (bytes.data() != to) std::memcpy(to, bytes.data(), bytes.size());  // else written there in place
     // Check the values this piece completed while they are in cache (a piece may end inside one).
     const size_t first = data_received_ / sizeof(float);
     data_received_ += bytes.size();
@@ -223,6 +224,11 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
     if (!AllFinite(std::span<const float>(values + first, end - first))) non_finite_ = true;
   }
   return Status::Ok();
+}
+
+std::span<char> SafetensorsStreamDecoder::Destination(size_t bytes) {
+  if (!model_ || bytes > total_bytes_ - received_) return {};
+  return {reinterpret_cast<char*>(model_->data_.data()) + data_received_, bytes};
 }
 
 Result<ModelState> SafetensorsStreamDecoder::Finish() && {

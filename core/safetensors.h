@@ -8,6 +8,7 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,10 @@ class SafetensorsStreamDecoder {
   // InvalidArgument for a malformed header or more bytes than announced; the decoder is then
   // of no further use.
   Status Append(std::string_view bytes);
+  // Where the next `bytes` bytes of the stream go in the model when they are all values (the
+  // header is in) and within the announced size; empty otherwise. Bytes written there are then
+  // given to Append as that very span, which checks and counts them without copying.
+  std::span<char> Destination(size_t bytes);
   uint64_t received() const { return received_; }
   // The model, once every announced byte came. InvalidArgument before.
   Result<ModelState> Finish() &&;

@@ -1,6 +1,7 @@
 #include "gossip/node/frame.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/crc32c.h"
@@ -16,6 +17,11 @@ uint32_t GetU32(const char* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
+}
+
+Status CrcMismatch(uint32_t stream, uint32_t index) {
+  return DataLossError("chunk " + std::to_string(index) + " of model stream " + std::to_string(stream) +
+                       " fails its CRC-32C: its bytes were altered in flight");
 }
 
 }  // namespace
@@ -125,8 +131,7 @@ Status FrameReader::Read(std::string_view bytes, const std::function<bool(const 
       }
       const std::string_view body = frame.substr(0, frame.size() - kChunkCrcBytes);
       if (Crc32c(body) != GetU32(frame.data() + body.size())) {
-        status = DataLossError("chunk " + std::to_string(v.index) + " of model stream " + std::to_string(v.stream) +
-                               " fails its CRC-32C: its bytes were altered in flight");
+        status = CrcMismatch(v.stream, v.index);
         return false;
       }
       v.type = FrameType::kChunk;
@@ -138,33 +143,128 @@ Status FrameReader::Read(std::string_view bytes, const std::function<bool(const 
     }
     return on_frame(v);
   };
-  size_t pos = 0;
-  if (!buffer_.empty()) {
-    // Finish the frame that began in an earlier read.
-    while (buffer_.size() < 4 && pos < bytes.size()) buffer_.push_back(bytes[pos++]);
-    if (buffer_.size() < 4) return Status::Ok();
-    const uint32_t length = GetU32(buffer_.data());
-    if (Status s = Check(length); !s.ok()) {
-      buffer_.clear();
-      return s;
+  while (true) {
+    if (placed_) {
+      if (!FillPlacement(&bytes, &status)) return status;
+      const Placement p = *placed_;
+      placed_.reset();
+      if (!on_frame(FrameView{FrameType::kChunk, p.stream, p.index, std::string_view(p.body.data(), p.body.size()),
+                              p.checked, true})) {
+        return status;
+      }
+      continue;
     }
-    const size_t take = std::min(4 + static_cast<size_t>(length) - buffer_.size(), bytes.size() - pos);
-    buffer_.append(bytes.substr(pos, take));
-    pos += take;
-    if (buffer_.size() < 4 + static_cast<size_t>(length)) return Status::Ok();
-    const std::string frame = std::move(buffer_);
-    buffer_.clear();
-    if (!emit(std::string_view(frame).substr(4))) return status;
-  }
-  while (bytes.size() - pos >= 4) {
-    const uint32_t length = GetU32(bytes.data() + pos);
+    if (!buffer_.empty()) {
+      // Finish the frame that began in an earlier read: its header first, which may give its
+      // body a place.
+      while (buffer_.size() < 4 && !bytes.empty()) {
+        buffer_.push_back(bytes.front());
+        bytes.remove_prefix(1);
+      }
+      if (buffer_.size() < 4) return Status::Ok();
+      const uint32_t length = GetU32(buffer_.data());
+      if (Status s = Check(length); !s.ok()) {
+        buffer_.clear();
+        return s;
+      }
+      if (buffer_.size() < kFrameHeaderBytes) {
+        const size_t take = std::min(kFrameHeaderBytes - buffer_.size(), bytes.size());
+        buffer_.append(bytes.substr(0, take));
+        bytes.remove_prefix(take);
+        if (buffer_.size() < kFrameHeaderBytes) return Status::Ok();
+        if (TryPlace(buffer_)) {
+          buffer_.clear();
+          continue;
+        }
+      }
+      const size_t take = std::min(4 + static_cast<size_t>(length) - buffer_.size(), bytes.size());
+      buffer_.append(bytes.substr(0, take));
+      bytes.remove_prefix(take);
+      if (buffer_.size() < 4 + static_cast<size_t>(length)) return Status::Ok();
+      const std::string frame = std::move(buffer_);
+      buffer_.clear();
+      if (!emit(std::string_view(frame).substr(4))) return status;
+      continue;
+    }
+    if (bytes.size() < 4) break;
+    const uint32_t length = GetU32(bytes.data());
     if (Status s = Check(length); !s.ok()) return s;
-    if (bytes.size() - pos < 4 + static_cast<size_t>(length)) break;
-    if (!emit(bytes.substr(pos + 4, length))) return status;
-    pos += 4 + static_cast<size_t>(length);
+    if (bytes.size() >= 4 + static_cast<size_t>(length)) {
+      if (!emit(bytes.substr(4, length))) return status;
+      bytes.remove_prefix(4 + static_cast<size_t>(length));
+      continue;
+    }
+    if (bytes.size() >= kFrameHeaderBytes && TryPlace(bytes.substr(0, kFrameHeaderBytes))) {
+      bytes.remove_prefix(kFrameHeaderBytes);
+      continue;
+    }
+    break;
   }
-  buffer_.assign(bytes.substr(pos));
+  buffer_.assign(bytes);
   return Status::Ok();
+}
+
+bool FrameReader::TryPlace(std::string_view header) {
+  const auto type = static_cast<FrameType>(header[4]);
+  if (!placer_ || (type != FrameType::kChunk && type != FrameType::kCheckedChunk)) return false;
+  const bool checked = type == FrameType::kCheckedChunk;
+  const size_t payload = GetU32(header.data()) - kFrameFixedBytes;
+  if (checked && payload <= kChunkCrcBytes) return false;  // too short: refused when it is whole
+  const size_t body = checked ? payload - kChunkCrcBytes : payload;
+  const uint32_t stream = GetU32(header.data() + 5);
+  const uint32_t index = GetU32(header.data() + 9);
+  const std::span<char> place = body == 0 ? std::span<char>() : placer_(stream, index, body);
+  if (place.size() != body || body == 0) return false;
+  placed_ = Placement{place, 0, stream, index, checked, checked ? Crc32c(header.substr(4)) : 0};
+  short_reads_ = true;
+  return true;
+}
+
+bool FrameReader::FillPlacement(std::string_view* bytes, Status* status) {
+  Placement& p = *placed_;
+  const size_t body = std::min(p.body.size() - p.got, bytes->size());
+  if (body > 0) {
+    std::memcpy(p.body.data() + p.got, bytes->data(), body);
+    Placed(body);
+    bytes->remove_prefix(body);
+  }
+  if (p.got < p.body.size()) return false;
+  if (!p.checked) return true;
+  const size_t trailer = std::min(kChunkCrcBytes - p.trailer_got, bytes->size());
+  if (trailer > 0) std::memcpy(p.trailer + p.trailer_got, bytes->data(), trailer);
+  p.trailer_got += trailer;
+  bytes->remove_prefix(trailer);
+  if (p.trailer_got < kChunkCrcBytes) return false;
+  if (p.crc != GetU32(p.trailer)) {
+    *status = CrcMismatch(p.stream, p.index);
+    placed_.reset();
+    return false;
+  }
+  return true;
+}
+
+std::span<char> FrameReader::PlacedTarget() const {
+  // Only a checked chunk's body: its CRC, which Read takes, then hands it over. (An unchecked
+  // one, TLS's, is placed by Read as it copies the decrypted bytes.)
+  if (!placed_ || !placed_->checked || placed_->got == placed_->body.size()) return {};
+  return placed_->body.subspan(placed_->got);
+}
+
+void FrameReader::Placed(size_t n) {
+  Placement& p = *placed_;
+  if (p.checked) p.crc = ExtendCrc32c(p.crc, std::string_view(p.body.data() + p.got, n));
+  p.got += n;
+}
+
+size_t FrameReader::ReadLimit() const {
+  if (placed_) {
+    return (placed_->body.size() - placed_->got) + (placed_->checked ? kChunkCrcBytes - placed_->trailer_got : 0) +
+           kFrameHeaderBytes;
+  }
+  if (!short_reads_) return SIZE_MAX;
+  if (buffer_.size() < kFrameHeaderBytes) return kFrameHeaderBytes - buffer_.size();
+  // A frame being gathered (a message, a stream's first chunk): its rest and the next header.
+  return 4 + static_cast<size_t>(GetU32(buffer_.data())) - buffer_.size() + kFrameHeaderBytes;
 }
 
 Status FrameReader::Append(std::string_view bytes, std::vector<Frame>* out) {
@@ -206,6 +306,11 @@ Status ModelAssembler::Add(uint32_t index, std::string_view bytes) {
   }
   ++next_index_;
   return Status::Ok();
+}
+
+std::span<char> ModelAssembler::Destination(uint32_t index, size_t bytes) {
+  if (bytes_stream_ || index != next_index_) return {};
+  return decoder_.Destination(bytes);
 }
 
 Result<ModelAssembler> ModelAssembler::BeginBytes(uint64_t total_bytes, std::string sha256_hex,

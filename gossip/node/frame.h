@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,13 +55,15 @@ std::string EncodeFrame(FrameType type, uint32_t stream, uint32_t index, std::st
 
 // A frame seen in place: the payload points into the bytes just read or into the reader's
 // buffer, valid during the callback only. A kCheckedChunk is handed over as a kChunk with
-// `checked` set, its payload without the CRC, once the CRC matched.
+// `checked` set, its payload without the CRC, once the CRC matched. A chunk whose body was read
+// into the place its placer gave (FrameReader::Placer) has that place as its payload, `placed` set.
 struct FrameView {
   FrameType type = FrameType::kMessage;
   uint32_t stream = 0;
   uint32_t index = 0;
   std::string_view payload;
   bool checked = false;
+  bool placed = false;
 };
 
 // What a link's first four bytes are when another protocol reached (or answered) a peer's port:
@@ -73,7 +77,8 @@ ForeignStart RecogniseStart(std::string_view first);
 bool NamesForeignProtocol(std::string_view error);
 
 // Cuts a byte stream into frames. Frames that lie whole in the bytes of one read are handed over
-// where they are; only a frame split across reads is gathered in the reader's buffer.
+// where they are; a frame split across reads is gathered in the reader's buffer, unless it is a
+// chunk its placer gives a place: then its body goes straight there.
 class FrameReader {
  public:
   explicit FrameReader(uint32_t max_payload_bytes) : max_payload_(max_payload_bytes) {}
@@ -84,13 +89,52 @@ class FrameReader {
   Status Read(std::string_view bytes, const std::function<bool(const FrameView&)>& on_frame);
   // The same, copying each frame into `out`.
   Status Append(std::string_view bytes, std::vector<Frame>* out);
-  // Bytes of a frame received in part.
+  // Bytes of a frame received in part (a placed chunk's body not counted).
   size_t buffered() const { return buffer_.size(); }
 
+  // Where the body of a chunk goes (the model it is part of), so that a received model's bytes
+  // are copied once, not gathered and then copied again: asked when a chunk's 13-byte header has
+  // arrived but not its whole frame, with the body's size (a checked chunk's without its CRC).
+  // Returns exactly that many bytes, or an empty span to gather the chunk as usual. The place
+  // must stay valid until the chunk is handed over (as a FrameView with `placed` set) or the
+  // reader is destroyed; a CRC-32C that fails leaves garbage there and DataLoss from Read.
+  using Placer = std::function<std::span<char>(uint32_t stream, uint32_t index, size_t body_bytes)>;
+  void set_placer(Placer placer) { placer_ = std::move(placer); }
+  // The rest of a placed checked chunk's body, where the caller may read the next bytes itself
+  // and then call Placed with their count (the kernel's copy is then the only one); empty when
+  // the next bytes go to Read (which also takes the CRC that ends the chunk).
+  std::span<char> PlacedTarget() const;
+  // REQUIRES: n <= PlacedTarget().size(), and those bytes were written at its start.
+  void Placed(size_t n);
+  // At most how many bytes the next Read should get: once a chunk was placed, what ends the frame
+  // in progress (a placed chunk's CRC, a gathered frame's rest) and the next frame's header, so
+  // that every later body can be read into its place rather than into a read buffer (a link
+  // then reads frame by frame: two reads per message); unlimited (SIZE_MAX) before.
+  size_t ReadLimit() const;
+
  private:
+  struct Placement {
+    std::span<char> body;
+    size_t got = 0;  // body bytes written so far
+    uint32_t stream = 0;
+    uint32_t index = 0;
+    bool checked = false;
+    uint32_t crc = 0;  // of type, stream, index and the body so far (a checked chunk)
+    char trailer[4] = {};
+    size_t trailer_got = 0;
+  };
   Status Check(uint32_t length) const;
+  // `header`: a chunk's 13 header bytes, whose frame has not all arrived. Whether its body got a
+  // place (then placed_ is set).
+  bool TryPlace(std::string_view header);
+  // Writes what `bytes` holds of the placed chunk's body and CRC; consumes it from `bytes`.
+  // Whether the chunk is complete (the CRC, if any, then compared: DataLoss in `status`).
+  bool FillPlacement(std::string_view* bytes, Status* status);
   const uint32_t max_payload_;
   std::string buffer_;
+  Placer placer_;
+  std::optional<Placement> placed_;
+  bool short_reads_ = false;  // a chunk got a place: ReadLimit keeps reads to frame boundaries
 };
 
 // Reassembles the chunks of one model stream straight into the model (safetensors, decoded as
@@ -107,6 +151,10 @@ class ModelAssembler {
   // InvalidArgument for a chunk out of order, past the announced size, or bytes that are not
   // safetensors.
   Status Add(uint32_t index, std::string_view bytes);
+  // Where chunk `index` of `bytes` bytes goes in the model, when it is the chunk due and holds
+  // values only (SafetensorsStreamDecoder::Destination); empty otherwise, or for a bytes stream.
+  // Add given that very span takes the bytes as they lie.
+  std::span<char> Destination(uint32_t index, size_t bytes);
   bool complete() const { return received() == total_; }
   uint64_t total_bytes() const { return total_; }
   // The model once complete; DataLoss when the SHA-256 of the bytes is not the announced one.

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <climits>
+#include <span>
 #include <utility>
 
 #include "gossip/node/peer_address.h"
@@ -82,6 +84,12 @@ PeerLinks::Link* PeerLinks::NewLink(bool initiator) {
   uv_tcp_init(loop_, &c->tcp);
   c->tcp.data = c;
   if (o_.tls) c->tls = std::make_unique<TlsChannel>(*o_.tls, initiator);
+  // A chunk of the model stream due goes straight into the model: on a plaintext link the
+  // kernel writes it there (StartReading), over TLS the decrypted bytes are copied there once.
+  c->reader.set_placer([c](uint32_t stream, uint32_t index, size_t bytes) {
+    auto it = c->inbound.find(stream);
+    return it == c->inbound.end() ? std::span<char>() : it->second.assembler.Destination(index, bytes);
+  });
   links_.insert(c);
   // The hello goes first on every link; an accepted link's waits for the dialer's first bytes.
   if (initiator) {
@@ -266,10 +274,23 @@ void PeerLinks::StartReading(Link* c) {
       [](uv_handle_t* h, size_t, uv_buf_t* buf) {
         auto* c = static_cast<Link*>(h->data);
         std::string& b = c->links->read_buffer_;
-        *buf = uv_buf_init(b.data(), static_cast<unsigned>(b.size()));
+        // A plaintext link reads a placed chunk's body into the model itself, and between bodies
+        // only up to the next body (FrameReader::ReadLimit); a TLS link reads records.
+        const std::span<char> place = c->tls ? std::span<char>() : c->reader.PlacedTarget();
+        if (!place.empty()) {
+          *buf = uv_buf_init(place.data(), static_cast<unsigned>(std::min<size_t>(place.size(), UINT_MAX)));
+          return;
+        }
+        const size_t limit = c->tls ? b.size() : std::min(b.size(), c->reader.ReadLimit());
+        *buf = uv_buf_init(b.data(), static_cast<unsigned>(limit));
       },
       [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
         auto* c = static_cast<Link*>(s->data);
+        if (n > 0 && buf->base != c->links->read_buffer_.data()) {  // into a placed chunk's body
+          c->links->counters_.bytes_received += static_cast<uint64_t>(n);
+          c->reader.Placed(static_cast<size_t>(n));
+          return;
+        }
         // A link that ends during the TLS handshake is closed, not counted as refused: the other
         // end may have dropped a duplicate link or died, and a certificate it refused arrives as
         // an alert, which the handshake reports (and Received refuses) before the end of stream.

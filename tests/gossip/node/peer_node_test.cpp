@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -290,12 +291,14 @@ class FlippingRelay {
 // A byte altered on the wire never reaches a model: on a plaintext link the chunk's CRC-32C
 // catches it, over TLS the record's authentication does; either way the receiving node refuses
 // the link, and both nodes go on and finish every round with exact models. Each node is reached
-// only through a relay (it advertises the relay's address), which flips a bit 100 000 bytes into
-// a link: inside the first model sent on it (256 KB), past the hellos.
-class AlteredBytesTest : public PeerNodeTest, public ::testing::WithParamInterface<bool> {};
+// only through a relay (it advertises the relay's address), which flips a bit `flip_at` bytes into
+// a link: inside the first model sent on it (512 KB, two full chunks and a short one), past the
+// hellos: 100 000 falls in the first chunk (the safetensors header's, gathered), 400 000 in the
+// second (read straight into the model on a plaintext link, FrameReader::Placer).
+class AlteredBytesTest : public PeerNodeTest, public ::testing::WithParamInterface<std::tuple<bool, uint64_t>> {};
 
 TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
-  const bool tls = GetParam();
+  const auto [tls, flip_at] = GetParam();
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("plexus_flip_" + std::to_string(::getpid()));
   std::shared_ptr<const TlsContext> contexts[2];
@@ -317,7 +320,7 @@ TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
   std::vector<std::unique_ptr<FlippingRelay>> relays;
   for (size_t i = 0; i < 2; ++i) {
     const int port = ::plexus::testing::FreePort();
-    relays.push_back(std::make_unique<FlippingRelay>(port, 100000));
+    relays.push_back(std::make_unique<FlippingRelay>(port, flip_at));
     options[i].listen = "127.0.0.1:" + std::to_string(port);
     options[i].advertise = relays[i]->address();
   }
@@ -327,7 +330,7 @@ TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
     options[i].tls = contexts[i];
     options[i].start_wait_ms = 5000;
   }
-  std::vector<float> zeros(64 << 10, 0.0f);
+  std::vector<float> zeros(128 << 10, 0.0f);
   std::array<std::atomic<bool>, 2> stop{};
   std::vector<Result<PeerNodeStats>> results(2, InternalError("not run"));
   std::vector<std::unique_ptr<PeerNode>> nodes;
@@ -338,7 +341,8 @@ TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
   for (size_t i = 0; i < 2; ++i) threads.emplace_back([&, i] { results[i] = nodes[i]->Run(&stop[i]); });
   for (std::thread& t : threads) t.join();
   std::filesystem::remove_all(dir);
-  ASSERT_TRUE(relays[0]->flipped() || relays[1]->flipped()) << "no link carried 100000 bytes: nothing was tested";
+  ASSERT_TRUE(relays[0]->flipped() || relays[1]->flipped())
+      << "no link carried " << flip_at << " bytes: nothing was tested";
   EXPECT_GE(results[0]->frames_refused + results[1]->frames_refused, 1u) << "the altered bytes were taken";
   for (size_t i = 0; i < 2; ++i) {
     ASSERT_OK(results[i].status()) << "node " << i;
@@ -347,8 +351,12 @@ TEST_P(AlteredBytesTest, AByteFlippedInFlightIsRefusedAndNeverMerged) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PlainAndTls, AlteredBytesTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Tls" : "Plaintext"; });
+INSTANTIATE_TEST_SUITE_P(PlainAndTls, AlteredBytesTest,
+                         ::testing::Combine(::testing::Values(false, true), ::testing::Values(100000, 400000)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, uint64_t>>& p) {
+                           return std::string(std::get<0>(p.param) ? "Tls" : "Plaintext") +
+                                  (std::get<1>(p.param) == 100000 ? "FirstChunk" : "SecondChunk");
+                         });
 
 }  // namespace
 }  // namespace plexus::gossip
