@@ -95,6 +95,9 @@ TlsChannel::TlsChannel(const TlsContext& context, bool initiator) {
 TlsChannel::~TlsChannel() { SSL_free(ssl_); }
 
 void TlsChannel::Drain(std::string* to_socket) {
+  // Room for all of it at once: appending record by record to a growing string copied a model's
+  // ciphertext again at every doubling (a tenth of a TLS exchange's time, with Feed's).
+  to_socket->reserve(to_socket->size() + BIO_ctrl_pending(out_));
   char buf[16384];
   int n;
   while ((n = BIO_read(out_, buf, sizeof buf)) > 0) to_socket->append(buf, static_cast<size_t>(n));
@@ -141,6 +144,9 @@ Status TlsChannel::Feed(std::string_view ciphertext, std::string* plaintext, std
       PLEXUS_RETURN_IF_ERROR(Write(p, to_socket));
     }
   }
+  // The plaintext is never longer than the ciphertext waiting for it: room for all of it at once
+  // (see Drain).
+  plaintext->reserve(plaintext->size() + BIO_ctrl_pending(in_));
   char buf[16384];
   for (;;) {
     const int n = SSL_read(ssl_, buf, sizeof buf);
