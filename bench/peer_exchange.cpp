@@ -8,8 +8,10 @@
 // Reported: model bytes per second in each direction (both directions run at once), its ratio to
 // the raw streams, with and without TLS; and the user-space memory a peer holds per idle
 // connection (heap growth over many connected links, each past its hello).
-// usage: peer_exchange [--mb MODEL_MB] [--rounds R] [--only plain|tls]   (prints a JSON object; with
-// --only, just that exchange's rate, for profiling)
+// usage: peer_exchange [--mb MODEL_MB] [--rounds R] [--only plain|tls] [--nodes N]   (prints a JSON
+// object; with --only, just that exchange's rate, for profiling; --nodes: that many nodes on the
+// complete topology instead of two, so that each sends its model to N - 1 others each round: the
+// rate is then model bytes sent per second by one node, all its links together)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -20,6 +22,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -27,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -228,21 +232,22 @@ std::string Read(const std::string& path) {
   return s.str();
 }
 
-// Two nodes exchanging a `floats`-sized model for `rounds` rounds: model bytes per second in
-// each direction, timed on node 0 from its first completed round to its last.
-double Exchange(size_t floats, uint64_t rounds, const std::string& cert_dir) {
+// `nodes` nodes (two unless asked) exchanging a `floats`-sized model for `rounds` rounds: model
+// bytes per second node 0 sends (to each other node, all at once), timed on node 0 from its first
+// completed round to its last.
+double Exchange(size_t floats, uint64_t rounds, const std::string& cert_dir, size_t nodes = 2) {
   auto factory = gossip::MakeGossip("dpsgd:wait_ms=20000", "mean");
   ModelState model = *ModelState::Create({{"w", {static_cast<int64_t>(floats)}}});
   for (size_t i = 0; i < floats; ++i) model.data()[i] = static_cast<float>(i % 97) * 0.01f;
-  const std::string a0 = "127.0.0.1:" + std::to_string(FreePort());
-  const std::string a1 = "127.0.0.1:" + std::to_string(FreePort());
-  Identity trainer0, trainer1;
+  std::vector<std::string> address;
+  for (size_t i = 0; i < nodes; ++i) address.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  std::vector<Identity> trainers(nodes);
   auto options = [&](gossip::NodeId id) {
     gossip::PeerNodeOptions o;
     o.self = id;
-    o.nodes = 2;
-    o.listen = id == 0 ? a0 : a1;
-    if (id == 1) o.seeds = {a0};
+    o.nodes = nodes;
+    o.listen = address[id];
+    if (id > 0) o.seeds = {address[0]};
     o.rounds = rounds;
     o.topology = "complete";
     o.run = "bench";
@@ -254,22 +259,26 @@ double Exchange(size_t floats, uint64_t rounds, const std::string& cert_dir) {
     }
     return o;
   };
-  gossip::PeerNode n0(options(0), factory->get(), model, &trainer0, nullptr);
-  gossip::PeerNode n1(options(1), factory->get(), model, &trainer1, nullptr);
+  std::vector<std::unique_ptr<gossip::PeerNode>> peers;
+  for (size_t i = 0; i < nodes; ++i) {
+    peers.push_back(std::make_unique<gossip::PeerNode>(options(static_cast<gossip::NodeId>(i)), factory->get(), model,
+                                                       &trainers[i], nullptr));
+  }
   Clock::time_point first, last;
   std::atomic<bool> stop{false};
-  std::thread t1([&] { (void)n1.Run(&stop); });
-  auto stats = n0.Run(&stop, [&](const gossip::PeerNodeStats& s) {
+  std::vector<std::thread> others;
+  for (size_t i = 1; i < nodes; ++i) others.emplace_back([&, i] { (void)peers[i]->Run(&stop); });
+  auto stats = peers[0]->Run(&stop, [&](const gossip::PeerNodeStats& s) {
     if (s.rounds_completed == 1) first = Clock::now();
     if (s.rounds_completed == rounds) last = Clock::now();
   });
-  t1.join();
+  for (std::thread& t : others) t.join();
   if (!stats.ok()) {
     std::fprintf(stderr, "exchange failed: %s\n", stats.status().message().c_str());
     return 0;
   }
   const double s = std::chrono::duration<double>(last - first).count();
-  return static_cast<double>(rounds - 1) * static_cast<double>(model.num_bytes()) / s;
+  return static_cast<double>(rounds - 1) * static_cast<double>(model.num_bytes()) * static_cast<double>(nodes - 1) / s;
 }
 
 // Heap bytes in use (glibc): the process's own allocations, whatever the allocator keeps cached.
@@ -327,8 +336,10 @@ int main(int argc, char** argv) {
   double mb = 4;
   uint64_t rounds = 40;
   std::string only;
+  size_t nodes = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--nodes") == 0) nodes = std::max<size_t>(2, std::strtoull(argv[i + 1], nullptr, 10));
     if (std::strcmp(argv[i], "--mb") == 0) mb = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoull(argv[i + 1], nullptr, 10);
   }
@@ -336,14 +347,17 @@ int main(int argc, char** argv) {
   const size_t floats = static_cast<size_t>(mb * 1e6 / 4);
   const std::string dir = std::filesystem::temp_directory_path() / ("plexus_bench_certs_" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
-  if (!cli::CreateCertificateAuthority(dir, 1).ok() ||
-      !cli::IssueCertificate(dir, "peer-0", cli::CertificateKind::kPeer, 1).ok() ||
-      !cli::IssueCertificate(dir, "peer-1", cli::CertificateKind::kPeer, 1).ok()) {
+  bool certified = cli::CreateCertificateAuthority(dir, 1).ok();
+  for (size_t i = 0; i < nodes; ++i) {
+    certified =
+        certified && cli::IssueCertificate(dir, "peer-" + std::to_string(i), cli::CertificateKind::kPeer, 1).ok();
+  }
+  if (!certified) {
     std::fprintf(stderr, "cannot create certificates in %s\n", dir.c_str());
     return 1;
   }
   if (!only.empty()) {
-    const double rate = Exchange(floats, rounds, only == "tls" ? dir : "");
+    const double rate = Exchange(floats, rounds, only == "tls" ? dir : "", nodes);
     std::filesystem::remove_all(dir);
     std::printf("{\"model_mb\": %.2f, \"%s_exchange_gbps\": %.3f}\n", mb, only.c_str(), rate / 1e9);
     return rate > 0 ? 0 : 1;

@@ -2,6 +2,9 @@
 
 #include <array>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -50,14 +53,6 @@ uint32_t TableCrc(uint32_t c, const unsigned char* p, size_t n) {
   return c;
 }
 
-#if defined(__x86_64__) || (defined(__aarch64__) && defined(__ARM_FEATURE_CRC32))
-// The CRC instruction takes a few cycles to give its result but can start one every cycle, so
-// the hardware path runs three streams over three adjacent blocks at once and joins them: the
-// register after block A then B is Shift(register after A, |B|) ^ (register of B from zero),
-// Shift being the linear map "append |B| zero bytes", applied by four byte tables.
-constexpr size_t kLongBlock = 8192;  // bytes per stream
-constexpr size_t kShortBlock = 256;
-
 // A linear map of the 32-bit register as four byte tables: Apply(c) = sum of t[k][byte k of c].
 struct RegisterMap {
   uint32_t t[4][256];
@@ -100,6 +95,14 @@ RegisterMap ZerosMap(size_t bytes) {
   }
   return map;
 }
+
+#if defined(__x86_64__) || (defined(__aarch64__) && defined(__ARM_FEATURE_CRC32))
+// The CRC instruction takes a few cycles to give its result but can start one every cycle, so
+// the hardware path runs three streams over three adjacent blocks at once and joins them: the
+// register after block A then B is Shift(register after A, |B|) ^ (register of B from zero),
+// Shift being the linear map "append |B| zero bytes", applied by four byte tables.
+constexpr size_t kLongBlock = 8192;  // bytes per stream
+constexpr size_t kShortBlock = 256;
 
 // Made on first use (microseconds), so that processes that never check a CRC pay nothing.
 const RegisterMap& ShiftLong() {
@@ -175,5 +178,31 @@ uint32_t ExtendCrc32c(uint32_t init, std::string_view bytes) {
 }
 
 bool Crc32cUsesHardware() { return kHardware; }
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t length_b) {
+  // crc(a + b) = Z(crc(a)) ^ crc(b), Z the map "append |b| zero bytes" to the register (the
+  // inversions before and after cancel). Building Z takes some 50 us; a few are kept, since
+  // callers join many pieces of a few lengths (a peer link's chunks).
+  struct Cached {
+    size_t length;
+    std::shared_ptr<const RegisterMap> map;
+  };
+  static std::mutex mu;
+  static std::deque<Cached> cache;  // guarded by mu; newest last
+  std::shared_ptr<const RegisterMap> map;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Cached& c : cache) {
+      if (c.length == length_b) map = c.map;
+    }
+  }
+  if (!map) {
+    map = std::make_shared<const RegisterMap>(ZerosMap(length_b));
+    std::lock_guard<std::mutex> lock(mu);
+    cache.push_back({length_b, map});
+    if (cache.size() > 8) cache.pop_front();
+  }
+  return map->Apply(crc_a) ^ crc_b;
+}
 
 }  // namespace plexus

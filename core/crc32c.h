@@ -6,6 +6,7 @@
 // otherwise (riscv64, old x86). Pure functions; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -15,6 +16,11 @@ namespace plexus {
 // ExtendCrc32c(Crc32c(a), b) == Crc32c(a + b).
 uint32_t ExtendCrc32c(uint32_t init, std::string_view bytes);
 inline uint32_t Crc32c(std::string_view bytes) { return ExtendCrc32c(0, bytes); }
+// The CRC-32C of a followed by b from their CRCs and b's length, without b's bytes:
+// Crc32cCombine(Crc32c(a), Crc32c(b), b.size()) == Crc32c(a + b). So a piece's CRC computed once
+// can be joined to many different prefixes (a model's chunk sent on several links, each with its
+// own frame header). The map for a length is built once (tens of microseconds) and a few are kept.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t length_b);
 
 // The table-driven form every machine runs, whatever its CPU offers (tests compare the two).
 uint32_t ExtendCrc32cPortable(uint32_t init, std::string_view bytes);

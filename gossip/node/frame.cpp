@@ -49,6 +49,12 @@ std::string CheckedChunkTrailer(std::string_view header, std::initializer_list<s
   return trailer;
 }
 
+std::string CheckedChunkTrailerOfCrc(std::string_view header, uint32_t bytes_crc, size_t bytes) {
+  std::string trailer(kChunkCrcBytes, '\0');
+  PutU32(trailer.data(), Crc32cCombine(Crc32c(header.substr(4)), bytes_crc, bytes));
+  return trailer;
+}
+
 std::string EncodeCheckedChunk(uint32_t stream, uint32_t index, std::string_view bytes) {
   std::string f = EncodeFrameHeader(FrameType::kCheckedChunk, stream, index, bytes.size() + kChunkCrcBytes);
   const std::string trailer = CheckedChunkTrailer(f, {bytes});

@@ -48,6 +48,9 @@ inline constexpr size_t kChunkCrcBytes = 4;
 // length prefix. `pieces`: the chunk's bytes, in order (a stream's prefix and values may both
 // lie in one chunk).
 std::string CheckedChunkTrailer(std::string_view header, std::initializer_list<std::string_view> pieces);
+// The same from the CRC-32C of the chunk's `bytes` bytes: for a chunk sent on several links, its
+// bytes read once (Crc32cCombine joins each link's header to them).
+std::string CheckedChunkTrailerOfCrc(std::string_view header, uint32_t bytes_crc, size_t bytes);
 // A whole kCheckedChunk frame (tests, and what a sender without scatter-gather writes).
 std::string EncodeCheckedChunk(uint32_t stream, uint32_t index, std::string_view bytes);
 // A whole frame.

@@ -9,14 +9,15 @@ namespace plexus::gossip {
 ModelSender::ModelSender(PeerLinks* links, std::string codec, Hooks hooks)
     : links_(links), codec_(std::move(codec)), hooks_(std::move(hooks)) {}
 
-std::shared_ptr<const std::string> ModelSender::PrefixOf(const std::shared_ptr<const ModelState>& model) {
+const EncodedModel& ModelSender::EncodingOf(const std::shared_ptr<const ModelState>& model) {
   for (const EncodedModel& e : encoded_) {
-    if (e.model.lock() == model) return e.prefix;
+    if (e.model.lock() == model) return e;
   }
   std::erase_if(encoded_, [](const EncodedModel& e) { return e.model.expired(); });
   if (encoded_.size() >= 4) encoded_.erase(encoded_.begin());
-  encoded_.push_back({model, std::make_shared<const std::string>(SafetensorsPrefix(*model))});
-  return encoded_.back().prefix;
+  encoded_.push_back(
+      {model, std::make_shared<const std::string>(SafetensorsPrefix(*model)), std::make_shared<ChunkCrcs>()});
+  return encoded_.back();
 }
 
 void ModelSender::Send(NodeId to, Message m) {
@@ -35,7 +36,9 @@ void ModelSender::Send(NodeId to, Message m) {
       stream.coded = m.encoded;
       h->set_codec(m.codec);
     } else {
-      stream.prefix = PrefixOf(m.model);  // the model itself travels
+      const EncodedModel& encoding = EncodingOf(m.model);  // the model itself travels
+      stream.prefix = encoding.prefix;
+      stream.crcs = encoding.crcs;
     }
     h->set_total_bytes(stream.size());
     h->set_stream(links_->QueueStream(c, std::move(stream)));

@@ -2,7 +2,8 @@
 // Actions::Send). A model travels as a stream on the target's link behind a GossipModel header:
 // its safetensors prefix (a few hundred bytes of JSON) is made once per model and kept while the
 // model lives, so one model sent to many neighbours is never copied (chunks are read straight
-// from it). The model is not hashed: the link vouches for its bytes (TLS records, or the CRC-32C
+// from it), with its chunks' CRC-32Cs, so that it is read once for them however many plaintext
+// links it goes out on. The model is not hashed: the link vouches for its bytes (TLS records, or the CRC-32C
 // of every plaintext chunk; frame.h). Compressed gossip sends the codec's bytes the protocol made
 // instead.
 //
@@ -35,7 +36,7 @@ class ModelSender {
   void Send(NodeId to, Message m);
 
  private:
-  std::shared_ptr<const std::string> PrefixOf(const std::shared_ptr<const ModelState>& model);
+  const EncodedModel& EncodingOf(const std::shared_ptr<const ModelState>& model);
 
   PeerLinks* const links_;
   const std::string codec_;

@@ -2,7 +2,8 @@
 // safetensors bytes (a prefix, the header, then the model's own values: sent straight from the
 // model, never copied whole) or a codec's bytes. InboundStream: a model being received, its bytes
 // counted against the node's inbound budget as they arrive, never as announced (announcing 1 GiB
-// and sending nothing once paused every link for good). Values; thread-compatible.
+// and sending nothing once paused every link for good). Values; thread-compatible (a ChunkCrcs is
+// shared by the streams of one model: loop thread only).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model_state.h"
 #include "gossip/node/frame.h"
@@ -19,10 +21,21 @@
 
 namespace plexus::gossip {
 
-// A model's safetensors prefix, kept while the model lives: reused for every target.
+// The CRC-32C of each chunk's bytes of one model's stream (not of its frame header): the first
+// plaintext link to send a chunk computes it, and every other link sending the same model to
+// another neighbour joins its own header's CRC to it (CheckedChunkTrailerOfCrc) instead of reading
+// the chunk again. Chunks are cut at the same offsets on every link.
+struct ChunkCrcs {
+  std::vector<uint32_t> crc;
+  std::vector<size_t> length;  // of the chunk crc[i] is for; 0: not computed yet
+};
+
+// A model's safetensors prefix and its chunks' CRCs, kept while the model lives: reused for every
+// target.
 struct EncodedModel {
   std::weak_ptr<const ModelState> model;
   std::shared_ptr<const std::string> prefix;
+  std::shared_ptr<ChunkCrcs> crcs;
 };
 
 struct OutboundStream {
@@ -32,6 +45,7 @@ struct OutboundStream {
   size_t offset = 0;
   uint32_t index = 0;
   std::shared_ptr<const std::string> coded;  // compressed gossip: a codec's bytes, sent instead
+  std::shared_ptr<ChunkCrcs> crcs;           // shared by the links sending this model; may be null
 
   size_t size() const { return coded ? coded->size() : prefix->size() + model->num_bytes(); }
   // Bytes [offset, offset + n) of prefix + values (or of the coded bytes), where they lie: the

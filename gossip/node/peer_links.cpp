@@ -7,6 +7,7 @@
 #include <span>
 #include <utility>
 
+#include "core/crc32c.h"
 #include "gossip/node/peer_address.h"
 
 namespace plexus::gossip {
@@ -226,7 +227,23 @@ void PeerLinks::WriteChunk(Link* c, const OutboundStream& s, size_t n) {
   const auto [prefix_part, body] = s.Pieces(n);
   if (!c->tls) {
     std::string head = EncodeFrameHeader(FrameType::kCheckedChunk, s.id, s.index, n + kChunkCrcBytes);
-    std::string trailer = CheckedChunkTrailer(head, {prefix_part, body});
+    // The chunk's own CRC once per model, whatever the number of links it goes out on.
+    ChunkCrcs* known = s.crcs.get();
+    uint32_t bytes_crc;
+    if (known && s.index < known->crc.size() && known->length[s.index] == n) {
+      bytes_crc = known->crc[s.index];
+    } else {
+      bytes_crc = ExtendCrc32c(Crc32c(prefix_part), body);
+      if (known) {
+        if (known->crc.size() <= s.index) {
+          known->crc.resize(s.index + 1);
+          known->length.resize(s.index + 1);
+        }
+        known->crc[s.index] = bytes_crc;
+        known->length[s.index] = n;
+      }
+    }
+    std::string trailer = CheckedChunkTrailerOfCrc(head, bytes_crc, n);
     head.append(prefix_part);  // small, and in the first chunks only
     return WriteGathered(c, std::move(head), body, std::move(trailer), s.body_owner());
   }

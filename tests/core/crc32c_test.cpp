@@ -1,6 +1,7 @@
 // CRC-32C against the published check values (RFC 3720 B.4 and the catalogue's "123456789"),
 // and the laws the framing rests on: extending equals hashing the concatenation, the hardware
-// path equals the table path, and any one flipped bit changes the value.
+// path equals the table path, any one flipped bit changes the value, and two CRCs join into the
+// CRC of the two pieces.
 #include "core/crc32c.h"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,25 @@ RC_GTEST_PROP(Crc32cProperties, AnyFlippedBitChangesIt, (const std::string& byte
   std::string flipped = bytes;
   flipped[at] = static_cast<char>(flipped[at] ^ (1 << bit));
   RC_ASSERT(Crc32c(flipped) != Crc32c(bytes));
+}
+
+// Joining two CRCs by the second piece's length gives the CRC of the two pieces together, for
+// any pieces (empty ones too) and lengths on both sides of the cache of maps, repeated.
+RC_GTEST_PROP(Crc32cProperties, CombiningTwoCrcsEqualsTheCrcOfTheConcatenation,
+              (const std::string& a, const std::string& b)) {
+  RC_ASSERT(Crc32cCombine(Crc32c(a), Crc32c(b), b.size()) == Crc32c(a + b));
+}
+
+TEST(Crc32c, CombinesAModelSizedPieceWithManyHeaders) {
+  std::string chunk(256 << 10, '\0');
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 131) >> 3);
+  const uint32_t chunk_crc = Crc32c(chunk);
+  for (int link = 0; link < 12; ++link) {  // more lengths than the cache keeps, then the first again
+    const std::string header = "link " + std::to_string(link) + std::string(static_cast<size_t>(link), 'h');
+    const std::string piece = chunk.substr(0, chunk.size() - static_cast<size_t>(link % 10));
+    EXPECT_EQ(Crc32cCombine(Crc32c(header), Crc32c(piece), piece.size()), Crc32c(header + piece)) << link;
+    EXPECT_EQ(Crc32cCombine(Crc32c(header), chunk_crc, chunk.size()), Crc32c(header + chunk)) << link;
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <limits>
 #include <span>
 
+#include "core/crc32c.h"
 #include "core/model_state.h"
 #include "core/safetensors.h"
 #include "tests/testing/status_matchers.h"
@@ -180,6 +181,8 @@ TEST(FrameReader, ChecksEveryCheckedChunkAndCatchesAFlippedByte) {
   // The trailer computed from the pieces a sender writes from (header, prefix part, values).
   const std::string header = frame.substr(0, kFrameHeaderBytes);
   EXPECT_EQ(CheckedChunkTrailer(header, {bytes.substr(0, 5), bytes.substr(5)}), frame.substr(frame.size() - 4));
+  // And from the CRC of the bytes alone, as a chunk sent on several links is.
+  EXPECT_EQ(CheckedChunkTrailerOfCrc(header, Crc32c(bytes), bytes.size()), frame.substr(frame.size() - 4));
 
   for (size_t at : {size_t{9}, kFrameHeaderBytes, kFrameHeaderBytes + 10, frame.size() - 1}) {
     std::string altered = frame;
