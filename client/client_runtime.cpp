@@ -211,20 +211,20 @@ Status ClientRuntime::DownloadUntilDone(std::string* bytes, const std::function<
   return Status::Ok();
 }
 
-Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
-  if (cached_model_ && cached_model_->version() == task.model_version) return *cached_model_;
+Result<std::shared_ptr<const ModelState>> ClientRuntime::FetchModel(const Task& task) {
+  if (cached_model_ && cached_model_->version() == task.model_version) return cached_model_;
   if (std::optional<ModelState> kept = KeptModel(task.model_version, task.model_sha256)) {
-    cached_model_ = *kept;
+    cached_model_ = std::make_shared<const ModelState>(std::move(*kept));
     cached_sha256_ = task.model_sha256;
-    return std::move(*kept);
+    return cached_model_;
   }
   if (!task.download_codec.empty()) {
     std::string sha256;
     Result<ModelState> coded = FetchCodedModel(task, &sha256);
     if (coded.ok()) {
-      cached_model_ = *coded;
+      cached_model_ = std::make_shared<const ModelState>(std::move(coded).value());
       cached_sha256_ = std::move(sha256);
-      return coded;
+      return cached_model_;
     }
     // Given up on (the server is gone, or this client was stopped): so is a float32 download.
     const StatusCode code = coded.status().code();
@@ -270,9 +270,9 @@ Result<ModelState> ClientRuntime::FetchModel(const Task& task) {
     }
   }
   model->set_version(task.model_version);
-  cached_model_ = *model;
+  cached_model_ = std::make_shared<const ModelState>(std::move(model).value());
   cached_sha256_ = task.model_sha256;
-  return model;
+  return cached_model_;
 }
 
 // Errors: DataLoss for bytes that do not rebuild what the server described.
@@ -333,11 +333,11 @@ Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task, std::string*
 }
 
 ClientStep ClientRuntime::Evaluate(const Task& task) {
-  Result<ModelState> model = FetchModel(task);
+  Result<std::shared_ptr<const ModelState>> model = FetchModel(task);
   if (!model.ok()) return session_.TaskFailed(task, model.status());
   Evaluation e;  // zero examples when this client holds no evaluation data
   if (options_.eval_data.size() > 0) {
-    Result<Evaluation> measured = trainer_->Evaluate(*model, options_.eval_data);
+    Result<Evaluation> measured = trainer_->Evaluate(**model, options_.eval_data);
     if (!measured.ok()) {
       spdlog::warn("evaluation task {}: {}", task.task_id, measured.status().ToString());
     } else {
@@ -391,9 +391,9 @@ ClientStep ClientRuntime::Train(const Task& task) {
 }
 
 ClientStep ClientRuntime::Contribute(const Task& task) {
-  Result<ModelState> model = FetchModel(task);
+  Result<std::shared_ptr<const ModelState>> model = FetchModel(task);
   if (!model.ok()) return session_.TaskFailed(task, model.status());
-  Result<Contribution> made = options_.contribute(task, *model);
+  Result<Contribution> made = options_.contribute(task, **model);
   if (!made.ok()) return session_.TaskFailed(task, made.status());
   UploadHeader h;
   h.client_id = session_.client_id();
@@ -407,8 +407,9 @@ ClientStep ClientRuntime::Contribute(const Task& task) {
 }
 
 Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) {
-  Result<ModelState> model = FetchModel(task);
-  if (!model.ok()) return model.status();
+  Result<std::shared_ptr<const ModelState>> fetched = FetchModel(task);
+  if (!fetched.ok()) return fetched.status();
+  const ModelState& model = **fetched;
   TrainOptions o = TrainOptionsFor(task, Rng::Derive(options_.seed, task.round).NextU64());
   if (options_.device_blocked) {
     o.before_step = [this, &task](int64_t step) -> Status {
@@ -423,7 +424,7 @@ Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) 
   spdlog::info("task {}: training round {} from version {}", task.task_id, task.round, task.model_version);
   const auto started = std::chrono::steady_clock::now();
   o.optimizer_state = &optimizer_state_;
-  Result<TrainOutcome> out = trainer_->Train(*model, data_, o);
+  Result<TrainOutcome> out = trainer_->Train(model, data_, o);
   if (!out.ok()) return out.status();
   if (options_.state && o.optimizer == "adamw") {
     if (Status kept = options_.state->SaveOptimizerState(optimizer_state_); !kept.ok()) {
@@ -437,7 +438,7 @@ Result<ClientRuntime::TrainedDelta> ClientRuntime::TrainDelta(const Task& task) 
   }
 
   ModelState delta = std::move(out->weights);
-  delta.Subtract(*model);
+  delta.Subtract(model);
   if (options_.local_dp_clip > 0) {  // the update leaves this client clipped and noised, or not at all
     if (!local_dp_noise_) local_dp_noise_ = MakeSecureGaussianNoise();
     Status noised = ClipAndAddNoise(delta.data(), options_.local_dp_clip, options_.local_dp_noise, *local_dp_noise_);

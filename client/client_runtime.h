@@ -146,7 +146,9 @@ class ClientRuntime {
   // pending_upload_ (true), unless it was trained as another client (dropped).
   bool TakeKeptUpdate();
 
-  Result<ModelState> FetchModel(const Task& task);
+  // The task's model, shared with cached_model_ (kept for the next task of the same version):
+  // handed out without a copy.
+  Result<std::shared_ptr<const ModelState>> FetchModel(const Task& task);
   // The task's model through its download_codec; FailedPrecondition when the transport has no
   // coded downloads (the caller then downloads float32).
   // `sha256` receives the rebuilt model's SHA-256 (checked against the server's).
@@ -188,7 +190,7 @@ class ClientRuntime {
     Evaluation evaluation;
   };
   std::optional<PendingReport> pending_report_;
-  std::optional<ModelState> cached_model_;
+  std::shared_ptr<const ModelState> cached_model_;
   std::string cached_sha256_;           // cached_model_'s SHA-256, checked when it was downloaded
   std::optional<ModelState> residual_;  // the codec's error feedback (top-k), across tasks
   OptimizerState optimizer_state_;      // AdamW's moments, across tasks (and restarts, with a state dir)
