@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -183,24 +184,23 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t length_b) {
   // crc(a + b) = Z(crc(a)) ^ crc(b), Z the map "append |b| zero bytes" to the register (the
   // inversions before and after cancel). Building Z takes some 50 us; a few are kept, since
   // callers join many pieces of a few lengths (a peer link's chunks).
-  struct Cached {
-    size_t length;
-    std::shared_ptr<const RegisterMap> map;
+  struct Cache {
+    std::mutex mu;
+    std::deque<std::pair<size_t, std::shared_ptr<const RegisterMap>>> maps;  // guarded by mu; newest last
   };
-  static std::mutex mu;
-  static std::deque<Cached> cache;  // guarded by mu; newest last
+  static Cache* const cache = new Cache;  // never destroyed: callers may outlive static destruction
   std::shared_ptr<const RegisterMap> map;
   {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const Cached& c : cache) {
-      if (c.length == length_b) map = c.map;
+    std::lock_guard<std::mutex> lock(cache->mu);
+    for (const auto& [length, m] : cache->maps) {
+      if (length == length_b) map = m;
     }
   }
   if (!map) {
     map = std::make_shared<const RegisterMap>(ZerosMap(length_b));
-    std::lock_guard<std::mutex> lock(mu);
-    cache.push_back({length_b, map});
-    if (cache.size() > 8) cache.pop_front();
+    std::lock_guard<std::mutex> lock(cache->mu);
+    cache->maps.emplace_back(length_b, map);
+    if (cache->maps.size() > 8) cache->maps.pop_front();
   }
   return map->Apply(crc_a) ^ crc_b;
 }
