@@ -323,18 +323,32 @@ void PeerLinks::StartReading(Link* c) {
 
 void PeerLinks::Received(Link* c, std::string_view bytes) {
   counters_.bytes_received += bytes.size();
-  std::string plain;
-  std::string_view data = bytes;
   if (c->tls) {
+    // Record by record as each is decrypted: a model's chunks go from there into the model (no
+    // buffer of the whole read's plaintext in between).
     const bool was = c->tls->established();
     std::string out;
-    Status s = c->tls->Feed(bytes, &plain, &out);
+    Status s = c->tls->Feed(
+        bytes,
+        [&](std::string_view plain) {
+          Deliver(c, plain);
+          return !c->closing;
+        },
+        &out);
     WriteRaw(c, std::move(out));
-    if (!s.ok()) return Refuse(c, s.message());
+    if (!s.ok() && !c->closing) return Refuse(c, s.message());
     if (!was && c->tls->established()) Pump(c);
-    data = plain;
+  } else {
+    Deliver(c, bytes);
   }
-  if (data.empty()) return;
+  if (!c->closing && !c->paused && inbound_bytes_ > o_.inbound_budget) {
+    c->paused = true;
+    uv_read_stop(Stream(c));
+  }
+}
+
+void PeerLinks::Deliver(Link* c, std::string_view data) {
+  if (data.empty() || c->closing) return;
   std::string first;
   if (!c->sniffed) {
     c->first_bytes.append(data);
@@ -355,11 +369,7 @@ void PeerLinks::Received(Link* c, std::string_view bytes) {
     HandleFrame(c, f);
     return !c->closing;
   });
-  if (!s.ok() && !c->closing) return Refuse(c, s.message());
-  if (!c->closing && !c->paused && inbound_bytes_ > o_.inbound_budget) {
-    c->paused = true;
-    uv_read_stop(Stream(c));
-  }
+  if (!s.ok() && !c->closing) Refuse(c, s.message());
 }
 
 bool PeerLinks::Greet(Link* c, std::string_view first) {

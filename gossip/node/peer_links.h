@@ -159,6 +159,9 @@ class PeerLinks {
   void Connected(Link* link);
   void StartReading(Link* link);
   void Received(Link* link, std::string_view bytes);
+  // Plaintext that arrived on the link (all of a plaintext link's bytes, or a TLS record's):
+  // sniffed, answered in another protocol, or cut into frames.
+  void Deliver(Link* link, std::string_view plaintext);
   // The first bytes of an accepted link: a peer's (say the hello), or another protocol's
   // (answered in it). False when the link is not a peer's.
   bool Greet(Link* link, std::string_view first);

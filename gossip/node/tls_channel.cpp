@@ -121,6 +121,20 @@ Status TlsChannel::Start(std::string* to_socket) {
 }
 
 Status TlsChannel::Feed(std::string_view ciphertext, std::string* plaintext, std::string* to_socket) {
+  // The plaintext is never longer than the ciphertext waiting for it: room for all of it at once
+  // (see Drain).
+  plaintext->reserve(plaintext->size() + BIO_ctrl_pending(in_) + ciphertext.size());
+  return Feed(
+      ciphertext,
+      [plaintext](std::string_view piece) {
+        plaintext->append(piece);
+        return true;
+      },
+      to_socket);
+}
+
+Status TlsChannel::Feed(std::string_view ciphertext, const std::function<bool(std::string_view)>& on_plaintext,
+                        std::string* to_socket) {
   if (!ciphertext.empty() && BIO_write(in_, ciphertext.data(), static_cast<int>(ciphertext.size())) <= 0) {
     return InternalError("BIO_write failed");
   }
@@ -144,15 +158,13 @@ Status TlsChannel::Feed(std::string_view ciphertext, std::string* plaintext, std
       PLEXUS_RETURN_IF_ERROR(Write(p, to_socket));
     }
   }
-  // The plaintext is never longer than the ciphertext waiting for it: room for all of it at once
-  // (see Drain).
-  plaintext->reserve(plaintext->size() + BIO_ctrl_pending(in_));
   char buf[16384];
   for (;;) {
     const int n = SSL_read(ssl_, buf, sizeof buf);
     if (n > 0) {
-      plaintext->append(buf, static_cast<size_t>(n));
-      continue;
+      if (on_plaintext(std::string_view(buf, static_cast<size_t>(n)))) continue;
+      Drain(to_socket);
+      return Status::Ok();
     }
     Status s = Error(n, "read");
     Drain(to_socket);

@@ -8,6 +8,7 @@
 
 #include <openssl/ssl.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,6 +46,11 @@ class TlsChannel {
   // other records to send to `to_socket`. Unauthenticated on a failed handshake or a bad record:
   // the connection must then close.
   Status Feed(std::string_view ciphertext, std::string* plaintext, std::string* to_socket);
+  // The same, handing each record's plaintext to `on_plaintext` as it is decrypted (valid during
+  // the call only) until it returns false, so that no buffer holds a whole read's plaintext: a
+  // peer link's reader puts a model's bytes straight into the model from there.
+  Status Feed(std::string_view ciphertext, const std::function<bool(std::string_view)>& on_plaintext,
+              std::string* to_socket);
   // Encrypts `plaintext` into `to_socket`; before the handshake completes it waits inside and
   // goes out once it has.
   Status Write(std::string_view plaintext, std::string* to_socket);
