@@ -88,6 +88,47 @@ TEST_F(TlsChannelTest, MutualHandshakeCarriesBytesBothWaysAndNamesThePeer) {
   EXPECT_EQ(at_client, "back");
 }
 
+// Record by record to a callback, as a peer link reads: each piece at most a record (16 KB), all
+// of them the bytes written, in order; a callback that says stop gets nothing more from that call.
+TEST_F(TlsChannelTest, HandsPlaintextOverRecordByRecordUntilTold) {
+  auto ctx0 = Context("ca", "ca", "peer-0");
+  auto ctx1 = Context("ca", "ca", "peer-1");
+  TlsChannel client(*ctx0, true), server(*ctx1, false);
+  std::string first, at_client, at_server;
+  ASSERT_OK(client.Start(&first));
+  ASSERT_OK(Pump(client, server, first, &at_client, &at_server));
+  ASSERT_TRUE(server.established());
+  std::string sent;
+  for (int i = 0; i < 100000; ++i) sent.push_back(static_cast<char>('a' + i % 26));
+  std::string out;
+  ASSERT_OK(client.Write(sent, &out));
+  std::string got;
+  int pieces = 0;
+  std::string reply;
+  ASSERT_OK(server.Feed(
+      out,
+      [&](std::string_view piece) {
+        EXPECT_LE(piece.size(), 16384u);
+        got.append(piece);
+        ++pieces;
+        return true;
+      },
+      &reply));
+  EXPECT_EQ(got, sent);
+  EXPECT_GE(pieces, 7);  // 100,000 bytes in records of at most 16 KB
+  out.clear();
+  ASSERT_OK(client.Write(sent, &out));
+  int stopped_after = 0;
+  ASSERT_OK(server.Feed(
+      out,
+      [&](std::string_view) {
+        ++stopped_after;
+        return false;
+      },
+      &reply));
+  EXPECT_EQ(stopped_after, 1);
+}
+
 TEST_F(TlsChannelTest, ACertificateFromAnotherCaIsRefused) {
   auto ctx0 = Context("ca", "ca", "peer-0");
   auto intruder = Context("other", "other", "peer-1");  // trusts its own CA, presents its own certificate
