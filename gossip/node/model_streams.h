@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,20 @@ namespace plexus::gossip {
 // another neighbour joins its own header's CRC to it (CheckedChunkTrailerOfCrc) instead of reading
 // the chunk again. Chunks are cut at the same offsets on every link.
 struct ChunkCrcs {
+  // The CRC of chunk `index` when it was computed for a chunk of `length` bytes.
+  std::optional<uint32_t> Get(uint32_t index, size_t length) const {
+    if (index < crc.size() && this->length[index] == length) return crc[index];
+    return std::nullopt;
+  }
+  void Put(uint32_t index, size_t length, uint32_t value) {
+    if (crc.size() <= index) {
+      crc.resize(index + 1);
+      this->length.resize(index + 1);
+    }
+    crc[index] = value;
+    this->length[index] = length;
+  }
+
   std::vector<uint32_t> crc;
   std::vector<size_t> length;  // of the chunk crc[i] is for; 0: not computed yet
 };

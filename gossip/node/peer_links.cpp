@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -228,22 +229,12 @@ void PeerLinks::WriteChunk(Link* c, const OutboundStream& s, size_t n) {
   if (!c->tls) {
     std::string head = EncodeFrameHeader(FrameType::kCheckedChunk, s.id, s.index, n + kChunkCrcBytes);
     // The chunk's own CRC once per model, whatever the number of links it goes out on.
-    ChunkCrcs* known = s.crcs.get();
-    uint32_t bytes_crc;
-    if (known && s.index < known->crc.size() && known->length[s.index] == n) {
-      bytes_crc = known->crc[s.index];
-    } else {
+    std::optional<uint32_t> bytes_crc = s.crcs ? s.crcs->Get(s.index, n) : std::nullopt;
+    if (!bytes_crc) {
       bytes_crc = ExtendCrc32c(Crc32c(prefix_part), body);
-      if (known) {
-        if (known->crc.size() <= s.index) {
-          known->crc.resize(s.index + 1);
-          known->length.resize(s.index + 1);
-        }
-        known->crc[s.index] = bytes_crc;
-        known->length[s.index] = n;
-      }
+      if (s.crcs) s.crcs->Put(s.index, n, *bytes_crc);
     }
-    std::string trailer = CheckedChunkTrailerOfCrc(head, bytes_crc, n);
+    std::string trailer = CheckedChunkTrailerOfCrc(head, *bytes_crc, n);
     head.append(prefix_part);  // small, and in the first chunks only
     return WriteGathered(c, std::move(head), body, std::move(trailer), s.body_owner());
   }
