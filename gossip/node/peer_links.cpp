@@ -322,6 +322,12 @@ void PeerLinks::Received(Link* c, std::string_view bytes) {
     Status s = c->tls->Feed(
         bytes,
         [&](std::string_view plain) {
+          // What the channel made before this record (the handshake's last flight, bytes written
+          // while it ran) goes out before anything handling the record writes.
+          if (!out.empty()) {
+            WriteRaw(c, std::move(out));
+            out.clear();
+          }
           Deliver(c, plain);
           return !c->closing;
         },
