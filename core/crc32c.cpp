@@ -2,10 +2,6 @@
 
 #include <array>
 #include <cstring>
-#include <deque>
-#include <memory>
-#include <mutex>
-#include <utility>
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -97,12 +93,10 @@ RegisterMap ZerosMap(size_t bytes) {
   return map;
 }
 
-#if defined(__x86_64__) || (defined(__aarch64__) && defined(__ARM_FEATURE_CRC32))
-// The CRC instruction takes a few cycles to give its result but can start one every cycle, so
-// the hardware path runs three streams over three adjacent blocks at once and joins them: the
-// register after block A then B is Shift(register after A, |B|) ^ (register of B from zero),
-// Shift being the linear map "append |B| zero bytes", applied by four byte tables.
-constexpr size_t kLongBlock = 8192;  // bytes per stream
+// Joining: the register after block A then B is Shift(register after A, |B|) ^ (register of B
+// from zero), Shift being the linear map "append |B| zero bytes", applied by four byte tables:
+// the hardware path joins its three streams so, and Crc32cCombine joins two CRCs.
+constexpr size_t kLongBlock = 8192;  // bytes per stream of the hardware path
 constexpr size_t kShortBlock = 256;
 
 // Made on first use (microseconds), so that processes that never check a CRC pay nothing.
@@ -114,6 +108,10 @@ const RegisterMap& ShiftShort() {
   static const RegisterMap map = ZerosMap(kShortBlock);
   return map;
 }
+
+#if defined(__x86_64__) || (defined(__aarch64__) && defined(__ARM_FEATURE_CRC32))
+// The CRC instruction takes a few cycles to give its result but can start one every cycle, so
+// the hardware path runs three streams over three adjacent blocks at once and joins them.
 
 #if defined(__x86_64__)
 #define PLEXUS_CRC_TARGET __attribute__((target("sse4.2")))
@@ -181,28 +179,19 @@ uint32_t ExtendCrc32c(uint32_t init, std::string_view bytes) {
 bool Crc32cUsesHardware() { return kHardware; }
 
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, size_t length_b) {
-  // crc(a + b) = Z(crc(a)) ^ crc(b), Z the map "append |b| zero bytes" to the register (the
-  // inversions before and after cancel). Building Z takes some 50 us; a few are kept, since
-  // callers join many pieces of a few lengths (a peer link's chunks).
-  struct Cache {
-    std::mutex mu;
-    std::deque<std::pair<size_t, std::shared_ptr<const RegisterMap>>> maps;  // guarded by mu; newest last
-  };
-  static Cache* const cache = new Cache;  // never destroyed: callers may outlive static destruction
-  std::shared_ptr<const RegisterMap> map;
-  {
-    std::lock_guard<std::mutex> lock(cache->mu);
-    for (const auto& [length, m] : cache->maps) {
-      if (length == length_b) map = m;
-    }
+  // crc(a + b) = Shift(crc(a), |b|) ^ crc(b) (the inversions before and after cancel): |b| zero
+  // bytes appended 8 KiB and 256 bytes at a time with the hardware path's maps, then byte by byte.
+  uint32_t c = crc_a;
+  if (length_b >= kLongBlock) {
+    const RegisterMap& shift = ShiftLong();
+    for (; length_b >= kLongBlock; length_b -= kLongBlock) c = shift.Apply(c);
   }
-  if (!map) {
-    map = std::make_shared<const RegisterMap>(ZerosMap(length_b));
-    std::lock_guard<std::mutex> lock(cache->mu);
-    cache->maps.emplace_back(length_b, map);
-    if (cache->maps.size() > 8) cache->maps.pop_front();
+  if (length_b >= kShortBlock) {
+    const RegisterMap& shift = ShiftShort();
+    for (; length_b >= kShortBlock; length_b -= kShortBlock) c = shift.Apply(c);
   }
-  return map->Apply(crc_a) ^ crc_b;
+  for (; length_b > 0; --length_b) c = (c >> 8) ^ kTables[0][c & 0xff];
+  return c ^ crc_b;
 }
 
 }  // namespace plexus

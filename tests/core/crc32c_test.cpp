@@ -61,7 +61,7 @@ RC_GTEST_PROP(Crc32cProperties, AnyFlippedBitChangesIt, (const std::string& byte
 }
 
 // Joining two CRCs by the second piece's length gives the CRC of the two pieces together, for
-// any pieces (empty ones too) and lengths on both sides of the cache of maps, repeated.
+// any pieces (empty ones too), short and long, across the 8 KiB and 256-byte steps it joins by.
 RC_GTEST_PROP(Crc32cProperties, CombiningTwoCrcsEqualsTheCrcOfTheConcatenation,
               (const std::string& a, const std::string& b)) {
   RC_ASSERT(Crc32cCombine(Crc32c(a), Crc32c(b), b.size()) == Crc32c(a + b));
@@ -71,7 +71,7 @@ TEST(Crc32c, CombinesAModelSizedPieceWithManyHeaders) {
   std::string chunk(256 << 10, '\0');
   for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 131) >> 3);
   const uint32_t chunk_crc = Crc32c(chunk);
-  for (int link = 0; link < 12; ++link) {  // more lengths than the cache keeps, then the first again
+  for (int link = 0; link < 12; ++link) {  // twelve lengths, each off the 8 KiB steps
     const std::string header = "link " + std::to_string(link) + std::string(static_cast<size_t>(link), 'h');
     const std::string piece = chunk.substr(0, chunk.size() - static_cast<size_t>(link % 10));
     EXPECT_EQ(Crc32cCombine(Crc32c(header), Crc32c(piece), piece.size()), Crc32c(header + piece)) << link;
