@@ -143,9 +143,11 @@ Status SyncEngine::RestoreOpenRound() {
   r.wait_for = WaitFor(r.task_of_client);
   PLEXUS_RETURN_IF_ERROR(aggregator_->Begin(published_->model()));
   PLEXUS_ASSIGN_OR_RETURN(std::vector<Update> accepted, store_->ListAcceptedUpdates(r.round, r.attempt));
-  for (Update& u : accepted) {
-    if (!r.task_of_client.count(u.client_id)) continue;
-    PLEXUS_RETURN_IF_ERROR(FoldClientUpdates(u).WithContext("re-fold the update of " + u.client_id));
+  for (Update& kept : accepted) {
+    if (!r.task_of_client.count(kept.client_id)) continue;
+    auto shared = std::make_shared<Update>(std::move(kept));  // given to the strategy as Admit gives it
+    const Update& u = *shared;
+    PLEXUS_RETURN_IF_ERROR(FoldClientUpdates(shared).WithContext("re-fold the update of " + u.client_id));
     r.submitted.insert(u.client_id);
     for (MergedUpdate& m : MergedEntriesOf(u, options_.edge)) r.merged.push_back(std::move(m));
     r.updates += UpdatesIn(u);
@@ -313,7 +315,7 @@ Result<AdmittedUpdate> SyncEngine::Admit(Update update) {
   // averaging family folds four per pass over its sum, FedBuff's path), while the store writes it;
   // the checks and their errors are now either way.
   auto shared = std::make_shared<Update>(std::move(update));
-  Status folded = GivenUp(*shared) ? aggregator_->FoldShared(shared, 1.0) : FoldClientUpdates(*shared, &folded_count);
+  Status folded = FoldClientUpdates(shared, &folded_count);
   if (!folded.ok()) {
     ++updates_refused_;
     if (folded_count > 0) {  // part of a bundle is in the sum: this attempt cannot publish
@@ -376,15 +378,12 @@ Status SyncEngine::Complete(AdmittedUpdate admitted, Status persisted) {
   return Status::Ok();
 }
 
-bool SyncEngine::GivenUp(const Update& update) const {
-  return dynamic_cast<const UpdateBundle*>(update.coded.get()) == nullptr &&
-         (!update.coded || aggregator_->folds_coded());
-}
-
-Status SyncEngine::FoldClientUpdates(const Update& update, size_t* folded) {
+Status SyncEngine::FoldClientUpdates(const std::shared_ptr<Update>& shared, size_t* folded) {
+  const Update& update = *shared;
   const auto* bundle = dynamic_cast<const UpdateBundle*>(update.coded.get());
   if (bundle == nullptr) {
-    if (!update.coded || aggregator_->folds_coded()) return aggregator_->Fold(update);
+    // Given up to the strategy, which may hold it to fold it later with others.
+    if (!update.coded || aggregator_->folds_coded()) return aggregator_->FoldShared(shared, 1.0);
     Update plain = update;  // stored coded by a server whose strategy folded codes; this one's may not
     MaterializeCoded(plain, published_->model());
     return aggregator_->Fold(plain);

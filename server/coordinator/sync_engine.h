@@ -216,10 +216,9 @@ class SyncEngine final : public Engine {
   // Folds `update` into the aggregator, or each update of a bundle of forwarded ones
   // (UpdateBundle) under its path; coded values decoded for a strategy that folds none. `folded`
   // counts the bundle's updates folded before an error (which the aggregator keeps).
-  Status FoldClientUpdates(const Update& update, size_t* folded = nullptr);
-  // Whether Admit gives `update` up to the strategy (Aggregator::FoldShared) rather than folding
-  // it through FoldClientUpdates: neither a bundle nor coded values the strategy cannot fold.
-  bool GivenUp(const Update& update) const;
+  // A plain update (not a bundle, no codes the strategy cannot fold) is given up to the strategy
+  // (Aggregator::FoldShared), which may hold it: read-only from then on.
+  Status FoldClientUpdates(const std::shared_ptr<Update>& update, size_t* folded = nullptr);
   // Whether the open round has every update it waits for (see Refused).
   bool RoundComplete() const;
   // Dynamic backup workers: what the closing round (model_ -> next) says about durations and noise.
