@@ -215,12 +215,13 @@ bool FrameReader::TryPlace(std::string_view header) {
   if (!placer_ || (type != FrameType::kChunk && type != FrameType::kCheckedChunk)) return false;
   const bool checked = type == FrameType::kCheckedChunk;
   const size_t payload = GetU32(header.data()) - kFrameFixedBytes;
-  if (checked && payload <= kChunkCrcBytes) return false;  // too short: refused when it is whole
+  // No body to place (a checked chunk too short for its CRC is refused once it is whole).
+  if (payload <= (checked ? kChunkCrcBytes : 0)) return false;
   const size_t body = checked ? payload - kChunkCrcBytes : payload;
   const uint32_t stream = GetU32(header.data() + 5);
   const uint32_t index = GetU32(header.data() + 9);
-  const std::span<char> place = body == 0 ? std::span<char>() : placer_(stream, index, body);
-  if (place.size() != body || body == 0) return false;
+  const std::span<char> place = placer_(stream, index, body);
+  if (place.size() != body) return false;
   placed_ = Placement{place, 0, stream, index, checked, checked ? Crc32c(header.substr(4)) : 0};
   short_reads_ = true;
   return true;
