@@ -1,17 +1,21 @@
 #include "core/atomic_file.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/magic.h>
+#include <sys/uio.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "core/large_blocks.h"
 
@@ -28,14 +32,15 @@ Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
   return Status::Ok();
 }
 
-// Files at least this large are written with O_DIRECT where the file system allows it: from a
-// small aligned buffer to the disk, past the page cache. A buffered write would copy every byte
-// into page-cache pages that the process never reads back (checkpoints are read on restart
-// only), and freshly allocated pages are dear: on the virtual machines the benchmarks run on,
-// filling new page-cache pages cost more than sending the same bytes over TCP.
-constexpr size_t kDirectMinBytes = size_t{1} << 20;
-constexpr size_t kDirectAlign = 4096;  // the largest logical block size in use
+// Files at least kDirectWriteMinBytes large are written with O_DIRECT where the file system
+// allows it: to the disk, past the page cache. A buffered write would copy every byte into
+// page-cache pages that the process never reads back (checkpoints are read on restart only), and
+// freshly allocated pages are dear: on the virtual machines the benchmarks run on, filling new
+// page-cache pages cost more than sending the same bytes over TCP.
 constexpr size_t kDirectBufferBytes = size_t{4} << 20;
+
+std::atomic<uint64_t> direct_from_caller{0};
+std::atomic<uint64_t> direct_copied{0};
 
 // The write buffer comes from the large-block cache (page-aligned, as O_DIRECT needs): a fresh
 // 4 MiB buffer per file cost a thousand page faults, each zeroing a page, for every checkpoint.
@@ -43,9 +48,13 @@ struct LargeBlockDeleter {
   void operator()(char* p) const { FreeLargeBlock(p, kDirectBufferBytes); }
 };
 
-// Writes `pieces` through an aligned buffer to `fd` (opened with O_DIRECT), padding the last
-// block with zeros, then cuts the file to `total` bytes. Sets *refused (and writes nothing) when
-// the file system turns O_DIRECT down at the first write.
+bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectWriteAlignment == 0; }
+
+// Writes `pieces` to `fd` (opened with O_DIRECT), then cuts the file to `total` bytes. Whole
+// aligned blocks of a piece that starts at an aligned file offset and memory address go from the
+// piece's memory; everything else is copied into an aligned buffer, the last block padded with
+// zeros. Sets *refused (and writes nothing) when the file system turns O_DIRECT down at the first
+// write.
 Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_t total, const std::string& path,
                    bool* refused) {
   *refused = false;
@@ -55,11 +64,22 @@ Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_
   } catch (const std::bad_alloc&) {
     return UnavailableError("cannot allocate a write buffer for '" + path + "'");
   }
-  size_t filled = 0;
+  // What is to be written next, in file order: blocks of the buffer and of the pieces.
+  std::vector<iovec> queued;
+  size_t filled = 0;       // bytes in the buffer
+  size_t queued_upto = 0;  // of which already in `queued`
   bool first = true;
-  auto flush = [&](size_t n) -> Status {
-    for (size_t done = 0; done < n;) {
-      const ssize_t w = ::write(fd, buffer.get() + done, n - done);
+  uint64_t from_caller = 0, copied = 0;
+  auto queue_buffer = [&] {
+    if (filled > queued_upto) queued.push_back({buffer.get() + queued_upto, filled - queued_upto});
+    copied += filled - queued_upto;
+    queued_upto = filled;
+  };
+  auto flush = [&]() -> Status {
+    size_t at = 0;
+    while (at < queued.size()) {
+      const int count = static_cast<int>(std::min<size_t>(queued.size() - at, IOV_MAX));
+      const ssize_t w = ::writev(fd, queued.data() + at, count);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0 && errno == EINVAL && first) {
         *refused = true;
@@ -67,32 +87,50 @@ Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_
       }
       if (w <= 0) return UnavailableError("cannot write '" + path + "': " + std::strerror(w < 0 ? errno : EIO));
       first = false;
-      done += static_cast<size_t>(w);
+      for (auto done = static_cast<size_t>(w); done > 0;) {  // past what went out
+        const size_t take = std::min(done, queued[at].iov_len);
+        queued[at].iov_base = static_cast<char*>(queued[at].iov_base) + take;
+        queued[at].iov_len -= take;
+        done -= take;
+        if (queued[at].iov_len == 0) ++at;
+      }
     }
+    queued.clear();
+    filled = queued_upto = 0;
     return Status::Ok();
   };
   for (std::string_view piece : pieces) {
     while (!piece.empty()) {
+      if (filled % kDirectWriteAlignment == 0 && Aligned(piece.data()) && piece.size() >= kDirectWriteAlignment) {
+        queue_buffer();
+        const size_t whole = piece.size() / kDirectWriteAlignment * kDirectWriteAlignment;
+        queued.push_back({const_cast<char*>(piece.data()), whole});
+        from_caller += whole;
+        piece.remove_prefix(whole);
+        continue;
+      }
       const size_t take = std::min(piece.size(), kDirectBufferBytes - filled);
       std::memcpy(buffer.get() + filled, piece.data(), take);
       piece.remove_prefix(take);
       filled += take;
       if (filled == kDirectBufferBytes) {
-        PLEXUS_RETURN_IF_ERROR(flush(filled));
+        queue_buffer();
+        PLEXUS_RETURN_IF_ERROR(flush());
         if (*refused) return Status::Ok();
-        filled = 0;
       }
     }
   }
-  if (filled > 0) {
-    const size_t padded = (filled + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
-    std::memset(buffer.get() + filled, 0, padded - filled);
-    PLEXUS_RETURN_IF_ERROR(flush(padded));
-    if (*refused) return Status::Ok();
-  }
+  const size_t padded = (filled + kDirectWriteAlignment - 1) / kDirectWriteAlignment * kDirectWriteAlignment;
+  std::memset(buffer.get() + filled, 0, padded - filled);
+  filled = padded;
+  queue_buffer();
+  PLEXUS_RETURN_IF_ERROR(flush());
+  if (*refused) return Status::Ok();
   if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
     return UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
   }
+  direct_from_caller.fetch_add(from_caller, std::memory_order_relaxed);
+  direct_copied.fetch_add(copied, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -131,7 +169,7 @@ Status WriteAndSync(const std::string& path, std::initializer_list<std::string_v
   size_t total = 0;
   for (std::string_view piece : pieces) total += piece.size();
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (in_place ? 0 : O_TRUNC);
-  int fd = total >= kDirectMinBytes ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
+  int fd = total >= kDirectWriteMinBytes ? ::open(path.c_str(), flags | O_DIRECT, 0644) : -1;
   // In memory there is no page cache to bypass: the same file, written buffered from the
   // caller's bytes (one copy).
   bool buffered = fd < 0 || (InMemoryFileSystem(fd) && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) == 0);
@@ -172,6 +210,10 @@ Status WriteThenRename(const std::string& path, std::initializer_list<std::strin
 }
 
 }  // namespace
+
+DirectWriteBytes DirectWriteBytesSoFar() {
+  return {direct_from_caller.load(std::memory_order_relaxed), direct_copied.load(std::memory_order_relaxed)};
+}
 
 Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces) {
   return WriteAndSync(path, pieces, /*in_place=*/true);

@@ -66,9 +66,9 @@ std::string Excerpt(const nlohmann::json& value) {
 
 }  // namespace
 
-std::string SafetensorsPrefix(const ModelState& model) { return SafetensorsPrefix(model, {}); }
+namespace {
 
-std::string SafetensorsPrefix(const ModelState& model, const std::map<std::string, std::string>& metadata) {
+std::string Prefix(const ModelState& model, const std::map<std::string, std::string>& metadata, size_t alignment) {
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = {{kVersionKey, std::to_string(model.version())}, {"format", "pt"}};
   for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
@@ -77,14 +77,27 @@ std::string SafetensorsPrefix(const ModelState& model, const std::map<std::strin
     header[s.name] = {{"dtype", "F32"}, {"shape", s.shape}, {"data_offsets", {begin, begin + s.numel * sizeof(float)}}};
   }
   std::string json = header.dump();
-  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
-  json.append((8 - json.size() % 8) % 8, ' ');
+  // Pad with spaces (the format allows them after the JSON) so that the data section starts
+  // aligned: the reference writer aligns to 8.
+  json.append((alignment - (8 + json.size()) % alignment) % alignment, ' ');
   const uint64_t n = json.size();
   std::string out;
   out.reserve(8 + json.size());
   out.append(reinterpret_cast<const char*>(&n), 8);
   out += json;
   return out;
+}
+
+}  // namespace
+
+std::string SafetensorsPrefix(const ModelState& model) { return Prefix(model, {}, 8); }
+
+std::string SafetensorsPrefix(const ModelState& model, const std::map<std::string, std::string>& metadata) {
+  return Prefix(model, metadata, 8);
+}
+
+std::string SafetensorsPrefixAlignedTo(const ModelState& model, size_t alignment) {
+  return Prefix(model, {}, std::max<size_t>(alignment, 8));
 }
 
 std::string EncodeSafetensors(const ModelState& model) {

@@ -27,6 +27,10 @@ std::string SafetensorsPrefix(const ModelState& model);
 // The same with more `__metadata__` entries (what a reader needs to use the model: its input
 // preprocessing, input shape, classes). Decoding ignores entries it does not know.
 std::string SafetensorsPrefix(const ModelState& model, const std::map<std::string, std::string>& metadata);
+// SafetensorsPrefix with the header padded so that the values start at a multiple of `alignment`
+// (a power of two; 8 at least) from the file's start: with kDirectWriteAlignment, a file writer
+// sends the values to the disk from the model's own memory (core/atomic_file.h).
+std::string SafetensorsPrefixAlignedTo(const ModelState& model, size_t alignment);
 
 // InvalidArgument on malformed bytes, unsupported dtypes or inconsistent offsets.
 Result<ModelState> DecodeSafetensors(std::string_view bytes);

@@ -21,6 +21,7 @@ namespace {
 using Stmt = SqliteStatement;
 using sqlite_store::IsPlainFileName;
 using sqlite_store::kLogRound;
+using sqlite_store::StoredFilePrefix;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -222,8 +223,8 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   // goes through): its blocks are reused, so the file system allocates and journals nothing.
   const bool recycled = TakeSpareFileLocked(checkpoint_dir_, &spare_checkpoints_, path + ".tmp");
   const std::string_view values(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
-  PLEXUS_RETURN_IF_ERROR(recycled ? WriteFileAtomicallyOver(path, {SafetensorsPrefix(model), values})
-                                  : WriteFileAtomically(path, {SafetensorsPrefix(model), values}));
+  PLEXUS_RETURN_IF_ERROR(recycled ? WriteFileAtomicallyOver(path, {StoredFilePrefix(model), values})
+                                  : WriteFileAtomically(path, {StoredFilePrefix(model), values}));
   Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
   st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
   return RunStatement(db_, st, "put checkpoint");

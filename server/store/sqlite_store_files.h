@@ -6,7 +6,19 @@
 #include <cstdint>
 #include <string>
 
+#include "core/atomic_file.h"
+#include "core/model_state.h"
+#include "core/safetensors.h"
+
 namespace plexus::sqlite_store {
+
+// The safetensors header of a model or update file: for a model large enough to be written past
+// the page cache, padded so that its values start on a block boundary and go to the disk from the
+// model's own memory, not through a copy.
+inline std::string StoredFilePrefix(const ModelState& model) {
+  return model.num_bytes() >= kDirectWriteMinBytes ? SafetensorsPrefixAlignedTo(model, kDirectWriteAlignment)
+                                                   : SafetensorsPrefix(model);
+}
 
 // Asynchronous modes log their acknowledged updates (Store::LogUpdate) in the accepted-updates
 // table as round 0, which no sync round has, with the sequence number as the attempt.

@@ -21,6 +21,7 @@ namespace {
 using Stmt = SqliteStatement;
 using sqlite_store::IsPlainFileName;
 using sqlite_store::kLogRound;
+using sqlite_store::StoredFilePrefix;
 
 // A failed insert of a log entry whose sequence number is taken is AlreadyExists.
 Status UniqueRow(Status s, int64_t round, int64_t attempt) {
@@ -122,7 +123,7 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
     }
     PLEXUS_RETURN_IF_ERROR(
         u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
-                : WriteFileInPlaceSynced(path, {SafetensorsPrefix(u.delta),
+                : WriteFileInPlaceSynced(path, {StoredFilePrefix(u.delta),
                                                 std::string_view(reinterpret_cast<const char*>(u.delta.data().data()),
                                                                  u.delta.num_bytes())}));
   }

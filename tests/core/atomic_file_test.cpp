@@ -2,7 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+
+#include "core/large_blocks.h"
 
 #include "tests/testing/status_matchers.h"
 
@@ -46,6 +49,44 @@ TEST(AtomicFileTest, LargeFilesOfAnyLengthComeOutExact) {
   EXPECT_EQ(Contents(path), "prefix-of-odd-length" + body);
   ASSERT_OK(WriteFileAtomically(path, {std::string_view(body).substr(0, (size_t{1} << 20) + 1)}));
   EXPECT_EQ(Contents(path), body.substr(0, (size_t{1} << 20) + 1));
+  std::filesystem::remove_all(dir);
+}
+
+// A piece at an aligned file offset and memory address goes to the disk from where it is, in
+// whole blocks; only its last partial block and the pieces before it are copied. One byte less
+// before it, and all of it is copied.
+TEST(AtomicFileTest, AlignedPiecesAreWrittenFromTheCallersMemory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plexus_atomic_aligned_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const size_t body_bytes = (size_t{1} << 20) + 100;
+  std::unique_ptr<char, void (*)(char*)> body(static_cast<char*>(AllocateLargeBlock(body_bytes)),
+                                              [](char* p) { FreeLargeBlock(p, body_bytes); });
+  for (size_t i = 0; i < body_bytes; ++i) body.get()[i] = static_cast<char>(i * 2654435761u >> 24);
+  const std::string_view values(body.get(), body_bytes);
+  const std::string path = (dir / "aligned.bin").string();
+  const std::string header(kDirectWriteAlignment, 'h');
+
+  const DirectWriteBytes before = DirectWriteBytesSoFar();
+  ASSERT_OK(WriteFileAtomically(path, {header, values}));
+  const DirectWriteBytes after = DirectWriteBytesSoFar();
+  EXPECT_EQ(Contents(path), header + std::string(values));
+  if (after.from_caller == before.from_caller && after.copied == before.copied) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "the file system under " << dir << " is written buffered (in memory, or O_DIRECT refused)";
+  }
+  const size_t whole = body_bytes / kDirectWriteAlignment * kDirectWriteAlignment;
+  EXPECT_EQ(after.from_caller - before.from_caller, whole);
+  EXPECT_EQ(after.copied - before.copied, 2 * kDirectWriteAlignment);  // the header, the padded tail
+
+  const std::string_view shorter(header.data(), header.size() - 1);
+  ASSERT_OK(WriteFileAtomically(path, {shorter, values}));
+  const DirectWriteBytes misaligned = DirectWriteBytesSoFar();
+  EXPECT_EQ(Contents(path), std::string(shorter) + std::string(values));
+  EXPECT_EQ(misaligned.from_caller, after.from_caller);
+  EXPECT_EQ(misaligned.copied - after.copied,
+            (shorter.size() + body_bytes + kDirectWriteAlignment - 1) / kDirectWriteAlignment * kDirectWriteAlignment);
   std::filesystem::remove_all(dir);
 }
 

@@ -45,6 +45,21 @@ TEST(SafetensorsTest, ExtraMetadataIsWrittenAndIgnoredOnReading) {
   EXPECT_EQ(back->ContentSha256(), m.ContentSha256());
 }
 
+TEST(SafetensorsTest, APrefixAlignedToABlockDecodesLikeTheOrdinaryOne) {
+  const ModelState m = Sample();
+  const std::string values(reinterpret_cast<const char*>(m.data().data()), m.num_bytes());
+  for (size_t alignment : {size_t{8}, size_t{64}, size_t{4096}}) {
+    const std::string prefix = SafetensorsPrefixAlignedTo(m, alignment);
+    EXPECT_EQ(prefix.size() % alignment, 0u) << alignment;
+    EXPECT_LT(prefix.size(), SafetensorsPrefix(m).size() + alignment) << alignment;
+    Result<ModelState> back = DecodeSafetensors(prefix + values);
+    ASSERT_OK(back.status());
+    EXPECT_EQ(*back, m);
+    EXPECT_EQ(back->version(), m.version());
+  }
+  EXPECT_EQ(SafetensorsPrefixAlignedTo(m, 8), SafetensorsPrefix(m));
+}
+
 TEST(SafetensorsTest, ReadsAFileWithoutMetadata) {
   float v[2] = {1.5f, -2.0f};
   std::string data(reinterpret_cast<const char*>(v), sizeof v);

@@ -9,11 +9,13 @@
 #ifdef PLEXUS_HAVE_SQLITE_STORE
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "core/atomic_file.h"
 #include "core/safetensors.h"
 #include "server/store/sqlite_store.h"
 #endif
@@ -550,6 +552,51 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
   ASSERT_OK(s->CommitRound(r, Filled(250000, 1, 1.0f), ""));
   EXPECT_TRUE(s->ListLoggedUpdates()->empty());
   EXPECT_TRUE(db.update_files().empty());  // its file went with its row
+}
+
+// The 8-byte header length, read from the start of a file.
+uint64_t HeaderLength(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  return n;
+}
+
+// Update and checkpoint files of a megabyte and more have their values on a block boundary, so
+// that they go to the disk from the model's own memory (no copy) where the file system writes
+// past the page cache; smaller ones keep the ordinary header. All read back the same.
+TEST(SqliteStoreTest, LargeModelFilesStartTheirValuesOnABlockBoundary) {
+  ScratchDatabase db("plexus_aligned_files");
+  Update u = AcceptedUpdate("a", 300000, 0.25f);  // 1.2 MB of values
+  const ModelState checkpoint = Filled(300000, 1, 0.5f);
+  const DirectWriteBytes before = DirectWriteBytesSoFar();
+  {
+    auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+    ASSERT_OK(s->LogUpdate(1, u));
+    ASSERT_OK(s->PutCheckpoint(checkpoint));
+    ASSERT_OK(s->LogUpdate(2, AcceptedUpdate("b", 1000, 0.75f)));
+  }
+  const DirectWriteBytes after = DirectWriteBytesSoFar();
+  std::vector<std::string> files = db.update_files();
+  ASSERT_EQ(files.size(), 2u);
+  std::vector<uint64_t> data_starts;
+  for (const std::string& f : files) data_starts.push_back(8 + HeaderLength(db.updates_dir() + "/" + f));
+  std::sort(data_starts.begin(), data_starts.end());
+  EXPECT_EQ(data_starts[0] % 8, 0u);
+  EXPECT_LT(data_starts[0], kDirectWriteAlignment);  // the small update: no padding
+  EXPECT_EQ(data_starts[1], kDirectWriteAlignment);
+  EXPECT_EQ(8 + HeaderLength(db.checkpoint_file(1)), kDirectWriteAlignment);
+  if (after.from_caller != before.from_caller || after.copied != before.copied) {  // O_DIRECT taken
+    const uint64_t values = 300000 * sizeof(float);
+    EXPECT_EQ(after.from_caller - before.from_caller, 2 * (values / kDirectWriteAlignment * kDirectWriteAlignment));
+  }
+  auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  std::vector<LoggedUpdate> back = *s->ListLoggedUpdates();
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].update.delta, u.delta);
+  Result<ModelState> read = s->Checkpoint(1);
+  ASSERT_OK(read.status());
+  EXPECT_EQ(*read, checkpoint);
 }
 
 // Rows that arrive while a commit runs share the next one: the first writer's commit is held (the
