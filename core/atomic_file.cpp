@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/magic.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -50,14 +51,16 @@ struct LargeBlockDeleter {
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectWriteAlignment == 0; }
 
-// Writes `pieces` to `fd` (opened with O_DIRECT), then cuts the file to `total` bytes. Whole
-// aligned blocks of a piece that starts at an aligned file offset and memory address go from the
-// piece's memory; everything else is copied into an aligned buffer, the last block padded with
-// zeros. Sets *refused (and writes nothing) when the file system turns O_DIRECT down at the first
-// write.
+// Writes `pieces` to `fd` (opened with O_DIRECT) and cuts the file to `total` bytes if it was
+// longer. Whole aligned blocks of a piece that starts at an aligned file offset and memory
+// address go from the piece's memory; everything else is copied into an aligned buffer. Sets
+// *refused (and writes nothing) when the file system turns O_DIRECT down at the first write.
 Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_t total, const std::string& path,
                    bool* refused) {
   *refused = false;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return UnavailableError("cannot write '" + path + "': " + std::strerror(errno));
+  const auto size_before = static_cast<size_t>(st.st_size);
   std::unique_ptr<char, LargeBlockDeleter> buffer;
   try {
     buffer.reset(static_cast<char*>(AllocateLargeBlock(kDirectBufferBytes)));
@@ -120,13 +123,24 @@ Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_
       }
     }
   }
-  const size_t padded = (filled + kDirectWriteAlignment - 1) / kDirectWriteAlignment * kDirectWriteAlignment;
-  std::memset(buffer.get() + filled, 0, padded - filled);
-  filled = padded;
+  // The last partial block is written through the page cache, so that the file ends where the
+  // bytes do: a padded direct block would make the file longer and a cut shorter again, two
+  // changes of its size, each a journal commit at the sync; a file written over in place at its
+  // old size has none.
+  const size_t tail = filled % kDirectWriteAlignment;
+  filled -= tail;
+  const char* tail_bytes = buffer.get() + filled;  // the flush below leaves them where they are
   queue_buffer();
   PLEXUS_RETURN_IF_ERROR(flush());
   if (*refused) return Status::Ok();
-  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+  if (tail > 0) {
+    if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) {
+      return UnavailableError("cannot write '" + path + "': " + std::strerror(errno));
+    }
+    PLEXUS_RETURN_IF_ERROR(WriteAll(fd, std::string_view(tail_bytes, tail), path));
+    copied += tail;
+  }
+  if (size_before > total && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
     return UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
   }
   direct_from_caller.fetch_add(from_caller, std::memory_order_relaxed);
@@ -191,7 +205,9 @@ Status WriteAndSync(const std::string& path, std::initializer_list<std::string_v
       s = UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
     }
   }
-  if (s.ok() && ::fsync(fd) != 0) s = UnavailableError("cannot sync '" + path + "': " + std::strerror(errno));
+  // The data and what reading it back needs (the size, the blocks' places), not the times: a
+  // file written over in place at its old size syncs without a journal commit.
+  if (s.ok() && ::fdatasync(fd) != 0) s = UnavailableError("cannot sync '" + path + "': " + std::strerror(errno));
   if (::close(fd) != 0 && s.ok()) s = UnavailableError("cannot close '" + path + "': " + std::strerror(errno));
   if (!s.ok()) ::unlink(path.c_str());
   return s;

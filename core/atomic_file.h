@@ -17,15 +17,15 @@ namespace plexus {
 // Files of at least kDirectWriteMinBytes are written with O_DIRECT where the file system allows
 // it. A piece that starts at a file offset and a memory address that are both multiples of
 // kDirectWriteAlignment goes to the disk from the caller's memory, in whole blocks; the rest (the
-// other pieces, a piece's last partial block) is copied into an aligned buffer first. A caller
-// that pads what it writes before a large piece to this alignment (a safetensors header:
-// SafetensorsPrefixAlignedTo) saves a copy of that piece.
+// other pieces, a piece's last partial block) is copied into an aligned buffer first, and the
+// file's last partial block goes through the page cache. A caller that pads what it writes
+// before a large piece to this alignment (a safetensors header: SafetensorsPrefixAlignedTo) saves
+// a copy of that piece.
 inline constexpr size_t kDirectWriteMinBytes = size_t{1} << 20;
 inline constexpr size_t kDirectWriteAlignment = 4096;  // the largest logical block size in use
 
 // Bytes this process's direct writes sent from the callers' memory, and bytes they copied
-// into the aligned buffer first (padding included), over all threads since the start: for
-// tests and benchmarks.
+// into the aligned buffer first, over all threads since the start: for tests and benchmarks.
 struct DirectWriteBytes {
   uint64_t from_caller = 0;
   uint64_t copied = 0;

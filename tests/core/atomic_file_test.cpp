@@ -49,12 +49,18 @@ TEST(AtomicFileTest, LargeFilesOfAnyLengthComeOutExact) {
   EXPECT_EQ(Contents(path), "prefix-of-odd-length" + body);
   ASSERT_OK(WriteFileAtomically(path, {std::string_view(body).substr(0, (size_t{1} << 20) + 1)}));
   EXPECT_EQ(Contents(path), body.substr(0, (size_t{1} << 20) + 1));
+  // Written over in place: longer, as long, shorter than the file that is there.
+  const std::string in_place = (dir / "in_place.bin").string();
+  for (size_t size : {body.size() - 7, body.size() - 7, body.size(), (size_t{1} << 20) + 4096, size_t{1} << 20}) {
+    ASSERT_OK(WriteFileInPlaceSynced(in_place, {std::string_view(body).substr(0, size)}));
+    EXPECT_EQ(Contents(in_place), body.substr(0, size)) << size;
+  }
   std::filesystem::remove_all(dir);
 }
 
 // A piece at an aligned file offset and memory address goes to the disk from where it is, in
 // whole blocks; only its last partial block and the pieces before it are copied. One byte less
-// before it, and all of it is copied.
+// before it, and all of it is copied. Either way the file holds exactly the bytes.
 TEST(AtomicFileTest, AlignedPiecesAreWrittenFromTheCallersMemory) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("plexus_atomic_aligned_" + std::to_string(::getpid()));
@@ -78,15 +84,14 @@ TEST(AtomicFileTest, AlignedPiecesAreWrittenFromTheCallersMemory) {
   }
   const size_t whole = body_bytes / kDirectWriteAlignment * kDirectWriteAlignment;
   EXPECT_EQ(after.from_caller - before.from_caller, whole);
-  EXPECT_EQ(after.copied - before.copied, 2 * kDirectWriteAlignment);  // the header, the padded tail
+  EXPECT_EQ(after.copied - before.copied, kDirectWriteAlignment + body_bytes - whole);  // the header, the tail
 
   const std::string_view shorter(header.data(), header.size() - 1);
   ASSERT_OK(WriteFileAtomically(path, {shorter, values}));
   const DirectWriteBytes misaligned = DirectWriteBytesSoFar();
   EXPECT_EQ(Contents(path), std::string(shorter) + std::string(values));
   EXPECT_EQ(misaligned.from_caller, after.from_caller);
-  EXPECT_EQ(misaligned.copied - after.copied,
-            (shorter.size() + body_bytes + kDirectWriteAlignment - 1) / kDirectWriteAlignment * kDirectWriteAlignment);
+  EXPECT_EQ(misaligned.copied - after.copied, shorter.size() + body_bytes);
   std::filesystem::remove_all(dir);
 }
 
