@@ -122,6 +122,10 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   }
   ModelState delta = ModelState::ZerosLike(initial);
   for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = 1e-3f * static_cast<float>(i % 11);
+  // Each update below is a copy of this one, standing for the server's decoded upload: its
+  // decoder checks every value finite as it writes it, so the engine does not check it again
+  // (the copies carry the mark).
+  delta.MarkCheckedFinite();
   const std::string encoded = codec ? codec->Encode(delta, nullptr, 1) : std::string();
   const int64_t total = o.rounds * a.buffer;
   std::mutex engine_mu;  // the server's lock around its engine
@@ -160,7 +164,7 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
         }
         u.coded = std::move(read).value();
       } else {
-        u.delta = delta;  // a fresh update, as a decoded upload is
+        u.delta = delta;  // a fresh update, checked finite, as a decoded upload is
       }
       std::unique_lock<std::mutex> lock(engine_mu);
       Result<AdmittedUpdate> admitted = engine->Admit(std::move(u));
