@@ -1,6 +1,7 @@
 // ingest_durability: what making every acknowledged asynchronous update durable costs the
-// server's ingest. Drives the real AsyncEngine (FedBuff, a buffer of `--buffer` updates, commits
-// inline) over a real SqliteStore in `--dir`, submitting `--updates` updates of a model of
+// server's ingest. Drives the real AsyncEngine (FedBuff, a buffer of `--buffer` updates, each
+// version hashed and committed by a thread of its own outside the engine's lock, as `plexus
+// server` does) over a real SqliteStore in `--dir`, submitting `--updates` updates of a model of
 // `--params` float32 parameters from `--buffer` clients, twice in the same run:
 //   logged:   as the server runs: each update written to its file, synced, then its row, before
 //             Submit returns (Store::LogUpdate), and the entries removed with the commit that
@@ -20,12 +21,14 @@
 // usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--threads T] [--codec SPEC]
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,6 +117,7 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   o.rounds = a.updates / a.buffer;
   o.staleness = "constant";
   o.max_staleness = 1 << 30;
+  o.commit_outside = true;  // as `plexus server` runs FedBuff: versions commit outside its lock
   ManualClock clock;
   PLEXUS_ASSIGN_OR_RETURN(std::unique_ptr<AsyncEngine> engine,
                           AsyncEngine::Open(o, initial, store, &clock, nullptr, nullptr));
@@ -128,9 +132,11 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   delta.MarkCheckedFinite();
   const std::string encoded = codec ? codec->Encode(delta, nullptr, 1) : std::string();
   const int64_t total = o.rounds * a.buffer;
-  std::mutex engine_mu;  // the server's lock around its engine
-  int64_t taken = 0;     // updates handed to a thread so far; guarded by engine_mu
-  Status failed;         // the first error; guarded by engine_mu
+  std::mutex engine_mu;                    // the server's lock around its engine
+  std::condition_variable version_queued;  // a version waits for its commit; with engine_mu
+  int64_t taken = 0;                       // updates handed to a thread so far; guarded by engine_mu
+  bool submitted = false;                  // every submitter is done; guarded by engine_mu
+  Status failed;                           // the first error; guarded by engine_mu
   // Thread t submits for clients t, t + threads, ...: poll, Admit under the lock, Persist without
   // it, Complete under it again.
   auto submitter = [&](int64_t t) {
@@ -174,14 +180,40 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
         const Status persisted = engine->Persist(*admitted);
         lock.lock();
         s = engine->Complete(std::move(admitted).value(), persisted);
+        version_queued.notify_one();
       }
       if (!s.ok() && failed.ok()) failed = s;
     }
   };
+  // The server's commit thread (FederationServiceImpl::RunCommits): hashes and commits each
+  // published version outside the lock, oldest first, while updates fold into the next buffer.
+  auto committer = [&] {
+    std::unique_lock<std::mutex> lock(engine_mu);
+    while (true) {
+      std::optional<PendingCommit> commit = engine->TakeCommit();
+      if (!commit) {
+        if (submitted) return;
+        version_queued.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      Status committed = commit->Run(store);
+      lock.lock();
+      Status s = engine->FinishCommit(std::move(*commit), std::move(committed));
+      if (!s.ok() && failed.ok()) failed = s;
+    }
+  };
   const auto start = std::chrono::steady_clock::now();
+  std::thread commits(committer);
   std::vector<std::thread> threads;
   for (int64_t t = 0; t < a.threads; ++t) threads.emplace_back(submitter, t);
   for (std::thread& t : threads) t.join();
+  {
+    std::lock_guard<std::mutex> lock(engine_mu);
+    submitted = true;
+  }
+  version_queued.notify_one();
+  commits.join();
   PLEXUS_RETURN_IF_ERROR(failed);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!engine->finished()) return InternalError("the federation did not finish");
