@@ -337,11 +337,26 @@ int main(int argc, char** argv) {
   uint64_t rounds = 40;
   std::string only;
   size_t nodes = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
-    if (std::strcmp(argv[i], "--nodes") == 0) nodes = std::max<size_t>(2, std::strtoull(argv[i + 1], nullptr, 10));
-    if (std::strcmp(argv[i], "--mb") == 0) mb = std::atof(argv[i + 1]);
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoull(argv[i + 1], nullptr, 10);
+  const char* usage = "usage: peer_exchange [--mb MODEL_MB] [--rounds R] [--only plain|tls] [--nodes N]\n";
+  for (int i = 1; i < argc; i += 2) {
+    const bool valued = i + 1 < argc;
+    if (valued && std::strcmp(argv[i], "--only") == 0) {
+      only = argv[i + 1];
+    } else if (valued && std::strcmp(argv[i], "--nodes") == 0) {
+      nodes = std::max<size_t>(2, std::strtoull(argv[i + 1], nullptr, 10));
+    } else if (valued && std::strcmp(argv[i], "--mb") == 0) {
+      mb = std::atof(argv[i + 1]);
+    } else if (valued && std::strcmp(argv[i], "--rounds") == 0) {
+      rounds = std::strtoull(argv[i + 1], nullptr, 10);
+    } else {
+      const bool help = std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0;
+      std::fputs(usage, help ? stdout : stderr);
+      return help ? 0 : 2;
+    }
+  }
+  if (!(mb > 0) || rounds == 0 || (!only.empty() && only != "plain" && only != "tls")) {
+    std::fputs(usage, stderr);
+    return 2;
   }
   spdlog::set_level(std::getenv("PLEXUS_BENCH_LOG") ? spdlog::level::info : spdlog::level::warn);
   const size_t floats = static_cast<size_t>(mb * 1e6 / 4);
