@@ -4,7 +4,9 @@
 # (a device's client) and the full project, runs the unit tests of each and the integration tests
 # of the portable and full builds, cross-builds the edge profile for aarch64 and riscv64 (no
 # LibTorch) and runs the federations of the `cross` label with their clients under qemu, then the
-# fuzz targets (30000 inputs each from a fixed seed, so the same inputs on every machine).
+# fuzz targets (30000 inputs each from a fixed seed, so the same inputs on every machine); between
+# the full build's tests and the cross builds, every benchmark runs once on tiny inputs
+# (bench/smoke.sh: a smoke run, nothing asserted on time).
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
@@ -17,8 +19,10 @@ cd "$(dirname "$0")/.."
 # 397, cross-both 31, fuzz 245; 2186 in all, with every package already installed (setup 1). The
 # table is printed at the end, also when a stage fails, and written to build/ci-timing.csv; a stage
 # past its share says so in every run.
+# The bench-smoke stage (2026-12-06: 24 s with its targets built) took its 90 s from the two
+# cross builds' shares.
 declare -A stage_budget=([setup]=240 [portable]=255 [edge]=240 [full-build]=390 [full-tests]=300
-  [aarch64]=390 [riscv64]=390 [cross-both]=35 [fuzz]=160)
+  [bench-smoke]=90 [aarch64]=345 [riscv64]=345 [cross-both]=35 [fuzz]=160)
 stage_order=() stage_name="" stage_start=0
 declare -A stage_seconds=()
 stage() {  # ends the running stage and starts the one named (none: just ends it)
@@ -76,6 +80,10 @@ echo "== full build"
 scripts/build.sh build full
 stage full-tests
 ctest --test-dir build --output-on-failure -j2 -L 'unit|integration'
+
+stage bench-smoke
+echo "== benchmarks, once each on tiny inputs (bench/smoke.sh)"
+bench/smoke.sh build
 
 echo "== aarch64 and riscv64 edge builds under qemu (scripts/cross-build.sh)"
 # Their federations run once, below, with both foreign clients at once, rather than once per
