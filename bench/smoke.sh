@@ -65,7 +65,8 @@ header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 *
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", len(header)) + header + bytes(4 * n))
 PY
-port=$((20000 + RANDOM % 20000))
+# A port the kernel just gave out and nobody holds (a random one could be taken).
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$build/apps/plexus/plexus" server --listen 127.0.0.1:$port --db "$work/load.db" --no-eval --rate-limit 0 \
   --initial-model "$work/model.safetensors" --clients-per-round 2 --min-clients 2 --rounds 3 --linger-s 10 \
   >"$work/server.log" 2>&1 &
@@ -75,7 +76,11 @@ for _ in $(seq 150); do
   "$build/apps/plexus/plexus" status --server 127.0.0.1:$port >/dev/null 2>&1 && break
   sleep 0.2
 done
-"$build/bench/federation_load" --server 127.0.0.1:$port --clients 2 >"$work/load.json" 2>"$work/load.log"
+if ! "$build/bench/federation_load" --server 127.0.0.1:$port --clients 2 >"$work/load.json" 2>"$work/load.log"; then
+  echo "bench smoke: federation_load failed; its log, then the server's:" >&2
+  cat "$work/load.log" "$work/server.log" >&2
+  exit 1
+fi
 if ! wait "$server_pid"; then
   echo "bench smoke: the server of federation_load's run failed:" >&2
   cat "$work/server.log" >&2
