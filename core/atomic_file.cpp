@@ -51,16 +51,12 @@ struct LargeBlockDeleter {
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kDirectWriteAlignment == 0; }
 
-// Writes `pieces` to `fd` (opened with O_DIRECT) and cuts the file to `total` bytes if it was
-// longer. Whole aligned blocks of a piece that starts at an aligned file offset and memory
+// Writes `pieces` to `fd` (opened with O_DIRECT), the file then ending where they do if it was
+// not longer. Whole aligned blocks of a piece that starts at an aligned file offset and memory
 // address go from the piece's memory; everything else is copied into an aligned buffer. Sets
 // *refused (and writes nothing) when the file system turns O_DIRECT down at the first write.
-Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_t total, const std::string& path,
-                   bool* refused) {
+Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, const std::string& path, bool* refused) {
   *refused = false;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return UnavailableError("cannot write '" + path + "': " + std::strerror(errno));
-  const auto size_before = static_cast<size_t>(st.st_size);
   std::unique_ptr<char, LargeBlockDeleter> buffer;
   try {
     buffer.reset(static_cast<char*>(AllocateLargeBlock(kDirectBufferBytes)));
@@ -126,7 +122,7 @@ Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_
   // The last partial block is written through the page cache, so that the file ends where the
   // bytes do: a padded direct block would make the file longer and a cut shorter again, two
   // changes of its size, each a journal commit at the sync; a file written over in place at its
-  // old size has none.
+  // old size has none (WriteAndSync cuts only a file that was longer).
   const size_t tail = filled % kDirectWriteAlignment;
   filled -= tail;
   const char* tail_bytes = buffer.get() + filled;  // the flush below leaves them where they are
@@ -139,9 +135,6 @@ Status WriteDirect(int fd, std::initializer_list<std::string_view> pieces, size_
     }
     PLEXUS_RETURN_IF_ERROR(WriteAll(fd, std::string_view(tail_bytes, tail), path));
     copied += tail;
-  }
-  if (size_before > total && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
-    return UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
   }
   direct_from_caller.fetch_add(from_caller, std::memory_order_relaxed);
   direct_copied.fetch_add(copied, std::memory_order_relaxed);
@@ -189,7 +182,7 @@ Status WriteAndSync(const std::string& path, std::initializer_list<std::string_v
   bool buffered = fd < 0 || (InMemoryFileSystem(fd) && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) == 0);
   Status s;
   if (!buffered) {
-    s = WriteDirect(fd, pieces, total, path, &buffered);
+    s = WriteDirect(fd, pieces, path, &buffered);
     if (buffered) {  // O_DIRECT refused: start over with an ordinary file
       ::close(fd);
       fd = -1;
@@ -201,7 +194,14 @@ Status WriteAndSync(const std::string& path, std::initializer_list<std::string_v
     for (std::string_view piece : pieces) {
       if (s.ok()) s = WriteAll(fd, piece, path);
     }
-    if (s.ok() && in_place && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+  }
+  // A file written over in place keeps its old length when that was longer: cut it then, and only
+  // then (a change of size is journaled at the sync).
+  if (s.ok() && in_place) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      s = UnavailableError("cannot read the size of '" + path + "': " + std::strerror(errno));
+    } else if (static_cast<size_t>(st.st_size) > total && ::ftruncate(fd, static_cast<off_t>(total)) != 0) {
       s = UnavailableError("cannot set the size of '" + path + "': " + std::strerror(errno));
     }
   }
