@@ -77,14 +77,7 @@ PY
 }
 
 model() {  # model PARAMS FILE: a safetensors model of PARAMS zeros
-  python3 - "$1" "$2" <<'PY'
-import json, struct, sys
-n, path = int(float(sys.argv[1])), sys.argv[2]
-header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
-with open(path, "wb") as f:
-    f.write(struct.pack("<Q", len(header)) + header)
-    f.write(bytes(4 * n))
-PY
+  python3 bench/make_zero_model.py "$1" "$2"
 }
 
 : >"$work/rows"

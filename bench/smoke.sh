@@ -58,13 +58,7 @@ check peer_exchange "$work/peer.json" \
   "all(json.loads(out)[k] > 0 for k in ('duplex_tcp_gbps', 'duplex_tls_gbps', 'exchange_gbps', 'exchange_tls_gbps'))"
 
 # The load generator against a real server: two clients, three sync rounds of a small model.
-python3 - "$work/model.safetensors" <<'PY'
-import json, struct, sys
-n = 10000
-header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<Q", len(header)) + header + bytes(4 * n))
-PY
+python3 bench/make_zero_model.py 10000 "$work/model.safetensors"
 # A port the kernel just gave out and nobody holds (a random one could be taken).
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$build/apps/plexus/plexus" server --listen 127.0.0.1:$port --db "$work/load.db" --no-eval --rate-limit 0 \
