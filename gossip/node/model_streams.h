@@ -27,22 +27,21 @@ namespace plexus::gossip {
 // another neighbour joins its own header's CRC to it (CheckedChunkTrailerOfCrc) instead of reading
 // the chunk again. Chunks are cut at the same offsets on every link.
 struct ChunkCrcs {
+  struct Entry {
+    size_t length = 0;  // of the chunk the CRC is for; 0: not computed yet
+    uint32_t crc = 0;
+  };
   // The CRC of chunk `index` when it was computed for a chunk of `length` bytes.
   std::optional<uint32_t> Get(uint32_t index, size_t length) const {
-    if (index < crc.size() && this->length[index] == length) return crc[index];
+    if (index < chunks.size() && chunks[index].length == length) return chunks[index].crc;
     return std::nullopt;
   }
-  void Put(uint32_t index, size_t length, uint32_t value) {
-    if (crc.size() <= index) {
-      crc.resize(index + 1);
-      this->length.resize(index + 1);
-    }
-    crc[index] = value;
-    this->length[index] = length;
+  void Put(uint32_t index, size_t length, uint32_t crc) {
+    if (chunks.size() <= index) chunks.resize(index + 1);
+    chunks[index] = {length, crc};
   }
 
-  std::vector<uint32_t> crc;
-  std::vector<size_t> length;  // of the chunk crc[i] is for; 0: not computed yet
+  std::vector<Entry> chunks;
 };
 
 // A model's safetensors prefix and its chunks' CRCs, kept while the model lives: reused for every
