@@ -58,6 +58,11 @@ class SqliteStore final : public Store {
   // set before the store is used. QueuedUpdateRows: rows waiting for the next commit.
   void SetUpdateRowCommitHook(std::function<void(size_t)> hook) { row_commit_hook_ = std::move(hook); }
   size_t QueuedUpdateRows();
+  // The updates folder's files kept for reuse (named by no row), and how often the folder was
+  // synced so far: a group commit syncs it only when one of its files is new. Tests and
+  // benchmarks.
+  std::vector<std::string> SpareUpdateFiles();
+  uint64_t UpdateFolderSyncs();
 
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
@@ -102,21 +107,30 @@ class SqliteStore final : public Store {
     int64_t round = 0;
     int64_t attempt = 0;
     const Update* update = nullptr;
-    bool replace = false;  // sync rounds: a client's later upload replaces its earlier one
-    std::string file;      // in the updates folder, written and synced; empty: values in the row
+    bool replace = false;   // sync rounds: a client's later upload replaces its earlier one
+    std::string file;       // in the updates folder, written and synced; empty: values in the row
+    bool new_file = false;  // `file` is not a spare's: its name is durable only after a folder sync
     Status result;
     bool done = false;  // guarded by row_queue_mu_
   };
   // Writes an accepted (sync) or logged (async) update: its file, synced, then its row, committed
   // together with the rows of every caller that arrives meanwhile.
   Status PutUpdateRow(int64_t round, int64_t attempt, const Update& update, bool replace);
-  // One transaction for `rows` (after one sync of the updates folder); sets each row's result.
+  // One transaction for `rows` (after one sync of the updates folder when a row's file is new);
+  // sets each row's result.
   void CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows);
   Status InsertUpdateRowLocked(const PendingUpdateRow& row, std::vector<std::string>* replaced);
-  // Files whose rows are gone (merged updates, pruned checkpoints), renamed "spare-..." in their
-  // folder and reused for new files of the same kind: writing over a file's blocks in place costs
-  // the file system no allocation (and tmpfs no fresh pages). A crash leaves them as orphans,
-  // which Open removes.
+  // The file of a row that did not commit: kept as a spare when its name is durable, else
+  // removed. Requires mu_.
+  void GiveBackUpdateFileLocked(PendingUpdateRow* row);
+  // Files whose rows are gone (merged updates, pruned checkpoints), reused for new files of the
+  // same kind: writing over a file's blocks in place costs the file system no allocation (and
+  // tmpfs no fresh pages). A pruned checkpoint's file is renamed "spare-..." (a checkpoint's name
+  // says its version). An update's file keeps its name, which its next row names again: no rename
+  // for the file system to journal, and no folder sync before that row commits, since the name
+  // is already durable (update files are read only by the store's owner, after their rows commit;
+  // a file joins the pool only once the commit that dropped its row is done). A crash leaves
+  // spares as orphans, which Open removes.
   struct SpareFile {
     std::string name;
     uintmax_t bytes = 0;
@@ -127,8 +141,9 @@ class SqliteStore final : public Store {
   };
   static constexpr size_t kMaxSpareFiles = 32;  // per pool
   static constexpr uintmax_t kMaxSpareBytes = uintmax_t{1} << 30;
-  // Keeps `dir`/`name` in `pool` as a spare while the pool is small, else removes it. Requires mu_.
-  void KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool);
+  // Keeps `dir`/`name` in `pool` as a spare while the pool is small (renamed "spare-..." when
+  // `rename`), else removes it. Requires mu_.
+  void KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool, bool rename);
   // Renames a spare of `pool` to `path`, to be written over in place; false when there is none.
   // Requires mu_.
   bool TakeSpareFileLocked(const std::string& dir, SparePool* pool, const std::string& path);
@@ -150,6 +165,7 @@ class SqliteStore final : public Store {
   int64_t keep_every_ = 0;             // guarded by mu_
   CodedDeltaReader coded_reader_;      // guarded by mu_
   SparePool spare_updates_;            // guarded by mu_
+  uint64_t update_folder_syncs_ = 0;   // guarded by mu_
   SparePool spare_checkpoints_;        // guarded by mu_
   // The group commit's queue: rows waiting for the next commit, and whether one is running.
   std::mutex row_queue_mu_;

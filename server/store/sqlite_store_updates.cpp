@@ -29,19 +29,15 @@ Status UniqueRow(Status s, int64_t round, int64_t attempt) {
   return AlreadyExistsError("update log entry " + std::to_string(attempt) + " is taken");
 }
 
-// A name no other accepted update has had (`tag` random): a replaced update's file must not be
-// overwritten before the row naming its successor commits. A coded update's file holds its
-// codec's bytes (".codes").
 std::string HexTag(uint64_t tag) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
   return hex;
 }
 
-std::string AcceptedUpdateFileName(uint64_t round, int64_t attempt, uint64_t tag, bool coded) {
-  return "r" + std::to_string(round) + "-a" + std::to_string(attempt) + "-" + HexTag(tag) +
-         (coded ? ".codes" : ".safetensors");
-}
+// A new file of the updates folder (`tag` random). The name says nothing about the update: the
+// file is reused for later ones (float32 safetensors or a codec's bytes, as its row says).
+std::string NewUpdateFileName(uint64_t tag) { return "update-" + HexTag(tag); }
 
 }  // namespace
 
@@ -63,17 +59,17 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
 void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
-    if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_);
+    if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_, /*rename=*/false);
   }
 }
 
-void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool) {
+void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool, bool rename) {
   const std::string path = dir + "/" + name;
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
   if (!ec && pool->files.size() < kMaxSpareFiles && pool->bytes + bytes <= kMaxSpareBytes) {
-    const std::string spare = "spare-" + HexTag(name_rng_());
-    std::filesystem::rename(path, dir + "/" + spare, ec);
+    const std::string spare = rename ? "spare-" + HexTag(name_rng_()) : name;
+    if (rename) std::filesystem::rename(path, dir + "/" + spare, ec);
     if (!ec) {
       pool->files.push_back({spare, bytes});
       pool->bytes += bytes;
@@ -116,10 +112,17 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
     {
       std::lock_guard<std::mutex> lock(mu_);
       PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
-      row.file = AcceptedUpdateFileName(static_cast<uint64_t>(round), attempt, name_rng_(), u.coded != nullptr);
+      // A spare's name is durable already; a new file's is made so by the folder sync before any
+      // row names it.
+      if (spare_updates_.files.empty()) {
+        row.file = NewUpdateFileName(name_rng_());
+        row.new_file = true;
+      } else {
+        row.file = spare_updates_.files.back().name;
+        spare_updates_.bytes -= spare_updates_.files.back().bytes;
+        spare_updates_.files.pop_back();
+      }
       path = updates_dir_ + "/" + row.file;
-      // A spare's new name is made durable by the directory sync before any row names it.
-      (void)TakeSpareFileLocked(updates_dir_, &spare_updates_, path);
     }
     PLEXUS_RETURN_IF_ERROR(
         u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
@@ -155,20 +158,45 @@ size_t SqliteStore::QueuedUpdateRows() {
   return row_queue_.size();
 }
 
+std::vector<std::string> SqliteStore::SpareUpdateFiles() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> names;
+  for (const SpareFile& spare : spare_updates_.files) names.push_back(spare.name);
+  return names;
+}
+
+uint64_t SqliteStore::UpdateFolderSyncs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return update_folder_syncs_;
+}
+
+void SqliteStore::GiveBackUpdateFileLocked(PendingUpdateRow* row) {
+  if (row->file.empty()) return;
+  if (row->new_file) {
+    std::error_code ec;
+    std::filesystem::remove(updates_dir_ + "/" + row->file, ec);
+  } else {
+    RemoveUpdateFilesLocked({row->file});
+  }
+  row->file.clear();
+}
+
 void SqliteStore::CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows) {
   if (row_commit_hook_) row_commit_hook_(rows.size());
   std::lock_guard<std::mutex> lock(mu_);
   auto fail_all = [&](const Status& why) {
     for (PendingUpdateRow* row : rows) {
       if (row->result.ok()) row->result = why;
-      if (!row->file.empty()) RemoveUpdateFilesLocked({row->file});
+      GiveBackUpdateFileLocked(row);
     }
   };
-  bool any_file = false;
-  for (const PendingUpdateRow* row : rows) any_file = any_file || !row->file.empty();
-  if (any_file) {
+  bool any_new_file = false;
+  for (const PendingUpdateRow* row : rows) any_new_file = any_new_file || row->new_file;
+  if (any_new_file) {
     // One sync makes every new file's name durable before any row names it.
     if (Status synced = SyncDirectory(updates_dir_); !synced.ok()) return fail_all(synced);
+    ++update_folder_syncs_;
+    for (PendingUpdateRow* row : rows) row->new_file = false;
   }
   SqliteTransaction transaction(db_);
   if (!transaction.status().ok()) return fail_all(transaction.status());
@@ -179,8 +207,7 @@ void SqliteStore::CommitUpdateRows(const std::vector<PendingUpdateRow*>& rows) {
     row->result = InsertUpdateRowLocked(*row, &replaced);
     if (!row->result.ok()) {
       (void)Exec("ROLLBACK TO update_row");
-      if (!row->file.empty()) RemoveUpdateFilesLocked({row->file});
-      row->file.clear();
+      GiveBackUpdateFileLocked(row);
     }
     if (Status s = Exec("RELEASE update_row"); !s.ok()) return fail_all(s);
   }

@@ -276,21 +276,36 @@ class ScratchDatabase {
     return path_ + ".checkpoints/v" + std::to_string(version) + ".safetensors";
   }
   std::string updates_dir() const { return path_ + ".updates"; }
-  // The files of updates, and the spares the store keeps for reuse.
-  std::vector<std::string> update_files() const { return Files(false); }
-  std::vector<std::string> spare_files() const { return Files(true); }
+  // The files of updates in the folder (without the ones `store`, when given, keeps for reuse),
+  // and the spares `store` keeps, each a file of the folder.
+  std::vector<std::string> update_files(SqliteStore* store = nullptr) const {
+    std::vector<std::string> spares = store ? store->SpareUpdateFiles() : std::vector<std::string>();
+    std::vector<std::string> out;
+    for (const std::string& name : Files()) {
+      if (std::find(spares.begin(), spares.end(), name) == spares.end()) out.push_back(name);
+    }
+    return out;
+  }
+  std::vector<std::string> spare_files(SqliteStore* store) const {
+    std::vector<std::string> files = Files();
+    std::vector<std::string> out;
+    for (const std::string& name : store->SpareUpdateFiles()) {
+      if (std::find(files.begin(), files.end(), name) != files.end()) out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
  private:
   void Remove() {
     for (const char* suffix : {"", "-wal", "-shm", ".checkpoints", ".updates"})
       std::filesystem::remove_all(path_ + suffix);
   }
-  std::vector<std::string> Files(bool spares) const {
+  std::vector<std::string> Files() const {
     std::vector<std::string> out;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(updates_dir(), ec)) {
-      const std::string name = e.path().filename().string();
-      if ((name.rfind("spare-", 0) == 0) == spares) out.push_back(name);
+      out.push_back(e.path().filename().string());
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -380,31 +395,46 @@ TEST(SqliteStoreTest, AcceptedUpdatesAreFilesThatGoWithTheirRound) {
   ASSERT_OK(s->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
   ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 250000, 1.0f)));
   ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("b", 250000, 2.0f)));
-  ASSERT_EQ(db.update_files().size(), 2u);
+  ASSERT_EQ(db.update_files(s.get()).size(), 2u);
+  EXPECT_EQ(s->UpdateFolderSyncs(), 2u);  // two new files, each named durably before its row
   // A second upload from the same client replaces the first, file and all.
   ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 250000, 5.0f)));
-  ASSERT_EQ(db.update_files().size(), 2u);
+  ASSERT_EQ(db.update_files(s.get()).size(), 2u);
   auto accepted = *s->ListAcceptedUpdates(1, 0);
   ASSERT_EQ(accepted.size(), 2u);
   EXPECT_EQ(accepted[0].delta.data()[0], 5.0f);
   EXPECT_EQ(accepted[1].delta.data()[0], 2.0f);
-  EXPECT_EQ(db.spare_files().size(), 1u);  // the replaced one's, kept for reuse
+  const std::vector<std::string> replaced = db.spare_files(s.get());
+  EXPECT_EQ(replaced.size(), 1u);  // the replaced one's, kept for reuse
   // A new attempt drops the old attempt's files; committing the round drops the rest.
   ASSERT_OK(s->PutOpenRound({1, 1, {{"a", "r1a1-a"}}}));
-  EXPECT_TRUE(db.update_files().empty());
-  EXPECT_EQ(db.spare_files().size(), 3u);
-  // A smaller update written over a spare in place: the spare is taken and cut to its size.
+  EXPECT_TRUE(db.update_files(s.get()).empty());
+  EXPECT_EQ(db.spare_files(s.get()).size(), 3u);
+  // A smaller update written over a spare in place: the spare is taken, under its own name (no
+  // rename, so no folder sync before its row commits), and cut to its size.
+  const std::vector<std::string> folder = db.update_files();
   ASSERT_OK(s->PutAcceptedUpdate(1, 1, AcceptedUpdate("a", 10, 7.0f)));
-  ASSERT_EQ(db.update_files().size(), 1u);
-  EXPECT_EQ(db.spare_files().size(), 2u);
-  EXPECT_LT(std::filesystem::file_size(db.updates_dir() + "/" + db.update_files()[0]), 1000u);
+  EXPECT_EQ(s->UpdateFolderSyncs(), 3u);
+  EXPECT_EQ(db.update_files(), folder);
+  ASSERT_EQ(db.update_files(s.get()).size(), 1u);
+  EXPECT_EQ(db.spare_files(s.get()).size(), 2u);
+  EXPECT_LT(std::filesystem::file_size(db.updates_dir() + "/" + db.update_files(s.get())[0]), 1000u);
   EXPECT_EQ((*s->ListAcceptedUpdates(1, 1))[0].delta, AcceptedUpdate("a", 10, 7.0f).delta);
   ASSERT_OK(s->PutCheckpoint(Filled(10, 0, 0.0f)));
   RoundRecord r;
   r.round = 1;
   r.model_version = 1;
   ASSERT_OK(s->CommitRound(r, Filled(10, 1, 1.0f), ""));
-  EXPECT_TRUE(db.update_files().empty());
+  EXPECT_TRUE(db.update_files(s.get()).empty());
+  // After a restart the spares are orphans (too new to be removed yet); the update written then
+  // is a new file again.
+  s.reset();
+  s = *SqliteStore::Open(db.path());
+  EXPECT_TRUE(s->SpareUpdateFiles().empty());
+  ASSERT_OK(s->PutOpenRound({2, 0, {{"a", "r2a0-a"}}}));
+  ASSERT_OK(s->PutAcceptedUpdate(2, 0, AcceptedUpdate("a", 10, 3.0f)));
+  EXPECT_EQ(s->UpdateFolderSyncs(), 1u);
+  EXPECT_EQ((*s->ListAcceptedUpdates(2, 0))[0].delta, AcceptedUpdate("a", 10, 3.0f).delta);
 }
 
 TEST(SqliteStoreTest, AMissingUpdateFileIsDataLossAndOldLeftoversAreRemovedOnOpen) {
@@ -551,7 +581,7 @@ TEST(SqliteStoreTest, LoggedUpdatesSurviveReopenAsSyncedFiles) {
   r.logged_done = {1};
   ASSERT_OK(s->CommitRound(r, Filled(250000, 1, 1.0f), ""));
   EXPECT_TRUE(s->ListLoggedUpdates()->empty());
-  EXPECT_TRUE(db.update_files().empty());  // its file went with its row
+  EXPECT_TRUE(db.update_files(s.get()).empty());  // its file went with its row (a spare now)
 }
 
 // The 8-byte header length, read from the start of a file.
@@ -655,7 +685,9 @@ TEST(SqliteStoreTest, UpdateRowsArrivingDuringACommitShareTheNextOne) {
   std::vector<Update> accepted = *s->ListAcceptedUpdates(1, 0);
   ASSERT_EQ(accepted.size(), 1u);
   EXPECT_EQ(accepted[0].delta, sync_update.delta);
-  EXPECT_EQ(db.update_files().size(), 3u);  // the two refused rows' files are gone
+  // The two refused rows' files are spares (their names were synced with the batch's).
+  EXPECT_EQ(db.update_files(s.get()).size(), 3u);
+  EXPECT_EQ(db.spare_files(s.get()).size(), 2u);
 }
 
 Update CodedUpdate(const std::string& client, std::vector<float> values) {
@@ -694,15 +726,12 @@ TEST(SqliteStoreTest, CodedUpdatesAreKeptAsTheirCodecsBytesAndReadBackThroughThe
     ASSERT_NE(logged[0].update.coded, nullptr);
     EXPECT_EQ(logged[0].update.coded->bytes(), b.coded->bytes());
   }
-  // The file-backed store wrote the codes as they are: 12 bytes each, no safetensors header.
+  // The file-backed store wrote the codes as they are: 12 bytes each, no safetensors header
+  // (the float32 update's file is a safetensors file, longer).
   std::vector<std::string> files = db.update_files();
   ASSERT_EQ(files.size(), 3u);
   size_t twelve = 0;
-  for (const std::string& f : files) {
-    const bool coded = std::filesystem::path(f).extension() == ".codes";
-    EXPECT_EQ(std::filesystem::file_size(db.updates_dir() + "/" + f) == 12, coded) << f;
-    twelve += coded;
-  }
+  for (const std::string& f : files) twelve += std::filesystem::file_size(db.updates_dir() + "/" + f) == 12;
   EXPECT_EQ(twelve, 2u);
   auto reopened = *SqliteStore::Open(db.path());
   EXPECT_THAT(reopened->ListAcceptedUpdates(1, 0),
