@@ -57,10 +57,9 @@ class SharedDelta {
   Result<std::shared_ptr<const std::string>> Get(FederationTransport* transport, uint64_t version) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!payload_) {
-      std::string bytes;
-      uint64_t total = 0;
-      PLEXUS_RETURN_IF_ERROR(transport->Download(version, &bytes, &total, nullptr));
-      PLEXUS_ASSIGN_OR_RETURN(ModelState model, DecodeSafetensors(bytes));
+      ModelDownloadSink sink;
+      PLEXUS_RETURN_IF_ERROR(transport->Download(version, &sink));
+      PLEXUS_ASSIGN_OR_RETURN(ModelState model, std::move(sink).Finish());
       for (float& x : model.data()) x = 0.001f;
       payload_ = std::make_shared<const std::string>(EncodeSafetensors(model));
     }

@@ -198,11 +198,12 @@ std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::
   return std::move(model).value();
 }
 
-Status ClientRuntime::DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt) {
+Status ClientRuntime::DownloadUntilDone(const std::function<void()>& start_over,
+                                        const std::function<Status()>& attempt) {
   while (true) {
     Status s = attempt();
     if (s.ok()) break;
-    if (s.code() == StatusCode::kDataLoss) bytes->clear();  // inconsistent stream: start over
+    if (s.code() == StatusCode::kDataLoss) start_over();  // inconsistent stream
     if (!ClientSession::Transient(s) && s.code() != StatusCode::kDataLoss) return s;
     PLEXUS_RETURN_IF_ERROR(BackOff(s));
   }
@@ -235,31 +236,28 @@ Result<std::shared_ptr<const ModelState>> ClientRuntime::FetchModel(const Task& 
     // server described, a codec refused): the float32 model, checked against the task's SHA-256.
     spdlog::warn("model version {}: downloading float32: {}", task.model_version, coded.status().ToString());
   }
-  std::string bytes;
   bool keep = options_.state != nullptr;  // the bytes go to the state directory as they arrive
-  if (keep) {
-    bool complete = false;
-    bytes = options_.state->ModelBytes(task.model_version, &complete);
-    if (!bytes.empty()) {
-      spdlog::info("model version {}: resuming the download at byte {} (kept in {})", task.model_version, bytes.size(),
-                   options_.state->path());
-    }
-  }
-  const auto on_bytes = [this, &bytes, &keep, &task](std::string_view piece) {
+  // Decoded into the model as they arrive: the model is the only copy of its bytes held here.
+  ModelDownloadSink sink([this, &keep, &task](uint64_t offset, std::string_view piece) {
     if (!keep) return;
-    Status s = options_.state->AppendModelBytes(task.model_version, bytes.size() - piece.size(), piece);
+    Status s = options_.state->AppendModelBytes(task.model_version, offset, piece);
     if (!s.ok()) {
       spdlog::warn("model version {}: not kept on disk any more: {}", task.model_version, s.ToString());
       keep = false;
     }
-  };
-  uint64_t total = 0;
-  PLEXUS_RETURN_IF_ERROR(
-      DownloadUntilDone(&bytes, [&] { return transport_->Download(task.model_version, &bytes, &total, on_bytes); }));
-  Result<ModelState> model = DecodeSafetensors(bytes);
-  if (model.ok() && model->ContentSha256() != task.model_sha256) {
-    model = DataLossError("model version " + std::to_string(task.model_version) + " does not match the task's SHA-256");
+  });
+  if (keep) {
+    bool complete = false;
+    std::string kept = options_.state->ModelBytes(task.model_version, &complete);
+    if (!kept.empty()) {
+      spdlog::info("model version {}: resuming the download at byte {} (kept in {})", task.model_version, kept.size(),
+                   options_.state->path());
+      sink.Prefill(std::move(kept));
+    }
   }
+  PLEXUS_RETURN_IF_ERROR(
+      DownloadUntilDone([&] { sink.Reset(); }, [&] { return transport_->Download(task.model_version, &sink); }));
+  Result<ModelState> model = std::move(sink).Finish(task.model_sha256);
   if (!model.ok()) {
     if (options_.state) options_.state->DropModel(task.model_version);
     return model.status().WithContext("model version " + std::to_string(task.model_version));
@@ -284,9 +282,11 @@ Result<ModelState> ClientRuntime::FetchCodedModel(const Task& task, std::string*
   std::string bytes;
   uint64_t total = 0;
   CodedDownload info;
-  PLEXUS_RETURN_IF_ERROR(DownloadUntilDone(&bytes, [&] {
-    return transport_->DownloadCoded(task.model_version, task.download_codec, base_sha256, &bytes, &total, &info);
-  }));
+  PLEXUS_RETURN_IF_ERROR(DownloadUntilDone([&] { bytes.clear(); },
+                                           [&] {
+                                             return transport_->DownloadCoded(task.model_version, task.download_codec,
+                                                                              base_sha256, &bytes, &total, &info);
+                                           }));
   if (info.codec != task.download_codec) {
     return DataLossError("the server sent the model in '" + info.codec + "', not the task's '" + task.download_codec +
                          "'");

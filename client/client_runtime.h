@@ -153,9 +153,10 @@ class ClientRuntime {
   // coded downloads (the caller then downloads float32).
   // `sha256` receives the rebuilt model's SHA-256 (checked against the server's).
   Result<ModelState> FetchCodedModel(const Task& task, std::string* sha256);
-  // Calls `attempt` (one download call appending to *bytes) until it succeeds, backing off after
-  // transient failures; a DataLoss (an inconsistent stream) empties *bytes to start over.
-  Status DownloadUntilDone(std::string* bytes, const std::function<Status()>& attempt);
+  // Calls `attempt` (one download call into its sink) until it succeeds, backing off after
+  // transient failures; after a DataLoss (an inconsistent stream) it calls `start_over`, which
+  // empties the sink, and downloads from byte 0.
+  Status DownloadUntilDone(const std::function<void()>& start_over, const std::function<Status()>& attempt);
   // The model of `version` kept in the state directory (complete, or a partial file that holds
   // all of it), if it matches `sha256`.
   std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);

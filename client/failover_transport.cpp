@@ -88,9 +88,8 @@ Result<PollAnswer> FailoverTransport::Poll(const std::string& client_id, int64_t
   return r;
 }
 
-Status FailoverTransport::Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
-                                   const std::function<void(std::string_view bytes)>& on_bytes) {
-  Status s = current_->Download(version, buffer, total_bytes, on_bytes);
+Status FailoverTransport::Download(uint64_t version, DownloadSink* sink) {
+  Status s = current_->Download(version, sink);
   Observe(s);
   return s;
 }

@@ -42,8 +42,7 @@ class FailoverTransport final : public FederationTransport {
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override;
   Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) override;
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
-                  const std::function<void(std::string_view bytes)>& on_bytes) override;
+  Status Download(uint64_t version, DownloadSink* sink) override;
   Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256, std::string* buffer,
                        uint64_t* total_bytes, CodedDownload* info) override;
   Status ReportEvaluation(const std::string& client_id, const std::string& task_id,

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/download_sink.h"
 #include "core/evaluation.h"
 #include "core/model_state.h"
 #include "core/status.h"
@@ -70,11 +71,10 @@ class FederationTransport {
   virtual Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) = 0;
   // May block up to wait_ms for work.
   virtual Result<PollAnswer> Poll(const std::string& client_id, int64_t wait_ms) = 0;
-  // Appends the encoded model of `version` from byte `buffer->size()` on; on failure the bytes
-  // received so far stay in `buffer`, so a retry resumes where it stopped. Sets *total_bytes.
-  // `on_bytes`, when set, hears of every piece as it is appended (to keep it on disk).
-  virtual Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
-                          const std::function<void(std::string_view bytes)>& on_bytes) = 0;
+  // Hands the encoded model of `version` (float32 safetensors) to `sink` from byte
+  // sink->received() on; on failure what the sink took stays there, so a retry with the same sink
+  // resumes where it stopped. A sink's DataLoss ends the download with it.
+  virtual Status Download(uint64_t version, DownloadSink* sink) = 0;
   // As Download, in `codec`'s bytes (the task's download_codec), for a client that holds the
   // model whose ContentSha256 is `base_sha256` (empty: none). Fills *info; chunks of a resumed
   // download (non-empty buffer) that say something else than *info are DataLoss, and the caller

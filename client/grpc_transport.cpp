@@ -24,7 +24,6 @@ constexpr size_t kChunkBytes = 1 << 20;
 // for smaller ones the question would cost about as much as sending them again.
 constexpr size_t kMinResumeBytes = 64 << 10;
 constexpr int kMaxMessageBytes = 4 << 20;
-constexpr uint64_t kMaxReserveBytes = uint64_t{1} << 30;
 
 bool SameCodedDownload(const CodedDownload& a, const CodedDownload& b) {
   if (a.codec != b.codec || a.base_sha256 != b.base_sha256 || a.model_sha256 != b.model_sha256) return false;
@@ -142,11 +141,10 @@ class GrpcFederationTransport final : public FederationTransport {
     return FromGrpc(stub_->ReportEvaluation(&ctx, req, &rep), "evaluation report");
   }
 
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total_bytes,
-                  const std::function<void(std::string_view bytes)>& on_bytes) override {
+  Status Download(uint64_t version, DownloadSink* sink) override {
     v1::DownloadModelRequest req;
     req.set_version(version);
-    return Stream(req, buffer, total_bytes, on_bytes, nullptr);
+    return Stream(req, sink, nullptr);
   }
 
   Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256, std::string* buffer,
@@ -155,51 +153,48 @@ class GrpcFederationTransport final : public FederationTransport {
     req.set_version(version);
     req.set_codec(codec);
     req.set_base_sha256(base_sha256);
-    return Stream(req, buffer, total_bytes, {}, info);
+    StringDownloadSink sink(buffer);
+    Status s = Stream(req, &sink, info);
+    *total_bytes = sink.total();
+    return s;
   }
 
-  // Streams a download from byte buffer->size() on. With `coded`, each chunk's description of
-  // the coded bytes goes to *coded, and must match it when the buffer already holds some.
-  Status Stream(v1::DownloadModelRequest req, std::string* buffer, uint64_t* total_bytes,
-                const std::function<void(std::string_view bytes)>& on_bytes, CodedDownload* coded) {
+  // Streams a download from byte sink->received() on. With `coded`, each chunk's description of
+  // the coded bytes goes to *coded, and must match it when the sink already holds some.
+  Status Stream(v1::DownloadModelRequest req, DownloadSink* sink, CodedDownload* coded) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
     const uint64_t version = req.version();
-    req.set_offset(buffer->size());
+    const uint64_t resumed_at = sink->received();
+    req.set_offset(resumed_at);
     req.set_client_id(joined_id_);
     auto reader = stub_->DownloadModel(&ctx, req);
     v1::ModelChunk chunk;
+    uint64_t total = 0;
     while (reader->Read(&chunk)) {
-      if (chunk.offset() != buffer->size() || chunk.version() != version) {
+      if (chunk.offset() != sink->received() || chunk.version() != version) {
         ctx.TryCancel();
         return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) +
-                             " does not continue byte " + std::to_string(buffer->size()));
+                             " does not continue byte " + std::to_string(sink->received()));
       }
       if (coded) {
         CodedDownload said{chunk.codec(), chunk.base_sha256(), chunk.model_sha256(), {}};
         for (const v1::TensorLayout& t : chunk.layout()) {
           said.layout.push_back({t.name(), std::vector<int64_t>(t.shape().begin(), t.shape().end())});
         }
-        if (!buffer->empty() && !SameCodedDownload(said, *coded)) {
+        if (sink->received() > 0 && !SameCodedDownload(said, *coded)) {
           ctx.TryCancel();
           return DataLossError("download: the coded model changed while it was resumed");
         }
         *coded = std::move(said);
       }
-      *total_bytes = chunk.total_bytes();
-      if (buffer->size() + chunk.data().size() > *total_bytes) {
+      total = chunk.total_bytes();
+      if (Status s = sink->Append(chunk.data(), total); !s.ok()) {
         ctx.TryCancel();
-        return DataLossError("download: more bytes than announced");
+        return s;
       }
-      // Room for the whole model at once, rather than regrowing (and recopying) the buffer
-      // chunk by chunk; capped at 1 GiB, so that a server announcing a huge size cannot make
-      // the client allocate it without sending it.
-      if (buffer->capacity() < *total_bytes) buffer->reserve(std::min<uint64_t>(*total_bytes, kMaxReserveBytes));
-      buffer->append(chunk.data());
-      if (on_bytes) on_bytes(chunk.data());
     }
-    const size_t resumed_at = req.offset();
     Status finished = FromGrpc(reader->Finish(), "download model " + std::to_string(version));
     // A resume from kept bytes that cannot be right (more than the model, or all of it, so the
     // server sends nothing): start over (DataLoss), rather than retry the same offset forever.
@@ -207,10 +202,10 @@ class GrpcFederationTransport final : public FederationTransport {
       return DataLossError("download: the " + std::to_string(resumed_at) + " bytes kept are more than the model");
     }
     PLEXUS_RETURN_IF_ERROR(finished);
-    if (resumed_at > 0 && buffer->size() == resumed_at) {
+    if (resumed_at > 0 && sink->received() == resumed_at) {
       return DataLossError("download: nothing after the " + std::to_string(resumed_at) + " bytes kept");
     }
-    if (buffer->size() != *total_bytes) return UnavailableError("download: stream ended early");
+    if (total == 0 || sink->received() != total) return UnavailableError("download: stream ended early");
     return Status::Ok();
   }
 

@@ -80,33 +80,31 @@ Result<Task> ServerExchange::TakeTask(double deadline_ms) {
   }
 }
 
-Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, double deadline_ms, bool wait_for_it) {
-  std::string bytes;
-  uint64_t total = 0;
+Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, const std::string& sha256, double deadline_ms,
+                                                   bool wait_for_it) {
+  ModelDownloadSink sink;
   while (true) {
     if (cancelled_) return CancelledError("the peer is leaving");
-    Status s = transport_->Download(version, &bytes, &total, {});
+    Status s = transport_->Download(version, &sink);
     if (s.ok()) break;
     // A version not published yet is not found; anything else is tried again too, from scratch.
-    bytes.clear();
+    sink.Reset();
     if (!wait_for_it && s.code() != StatusCode::kUnavailable) return s;
     if (!Pause(100, deadline_ms)) {
       return Stopped("the server published no version after " + std::to_string(version - 1) + " in time (" +
                      s.message() + ")");
     }
   }
-  PLEXUS_ASSIGN_OR_RETURN(ModelState model, DecodeSafetensors(bytes));
-  model.set_version(version);
+  Result<ModelState> model = sha256.empty() ? std::move(sink).Finish() : std::move(sink).Finish(sha256);
+  if (!model.ok()) return model.status().WithContext("the server's model " + std::to_string(version));
+  model->set_version(version);
   return model;
 }
 
 Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   const double deadline = NowMs() + wait_ms_;
   PLEXUS_ASSIGN_OR_RETURN(Task task, TakeTask(deadline));
-  PLEXUS_ASSIGN_OR_RETURN(ModelState global, DownloadVersion(task.model_version, deadline, false));
-  if (global.ContentSha256() != task.model_sha256) {
-    return DataLossError("the server's model " + std::to_string(task.model_version) + " does not match its task");
-  }
+  PLEXUS_ASSIGN_OR_RETURN(ModelState global, DownloadVersion(task.model_version, task.model_sha256, deadline, false));
   if (Status s = own.CheckSameLayout(global); !s.ok()) {
     return FailedPreconditionError("the server's model is not the peers' model (start it with the same --model): " +
                                    s.message());
@@ -132,7 +130,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
     if (!Pause(static_cast<double>(next.after_ms), deadline)) return Stopped("could not upload to the server in time");
   }
   spdlog::debug("server exchange: uploaded for version {}, waiting for the next", task.model_version);
-  return DownloadVersion(task.model_version + 1, deadline, true);
+  return DownloadVersion(task.model_version + 1, /*sha256=*/"", deadline, true);
 }
 
 }  // namespace plexus

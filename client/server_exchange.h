@@ -36,7 +36,8 @@ class ServerExchange {
 
  private:
   Result<Task> TakeTask(double deadline_ms);
-  Result<ModelState> DownloadVersion(uint64_t version, double deadline_ms, bool wait_for_it);
+  // `sha256`: the ContentSha256 its task names (empty: a version no task named yet, unchecked).
+  Result<ModelState> DownloadVersion(uint64_t version, const std::string& sha256, double deadline_ms, bool wait_for_it);
   double NowMs() const;
   // Sleeps up to `ms` (less when cancelled); false once cancelled or past the deadline.
   bool Pause(double ms, double deadline_ms) const;

@@ -63,20 +63,17 @@ class InProcessTransport : public FederationTransport {
     a.task.download_codec = download_codec_;
     return a;
   }
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total,
-                  const std::function<void(std::string_view)>& on_bytes) override {
+  Status Download(uint64_t version, DownloadSink* sink) override {
     PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
     const std::string bytes = EncodeSafetensors(m);
-    *total = bytes.size();
+    const size_t start = sink->received();
     size_t end = bytes.size();
     if (drop_download_after_ > 0) {  // deliver part of the rest, then "lose the connection"
-      end = std::min(bytes.size(), buffer->size() + drop_download_after_);
+      end = std::min(bytes.size(), start + drop_download_after_);
       drop_download_after_ = 0;
     }
-    resumed_from_.push_back(buffer->size());
-    const std::string_view piece = std::string_view(bytes).substr(buffer->size(), end - buffer->size());
-    buffer->append(piece);
-    if (on_bytes) on_bytes(piece);
+    resumed_from_.push_back(start);
+    PLEXUS_RETURN_IF_ERROR(sink->Append(std::string_view(bytes).substr(start, end - start), bytes.size()));
     return end == bytes.size() ? Status::Ok() : UnavailableError("injected: stream dropped");
   }
   // As the server's door does (CodedDownloads), all at once; `corrupt_coded_` sends a hash that

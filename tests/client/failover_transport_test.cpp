@@ -34,9 +34,7 @@ class FakeTransport final : public FederationTransport {
     PLEXUS_RETURN_IF_ERROR(Call());
     return PollAnswer{};
   }
-  Status Download(uint64_t, std::string*, uint64_t*, const std::function<void(std::string_view)>&) override {
-    return Call();
-  }
+  Status Download(uint64_t, DownloadSink*) override { return Call(); }
   Result<UploadAck> Upload(const UploadHeader&, std::shared_ptr<const std::string>) override {
     PLEXUS_RETURN_IF_ERROR(Call());
     return NotFoundError("unknown task");  // an answer: the server is alive

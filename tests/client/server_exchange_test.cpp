@@ -30,13 +30,11 @@ class EngineTransport final : public FederationTransport {
     std::lock_guard<std::mutex> lock(*mu_);
     return engine_->Poll(id);
   }
-  Status Download(uint64_t version, std::string* buffer, uint64_t* total,
-                  const std::function<void(std::string_view)>&) override {
+  Status Download(uint64_t version, DownloadSink* sink) override {
     std::lock_guard<std::mutex> lock(*mu_);
     PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));
-    *buffer = EncodeSafetensors(m);
-    *total = buffer->size();
-    return Status::Ok();
+    const std::string bytes = EncodeSafetensors(m);
+    return sink->Append(std::string_view(bytes).substr(sink->received()), bytes.size());
   }
   Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
     std::lock_guard<std::mutex> lock(*mu_);

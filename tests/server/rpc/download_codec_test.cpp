@@ -151,7 +151,8 @@ TEST_F(DownloadCodecTest, ADownloadInAnotherCodecIsRefusedAndFloat32StaysOpen) {
   EXPECT_THAT(transport_->DownloadCoded(task_new_.model_version, "fp16", "", &bytes, &total, &info),
               StatusIs(StatusCode::kInvalidArgument, "download codec is 'int8:chunk=4'"));
   bytes.clear();
-  ASSERT_OK(transport_->Download(task_old_.model_version, &bytes, &total, {}));
+  StringDownloadSink sink(&bytes);
+  ASSERT_OK(transport_->Download(task_old_.model_version, &sink));
   EXPECT_EQ(DecodeSafetensors(bytes)->ContentSha256(), model_.ContentSha256());
 }
 

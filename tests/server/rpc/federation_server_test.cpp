@@ -91,16 +91,28 @@ TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
   EXPECT_EQ(task_a_.model_version, 0u);
   EXPECT_EQ(task_a_.model_sha256, model_.ContentSha256());
   std::string bytes;
-  uint64_t total = 0;
-  ASSERT_OK(transport_->Download(0, &bytes, &total, nullptr));
-  EXPECT_EQ(bytes.size(), total);
+  StringDownloadSink whole(&bytes);
+  ASSERT_OK(transport_->Download(0, &whole));
+  EXPECT_EQ(bytes.size(), whole.total());
   EXPECT_EQ(DecodeSafetensors(bytes)->ContentSha256(), model_.ContentSha256());
   // Resume from an offset: only the rest arrives.
   std::string tail = bytes.substr(0, 20);
-  ASSERT_OK(transport_->Download(0, &tail, &total, nullptr));
+  StringDownloadSink rest(&tail);
+  ASSERT_OK(transport_->Download(0, &rest));
   EXPECT_EQ(tail, bytes);
+  // Decoded as it arrives, and checked against the task's hash, resumed after 20 bytes too.
+  ModelDownloadSink model;
+  model.Prefill(bytes.substr(0, 20));
+  ASSERT_OK(transport_->Download(0, &model));
+  Result<ModelState> decoded = std::move(model).Finish(task_a_.model_sha256);
+  ASSERT_OK(decoded.status());
+  EXPECT_EQ(*decoded, model_);
+  ModelDownloadSink other;
+  ASSERT_OK(transport_->Download(0, &other));
+  EXPECT_THAT(std::move(other).Finish(std::string(64, '0')), StatusIs(StatusCode::kDataLoss, "SHA-256"));
   std::string none;
-  EXPECT_THAT(transport_->Download(42, &none, &total, nullptr), StatusIs(StatusCode::kNotFound, "version 42"));
+  StringDownloadSink nothing(&none);
+  EXPECT_THAT(transport_->Download(42, &nothing), StatusIs(StatusCode::kNotFound, "version 42"));
 }
 
 TEST_F(FederationServerTest, BadUploadsAreRefusedAndAcceptedOnesKept) {
@@ -634,9 +646,9 @@ TEST(DownloadAuthTest, DownloadsAndTheStatusNeedAValidUnrevokedIdentity) {
   auto alice = MakeGrpcFederationTransport(fed.target, as_alice);
   ASSERT_OK(alice->Join("", 10, "test"));
   std::string bytes;
-  uint64_t total = 0;
-  ASSERT_OK(alice->Download(0, &bytes, &total, nullptr));
-  EXPECT_EQ(bytes.size(), total);
+  StringDownloadSink sink(&bytes);
+  ASSERT_OK(alice->Download(0, &sink));
+  EXPECT_EQ(bytes.size(), sink.total());
 
   // The status: a valid token is enough when there is no admin list; none or a wrong one is not.
   EXPECT_TRUE(StatusAs(fed.target, "secret-a").ok());
