@@ -12,6 +12,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>  // SSE2, part of every x86-64 CPU
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PLEXUS_FINITE_AVX2 1
+#endif
 
 namespace plexus {
 namespace {
@@ -177,14 +181,44 @@ void ModelState::Scale(float s) {
   for (; i < n; ++i) p[i] *= s;
 }
 
+#if defined(PLEXUS_FINITE_AVX2)
+namespace {
+
+// AllFinite's scan 16 floats at a time, where the CPU has AVX2 (chosen at run time, so one binary
+// runs everywhere): about twice the SSE2 loop's rate on values in cache, where decoders check
+// them as they arrive. Nonzero when a value among the first *done (a multiple of 16) is not
+// finite.
+__attribute__((target("avx2"))) uint32_t NonFiniteAvx2(const float* p, size_t n, size_t* done) {
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 8));
+    a = _mm256_or_si256(a, _mm256_cmpeq_epi32(_mm256_and_si256(x, exponent), exponent));
+    b = _mm256_or_si256(b, _mm256_cmpeq_epi32(_mm256_and_si256(y, exponent), exponent));
+  }
+  *done = i;
+  return static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_or_si256(a, b)));
+}
+
+const bool kFiniteScanAvx2 = __builtin_cpu_supports("avx2");
+
+}  // namespace
+#endif
+
 bool AllFinite(std::span<const float> values) {
   // A float is NaN or infinite exactly when its exponent bits are all ones. Compilers leave the
-  // float-compare form of this loop scalar, hence the integer form and, on x86-64, SSE2 by hand.
+  // float-compare form of this loop scalar, hence the integer form and, on x86-64, SSE2 (and
+  // AVX2 where the CPU has it) by hand.
   constexpr uint32_t kExponent = 0x7f800000u;
   const float* p = values.data();
   const size_t n = values.size();
   size_t i = 0;
   uint32_t bad = 0;
+#if defined(PLEXUS_FINITE_AVX2)
+  if (kFiniteScanAvx2) bad = NonFiniteAvx2(p, n, &i);
+#endif
 #if defined(__SSE2__)
   const __m128i exponent = _mm_set1_epi32(static_cast<int>(kExponent));
   __m128i a = _mm_setzero_si128(), b = _mm_setzero_si128();
@@ -194,7 +228,7 @@ bool AllFinite(std::span<const float> values) {
     a = _mm_or_si128(a, _mm_cmpeq_epi32(_mm_and_si128(x, exponent), exponent));
     b = _mm_or_si128(b, _mm_cmpeq_epi32(_mm_and_si128(y, exponent), exponent));
   }
-  bad = static_cast<uint32_t>(_mm_movemask_epi8(_mm_or_si128(a, b)));
+  bad |= static_cast<uint32_t>(_mm_movemask_epi8(_mm_or_si128(a, b)));
 #endif
   for (; i < n; ++i) {
     uint32_t bits;

@@ -45,7 +45,7 @@ TEST(ModelStateTest, AllFiniteFindsEveryKindOfNonFiniteValueAtEveryPosition) {
   const float kinds[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
                          std::numeric_limits<float>::signaling_NaN(), std::numeric_limits<float>::infinity(),
                          -std::numeric_limits<float>::infinity()};
-  for (size_t n : {0, 1, 7, 8, 9, 33}) {
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 24, 33, 47}) {  // every loop (16, 8 and 1 wide) and its tail
     // Finite extremes pass: the largest, the smallest normal and subnormal, signed zeros.
     std::vector<float> v(n, std::numeric_limits<float>::max());
     if (n > 1) v[1] = -std::numeric_limits<float>::denorm_min();
