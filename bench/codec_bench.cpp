@@ -97,6 +97,15 @@ Update Weighted(ModelState delta) {
   return u;
 }
 
+// The finiteness scan every decoder runs over values as they arrive (AllFinite): over a 256 KB
+// piece, in cache as a received chunk is, and over the whole delta.
+void BM_CheckFinite(benchmark::State& state) {
+  const std::span<const float> values = Delta().data().subspan(0, static_cast<size_t>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(AllFinite(values));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * values.size_bytes()));
+}
+BENCHMARK(BM_CheckFinite)->Arg(65536)->Arg(kValues)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3);
+
 void BM_FoldFloat32(benchmark::State& state) {
   auto fedavg = BegunFedAvg();
   const Update u = Weighted(Delta());

@@ -42,7 +42,7 @@ gbench() {
     "sum(1 for b in json.loads(out)['benchmarks'] if b.get('run_type') == 'iteration' and b['real_time'] > 0) >= $cases"
 }
 gbench aggregation_bench '^BM_Strategy/(fedavg|median)/10/1000000/1/' 2
-gbench codec_bench '^BM_(Encode|Decode)/int8/' 2
+gbench codec_bench '^BM_((Encode|Decode)/int8|CheckFinite/65536)/' 3
 gbench crdt_bench '^BM_(BareMerge|CrdtResolve)/fedavg/10/100000$' 2
 gbench secagg_bench '^BM_MaskKeystream/' 1
 
