@@ -110,6 +110,13 @@ TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
   ModelDownloadSink other;
   ASSERT_OK(transport_->Download(0, &other));
   EXPECT_THAT(std::move(other).Finish(std::string(64, '0')), StatusIs(StatusCode::kDataLoss, "SHA-256"));
+  // Kept bytes that are not a model: DataLoss with the first chunk (the caller starts over).
+  ModelDownloadSink junk;
+  junk.Prefill(std::string(20, '\xff'));
+  EXPECT_THAT(transport_->Download(0, &junk), StatusIs(StatusCode::kDataLoss, "the bytes kept do not decode"));
+  junk.Reset();
+  ASSERT_OK(transport_->Download(0, &junk));
+  EXPECT_EQ(*std::move(junk).Finish(task_a_.model_sha256), model_);
   std::string none;
   StringDownloadSink nothing(&none);
   EXPECT_THAT(transport_->Download(42, &nothing), StatusIs(StatusCode::kNotFound, "version 42"));
