@@ -342,7 +342,7 @@ void SqliteStore::PruneCheckpointsLocked(uint64_t newest) {
   }
   if (!transaction.Commit().ok()) return;
   for (const auto& [version, file] : old) {
-    if (IsPlainFileName(file)) KeepOrRemoveLocked(checkpoint_dir_, file, &spare_checkpoints_, /*rename=*/true);
+    if (IsPlainFileName(file)) KeepOrRemoveLocked(checkpoint_dir_, file, &spare_checkpoints_);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,8 +60,7 @@ class SqliteStore final : public Store {
   void SetUpdateRowCommitHook(std::function<void(size_t)> hook) { row_commit_hook_ = std::move(hook); }
   size_t QueuedUpdateRows();
   // The updates folder's files kept for reuse (named by no row), and how often the folder was
-  // synced so far: a group commit syncs it only when one of its files is new. Tests and
-  // benchmarks.
+  // synced so far: a group commit syncs it only when one of its files is new. For tests.
   std::vector<std::string> SpareUpdateFiles();
   uint64_t UpdateFolderSyncs();
 
@@ -136,14 +136,16 @@ class SqliteStore final : public Store {
     uintmax_t bytes = 0;
   };
   struct SparePool {
+    bool renamed = false;  // spares renamed "spare-..." (checkpoints); else kept under their names
     std::vector<SpareFile> files;
     uintmax_t bytes = 0;
   };
   static constexpr size_t kMaxSpareFiles = 32;  // per pool
   static constexpr uintmax_t kMaxSpareBytes = uintmax_t{1} << 30;
-  // Keeps `dir`/`name` in `pool` as a spare while the pool is small (renamed "spare-..." when
-  // `rename`), else removes it. Requires mu_.
-  void KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool, bool rename);
+  // Keeps `dir`/`name` in `pool` as a spare while the pool is small, else removes it. Requires mu_.
+  void KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool);
+  // The newest spare of `pool`, taken out of it; none when the pool is empty. Requires mu_.
+  std::optional<SpareFile> PopSpareLocked(SparePool* pool);
   // Renames a spare of `pool` to `path`, to be written over in place; false when there is none.
   // Requires mu_.
   bool TakeSpareFileLocked(const std::string& dir, SparePool* pool, const std::string& path);
@@ -156,17 +158,17 @@ class SqliteStore final : public Store {
   const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
   const std::string updates_dir_;     // empty: accepted updates inline in the database
   std::mutex mu_;
-  sqlite3* db_;                        // guarded by mu_
-  bool checkpoint_dir_ready_ = false;  // guarded by mu_
-  bool updates_dir_ready_ = false;     // guarded by mu_
-  std::mt19937_64 name_rng_;           // guarded by mu_; names accepted-update files
-  int lock_fd_ = -1;                   // the database file, flock-ed, when opened kExclusive
-  int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
-  int64_t keep_every_ = 0;             // guarded by mu_
-  CodedDeltaReader coded_reader_;      // guarded by mu_
-  SparePool spare_updates_;            // guarded by mu_
-  uint64_t update_folder_syncs_ = 0;   // guarded by mu_
-  SparePool spare_checkpoints_;        // guarded by mu_
+  sqlite3* db_;                                   // guarded by mu_
+  bool checkpoint_dir_ready_ = false;             // guarded by mu_
+  bool updates_dir_ready_ = false;                // guarded by mu_
+  std::mt19937_64 name_rng_;                      // guarded by mu_; names accepted-update files
+  int lock_fd_ = -1;                              // the database file, flock-ed, when opened kExclusive
+  int64_t keep_last_ = 0;                         // guarded by mu_; checkpoint retention
+  int64_t keep_every_ = 0;                        // guarded by mu_
+  CodedDeltaReader coded_reader_;                 // guarded by mu_
+  SparePool spare_updates_;                       // guarded by mu_
+  uint64_t update_folder_syncs_ = 0;              // guarded by mu_
+  SparePool spare_checkpoints_{.renamed = true};  // guarded by mu_
   // The group commit's queue: rows waiting for the next commit, and whether one is running.
   std::mutex row_queue_mu_;
   std::condition_variable row_queue_cv_;

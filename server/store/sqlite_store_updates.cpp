@@ -59,17 +59,17 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
 void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
-    if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_, /*rename=*/false);
+    if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_);
   }
 }
 
-void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool, bool rename) {
+void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool) {
   const std::string path = dir + "/" + name;
   std::error_code ec;
   const uintmax_t bytes = std::filesystem::file_size(path, ec);
   if (!ec && pool->files.size() < kMaxSpareFiles && pool->bytes + bytes <= kMaxSpareBytes) {
-    const std::string spare = rename ? "spare-" + HexTag(name_rng_()) : name;
-    if (rename) std::filesystem::rename(path, dir + "/" + spare, ec);
+    const std::string spare = pool->renamed ? "spare-" + HexTag(name_rng_()) : name;
+    if (pool->renamed) std::filesystem::rename(path, dir + "/" + spare, ec);
     if (!ec) {
       pool->files.push_back({spare, bytes});
       pool->bytes += bytes;
@@ -79,13 +79,18 @@ void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& 
   std::filesystem::remove(path, ec);
 }
 
+std::optional<SqliteStore::SpareFile> SqliteStore::PopSpareLocked(SparePool* pool) {
+  if (pool->files.empty()) return std::nullopt;
+  SpareFile spare = std::move(pool->files.back());
+  pool->files.pop_back();
+  pool->bytes -= spare.bytes;
+  return spare;
+}
+
 bool SqliteStore::TakeSpareFileLocked(const std::string& dir, SparePool* pool, const std::string& path) {
-  while (!pool->files.empty()) {
-    const SpareFile spare = pool->files.back();
-    pool->files.pop_back();
-    pool->bytes -= spare.bytes;
+  while (std::optional<SpareFile> spare = PopSpareLocked(pool)) {
     std::error_code ec;
-    std::filesystem::rename(dir + "/" + spare.name, path, ec);
+    std::filesystem::rename(dir + "/" + spare->name, path, ec);
     if (!ec) return true;
   }
   return false;
@@ -114,13 +119,11 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
       PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(updates_dir_, &updates_dir_ready_));
       // A spare's name is durable already; a new file's is made so by the folder sync before any
       // row names it.
-      if (spare_updates_.files.empty()) {
+      if (std::optional<SpareFile> spare = PopSpareLocked(&spare_updates_)) {
+        row.file = spare->name;
+      } else {
         row.file = NewUpdateFileName(name_rng_());
         row.new_file = true;
-      } else {
-        row.file = spare_updates_.files.back().name;
-        spare_updates_.bytes -= spare_updates_.files.back().bytes;
-        spare_updates_.files.pop_back();
       }
       path = updates_dir_ + "/" + row.file;
     }
