@@ -181,13 +181,8 @@ std::optional<ModelState> ClientRuntime::KeptModel(uint64_t version, const std::
   bool complete = false;
   std::string bytes = options_.state->ModelBytes(version, &complete);
   if (!complete && bytes.empty()) return std::nullopt;
-  // Checked as a download is: the kept bytes as the whole stream.
-  const uint64_t size = bytes.size();
-  ModelDownloadSink sink;
-  sink.Prefill(std::move(bytes));
-  const Status appended = sink.Append("", size);
-  Result<ModelState> model = appended.ok() ? std::move(sink).Finish(sha256) : Result<ModelState>(appended);
-  if (!model.ok()) {
+  Result<ModelState> model = DecodeSafetensors(bytes);
+  if (!model.ok() || model->ContentSha256() != sha256) {
     if (complete) options_.state->DropModel(version);  // a partial one is resumed instead
     return std::nullopt;
   }
