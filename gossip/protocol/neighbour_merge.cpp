@@ -36,11 +36,21 @@ class MeanMerge final : public NeighbourMerge {
     const auto sw = static_cast<float>(self_weight);
     // Block by block, so that each block of the result stays in cache while every neighbour is
     // added to it: one pass over memory instead of one per neighbour (same sums, same order).
+    // The first neighbour is added in the pass that reads one's own model: a separate pass per
+    // block restarted two streams every 16 KB and ran at half the rate (one neighbour, 4 MB:
+    // 16 against 28-31 GB/s). Rounding as before: fl(fl(sw x) + fl(w y)), with no fused
+    // multiply-add on any CPU (gossip/protocol/CMakeLists.txt).
     constexpr size_t kBlock = 4096;
     for (size_t begin = 0; begin < o.size(); begin += kBlock) {
       const size_t end = std::min(o.size(), begin + kBlock);
-      for (size_t k = begin; k < end; ++k) o[k] = sw * x[k];
-      for (const WeightedModel& n : neighbours) {
+      if (neighbours.empty()) {
+        for (size_t k = begin; k < end; ++k) o[k] = sw * x[k];
+        continue;
+      }
+      std::span<const float> first = neighbours.front().model->data();
+      const auto first_weight = static_cast<float>(neighbours.front().weight);
+      for (size_t k = begin; k < end; ++k) o[k] = sw * x[k] + first_weight * first[k];
+      for (const WeightedModel& n : neighbours.subspan(1)) {
         std::span<const float> y = n.model->data();
         const auto w = static_cast<float>(n.weight);
         for (size_t k = begin; k < end; ++k) o[k] += w * y[k];

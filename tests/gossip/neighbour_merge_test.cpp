@@ -5,7 +5,9 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
@@ -30,6 +32,37 @@ TEST(NeighbourMergeTest, MeanUsesTheMixingWeights) {
   ModelState out = MergeWith("mean", Vector({0, 10}), 0.5, {{Vector({4, 0}), 0.25}, {Vector({8, 0}), 0.25}});
   EXPECT_FLOAT_EQ(out.data()[0], 3.0f);
   EXPECT_FLOAT_EQ(out.data()[1], 5.0f);
+}
+
+// The mean rounds each product to float and adds them in order (own model first, then each
+// neighbour as given), with no fused multiply-add: its bits are the same on every CPU and for every
+// way of walking the model (three blocks of the merge's loop and a tail here), with no
+// neighbour, one, and three.
+TEST(NeighbourMergeTest, MeanRoundsEachProductAndAddsInOrder) {
+  constexpr size_t kValues = 3 * 4096 + 77;
+  auto values = [](float scale) {
+    std::vector<float> v(kValues);
+    for (size_t k = 0; k < kValues; ++k) v[k] = scale * std::sin(static_cast<float>(k) * 0.37f + scale);
+    return v;
+  };
+  const std::vector<std::vector<float>> models = {values(1.3f), values(-0.7f), values(2.9f), values(0.11f)};
+  const std::vector<double> weights = {0.3, 0.2, 0.1, 0.4};
+  for (size_t neighbours : {0u, 1u, 3u}) {
+    std::vector<std::pair<ModelState, double>> in;
+    for (size_t j = 1; j <= neighbours; ++j) in.emplace_back(Vector(models[j]), weights[j]);
+    const ModelState out = MergeWith("mean", Vector(models[0]), weights[0], in);
+    ASSERT_EQ(out.data().size(), kValues);
+    size_t differing = 0;
+    for (size_t k = 0; k < kValues; ++k) {
+      volatile float sum = static_cast<float>(weights[0]) * models[0][k];  // volatile: rounded, never fused
+      for (size_t j = 1; j <= neighbours; ++j) {
+        volatile float product = static_cast<float>(weights[j]) * models[j][k];
+        sum = sum + product;
+      }
+      if (std::bit_cast<uint32_t>(out.data()[k]) != std::bit_cast<uint32_t>(static_cast<float>(sum))) ++differing;
+    }
+    EXPECT_EQ(differing, 0u) << neighbours << " neighbours";
+  }
 }
 
 TEST(NeighbourMergeTest, ClippedGossipBoundsEachNeighboursPull) {
