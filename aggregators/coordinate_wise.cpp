@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "aggregators/batcher_network.h"
 #include "aggregators/robust_aggregator.h"
@@ -48,6 +49,108 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
   return r;
 }
 
+// The merging stages for n >= 16 rows. Once every aligned group of 16 rows is sorted (in
+// registers) and the last n % 16 rows among themselves, bitonic merges join sorted runs of 16 into
+// runs of 32, 64, ... up to the power of two at or above n. Each merge of two runs of m starts with
+// a flip (wire i of the first against wire 2m-1-i of the second) and continues with half-cleaners
+// (i against i+d for d = m/2, ..., 1); every comparator puts the smaller value on the lower wire, so
+// the missing wires n.. are +infinity (one shared row) that no comparator moves or needs to touch.
+// Any three consecutive layers of this sequence split the wires into independent sets of eight
+// whose comparators take one of three shapes (simd::TileLayers): each set runs as a tile held in
+// registers, one load and one store per value for three layers instead of two loads and two
+// stores per comparator (Batcher's odd-even merges, which the network for fewer rows uses, need
+// fewer comparators, but theirs do not split so). Layers after the last full three run as pairs.
+// Pruned as SelectionNetwork is: a tile runs when one of its comparators can reach an asked rank,
+// and the others it runs touch only wires no asked rank depends on.
+struct MergePlan {
+  std::vector<simd::ComparatorTile> tiles;
+  std::vector<uint32_t> pairs;  // after the tiles
+};
+
+MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
+  size_t size = 16;
+  while (size < n) size <<= 1;
+  struct Layer {
+    bool flip;
+    size_t width;  // flip: the runs' length m; half-cleaner: the distance d
+  };
+  std::vector<Layer> layers;
+  for (size_t m = 16; m < size; m <<= 1) {
+    layers.push_back({true, m});
+    for (size_t d = m / 2; d >= 1; d >>= 1) layers.push_back({false, d});
+  }
+  auto comparators = [&](const Layer& layer) {
+    std::vector<Comparator> out;
+    const size_t span = 2 * layer.width;
+    for (size_t base = 0; base < size; base += span) {
+      for (size_t i = 0; i < layer.width; ++i) {
+        const size_t a = base + i, b = layer.flip ? base + span - 1 - i : base + i + layer.width;
+        out.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b));
+      }
+    }
+    return out;
+  };
+  // Which comparators can reach an asked rank, walking back from the outputs (those with a
+  // missing wire never change anything).
+  std::vector<std::vector<bool>> needed(layers.size());
+  std::vector<bool> live(size, false);
+  for (uint32_t r : ranks) live[r] = true;
+  for (size_t l = layers.size(); l-- > 0;) {
+    const std::vector<Comparator> layer = comparators(layers[l]);
+    needed[l].assign(layer.size(), false);
+    for (size_t c = 0; c < layer.size(); ++c) {
+      const auto [a, b] = layer[c];
+      if (b < n && (live[a] || live[b])) {
+        needed[l][c] = true;
+        live[a] = live[b] = true;
+      }
+    }
+  }
+  MergePlan plan;
+  const size_t tiled = layers.size() / 3 * 3;
+  for (size_t l = 0; l < tiled; l += 3) {
+    // The sets of eight: wires joined by the three layers' comparators.
+    std::vector<uint32_t> root(size);
+    for (size_t w = 0; w < size; ++w) root[w] = static_cast<uint32_t>(w);
+    auto find = [&](uint32_t w) {
+      while (root[w] != w) w = root[w] = root[root[w]];
+      return w;
+    };
+    std::vector<bool> any_needed(size, false);
+    for (size_t k = l; k < l + 3; ++k) {
+      const std::vector<Comparator> layer = comparators(layers[k]);
+      for (size_t c = 0; c < layer.size(); ++c) root[find(layer[c].first)] = find(layer[c].second);
+    }
+    for (size_t k = l; k < l + 3; ++k) {
+      const std::vector<Comparator> layer = comparators(layers[k]);
+      for (size_t c = 0; c < layer.size(); ++c) {
+        if (needed[k][c]) any_needed[find(layer[c].first)] = true;
+      }
+    }
+    std::vector<std::vector<uint32_t>> sets(size);
+    for (size_t w = 0; w < size; ++w) sets[find(static_cast<uint32_t>(w))].push_back(static_cast<uint32_t>(w));
+    const simd::TileLayers shape = layers[l].flip       ? simd::TileLayers::kMirrorHalf2Half1
+                                   : layers[l + 2].flip ? simd::TileLayers::kHalf2Half1Mirror
+                                                        : simd::TileLayers::kHalf4Half2Half1;
+    for (size_t w = 0; w < size; ++w) {  // every set has eight wires (the tests sort n = 16..300 fully)
+      if (sets[w].empty() || !any_needed[w]) continue;
+      simd::ComparatorTile tile;
+      for (size_t i = 0; i < 8; ++i) tile.rows[i] = std::min<uint32_t>(sets[w][i], static_cast<uint32_t>(n));
+      tile.layers = shape;
+      plan.tiles.push_back(tile);
+    }
+  }
+  for (size_t l = tiled; l < layers.size(); ++l) {
+    const std::vector<Comparator> layer = comparators(layers[l]);
+    for (size_t c = 0; c < layer.size(); ++c) {
+      if (!needed[l][c]) continue;
+      plan.pairs.push_back(layer[c].first);
+      plan.pairs.push_back(layer[c].second);
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 std::vector<Comparator> SortingNetwork(size_t n) {
@@ -84,26 +187,30 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
   const size_t n = deltas.size();
   std::vector<double> out(p);
   if (n == 0 || p == 0) return out;
-  // Keep the n rows of a block within about 32 KiB.
-  const size_t block = std::max<size_t>(16, (8192 / n) & ~size_t{7});
+  // The n rows of a block: within about 32 KiB (L1) for the network over the block under 16 rows,
+  // within about 128 KiB (L2) from 16 rows, where the tiles load each value once per three layers
+  // and the longer rows let the prefetchers stream each input.
+  const size_t block_floats = n < 16 ? 8192 : 32768;
+  const size_t block = std::max<size_t>(16, (block_floats / n) & ~size_t{7});
   const size_t blocks = (p + block - 1) / block;
-  // Batcher's network first sorts aligned groups of 16 wires (its comparators before the first
-  // that joins two groups): each full group is sorted in registers as it is read in
-  // (simd::SortGroupsOf16), and only the network's other comparators run over the block. The
-  // asked ranks get the same values: the rest of the network sees each group sorted either way.
+  // Under 16 rows: Batcher's network, pruned to the asked ranks, over the block. From 16 rows:
+  // each aligned group of 16 sorted in registers as it is read in (simd::SortGroupsOf16), the
+  // last n % 16 rows sorted by Batcher's network for them, then the merges of PlanMerges.
   const size_t groups = n / 16;
-  std::vector<uint32_t> pairs;
-  bool joined = false;
-  for (const auto& [a, b] : SelectionNetwork(n, ranks)) {
-    joined = joined || a / 16 != b / 16;
-    if (!joined && b < 16 * groups) continue;  // within a full group: sorted in registers
-    pairs.push_back(a);
-    pairs.push_back(b);
+  std::vector<uint32_t> first_pairs;
+  if (groups == 0) {
+    for (const auto& [a, b] : SelectionNetwork(n, ranks)) first_pairs.insert(first_pairs.end(), {a, b});
+  } else {
+    const auto base = static_cast<uint32_t>(16 * groups);
+    for (const auto& [a, b] : SortingNetwork(n - base)) first_pairs.insert(first_pairs.end(), {base + a, base + b});
   }
+  const MergePlan merges = groups == 0 ? MergePlan{} : PlanMerges(n, ranks);
   ForRanges(
       pool, blocks,
       [&](size_t b_begin, size_t b_end) {
-        std::vector<float> storage(n * block);
+        std::vector<float> storage((n + 1) * block);  // row n: +infinity, for the merges' missing rows
+        std::fill(storage.begin() + static_cast<ptrdiff_t>(n * block), storage.end(),
+                  std::numeric_limits<float>::infinity());
         std::vector<float*> rows(n);
         std::vector<const float*> inputs(16 * groups);
         for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
@@ -112,7 +219,9 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
           for (size_t i = 0; i < 16 * groups; ++i) inputs[i] = deltas[i] + begin;
           simd::SortGroupsOf16(storage.data(), block, inputs.data(), groups, len);
           for (size_t i = 16 * groups; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
-          simd::ApplyComparators(storage.data(), block, pairs.data(), pairs.size() / 2, len);
+          simd::ApplyComparators(storage.data(), block, first_pairs.data(), first_pairs.size() / 2, len);
+          simd::ApplyComparatorTiles(storage.data(), block, merges.tiles.data(), merges.tiles.size(), len);
+          simd::ApplyComparators(storage.data(), block, merges.pairs.data(), merges.pairs.size() / 2, len);
           reduce(rows.data(), n, len, out.data() + begin, arg);
         }
       },

@@ -1,9 +1,11 @@
 // Coordinate-wise order statistics over buffered updates. Coordinates are processed in blocks
-// small enough that the n rows of a block stay in L1; each block goes column by column through a
-// Batcher odd-even merge network whose compare-exchanges are vectorized across the block's
-// coordinates (no per-coordinate sorting or branching), in parallel over blocks. The network is
-// pruned to the comparators that can reach the ranks the reducer needs (selection, not a full
-// sort: a median keeps about 80% of them). Results do not depend on the thread count. Stateless.
+// small enough that the n rows of a block stay in cache; each block goes column by column through a
+// comparator network whose compare-exchanges are vectorized across the block's coordinates (no
+// per-coordinate sorting or branching), in parallel over blocks: under 16 rows Batcher's odd-even
+// merge sort; from 16 rows groups of 16 sorted in registers, then bitonic merges run three layers at
+// a time over tiles of eight rows held in registers. The network is pruned to the comparators that
+// can reach the ranks the reducer needs (selection, not a full sort). Results do not depend on the
+// thread count. Stateless.
 #pragma once
 
 #include <span>

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "aggregators/coordinate_wise.h"
@@ -89,6 +91,53 @@ TEST(ApplyComparatorsTest, SwapsOnlyWhenTheSecondIsSmallerWithTheSameBitsOnEvery
       std::sort(got.begin(), got.end());
       std::sort(want.begin(), want.end());
       ASSERT_EQ(got, want) << "len " << len << " column " << c;
+    }
+  }
+}
+
+// Each tile shape is the three layers its comment lists, swapping only when the higher place holds
+// the smaller value, on both paths with the same bits; rows are anywhere in the block, and two
+// places may share a row of +infinity, which no comparator changes.
+TEST(ApplyComparatorTilesTest, EachShapeIsItsThreeLayersWithTheSameBitsOnEveryPath) {
+  using Layer = std::vector<std::pair<size_t, size_t>>;
+  const Layer mirror = {{0, 7}, {1, 6}, {2, 5}, {3, 4}}, half4 = {{0, 4}, {1, 5}, {2, 6}, {3, 7}},
+              half2 = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, half1 = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  const std::vector<std::pair<simd::TileLayers, std::vector<Layer>>> shapes = {
+      {simd::TileLayers::kMirrorHalf2Half1, {mirror, half2, half1}},
+      {simd::TileLayers::kHalf4Half2Half1, {half4, half2, half1}},
+      {simd::TileLayers::kHalf2Half1Mirror, {half2, half1, mirror}}};
+  Rng rng(23);
+  constexpr size_t kRows = 12;  // row 11: +infinity
+  for (const auto& [shape, layers] : shapes) {
+    for (bool with_infinity : {false, true}) {
+      for (size_t len : {1u, 7u, 8u, 13u, 80u}) {
+        const size_t stride = len + 3;
+        const std::vector<std::vector<float>> data = RowsWithTies(kRows, len, rng);
+        std::vector<float> dispatched(kRows * stride, 42.0f);
+        for (size_t i = 0; i < kRows; ++i) {
+          for (size_t c = 0; c < len; ++c) {
+            dispatched[i * stride + c] = i == kRows - 1 ? std::numeric_limits<float>::infinity() : data[i][c];
+          }
+        }
+        std::vector<float> portable = dispatched, want = dispatched;
+        simd::ComparatorTile tile{{9, 1, 4, 0, 10, 2, 7, 5}, shape};
+        if (with_infinity) tile.rows[6] = tile.rows[7] = kRows - 1;
+        simd::ApplyComparatorTiles(dispatched.data(), stride, &tile, 1, len);
+        simd::ApplyComparatorTilesPortable(portable.data(), stride, &tile, 1, len);
+        ASSERT_EQ(Bits(dispatched.data(), dispatched.size(), 1), Bits(portable.data(), portable.size(), 1))
+            << static_cast<int>(shape) << " len " << len;
+        for (size_t c = 0; c < len; ++c) {
+          for (const Layer& layer : layers) {
+            for (const auto& [a, b] : layer) {
+              float& x = want[tile.rows[a] * stride + c];
+              float& y = want[tile.rows[b] * stride + c];
+              if (y < x) std::swap(x, y);
+            }
+          }
+        }
+        ASSERT_EQ(Bits(dispatched.data(), dispatched.size(), 1), Bits(want.data(), want.size(), 1))
+            << static_cast<int>(shape) << " len " << len << (with_infinity ? " with +infinity" : "");
+      }
     }
   }
 }

@@ -459,7 +459,7 @@ TEST(SortingNetworkTest, MedianOfHundredNeedsFewerComparatorsThanASort) {
 TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
   Rng rng(9);
   ThreadPool pool(2);
-  for (size_t n : {1u, 2u, 3u, 7u, 10u, 16u, 33u, 48u, 100u, 129u}) {
+  for (size_t n : {1u, 2u, 3u, 7u, 10u, 16u, 17u, 31u, 32u, 33u, 48u, 64u, 65u, 100u, 127u, 128u, 129u, 257u}) {
     const size_t p = 3001;
     std::vector<std::vector<float>> data(n, std::vector<float>(p));
     std::vector<const float*> ptrs;
@@ -478,6 +478,62 @@ TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
       std::vector<float> col;
       for (auto& d : data) col.push_back(d[c]);
       ASSERT_EQ(got[c], MedianInPlace(col.data(), n)) << n << " " << c;
+    }
+  }
+}
+
+// Every n from 1 to 300 rows sorted fully (AllRanks), and with only the tails a trimmed mean asks
+// for exact: each column's values come out in order (a checksum that weighs each rank), and the
+// rows between the tails hold the rest of the column. Integer values, so that every sum is exact
+// whatever order the rows between the tails are in, and ties everywhere.
+TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300) {
+  struct Tails {
+    size_t k;
+  };
+  // All ranks: the sum of (i + 1) * rows[i]. With tails: the same over the k lowest and k highest
+  // ranks, plus 1e6 times the plain sum of the rows between them.
+  auto weighted = [](const float* const* rows, size_t count, size_t len, double* out, const void* arg) {
+    const size_t k = arg ? static_cast<const Tails*>(arg)->k : count;
+    for (size_t c = 0; c < len; ++c) {
+      double ranked = 0.0, middle = 0.0;
+      for (size_t i = 0; i < count; ++i) {
+        if (i < k || i + k >= count) {
+          ranked += static_cast<double>(i + 1) * rows[i][c];
+        } else {
+          middle += rows[i][c];
+        }
+      }
+      out[c] = ranked + 1e6 * middle;
+    }
+  };
+  Rng rng(10);
+  for (size_t n = 1; n <= 300; ++n) {
+    const size_t p = 37;  // four full columns of eight and a tail
+    std::vector<std::vector<float>> data(n, std::vector<float>(p));
+    std::vector<const float*> ptrs;
+    for (auto& d : data) {
+      for (float& x : d) x = static_cast<float>(static_cast<int>(rng.Below(61)) - 30);
+      ptrs.push_back(d.data());
+    }
+    const Tails tails{n / 10};
+    std::vector<uint32_t> tail_ranks;
+    for (size_t i = 0; i < tails.k; ++i) {
+      tail_ranks.push_back(static_cast<uint32_t>(i));
+      tail_ranks.push_back(static_cast<uint32_t>(n - 1 - i));
+    }
+    const std::vector<double> sorted = ReduceSortedCoordinates(ptrs, p, nullptr, AllRanks(n), weighted, nullptr);
+    const std::vector<double> trimmed = ReduceSortedCoordinates(ptrs, p, nullptr, tail_ranks, weighted, &tails);
+    for (size_t c = 0; c < p; ++c) {
+      std::vector<float> column;
+      for (const auto& d : data) column.push_back(d[c]);
+      std::sort(column.begin(), column.end());
+      std::vector<const float*> rows;
+      for (const float& v : column) rows.push_back(&v);
+      double want_sorted = 0.0, want_trimmed = 0.0;
+      weighted(rows.data(), n, 1, &want_sorted, nullptr);
+      weighted(rows.data(), n, 1, &want_trimmed, &tails);
+      ASSERT_EQ(sorted[c], want_sorted) << "n " << n << " column " << c;
+      ASSERT_EQ(trimmed[c], want_trimmed) << "n " << n << " column " << c;
     }
   }
 }
