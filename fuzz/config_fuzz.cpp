@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -30,5 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const plexus::cli::CommandError&) {
   } catch (const CLI::Error&) {
   }
+  std::remove(path.c_str());  // after each input: libFuzzer ends with _Exit, which runs no exit handlers
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,9 +26,30 @@ namespace {
 
 using ::plexus::testing::RunToCompletion;
 
+std::string TempPrefix() { return "plexus_cli_" + std::to_string(::getpid()) + "_"; }
+
 std::string Temp(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("plexus_cli_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() / (TempPrefix() + name)).string();
 }
+
+// Removes what Temp named (logs, databases, outputs a test left) when the program ends with every
+// test passed; after a failure they stay for reading, and the program says where.
+class TempFiles : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::vector<std::filesystem::path> mine;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::temp_directory_path(), ec)) {
+      if (entry.path().filename().string().starts_with(TempPrefix())) mine.push_back(entry.path());
+    }
+    if (!::testing::UnitTest::GetInstance()->Passed()) {
+      if (!mine.empty()) std::fprintf(stderr, "kept for reading: %s*\n", Temp("").c_str());
+      return;
+    }
+    for (const auto& path : mine) std::filesystem::remove_all(path, ec);
+  }
+};
+::testing::Environment* const kTempFiles = ::testing::AddGlobalTestEnvironment(new TempFiles);
 
 void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

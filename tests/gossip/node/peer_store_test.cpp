@@ -41,7 +41,8 @@ TEST(PeerStore, SavesAndLoadsModelRoundAndMembers) {
   EXPECT_EQ((*saved)->members[0].incarnation, 10u);
   EXPECT_EQ((*saved)->members[1].state, MemberState::kSuspect);
   EXPECT_THAT((*store)->Load(4), StatusIs(StatusCode::kFailedPrecondition, "belongs to peer 3"));
-  std::filesystem::remove(path);
+  store->reset();  // closed before its files go
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
 }
 
 }  // namespace
