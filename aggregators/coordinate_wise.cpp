@@ -132,7 +132,8 @@ MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
     const simd::TileLayers shape = layers[l].flip       ? simd::TileLayers::kMirrorHalf2Half1
                                    : layers[l + 2].flip ? simd::TileLayers::kHalf2Half1Mirror
                                                         : simd::TileLayers::kHalf4Half2Half1;
-    for (size_t w = 0; w < size; ++w) {  // every set has eight wires (the tests sort n = 16..300 fully)
+    // Every set has eight wires (the tests sort n = 16..300, 513, 1025 and 2049 fully).
+    for (size_t w = 0; w < size; ++w) {
       if (sets[w].empty() || !any_needed[w]) continue;
       simd::ComparatorTile tile;
       for (size_t i = 0; i < 8; ++i) tile.rows[i] = std::min<uint32_t>(sets[w][i], static_cast<uint32_t>(n));

@@ -482,11 +482,11 @@ TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
   }
 }
 
-// Every n from 1 to 300 rows sorted fully (AllRanks), and with only the tails a trimmed mean asks
-// for exact: each column's values come out in order (a checksum that weighs each rank), and the
-// rows between the tails hold the rest of the column. Integer values, so that every sum is exact
-// whatever order the rows between the tails are in, and ties everywhere.
-TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300) {
+// Every n from 1 to 300 rows, and three larger, sorted fully (AllRanks), and with only the tails a
+// trimmed mean asks for exact: each column's values come out in order (a checksum that weighs each
+// rank), and the rows between the tails hold the rest of the column. Integer values, so that every
+// sum is exact whatever order the rows between the tails are in, and ties everywhere.
+TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300AndBeyond) {
   struct Tails {
     size_t k;
   };
@@ -507,8 +507,11 @@ TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300) {
     }
   };
   Rng rng(10);
-  for (size_t n = 1; n <= 300; ++n) {
-    const size_t p = 37;  // four full columns of eight and a tail
+  std::vector<size_t> sizes;
+  for (size_t n = 1; n <= 300; ++n) sizes.push_back(n);
+  for (size_t n : {513u, 1025u, 2049u}) sizes.push_back(n);  // merges up to 1024, 2048 and 4096 wires
+  for (size_t n : sizes) {
+    const size_t p = n <= 300 ? 37 : 9;  // four full columns of eight and a tail; one and a tail
     std::vector<std::vector<float>> data(n, std::vector<float>(p));
     std::vector<const float*> ptrs;
     for (auto& d : data) {
