@@ -12,8 +12,8 @@ if [ $# -ne 1 ]; then echo "smoke.sh: needs BUILD_DIR; see $0 --help" >&2; exit 
 cd "$(dirname "$0")/.."
 build=$1
 cmake -DPLEXUS_BUILD_BENCH=ON "$build" >/dev/null
-targets=(aggregation_bench codec_bench crdt_bench secagg_bench ingest_durability peer_exchange federation_load
-  train_throughput)
+targets=(aggregation_bench codec_bench crdt_bench secagg_bench log_write_bench ingest_durability peer_exchange
+  federation_load train_throughput)
 cmake --build "$build" -j2 --target "${targets[@]}" >/dev/null
 work=$(mktemp -d -p "$PWD/$build")
 server_pid=""
@@ -45,6 +45,7 @@ gbench aggregation_bench '^BM_Strategy/(fedavg|median)/10/1000000/1/' 2
 gbench codec_bench '^BM_((Encode|Decode)/int8|CheckFinite/65536)/' 3
 gbench crdt_bench '^BM_(BareMerge|CrdtResolve)/fedavg/10/100000$' 2
 gbench secagg_bench '^BM_MaskKeystream/' 1
+PLEXUS_LOG_WRITE_DIR="$work" gbench log_write_bench '^BM_(HeapCopy|HeapCopyThenPwrite|MappedCopy)/4/' 3
 
 # The durable-ingest variants: three table rows with a rate.
 "$build/bench/ingest_durability" --dir "$work/ingest" --params 100000 --updates 40 --buffer 4 --codec int8 \
