@@ -189,9 +189,24 @@ constexpr Pair kHalf4[4] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
 constexpr Pair kHalf2[4] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
 constexpr Pair kHalf1[4] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
 
+// Eight columns at a time in GCC's vector type (NEON, SSE2, or whatever the target has), the last
+// len % 8 one by one: the same comparisons either way.
 template <const Pair* L0, const Pair* L1, const Pair* L2>
 void TileColumnsPortable(float* const* p, size_t begin, size_t end) {
-  for (size_t j = begin; j < end; ++j) {
+  size_t j = begin;
+  for (; j + 8 <= end; j += 8) {
+    Vec8 r[8];
+    for (size_t i = 0; i < 8; ++i) std::memcpy(&r[i], p[i] + j, sizeof(Vec8));
+    for (const Pair* layer : {L0, L1, L2}) {
+      for (size_t c = 0; c < 4; ++c) {
+        const Vec8 x = r[layer[c].a], y = r[layer[c].b];
+        r[layer[c].a] = y < x ? y : x;
+        r[layer[c].b] = y < x ? x : y;
+      }
+    }
+    for (size_t i = 0; i < 8; ++i) std::memcpy(p[i] + j, &r[i], sizeof(Vec8));
+  }
+  for (; j < end; ++j) {
     float v[8];
     for (size_t i = 0; i < 8; ++i) v[i] = p[i][j];
     for (const Pair* layer : {L0, L1, L2}) {
