@@ -60,54 +60,56 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
 // registers, one load and one store per value for three layers instead of two loads and two
 // stores per comparator (Batcher's odd-even merges, which the network for fewer rows uses, need
 // fewer comparators, but theirs do not split so). Layers after the last full three run as pairs.
-// Pruned as SelectionNetwork is: a tile runs when one of its comparators can reach an asked rank,
-// and the others it runs touch only wires no asked rank depends on.
+// Pruned by ReachingRanks, as SelectionNetwork is: a tile runs when one of its comparators can
+// reach an asked rank, and the others it runs touch only wires no asked rank depends on.
 struct MergePlan {
   std::vector<simd::ComparatorTile> tiles;
   std::vector<uint32_t> pairs;  // after the tiles
 };
 
+// Which comparators of `net` (in the order they run, over wires below `wires`) can change the
+// values ending on wires `ranks`, walking back from the outputs: a comparator is needed when it
+// touches a wire still needed, and then both its inputs are. One touching a wire at or above `n`
+// (missing, +infinity) never changes anything.
+std::vector<bool> ReachingRanks(std::span<const Comparator> net, size_t wires, size_t n,
+                                std::span<const uint32_t> ranks) {
+  std::vector<bool> needed(net.size(), false), live(wires, false);
+  for (uint32_t r : ranks) live[r] = true;
+  for (size_t c = net.size(); c-- > 0;) {
+    const auto [a, b] = net[c];
+    if (b < n && (live[a] || live[b])) {
+      needed[c] = true;
+      live[a] = live[b] = true;
+    }
+  }
+  return needed;
+}
+
 MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
   size_t size = 16;
   while (size < n) size <<= 1;
-  struct Layer {
-    bool flip;
-    size_t width;  // flip: the runs' length m; half-cleaner: the distance d
+  // Every layer's comparators, one after another in `net`; a layer starts at first[l].
+  std::vector<Comparator> net;
+  std::vector<size_t> first;
+  std::vector<bool> flip;
+  auto add_layer = [&](bool is_flip, size_t width) {  // flip: the runs' length m; else the distance d
+    first.push_back(net.size());
+    flip.push_back(is_flip);
+    for (size_t base = 0; base < size; base += 2 * width) {
+      for (size_t i = 0; i < width; ++i) {
+        const size_t a = base + i, b = is_flip ? base + 2 * width - 1 - i : base + i + width;
+        net.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b));
+      }
+    }
   };
-  std::vector<Layer> layers;
   for (size_t m = 16; m < size; m <<= 1) {
-    layers.push_back({true, m});
-    for (size_t d = m / 2; d >= 1; d >>= 1) layers.push_back({false, d});
+    add_layer(true, m);
+    for (size_t d = m / 2; d >= 1; d >>= 1) add_layer(false, d);
   }
-  auto comparators = [&](const Layer& layer) {
-    std::vector<Comparator> out;
-    const size_t span = 2 * layer.width;
-    for (size_t base = 0; base < size; base += span) {
-      for (size_t i = 0; i < layer.width; ++i) {
-        const size_t a = base + i, b = layer.flip ? base + span - 1 - i : base + i + layer.width;
-        out.emplace_back(static_cast<uint32_t>(a), static_cast<uint32_t>(b));
-      }
-    }
-    return out;
-  };
-  // Which comparators can reach an asked rank, walking back from the outputs (those with a
-  // missing wire never change anything).
-  std::vector<std::vector<bool>> needed(layers.size());
-  std::vector<bool> live(size, false);
-  for (uint32_t r : ranks) live[r] = true;
-  for (size_t l = layers.size(); l-- > 0;) {
-    const std::vector<Comparator> layer = comparators(layers[l]);
-    needed[l].assign(layer.size(), false);
-    for (size_t c = 0; c < layer.size(); ++c) {
-      const auto [a, b] = layer[c];
-      if (b < n && (live[a] || live[b])) {
-        needed[l][c] = true;
-        live[a] = live[b] = true;
-      }
-    }
-  }
+  first.push_back(net.size());
+  const std::vector<bool> needed = ReachingRanks(net, size, n, ranks);
   MergePlan plan;
-  const size_t tiled = layers.size() / 3 * 3;
+  const size_t layers = flip.size(), tiled = layers / 3 * 3;
   for (size_t l = 0; l < tiled; l += 3) {
     // The sets of eight: wires joined by the three layers' comparators.
     std::vector<uint32_t> root(size);
@@ -116,22 +118,16 @@ MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
       while (root[w] != w) w = root[w] = root[root[w]];
       return w;
     };
+    for (size_t c = first[l]; c < first[l + 3]; ++c) root[find(net[c].first)] = find(net[c].second);
     std::vector<bool> any_needed(size, false);
-    for (size_t k = l; k < l + 3; ++k) {
-      const std::vector<Comparator> layer = comparators(layers[k]);
-      for (size_t c = 0; c < layer.size(); ++c) root[find(layer[c].first)] = find(layer[c].second);
-    }
-    for (size_t k = l; k < l + 3; ++k) {
-      const std::vector<Comparator> layer = comparators(layers[k]);
-      for (size_t c = 0; c < layer.size(); ++c) {
-        if (needed[k][c]) any_needed[find(layer[c].first)] = true;
-      }
+    for (size_t c = first[l]; c < first[l + 3]; ++c) {
+      if (needed[c]) any_needed[find(net[c].first)] = true;
     }
     std::vector<std::vector<uint32_t>> sets(size);
     for (size_t w = 0; w < size; ++w) sets[find(static_cast<uint32_t>(w))].push_back(static_cast<uint32_t>(w));
-    const simd::TileLayers shape = layers[l].flip       ? simd::TileLayers::kMirrorHalf2Half1
-                                   : layers[l + 2].flip ? simd::TileLayers::kHalf2Half1Mirror
-                                                        : simd::TileLayers::kHalf4Half2Half1;
+    const simd::TileLayers shape = flip[l]       ? simd::TileLayers::kMirrorHalf2Half1
+                                   : flip[l + 2] ? simd::TileLayers::kHalf2Half1Mirror
+                                                 : simd::TileLayers::kHalf4Half2Half1;
     // Every set has eight wires (the tests sort n = 16..300, 513, 1025 and 2049 fully).
     for (size_t w = 0; w < size; ++w) {
       if (sets[w].empty() || !any_needed[w]) continue;
@@ -141,13 +137,10 @@ MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
       plan.tiles.push_back(tile);
     }
   }
-  for (size_t l = tiled; l < layers.size(); ++l) {
-    const std::vector<Comparator> layer = comparators(layers[l]);
-    for (size_t c = 0; c < layer.size(); ++c) {
-      if (!needed[l][c]) continue;
-      plan.pairs.push_back(layer[c].first);
-      plan.pairs.push_back(layer[c].second);
-    }
+  for (size_t c = first[tiled]; c < net.size(); ++c) {
+    if (!needed[c]) continue;
+    plan.pairs.push_back(net[c].first);
+    plan.pairs.push_back(net[c].second);
   }
   return plan;
 }
@@ -163,16 +156,11 @@ std::vector<Comparator> SortingNetwork(size_t n) {
 
 std::vector<Comparator> SelectionNetwork(size_t n, std::span<const uint32_t> ranks) {
   const std::vector<Comparator> full = SortingNetwork(n);
-  std::vector<bool> live(n, false);
-  for (uint32_t r : ranks) live[r] = true;
+  const std::vector<bool> needed = ReachingRanks(full, n, n, ranks);
   std::vector<Comparator> kept;
-  for (auto it = full.rbegin(); it != full.rend(); ++it) {
-    if (live[it->first] || live[it->second]) {
-      kept.push_back(*it);
-      live[it->first] = live[it->second] = true;
-    }
+  for (size_t c = 0; c < full.size(); ++c) {
+    if (needed[c]) kept.push_back(full[c]);
   }
-  std::reverse(kept.begin(), kept.end());
   return kept;
 }
 
