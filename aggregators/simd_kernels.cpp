@@ -189,14 +189,17 @@ constexpr Pair kHalf4[4] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
 constexpr Pair kHalf2[4] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
 constexpr Pair kHalf1[4] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
 
-// Eight columns at a time in GCC's vector type (NEON, SSE2, or whatever the target has), the last
-// len % 8 one by one: the same comparisons either way.
+// Eight columns at a time in GCC's vector type (NEON, SSE2, or whatever the target has), as the
+// portable group sort does: in the last few columns the spare lanes sort zeros and are not stored.
 template <const Pair* L0, const Pair* L1, const Pair* L2>
 void TileColumnsPortable(float* const* p, size_t begin, size_t end) {
-  size_t j = begin;
-  for (; j + 8 <= end; j += 8) {
+  for (size_t j = begin; j < end; j += 8) {
+    const size_t w = std::min<size_t>(8, end - j);
     Vec8 r[8];
-    for (size_t i = 0; i < 8; ++i) std::memcpy(&r[i], p[i] + j, sizeof(Vec8));
+    for (size_t i = 0; i < 8; ++i) {
+      r[i] = Vec8{};
+      std::memcpy(&r[i], p[i] + j, w * sizeof(float));
+    }
     for (const Pair* layer : {L0, L1, L2}) {
       for (size_t c = 0; c < 4; ++c) {
         const Vec8 x = r[layer[c].a], y = r[layer[c].b];
@@ -204,19 +207,7 @@ void TileColumnsPortable(float* const* p, size_t begin, size_t end) {
         r[layer[c].b] = y < x ? x : y;
       }
     }
-    for (size_t i = 0; i < 8; ++i) std::memcpy(p[i] + j, &r[i], sizeof(Vec8));
-  }
-  for (; j < end; ++j) {
-    float v[8];
-    for (size_t i = 0; i < 8; ++i) v[i] = p[i][j];
-    for (const Pair* layer : {L0, L1, L2}) {
-      for (size_t c = 0; c < 4; ++c) {
-        const float a = v[layer[c].a], b = v[layer[c].b];
-        v[layer[c].a] = b < a ? b : a;
-        v[layer[c].b] = b < a ? a : b;
-      }
-    }
-    for (size_t i = 0; i < 8; ++i) p[i][j] = v[i];
+    for (size_t i = 0; i < 8; ++i) std::memcpy(p[i] + j, &r[i], w * sizeof(float));
   }
 }
 
