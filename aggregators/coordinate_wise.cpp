@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <optional>
 
 #include "aggregators/batcher_network.h"
 #include "aggregators/robust_aggregator.h"
@@ -65,7 +67,21 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
 struct MergePlan {
   std::vector<simd::ComparatorTile> tiles;
   std::vector<uint32_t> pairs;  // after the tiles
+  std::vector<uint32_t> order;  // rank r ends on wire order[r]; empty: on wire r
 };
+
+// What running a plan costs per column of eight, counted in memory operations (a tile's eight
+// loads and eight stores, a pair's two of each) plus comparators.
+size_t Cost(const MergePlan& plan) {
+  size_t cost = 3 * plan.pairs.size();
+  for (const simd::ComparatorTile& t : plan.tiles) {
+    const bool three_full_layers = t.layers == simd::TileLayers::kMirrorHalf2Half1 ||
+                                   t.layers == simd::TileLayers::kHalf4Half2Half1 ||
+                                   t.layers == simd::TileLayers::kHalf2Half1Mirror;
+    cost += 16 + (three_full_layers ? 12 : 8);
+  }
+  return cost;
+}
 
 // Which comparators of `net` (in the order they run, over wires below `wires`) can change the
 // values ending on wires `ranks`, walking back from the outputs: a comparator is needed when it
@@ -145,6 +161,135 @@ MergePlan PlanMerges(size_t n, std::span<const uint32_t> ranks) {
   return plan;
 }
 
+// The merging stages when every asked rank lies in the lowest or highest 16 (a trimmed mean's
+// tails, k <= 16): only runs of 16 at the ends need merging. Pairs of sorted groups are merged
+// into their lower and upper 16 (a value in the lower 16 has 16 at or above it, so it can only be
+// among the lowest 16 overall; the upper 16 likewise). Then the lower runs are merged two at a
+// time keeping the lower side, and the upper runs keeping the upper side: each merge discards 16
+// values for good (they are in the middle), at a bitonic merge of 16 + 16 whose discarded side
+// needs no further layers, where merging whole runs costs more with every doubling. A group left
+// without a partner (the last of an odd number, and the last n % 16 rows, sorted among
+// themselves, with +infinity above them) is merged into the lower run first and its upper side
+// joins the upper runs, the partial group's last of all (its missing rows stay on top, where no
+// comparator moves them). nullopt when an asked rank lies elsewhere or n < 32.
+std::optional<MergePlan> PlanTailMerges(size_t n, std::span<const uint32_t> ranks) {
+  constexpr uint32_t kRun = 16;
+  const size_t groups = n / kRun, rest = n % kRun;
+  if (groups < 2) return std::nullopt;
+  for (uint32_t r : ranks) {
+    if (r >= kRun && r + kRun < n) return std::nullopt;
+  }
+  struct Merge {
+    uint32_t lower, upper;  // the first wires of two sorted runs of 16, lower < upper
+  };
+  std::vector<Merge> merges;
+  std::vector<uint32_t> lows, highs;
+  for (size_t g = 0; g + 1 < groups; g += 2) {
+    const auto lower = static_cast<uint32_t>(kRun * g);
+    merges.push_back({lower, lower + kRun});
+    lows.push_back(lower);
+    highs.push_back(lower + kRun);
+  }
+  std::vector<uint32_t> unpaired;
+  if (groups % 2) unpaired.push_back(static_cast<uint32_t>(kRun * (groups - 1)));
+  if (rest) unpaired.push_back(static_cast<uint32_t>(kRun * groups));
+  for (uint32_t run : unpaired) {
+    merges.push_back({lows[0], run});
+    highs.push_back(run);  // ascending: the partial group, highest of all, stays last
+  }
+  for (size_t i = 1; i < lows.size(); ++i) merges.push_back({lows[0], lows[i]});
+  for (size_t i = 1; i < highs.size(); ++i) merges.push_back({highs[i - 1], highs[i]});
+  // Each merge in full (the flip, then the half-cleaners of both sides); ReachingRanks prunes it.
+  std::vector<Comparator> net;
+  for (const auto [lo, hi] : merges) {
+    for (uint32_t i = 0; i < kRun; ++i) net.emplace_back(lo + i, hi + kRun - 1 - i);
+    for (uint32_t d = kRun / 2; d >= 1; d >>= 1) {
+      for (const uint32_t side : {lo, hi}) {
+        for (uint32_t base = side; base < side + kRun; base += 2 * d) {
+          for (uint32_t i = 0; i < d; ++i) net.emplace_back(base + i, base + i + d);
+        }
+      }
+    }
+  }
+  // The wires the asked ranks end on: the lowest 16 on the first lower run; the highest 16 on
+  // the last upper run, or with a partial group of `rest` rows, on its `rest` wires and the top
+  // 16 - rest of the upper run merged with it last (its lower side).
+  std::vector<uint32_t> top;
+  if (rest) {
+    for (uint32_t i = 0; i < kRun; ++i) top.push_back(highs[highs.size() - 2] + i);
+  }
+  for (uint32_t i = 0; i < kRun && highs.back() + i < n; ++i) top.push_back(highs.back() + i);
+  top.erase(top.begin(), top.end() - kRun);
+  MergePlan plan;
+  plan.order.assign(n, 0);
+  std::vector<bool> exact(n, false);
+  for (uint32_t i = 0; i < kRun; ++i) {
+    plan.order[i] = lows[0] + i;
+    plan.order[n - kRun + i] = top[i];
+    exact[lows[0] + i] = exact[top[i]] = true;
+  }
+  for (uint32_t w = 0, r = kRun; w < n; ++w) {
+    if (!exact[w]) plan.order[r++] = w;
+  }
+  std::vector<uint32_t> rank_wires;
+  for (uint32_t r : ranks) rank_wires.push_back(plan.order[r]);
+  const std::vector<bool> needed = ReachingRanks(net, kRun * (groups + (rest ? 1 : 0)), n, rank_wires);
+  // The tiles, merge by merge: the flip with the next two half-cleaners over sets of eight, then
+  // the last two half-cleaners over sets of four, two sets to a tile.
+  auto row = [n](uint32_t w) { return std::min<uint32_t>(w, static_cast<uint32_t>(n)); };
+  size_t c = 0;
+  for (const auto [lo, hi] : merges) {
+    std::map<Comparator, bool> is_needed;
+    for (size_t end = c + 5 * kRun; c < end; ++c) is_needed[net[c]] = needed[c];
+    auto any = [&](const uint32_t* w, std::initializer_list<std::pair<int, int>> places) {
+      bool found = false;
+      for (const auto& [a, b] : places) found = found || is_needed.at({w[a], w[b]});
+      return found;
+    };
+    for (uint32_t i = 0; i < 4; ++i) {
+      const uint32_t w[8] = {lo + i,     lo + i + 4, lo + i + 8,  lo + i + 12,
+                             hi + 3 - i, hi + 7 - i, hi + 11 - i, hi + 15 - i};
+      const bool mirror = any(w, {{0, 7}, {1, 6}, {2, 5}, {3, 4}});
+      const bool lower = any(w, {{0, 2}, {1, 3}, {0, 1}, {2, 3}});
+      const bool upper = any(w, {{4, 6}, {5, 7}, {4, 5}, {6, 7}});
+      if (!mirror && !lower && !upper) continue;
+      simd::ComparatorTile tile;
+      for (size_t p = 0; p < 8; ++p) tile.rows[p] = row(w[p]);
+      tile.layers = lower && upper ? simd::TileLayers::kMirrorHalf2Half1
+                    : upper        ? simd::TileLayers::kMirrorHalf2Half1Upper
+                                   : simd::TileLayers::kMirrorHalf2Half1Lower;
+      plan.tiles.push_back(tile);
+    }
+    std::vector<uint32_t> fours;
+    for (const uint32_t side : {lo, hi}) {
+      for (uint32_t first = side; first < side + kRun; first += 4) {
+        const uint32_t w[4] = {first, first + 1, first + 2, first + 3};
+        if (any(w, {{0, 2}, {1, 3}, {0, 1}, {2, 3}})) fours.push_back(first);
+      }
+    }
+    for (size_t f = 0; f < fours.size(); f += 2) {
+      simd::ComparatorTile tile;
+      for (uint32_t p = 0; p < 8; ++p) {
+        // An odd set out is paired with four copies of the +infinity row, which no comparator moves.
+        tile.rows[p] = p < 4                  ? row(fours[f] + p)
+                       : f + 1 < fours.size() ? row(fours[f + 1] + p - 4)
+                                              : static_cast<uint32_t>(n);
+      }
+      tile.layers = simd::TileLayers::kHalf2Half1;
+      plan.tiles.push_back(tile);
+    }
+  }
+  return plan;
+}
+
+// The cheaper of the two plans where both apply.
+MergePlan PlanCheapestMerges(size_t n, std::span<const uint32_t> ranks) {
+  MergePlan whole = PlanMerges(n, ranks);
+  std::optional<MergePlan> tails = PlanTailMerges(n, ranks);
+  if (tails && Cost(*tails) < Cost(whole)) return *std::move(tails);
+  return whole;
+}
+
 }  // namespace
 
 std::vector<Comparator> SortingNetwork(size_t n) {
@@ -193,7 +338,7 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
     const auto base = static_cast<uint32_t>(16 * groups);
     for (const auto& [a, b] : SortingNetwork(n - base)) first_pairs.insert(first_pairs.end(), {base + a, base + b});
   }
-  const MergePlan merges = groups == 0 ? MergePlan{} : PlanMerges(n, ranks);
+  const MergePlan merges = groups == 0 ? MergePlan{} : PlanCheapestMerges(n, ranks);
   ForRanges(
       pool, blocks,
       [&](size_t b_begin, size_t b_end) {
@@ -202,12 +347,14 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
                   std::numeric_limits<float>::infinity());
         std::vector<float*> rows(n);
         std::vector<const float*> inputs(16 * groups);
-        for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + i * block;
+        for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + (merges.order.empty() ? i : merges.order[i]) * block;
         for (size_t b = b_begin; b < b_end; ++b) {
           const size_t begin = b * block, len = std::min(block, p - begin);
           for (size_t i = 0; i < 16 * groups; ++i) inputs[i] = deltas[i] + begin;
           simd::SortGroupsOf16(storage.data(), block, inputs.data(), groups, len);
-          for (size_t i = 16 * groups; i < n; ++i) std::memcpy(rows[i], deltas[i] + begin, len * sizeof(float));
+          for (size_t i = 16 * groups; i < n; ++i) {
+            std::memcpy(storage.data() + i * block, deltas[i] + begin, len * sizeof(float));
+          }
           simd::ApplyComparators(storage.data(), block, first_pairs.data(), first_pairs.size() / 2, len);
           simd::ApplyComparatorTiles(storage.data(), block, merges.tiles.data(), merges.tiles.size(), len);
           simd::ApplyComparators(storage.data(), block, merges.pairs.data(), merges.pairs.size() / 2, len);

@@ -3,7 +3,9 @@
 // comparator network whose compare-exchanges are vectorized across the block's coordinates (no
 // per-coordinate sorting or branching), in parallel over blocks: under 16 rows Batcher's odd-even
 // merge sort; from 16 rows groups of 16 sorted in registers, then bitonic merges run three layers at
-// a time over tiles of eight rows held in registers. The network is pruned to the comparators that
+// a time over tiles of eight rows held in registers; where every rank asked lies among the lowest or
+// highest 16 (a trimmed mean's tails), runs of 16 at the two ends are merged instead, whichever
+// plan costs fewer loads, stores and comparators. The network is pruned to the comparators that
 // can reach the ranks the reducer needs (selection, not a full sort). Results do not depend on the
 // thread count. Stateless.
 #pragma once

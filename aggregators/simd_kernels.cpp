@@ -146,13 +146,14 @@ constexpr std::array<Pair, 63> kSort16 = [] {
 
 typedef float Vec8 __attribute__((vector_size(32)));
 
-template <size_t... I>
-inline void Sort16(Vec8* r, std::index_sequence<I...>) {
+// A network over registers, its comparators unrolled with constant indices.
+template <const auto& kNet, size_t... I>
+inline void RunNet(Vec8* r, std::index_sequence<I...>) {
   (
       [&] {
-        const Vec8 x = r[kSort16[I].a], y = r[kSort16[I].b];
-        r[kSort16[I].a] = y < x ? y : x;
-        r[kSort16[I].b] = y < x ? x : y;
+        const Vec8 x = r[kNet[I].a], y = r[kNet[I].b];
+        r[kNet[I].a] = y < x ? y : x;
+        r[kNet[I].b] = y < x ? x : y;
       }(),
       ...);
 }
@@ -175,7 +176,7 @@ void SortGroupsOf16Portable(float* block, size_t stride, const float* const* row
           std::memcpy(&r[i], in[i] + j, w * sizeof(float));
         }
       }
-      Sort16(r, std::make_index_sequence<kSort16.size()>());
+      RunNet<kSort16>(r, std::make_index_sequence<kSort16.size()>());
       for (size_t i = 0; i < 16; ++i) std::memcpy(out + i * stride + j, &r[i], w * sizeof(float));
     }
   }
@@ -183,15 +184,24 @@ void SortGroupsOf16Portable(float* block, size_t stride, const float* const* row
 
 namespace {
 
-// The tile layers' comparators, by place in the tile.
-constexpr Pair kMirror[4] = {{0, 7}, {1, 6}, {2, 5}, {3, 4}};
-constexpr Pair kHalf4[4] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
-constexpr Pair kHalf2[4] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-constexpr Pair kHalf1[4] = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+// Each tile shape's comparators in the order they run, by place in the tile (the layers of
+// simd_kernels.h: mirror (0,7) (1,6) (2,5) (3,4), half4, half2, half1; "lower" and "upper" keep a
+// layer's comparators within places 0..3 or 4..7).
+template <size_t N>
+using TileNet = std::array<Pair, N>;
+constexpr TileNet<12> kMirrorHalf2Half1Net = {
+    {{0, 7}, {1, 6}, {2, 5}, {3, 4}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}};
+constexpr TileNet<12> kHalf4Half2Half1Net = {
+    {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}};
+constexpr TileNet<12> kHalf2Half1MirrorNet = {
+    {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}, {0, 7}, {1, 6}, {2, 5}, {3, 4}}};
+constexpr TileNet<8> kMirrorHalf2Half1LowerNet = {{{0, 7}, {1, 6}, {2, 5}, {3, 4}, {0, 2}, {1, 3}, {0, 1}, {2, 3}}};
+constexpr TileNet<8> kMirrorHalf2Half1UpperNet = {{{0, 7}, {1, 6}, {2, 5}, {3, 4}, {4, 6}, {5, 7}, {4, 5}, {6, 7}}};
+constexpr TileNet<8> kHalf2Half1Net = {{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}};
 
 // Eight columns at a time in GCC's vector type (NEON, SSE2, or whatever the target has), as the
 // portable group sort does: in the last few columns the spare lanes sort zeros and are not stored.
-template <const Pair* L0, const Pair* L1, const Pair* L2>
+template <const auto& kNet>
 void TileColumnsPortable(float* const* p, size_t begin, size_t end) {
   for (size_t j = begin; j < end; j += 8) {
     const size_t w = std::min<size_t>(8, end - j);
@@ -200,26 +210,19 @@ void TileColumnsPortable(float* const* p, size_t begin, size_t end) {
       r[i] = Vec8{};
       std::memcpy(&r[i], p[i] + j, w * sizeof(float));
     }
-    for (const Pair* layer : {L0, L1, L2}) {
-      for (size_t c = 0; c < 4; ++c) {
-        const Vec8 x = r[layer[c].a], y = r[layer[c].b];
-        r[layer[c].a] = y < x ? y : x;
-        r[layer[c].b] = y < x ? x : y;
-      }
-    }
+    RunNet<kNet>(r, std::make_index_sequence<kNet.size()>());
     for (size_t i = 0; i < 8; ++i) std::memcpy(p[i] + j, &r[i], w * sizeof(float));
   }
 }
 
+// By TileLayers' value.
+constexpr void (*kTileColumnsPortable[])(float* const*, size_t, size_t) = {
+    &TileColumnsPortable<kMirrorHalf2Half1Net>,      &TileColumnsPortable<kHalf4Half2Half1Net>,
+    &TileColumnsPortable<kHalf2Half1MirrorNet>,      &TileColumnsPortable<kMirrorHalf2Half1LowerNet>,
+    &TileColumnsPortable<kMirrorHalf2Half1UpperNet>, &TileColumnsPortable<kHalf2Half1Net>};
+
 void TileColumnsPortable(TileLayers layers, float* const* p, size_t begin, size_t end) {
-  switch (layers) {
-    case TileLayers::kMirrorHalf2Half1:
-      return TileColumnsPortable<kMirror, kHalf2, kHalf1>(p, begin, end);
-    case TileLayers::kHalf4Half2Half1:
-      return TileColumnsPortable<kHalf4, kHalf2, kHalf1>(p, begin, end);
-    case TileLayers::kHalf2Half1Mirror:
-      return TileColumnsPortable<kHalf2, kHalf1, kMirror>(p, begin, end);
-  }
+  kTileColumnsPortable[static_cast<size_t>(layers)](p, begin, end);
 }
 
 void TileRows(float* block, size_t stride, const ComparatorTile& tile, float** p) {
@@ -244,15 +247,15 @@ namespace {
 // to a third less of the group sort's time, measured. The same bits: minps(y, x) is
 // y < x ? y : x and maxps(x, y) is x > y ? x : y by definition, signed zeros included.
 #define PLEXUS_AVX2 __attribute__((target("avx2")))
-template <size_t I>
-PLEXUS_AVX2 __attribute__((always_inline)) inline void Compare16(__m256* r) {
-  const __m256 x = r[kSort16[I].a], y = r[kSort16[I].b];
-  r[kSort16[I].a] = _mm256_min_ps(y, x);
-  r[kSort16[I].b] = _mm256_max_ps(x, y);
+template <const auto& kNet, size_t I>
+PLEXUS_AVX2 __attribute__((always_inline)) inline void CompareAvx2(__m256* r) {
+  const __m256 x = r[kNet[I].a], y = r[kNet[I].b];
+  r[kNet[I].a] = _mm256_min_ps(y, x);
+  r[kNet[I].b] = _mm256_max_ps(x, y);
 }
-template <size_t... I>
-PLEXUS_AVX2 __attribute__((always_inline)) inline void Sort16Avx2(__m256* r, std::index_sequence<I...>) {
-  (Compare16<I>(r), ...);
+template <const auto& kNet, size_t... I>
+PLEXUS_AVX2 __attribute__((always_inline)) inline void RunNetAvx2(__m256* r, std::index_sequence<I...>) {
+  (CompareAvx2<kNet, I>(r), ...);
 }
 // Eight columns at a time; the last len % 8 columns go through the portable kernel (the same bits).
 PLEXUS_AVX2 void SortGroupsOf16Avx2(float* block, size_t stride, const float* const* rows, size_t groups, size_t len) {
@@ -263,7 +266,7 @@ PLEXUS_AVX2 void SortGroupsOf16Avx2(float* block, size_t stride, const float* co
     for (size_t j = 0; j < full; j += 8) {
       __m256 r[16];
       for (size_t i = 0; i < 16; ++i) r[i] = _mm256_loadu_ps(in[i] + j);
-      Sort16Avx2(r, std::make_index_sequence<kSort16.size()>());
+      RunNetAvx2<kSort16>(r, std::make_index_sequence<kSort16.size()>());
       for (size_t i = 0; i < 16; ++i) _mm256_storeu_ps(out + i * stride + j, r[i]);
     }
     if (full < len) {
@@ -293,26 +296,23 @@ PLEXUS_AVX2 void ApplyComparatorsAvx2(float* block, size_t stride, const uint32_
     }
   }
 }
-template <const Pair* L>
-PLEXUS_AVX2 __attribute__((always_inline)) inline void TileLayerAvx2(__m256* r) {
-  for (size_t c = 0; c < 4; ++c) {
-    const __m256 x = r[L[c].a], y = r[L[c].b];
-    r[L[c].a] = _mm256_min_ps(y, x);
-    r[L[c].b] = _mm256_max_ps(x, y);
-  }
-}
-
-template <const Pair* L0, const Pair* L1, const Pair* L2>
-PLEXUS_AVX2 void TileColumnsAvx2(float* const* p, size_t full) {
+template <const auto& kNet>
+PLEXUS_AVX2 void TileColumnsAvx2(float* const* rows, size_t full) {
+  float* p[8];  // a copy GCC keeps in registers: through `rows` it reloads each after every store
+  for (size_t i = 0; i < 8; ++i) p[i] = rows[i];
   for (size_t j = 0; j < full; j += 8) {
     __m256 r[8];
     for (size_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(p[i] + j);
-    TileLayerAvx2<L0>(r);
-    TileLayerAvx2<L1>(r);
-    TileLayerAvx2<L2>(r);
+    RunNetAvx2<kNet>(r, std::make_index_sequence<kNet.size()>());
     for (size_t i = 0; i < 8; ++i) _mm256_storeu_ps(p[i] + j, r[i]);
   }
 }
+
+// By TileLayers' value.
+constexpr void (*kTileColumnsAvx2[])(float* const*, size_t) = {
+    &TileColumnsAvx2<kMirrorHalf2Half1Net>,      &TileColumnsAvx2<kHalf4Half2Half1Net>,
+    &TileColumnsAvx2<kHalf2Half1MirrorNet>,      &TileColumnsAvx2<kMirrorHalf2Half1LowerNet>,
+    &TileColumnsAvx2<kMirrorHalf2Half1UpperNet>, &TileColumnsAvx2<kHalf2Half1Net>};
 
 // Eight columns at a time; the last len % 8 columns go through the portable loop (the same bits).
 PLEXUS_AVX2 void ApplyComparatorTilesAvx2(float* block, size_t stride, const ComparatorTile* tiles, size_t count,
@@ -321,17 +321,7 @@ PLEXUS_AVX2 void ApplyComparatorTilesAvx2(float* block, size_t stride, const Com
   for (size_t t = 0; t < count; ++t) {
     float* p[8];
     TileRows(block, stride, tiles[t], p);
-    switch (tiles[t].layers) {
-      case TileLayers::kMirrorHalf2Half1:
-        TileColumnsAvx2<kMirror, kHalf2, kHalf1>(p, full);
-        break;
-      case TileLayers::kHalf4Half2Half1:
-        TileColumnsAvx2<kHalf4, kHalf2, kHalf1>(p, full);
-        break;
-      case TileLayers::kHalf2Half1Mirror:
-        TileColumnsAvx2<kHalf2, kHalf1, kMirror>(p, full);
-        break;
-    }
+    kTileColumnsAvx2[static_cast<size_t>(tiles[t].layers)](p, full);
     if (full < len) TileColumnsPortable(tiles[t].layers, p, full, len);
   }
 }

@@ -49,15 +49,20 @@ void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_
 // SortGroupsOf16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
 void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
 
-// Three layers of comparators over eight rows of a block, by the rows' places in the tile (0..7);
-// in every layer the smaller value goes to the lower place, swapped only when the higher place
-// holds the smaller value (as ApplyComparators does):
+// Layers of comparators over eight rows of a block, by the rows' places in the tile (0..7); in
+// every layer the smaller value goes to the lower place, swapped only when the higher place holds
+// the smaller value (as ApplyComparators does):
 //   mirror: (0,7) (1,6) (2,5) (3,4)      half4: (0,4) (1,5) (2,6) (3,7)
 //   half2:  (0,2) (1,3) (4,6) (5,7)      half1: (0,1) (2,3) (4,5) (6,7)
 enum class TileLayers : uint32_t {
   kMirrorHalf2Half1,  // the first three layers of a bitonic merge
   kHalf4Half2Half1,   // three half-cleaners
   kHalf2Half1Mirror,  // the last two half-cleaners of one merge and the first layer of the next
+  // mirror, then half2 and half1 over places 0..3 only (upper: 4..7 only): the first three layers
+  // of a bitonic merge of which one side's values are kept
+  kMirrorHalf2Half1Lower,
+  kMirrorHalf2Half1Upper,
+  kHalf2Half1,  // two layers: places 0..3 and 4..7 are two independent sets of four
 };
 // Eight rows, block + rows[i] * stride (i < 8; a row may appear more than once only if the tile's
 // comparators cannot change it, as a row of +infinity standing for missing ones).
@@ -65,9 +70,9 @@ struct ComparatorTile {
   uint32_t rows[8];
   TileLayers layers;
 };
-// For each tile in order: its eight rows' first len floats, column by column, through its three
+// For each tile in order: its eight rows' first len floats, column by column, through its
 // layers. With AVX2 each tile's rows of eight columns are held in registers: one load and one
-// store per value for twelve comparators, instead of two of each per comparator.
+// store per value for eight or twelve comparators, instead of two of each per comparator.
 void ApplyComparatorTiles(float* block, size_t stride, const ComparatorTile* tiles, size_t count, size_t len);
 // ApplyComparatorTiles without the AVX2 kernel: the same bits (tests).
 void ApplyComparatorTilesPortable(float* block, size_t stride, const ComparatorTile* tiles, size_t count, size_t len);

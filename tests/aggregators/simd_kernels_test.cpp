@@ -95,17 +95,20 @@ TEST(ApplyComparatorsTest, SwapsOnlyWhenTheSecondIsSmallerWithTheSameBitsOnEvery
   }
 }
 
-// Each tile shape is the three layers its comment lists, swapping only when the higher place holds
+// Each tile shape is the layers its comment lists, swapping only when the higher place holds
 // the smaller value, on both paths with the same bits; rows are anywhere in the block, and two
 // places may share a row of +infinity, which no comparator changes.
-TEST(ApplyComparatorTilesTest, EachShapeIsItsThreeLayersWithTheSameBitsOnEveryPath) {
+TEST(ApplyComparatorTilesTest, EachShapeIsItsLayersWithTheSameBitsOnEveryPath) {
   using Layer = std::vector<std::pair<size_t, size_t>>;
   const Layer mirror = {{0, 7}, {1, 6}, {2, 5}, {3, 4}}, half4 = {{0, 4}, {1, 5}, {2, 6}, {3, 7}},
               half2 = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, half1 = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
   const std::vector<std::pair<simd::TileLayers, std::vector<Layer>>> shapes = {
       {simd::TileLayers::kMirrorHalf2Half1, {mirror, half2, half1}},
       {simd::TileLayers::kHalf4Half2Half1, {half4, half2, half1}},
-      {simd::TileLayers::kHalf2Half1Mirror, {half2, half1, mirror}}};
+      {simd::TileLayers::kHalf2Half1Mirror, {half2, half1, mirror}},
+      {simd::TileLayers::kMirrorHalf2Half1Lower, {mirror, {{0, 2}, {1, 3}}, {{0, 1}, {2, 3}}}},
+      {simd::TileLayers::kMirrorHalf2Half1Upper, {mirror, {{4, 6}, {5, 7}}, {{4, 5}, {6, 7}}}},
+      {simd::TileLayers::kHalf2Half1, {half2, half1}}};
   Rng rng(23);
   constexpr size_t kRows = 12;  // row 11: +infinity
   for (const auto& [shape, layers] : shapes) {

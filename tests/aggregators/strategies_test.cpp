@@ -483,9 +483,9 @@ TEST(SortingNetworkTest, BlockedMedianMatchesNthElementForManySizes) {
 }
 
 // Every n from 1 to 300 rows, and three larger, sorted fully (AllRanks), and with only the tails a
-// trimmed mean asks for exact: each column's values come out in order (a checksum that weighs each
-// rank), and the rows between the tails hold the rest of the column. Integer values, so that every
-// sum is exact whatever order the rows between the tails are in, and ties everywhere.
+// trimmed mean asks for exact (k = n / 10, and 1, 7, 15, 16 up to 300 rows): each column's values come out in order (a
+// checksum that weighs each rank), and the rows between the tails hold the rest of the column. Integer values, so that
+// every sum is exact whatever order the rows between the tails are in, and ties everywhere.
 TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300AndBeyond) {
   struct Tails {
     size_t k;
@@ -518,25 +518,38 @@ TEST(SortingNetworkTest, BlockedSortsAndTailsAreExactForEveryRowCountUpTo300AndB
       for (float& x : d) x = static_cast<float>(static_cast<int>(rng.Below(61)) - 30);
       ptrs.push_back(d.data());
     }
-    const Tails tails{n / 10};
-    std::vector<uint32_t> tail_ranks;
-    for (size_t i = 0; i < tails.k; ++i) {
-      tail_ranks.push_back(static_cast<uint32_t>(i));
-      tail_ranks.push_back(static_cast<uint32_t>(n - 1 - i));
+    // Each column's values in order, and the checksums the reducer gives on them.
+    std::vector<std::vector<float>> columns(p);
+    auto want = [&](size_t c, const Tails* tails) {
+      std::vector<const float*> rows;
+      for (const float& v : columns[c]) rows.push_back(&v);
+      double sum = 0.0;
+      weighted(rows.data(), n, 1, &sum, tails);
+      return sum;
+    };
+    for (size_t c = 0; c < p; ++c) {
+      for (const auto& d : data) columns[c].push_back(d[c]);
+      std::sort(columns[c].begin(), columns[c].end());
     }
     const std::vector<double> sorted = ReduceSortedCoordinates(ptrs, p, nullptr, AllRanks(n), weighted, nullptr);
-    const std::vector<double> trimmed = ReduceSortedCoordinates(ptrs, p, nullptr, tail_ranks, weighted, &tails);
-    for (size_t c = 0; c < p; ++c) {
-      std::vector<float> column;
-      for (const auto& d : data) column.push_back(d[c]);
-      std::sort(column.begin(), column.end());
-      std::vector<const float*> rows;
-      for (const float& v : column) rows.push_back(&v);
-      double want_sorted = 0.0, want_trimmed = 0.0;
-      weighted(rows.data(), n, 1, &want_sorted, nullptr);
-      weighted(rows.data(), n, 1, &want_trimmed, &tails);
-      ASSERT_EQ(sorted[c], want_sorted) << "n " << n << " column " << c;
-      ASSERT_EQ(trimmed[c], want_trimmed) << "n " << n << " column " << c;
+    for (size_t c = 0; c < p; ++c) ASSERT_EQ(sorted[c], want(c, nullptr)) << "n " << n << " column " << c;
+    // A trimmed mean's k = n / 10, and tails of 1, 7, 15 and 16 (from 32 rows up to 16 exact
+    // ranks at each end take the merges of the lower and upper runs of 16 alone).
+    std::vector<size_t> tail_sizes = {n / 10};
+    for (size_t k : {1u, 7u, 15u, 16u}) {
+      if (2 * k < n && n <= 300) tail_sizes.push_back(k);
+    }
+    for (size_t k : tail_sizes) {
+      const Tails tails{k};
+      std::vector<uint32_t> tail_ranks;
+      for (size_t i = 0; i < tails.k; ++i) {
+        tail_ranks.push_back(static_cast<uint32_t>(i));
+        tail_ranks.push_back(static_cast<uint32_t>(n - 1 - i));
+      }
+      const std::vector<double> trimmed = ReduceSortedCoordinates(ptrs, p, nullptr, tail_ranks, weighted, &tails);
+      for (size_t c = 0; c < p; ++c) {
+        ASSERT_EQ(trimmed[c], want(c, &tails)) << "n " << n << " k " << k << " column " << c;
+      }
     }
   }
 }
