@@ -62,7 +62,7 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
 // registers, one load and one store per value for three layers instead of two loads and two
 // stores per comparator (Batcher's odd-even merges, which the network for fewer rows uses, need
 // fewer comparators, but theirs do not split so). Layers after the last full three run as pairs.
-// Pruned by ReachingRanks, as SelectionNetwork is: a tile runs when one of its comparators can
+// Pruned by ReachingRanks: a tile runs when one of its comparators can
 // reach an asked rank, and the others it runs touch only wires no asked rank depends on.
 struct MergePlan {
   std::vector<simd::ComparatorTile> tiles;
@@ -299,16 +299,6 @@ std::vector<Comparator> SortingNetwork(size_t n) {
   return net;
 }
 
-std::vector<Comparator> SelectionNetwork(size_t n, std::span<const uint32_t> ranks) {
-  const std::vector<Comparator> full = SortingNetwork(n);
-  const std::vector<bool> needed = ReachingRanks(full, n, n, ranks);
-  std::vector<Comparator> kept;
-  for (size_t c = 0; c < full.size(); ++c) {
-    if (needed[c]) kept.push_back(full[c]);
-  }
-  return kept;
-}
-
 std::vector<uint32_t> AllRanks(size_t n) {
   std::vector<uint32_t> r(n);
   for (size_t i = 0; i < n; ++i) r[i] = static_cast<uint32_t>(i);
@@ -321,23 +311,17 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
   const size_t n = deltas.size();
   std::vector<double> out(p);
   if (n == 0 || p == 0) return out;
-  // The n rows of a block: within about 32 KiB (L1) for the network over the block under 16 rows,
+  // The n rows of a block: within about 32 KiB (L1) under 16 rows, where the reducer reads the
+  // sorted rows straight after the kernel wrote them (128 KiB blocks measured no faster there),
   // within about 128 KiB (L2) from 16 rows, where the tiles load each value once per three layers
   // and the longer rows let the prefetchers stream each input.
   const size_t block_floats = n < 16 ? 8192 : 32768;
   const size_t block = std::max<size_t>(16, (block_floats / n) & ~size_t{7});
   const size_t blocks = (p + block - 1) / block;
-  // Under 16 rows: Batcher's network, pruned to the asked ranks, over the block. From 16 rows:
-  // each aligned group of 16 sorted in registers as it is read in (simd::SortGroupsOf16), the
-  // last n % 16 rows sorted by Batcher's network for them, then the merges of PlanMerges.
-  const size_t groups = n / 16;
-  std::vector<uint32_t> first_pairs;
-  if (groups == 0) {
-    for (const auto& [a, b] : SelectionNetwork(n, ranks)) first_pairs.insert(first_pairs.end(), {a, b});
-  } else {
-    const auto base = static_cast<uint32_t>(16 * groups);
-    for (const auto& [a, b] : SortingNetwork(n - base)) first_pairs.insert(first_pairs.end(), {base + a, base + b});
-  }
+  // Each aligned group of 16 rows sorted in registers as it is read in (simd::SortGroupsOf16),
+  // the last n % 16 rows likewise by Batcher's network for them (simd::SortRowsUnder16), then,
+  // from 16 rows, the merges of PlanCheapestMerges.
+  const size_t groups = n / 16, rest = n % 16;
   const MergePlan merges = groups == 0 ? MergePlan{} : PlanCheapestMerges(n, ranks);
   ForRanges(
       pool, blocks,
@@ -346,16 +330,13 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
         std::fill(storage.begin() + static_cast<ptrdiff_t>(n * block), storage.end(),
                   std::numeric_limits<float>::infinity());
         std::vector<float*> rows(n);
-        std::vector<const float*> inputs(16 * groups);
+        std::vector<const float*> inputs(n);
         for (size_t i = 0; i < n; ++i) rows[i] = storage.data() + (merges.order.empty() ? i : merges.order[i]) * block;
         for (size_t b = b_begin; b < b_end; ++b) {
           const size_t begin = b * block, len = std::min(block, p - begin);
-          for (size_t i = 0; i < 16 * groups; ++i) inputs[i] = deltas[i] + begin;
+          for (size_t i = 0; i < n; ++i) inputs[i] = deltas[i] + begin;
           simd::SortGroupsOf16(storage.data(), block, inputs.data(), groups, len);
-          for (size_t i = 16 * groups; i < n; ++i) {
-            std::memcpy(storage.data() + i * block, deltas[i] + begin, len * sizeof(float));
-          }
-          simd::ApplyComparators(storage.data(), block, first_pairs.data(), first_pairs.size() / 2, len);
+          simd::SortRowsUnder16(storage.data() + 16 * groups * block, block, inputs.data() + 16 * groups, rest, len);
           simd::ApplyComparatorTiles(storage.data(), block, merges.tiles.data(), merges.tiles.size(), len);
           simd::ApplyComparators(storage.data(), block, merges.pairs.data(), merges.pairs.size() / 2, len);
           reduce(rows.data(), n, len, out.data() + begin, arg);

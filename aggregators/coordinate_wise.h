@@ -1,13 +1,13 @@
 // Coordinate-wise order statistics over buffered updates. Coordinates are processed in blocks
 // small enough that the n rows of a block stay in cache; each block goes column by column through a
 // comparator network whose compare-exchanges are vectorized across the block's coordinates (no
-// per-coordinate sorting or branching), in parallel over blocks: under 16 rows Batcher's odd-even
-// merge sort; from 16 rows groups of 16 sorted in registers, then bitonic merges run three layers at
-// a time over tiles of eight rows held in registers; where every rank asked lies among the lowest or
-// highest 16 (a trimmed mean's tails), runs of 16 at the two ends are merged instead, whichever
-// plan costs fewer loads, stores and comparators. The network is pruned to the comparators that
-// can reach the ranks the reducer needs (selection, not a full sort). Results do not depend on the
-// thread count. Stateless.
+// per-coordinate sorting or branching), in parallel over blocks: groups of 16 rows, and the rows
+// left over (fewer than 16, Batcher's odd-even merge sort for them), sorted in registers as they
+// are read in; from 16 rows, bitonic merges then run three layers at a time over tiles of eight
+// rows held in registers, pruned to the comparators that can reach the ranks the reducer needs
+// (selection, not a full sort); where every rank asked lies among the lowest or highest 16 (a
+// trimmed mean's tails), runs of 16 at the two ends are merged instead, whichever plan costs
+// fewer loads, stores and comparators. Results do not depend on the thread count. Stateless.
 #pragma once
 
 #include <span>
@@ -32,11 +32,8 @@ std::vector<uint32_t> AllRanks(size_t n);
 
 using Comparator = std::pair<uint32_t, uint32_t>;
 // The comparators of a Batcher odd-even merge sorting network for n inputs (pairs i < j),
-// pruned to indices below n. Exposed for tests.
+// pruned to indices below n: the network the register kernels unroll at compile time, for tests.
 std::vector<Comparator> SortingNetwork(size_t n);
-// The comparators of SortingNetwork(n) that can change the values ending on wires `ranks`
-// (walking back from the outputs, a comparator stays if it touches a wire still needed).
-std::vector<Comparator> SelectionNetwork(size_t n, std::span<const uint32_t> ranks);
 
 // Median of values[0..n) (mean of the two middle values for even n); reorders values.
 double MedianInPlace(float* values, size_t n);

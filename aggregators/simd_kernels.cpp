@@ -130,25 +130,33 @@ void ApplyComparatorsPortable(float* block, size_t stride, const uint32_t* pairs
 
 namespace {
 
-// Batcher's network for 16 wires, at compile time: its comparators are unrolled with constant
-// indices, so that the 16 rows stay in registers.
+// Batcher's networks for up to 16 wires, at compile time: their comparators are unrolled with
+// constant indices, so that the rows stay in registers.
 struct Pair {
   uint8_t a, b;
 };
-constexpr std::array<Pair, 63> kSort16 = [] {
-  std::array<Pair, 63> net{};
-  size_t count = 0;  // 63 exactly: more would not compile (out of the array's bounds)
-  ForEachBatcherComparator(16, [&](size_t a, size_t b) {
+constexpr size_t BatcherSize(size_t n) {
+  size_t count = 0;
+  ForEachBatcherComparator(n, [&](size_t, size_t) { ++count; });
+  return count;
+}
+template <size_t N>
+constexpr std::array<Pair, BatcherSize(N)> kBatcher = [] {
+  std::array<Pair, BatcherSize(N)> net{};
+  size_t count = 0;
+  ForEachBatcherComparator(N, [&](size_t a, size_t b) {
     net[count++] = {static_cast<uint8_t>(a), static_cast<uint8_t>(b)};
   });
   return net;
 }();
+constexpr const auto& kSort16 = kBatcher<16>;
+static_assert(kSort16.size() == 63);
 
 typedef float Vec8 __attribute__((vector_size(32)));
 
 // A network over registers, its comparators unrolled with constant indices.
 template <const auto& kNet, size_t... I>
-inline void RunNet(Vec8* r, std::index_sequence<I...>) {
+inline void RunNet([[maybe_unused]] Vec8* r, std::index_sequence<I...>) {
   (
       [&] {
         const Vec8 x = r[kNet[I].a], y = r[kNet[I].b];
@@ -180,6 +188,34 @@ void SortGroupsOf16Portable(float* block, size_t stride, const float* const* row
       for (size_t i = 0; i < 16; ++i) std::memcpy(out + i * stride + j, &r[i], w * sizeof(float));
     }
   }
+}
+
+namespace {
+
+template <size_t N>
+void SortRowsPortable(float* block, size_t stride, const float* const* rows, size_t len) {
+  for (size_t j = 0; j < len; j += 8) {
+    const size_t w = std::min<size_t>(8, len - j);
+    Vec8 r[N + 1];
+    for (size_t i = 0; i < N; ++i) {
+      r[i] = Vec8{};  // in the last few columns the spare lanes sort zeros and are not stored
+      std::memcpy(&r[i], rows[i] + j, w * sizeof(float));
+    }
+    RunNet<kBatcher<N>>(r, std::make_index_sequence<kBatcher<N>.size()>());
+    for (size_t i = 0; i < N; ++i) std::memcpy(block + i * stride + j, &r[i], w * sizeof(float));
+  }
+}
+
+template <size_t... N>
+constexpr auto SortRowsPortableTable(std::index_sequence<N...>) {
+  return std::array{&SortRowsPortable<N>...};
+}
+constexpr auto kSortRowsPortable = SortRowsPortableTable(std::make_index_sequence<16>());
+
+}  // namespace
+
+void SortRowsUnder16Portable(float* block, size_t stride, const float* const* rows, size_t n, size_t len) {
+  kSortRowsPortable[n](block, stride, rows, len);
 }
 
 namespace {
@@ -254,7 +290,8 @@ PLEXUS_AVX2 __attribute__((always_inline)) inline void CompareAvx2(__m256* r) {
   r[kNet[I].b] = _mm256_max_ps(x, y);
 }
 template <const auto& kNet, size_t... I>
-PLEXUS_AVX2 __attribute__((always_inline)) inline void RunNetAvx2(__m256* r, std::index_sequence<I...>) {
+PLEXUS_AVX2 __attribute__((always_inline)) inline void RunNetAvx2([[maybe_unused]] __m256* r,
+                                                                  std::index_sequence<I...>) {
   (CompareAvx2<kNet, I>(r), ...);
 }
 // Eight columns at a time; the last len % 8 columns go through the portable kernel (the same bits).
@@ -276,6 +313,29 @@ PLEXUS_AVX2 void SortGroupsOf16Avx2(float* block, size_t stride, const float* co
     }
   }
 }
+
+template <size_t N>
+PLEXUS_AVX2 void SortRowsAvx2(float* block, size_t stride, const float* const* rows, size_t len) {
+  const size_t full = len / 8 * 8;
+  const float* in[N + 1];  // a copy GCC keeps in registers (see TileColumnsAvx2)
+  for (size_t i = 0; i < N; ++i) in[i] = rows[i];
+  for (size_t j = 0; j < full; j += 8) {
+    __m256 r[N + 1];
+    for (size_t i = 0; i < N; ++i) r[i] = _mm256_loadu_ps(in[i] + j);
+    RunNetAvx2<kBatcher<N>>(r, std::make_index_sequence<kBatcher<N>.size()>());
+    for (size_t i = 0; i < N; ++i) _mm256_storeu_ps(block + i * stride + j, r[i]);
+  }
+  if (full < len) {
+    const float* rest[N + 1];
+    for (size_t i = 0; i < N; ++i) rest[i] = in[i] + full;
+    SortRowsPortable<N>(block + full, stride, rest, len - full);
+  }
+}
+template <size_t... N>
+constexpr auto SortRowsAvx2Table(std::index_sequence<N...>) {
+  return std::array{&SortRowsAvx2<N>...};
+}
+constexpr auto kSortRowsAvx2 = SortRowsAvx2Table(std::make_index_sequence<16>());
 
 // GCC compiles the portable loop above into a compare and a branch that skips the stores when no
 // lane swaps: a branch on the data. This one always stores, with the same bits.
@@ -337,6 +397,13 @@ void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_
   if (kHasAvx2) return SortGroupsOf16Avx2(block, stride, rows, groups, len);
 #endif
   SortGroupsOf16Portable(block, stride, rows, groups, len);
+}
+
+void SortRowsUnder16(float* block, size_t stride, const float* const* rows, size_t n, size_t len) {
+#if defined(__x86_64__)
+  if (kHasAvx2) return kSortRowsAvx2[n](block, stride, rows, len);
+#endif
+  SortRowsUnder16Portable(block, stride, rows, n, len);
 }
 
 void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len) {

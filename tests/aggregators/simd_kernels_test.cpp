@@ -67,6 +67,39 @@ TEST(SortGroupsOf16Test, SortsEachColumnAsAPermutationWithTheSameBitsOnEveryPath
   }
 }
 
+// Every row count under 16, as the rows left after the groups of 16 and the whole of fewer rows:
+// sorted, each column a permutation of its bits, the same bits on both paths, nothing written past
+// `len` or below the n rows.
+TEST(SortRowsUnder16Test, SortsEachColumnAsAPermutationWithTheSameBitsOnEveryPath) {
+  Rng rng(24);
+  for (size_t n = 0; n < 16; ++n) {
+    for (size_t len : {1u, 7u, 8u, 9u, 17u, 80u}) {
+      const std::vector<std::vector<float>> data = RowsWithTies(n, len, rng);
+      std::vector<const float*> rows;
+      for (const auto& row : data) rows.push_back(row.data());
+      const size_t stride = len + 3;
+      std::vector<float> dispatched((n + 1) * stride, 42.0f), portable = dispatched;
+      simd::SortRowsUnder16(dispatched.data(), stride, rows.data(), n, len);
+      simd::SortRowsUnder16Portable(portable.data(), stride, rows.data(), n, len);
+      ASSERT_EQ(Bits(dispatched.data(), dispatched.size(), 1), Bits(portable.data(), portable.size(), 1))
+          << "n " << n << " len " << len;
+      for (size_t c = 0; c < len; ++c) {
+        const float* column = dispatched.data() + c;
+        std::vector<float> in;
+        for (size_t i = 0; i < n; ++i) in.push_back(data[i][c]);
+        for (size_t i = 1; i < n; ++i) ASSERT_LE(column[(i - 1) * stride], column[i * stride]) << "n " << n;
+        std::vector<uint32_t> got = Bits(column, n, stride), want = Bits(in.data(), n, 1);
+        std::sort(got.begin(), got.end());
+        std::sort(want.begin(), want.end());
+        ASSERT_EQ(got, want) << "n " << n << " len " << len << " column " << c;
+      }
+      for (size_t i = 0; i <= n; ++i) {
+        for (size_t c = i < n ? len : 0; c < stride; ++c) ASSERT_EQ(dispatched[i * stride + c], 42.0f) << "n " << n;
+      }
+    }
+  }
+}
+
 TEST(ApplyComparatorsTest, SwapsOnlyWhenTheSecondIsSmallerWithTheSameBitsOnEveryPath) {
   // Batcher's network for 20 rows over columns with ties and both zeros: every column ends sorted
   // and a permutation of its bits (std::max(a, b) would copy +0 over -0), on both paths.
