@@ -62,8 +62,8 @@ std::vector<uint32_t> TailRanks(size_t n, size_t k) {
 // registers, one load and one store per value for three layers instead of two loads and two
 // stores per comparator (Batcher's odd-even merges, which the network for fewer rows uses, need
 // fewer comparators, but theirs do not split so). Layers after the last full three run as pairs.
-// Pruned by ReachingRanks: a tile runs when one of its comparators can
-// reach an asked rank, and the others it runs touch only wires no asked rank depends on.
+// Pruned by ReachingRanks: a tile runs when one of its comparators can reach an asked rank, and
+// the others it runs touch only wires no asked rank depends on.
 struct MergePlan {
   std::vector<simd::ComparatorTile> tiles;
   std::vector<uint32_t> pairs;  // after the tiles

@@ -49,9 +49,9 @@ void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_
 // SortGroupsOf16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
 void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
 
-// n < 16 rows: rows[i] (len floats each) become block + i * stride, i < n, sorted column by
-// column, the smallest in row 0, by Batcher's network for n wires held in registers (one load and
-// one store per value, and no copy of the rows before the network runs).
+// rows[i] (len floats each) become block + i * stride, i < n, sorted column by column, the
+// smallest in row 0, by Batcher's network for n wires held in registers (one load and one store
+// per value, and no copy of the rows before the network runs). REQUIRES: n < 16.
 void SortRowsUnder16(float* block, size_t stride, const float* const* rows, size_t n, size_t len);
 // SortRowsUnder16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
 void SortRowsUnder16Portable(float* block, size_t stride, const float* const* rows, size_t n, size_t len);
