@@ -3,6 +3,7 @@
 // median. Requires n >= 4f + 3.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "aggregators/coordinate_wise.h"
@@ -43,6 +44,10 @@ void MeanClosestToMedian(const float* const* rows, size_t n, size_t len, double*
 
 Result<std::unique_ptr<Aggregator>> MakeBulyan(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(int64_t f, spec.GetCount("f", 1));
+  if (f > (std::numeric_limits<int64_t>::max() - 3) / 4) {  // 4f + 3 updates, counted below, must fit
+    return InvalidArgumentError("strategy 'bulyan': f=" + std::to_string(f) +
+                                " is too large: no federation has the 4f + 3 updates it needs");
+  }
   RobustRule rule = [f](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {
     const size_t n = u.size();
     if (static_cast<int64_t>(n) < 4 * f + 3) return PreconditionFailed("bulyan", "n >= 4f + 3", n, f);

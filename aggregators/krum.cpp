@@ -3,6 +3,7 @@
 // Multi-Krum the plain mean of the m lowest. Requires n > 2f + 2. Ties go to the smallest
 // client id.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "aggregators/pairwise.h"
@@ -14,6 +15,10 @@ namespace {
 
 Result<std::unique_ptr<Aggregator>> MakeKrumFamily(StrategySpec& spec, ThreadPool* pool, bool multi) {
   PLEXUS_ASSIGN_OR_RETURN(int64_t f, spec.GetCount("f", 1));
+  if (f > (std::numeric_limits<int64_t>::max() - 3) / 2) {  // 2f + 3 updates, counted below, must fit
+    return InvalidArgumentError("strategy '" + std::string(multi ? "multikrum" : "krum") + "': f=" + std::to_string(f) +
+                                " is too large: no federation has the 2f + 3 updates it needs");
+  }
   int64_t m = 1;
   if (multi) {
     PLEXUS_ASSIGN_OR_RETURN(m, spec.GetCount("m", 0));  // 0: n - f

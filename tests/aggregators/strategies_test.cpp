@@ -140,6 +140,12 @@ TEST(KrumTest, PreconditionsAreNamed) {
   EXPECT_THAT(Aggregate(*Make("multikrum:f=0,m=9"), {{0}, {1}, {2}}),
               StatusIs(StatusCode::kFailedPrecondition, "m=9 exceeds"));
   EXPECT_THAT(MakeAggregator("krum:f=-1", nullptr), StatusIs(StatusCode::kInvalidArgument, "non-negative integer"));
+  // An f whose 2f + 3 would overflow (found by strategy_spec_fuzz) is refused, not computed.
+  EXPECT_THAT(MakeAggregator("multikrum:f=004852094820647174142,m=5", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "f=4852094820647174142 is too large"));
+  EXPECT_THAT(MakeAggregator("krum:f=9223372036854775807", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "too large"));
+  EXPECT_OK(MakeAggregator("krum:f=4611686018427387900", nullptr).status());
 }
 
 TEST(CoordinateWiseTest, MedianAndTrimmedMean) {
@@ -171,6 +177,9 @@ TEST(BulyanTest, SelectsByKrumThenTrimsAroundTheMedian) {
   EXPECT_FLOAT_EQ(Aggregate(*Make("bulyan:f=1"), {{0}, {1}, {2}, {3}, {4}, {5}, {1000}})->data()[0], 2.0f);
   EXPECT_THAT(Aggregate(*Make("bulyan:f=1"), {{0}, {1}, {2}, {3}, {4}, {5}}),
               StatusIs(StatusCode::kFailedPrecondition, "bulyan needs n >= 4f + 3 updates (got n=6 with f=1)"));
+  EXPECT_THAT(MakeAggregator("bulyan:f=2305843009213693952", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, "f=2305843009213693952 is too large"));
+  EXPECT_OK(MakeAggregator("bulyan:f=2305843009213693951", nullptr).status());
 }
 
 TEST(GeoMedTest, ConvergesToTheMedianInOneDimension) {
