@@ -73,7 +73,7 @@ struct MergePlan {
 // What running a plan costs per column of eight, counted in memory operations (a tile's eight
 // loads and eight stores, a pair's two of each) plus comparators.
 size_t Cost(const MergePlan& plan) {
-  size_t cost = 3 * plan.pairs.size();
+  size_t cost = (4 + 1) * (plan.pairs.size() / 2);
   for (const simd::ComparatorTile& t : plan.tiles) {
     const bool three_full_layers = t.layers == simd::TileLayers::kMirrorHalf2Half1 ||
                                    t.layers == simd::TileLayers::kHalf4Half2Half1 ||

@@ -257,6 +257,9 @@ constexpr void (*kTileColumnsPortable[])(float* const*, size_t, size_t) = {
     &TileColumnsPortable<kHalf2Half1MirrorNet>,      &TileColumnsPortable<kMirrorHalf2Half1LowerNet>,
     &TileColumnsPortable<kMirrorHalf2Half1UpperNet>, &TileColumnsPortable<kHalf2Half1Net>};
 
+static_assert(std::size(kTileColumnsPortable) == static_cast<size_t>(TileLayers::kHalf2Half1) + 1,
+              "one kernel per TileLayers value, in the enum's order");
+
 void TileColumnsPortable(TileLayers layers, float* const* p, size_t begin, size_t end) {
   kTileColumnsPortable[static_cast<size_t>(layers)](p, begin, end);
 }
@@ -373,6 +376,8 @@ constexpr void (*kTileColumnsAvx2[])(float* const*, size_t) = {
     &TileColumnsAvx2<kMirrorHalf2Half1Net>,      &TileColumnsAvx2<kHalf4Half2Half1Net>,
     &TileColumnsAvx2<kHalf2Half1MirrorNet>,      &TileColumnsAvx2<kMirrorHalf2Half1LowerNet>,
     &TileColumnsAvx2<kMirrorHalf2Half1UpperNet>, &TileColumnsAvx2<kHalf2Half1Net>};
+
+static_assert(std::size(kTileColumnsAvx2) == std::size(kTileColumnsPortable));
 
 // Eight columns at a time; the last len % 8 columns go through the portable loop (the same bits).
 PLEXUS_AVX2 void ApplyComparatorTilesAvx2(float* block, size_t stride, const ComparatorTile* tiles, size_t count,
