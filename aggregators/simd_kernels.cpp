@@ -149,8 +149,7 @@ constexpr std::array<Pair, BatcherSize(N)> kBatcher = [] {
   });
   return net;
 }();
-constexpr const auto& kSort16 = kBatcher<16>;
-static_assert(kSort16.size() == 63);
+static_assert(kBatcher<16>.size() == 63);  // Knuth's count for 16 wires
 
 typedef float Vec8 __attribute__((vector_size(32)));
 
@@ -167,28 +166,6 @@ inline void RunNet([[maybe_unused]] Vec8* r, std::index_sequence<I...>) {
 }
 
 }  // namespace
-
-// Any CPU: GCC turns the selects above into a compare and two blends per comparator.
-void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len) {
-  for (size_t g = 0; g < groups; ++g) {
-    const float* const* in = rows + 16 * g;
-    float* out = block + 16 * g * stride;
-    for (size_t j = 0; j < len; j += 8) {
-      Vec8 r[16];
-      const size_t w = std::min<size_t>(8, len - j);
-      if (w == 8) {
-        for (size_t i = 0; i < 16; ++i) std::memcpy(&r[i], in[i] + j, sizeof(Vec8));
-      } else {  // the last few columns: the spare lanes sort zeros and are not stored
-        for (size_t i = 0; i < 16; ++i) {
-          r[i] = Vec8{};
-          std::memcpy(&r[i], in[i] + j, w * sizeof(float));
-        }
-      }
-      RunNet<kSort16>(r, std::make_index_sequence<kSort16.size()>());
-      for (size_t i = 0; i < 16; ++i) std::memcpy(out + i * stride + j, &r[i], w * sizeof(float));
-    }
-  }
-}
 
 namespace {
 
@@ -216,6 +193,11 @@ constexpr auto kSortRowsPortable = SortRowsPortableTable(std::make_index_sequenc
 
 void SortRowsUnder16Portable(float* block, size_t stride, const float* const* rows, size_t n, size_t len) {
   kSortRowsPortable[n](block, stride, rows, len);
+}
+
+// Any CPU: GCC turns the selects above into a compare and two blends per comparator.
+void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len) {
+  for (size_t g = 0; g < groups; ++g) SortRowsPortable<16>(block + 16 * g * stride, stride, rows + 16 * g, len);
 }
 
 namespace {
@@ -298,39 +280,18 @@ PLEXUS_AVX2 __attribute__((always_inline)) inline void RunNetAvx2([[maybe_unused
   (CompareAvx2<kNet, I>(r), ...);
 }
 // Eight columns at a time; the last len % 8 columns go through the portable kernel (the same bits).
-PLEXUS_AVX2 void SortGroupsOf16Avx2(float* block, size_t stride, const float* const* rows, size_t groups, size_t len) {
-  const size_t full = len / 8 * 8;
-  for (size_t g = 0; g < groups; ++g) {
-    const float* const* in = rows + 16 * g;
-    float* out = block + 16 * g * stride;
-    for (size_t j = 0; j < full; j += 8) {
-      __m256 r[16];
-      for (size_t i = 0; i < 16; ++i) r[i] = _mm256_loadu_ps(in[i] + j);
-      RunNetAvx2<kSort16>(r, std::make_index_sequence<kSort16.size()>());
-      for (size_t i = 0; i < 16; ++i) _mm256_storeu_ps(out + i * stride + j, r[i]);
-    }
-    if (full < len) {
-      const float* rest[16];
-      for (size_t i = 0; i < 16; ++i) rest[i] = in[i] + full;
-      SortGroupsOf16Portable(out + full, stride, rest, 1, len - full);
-    }
-  }
-}
-
 template <size_t N>
 PLEXUS_AVX2 void SortRowsAvx2(float* block, size_t stride, const float* const* rows, size_t len) {
   const size_t full = len / 8 * 8;
-  const float* in[N + 1];  // a copy GCC keeps in registers (see TileColumnsAvx2)
-  for (size_t i = 0; i < N; ++i) in[i] = rows[i];
   for (size_t j = 0; j < full; j += 8) {
     __m256 r[N + 1];
-    for (size_t i = 0; i < N; ++i) r[i] = _mm256_loadu_ps(in[i] + j);
+    for (size_t i = 0; i < N; ++i) r[i] = _mm256_loadu_ps(rows[i] + j);
     RunNetAvx2<kBatcher<N>>(r, std::make_index_sequence<kBatcher<N>.size()>());
     for (size_t i = 0; i < N; ++i) _mm256_storeu_ps(block + i * stride + j, r[i]);
   }
   if (full < len) {
     const float* rest[N + 1];
-    for (size_t i = 0; i < N; ++i) rest[i] = in[i] + full;
+    for (size_t i = 0; i < N; ++i) rest[i] = rows[i] + full;
     SortRowsPortable<N>(block + full, stride, rest, len - full);
   }
 }
@@ -339,6 +300,9 @@ constexpr auto SortRowsAvx2Table(std::index_sequence<N...>) {
   return std::array{&SortRowsAvx2<N>...};
 }
 constexpr auto kSortRowsAvx2 = SortRowsAvx2Table(std::make_index_sequence<16>());
+PLEXUS_AVX2 void SortGroupsOf16Avx2(float* block, size_t stride, const float* const* rows, size_t groups, size_t len) {
+  for (size_t g = 0; g < groups; ++g) SortRowsAvx2<16>(block + 16 * g * stride, stride, rows + 16 * g, len);
+}
 
 // GCC compiles the portable loop above into a compare and a branch that skips the stores when no
 // lane swaps: a branch on the data. This one always stores, with the same bits.
