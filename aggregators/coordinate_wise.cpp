@@ -74,12 +74,7 @@ struct MergePlan {
 // loads and eight stores, a pair's two of each) plus comparators.
 size_t Cost(const MergePlan& plan) {
   size_t cost = (4 + 1) * (plan.pairs.size() / 2);
-  for (const simd::ComparatorTile& t : plan.tiles) {
-    const bool three_full_layers = t.layers == simd::TileLayers::kMirrorHalf2Half1 ||
-                                   t.layers == simd::TileLayers::kHalf4Half2Half1 ||
-                                   t.layers == simd::TileLayers::kHalf2Half1Mirror;
-    cost += 16 + (three_full_layers ? 12 : 8);
-  }
+  for (const simd::ComparatorTile& t : plan.tiles) cost += 16 + simd::TileComparators(t.layers);
   return cost;
 }
 

@@ -216,6 +216,12 @@ constexpr TileNet<12> kHalf2Half1MirrorNet = {
 constexpr TileNet<8> kMirrorHalf2Half1LowerNet = {{{0, 7}, {1, 6}, {2, 5}, {3, 4}, {0, 2}, {1, 3}, {0, 1}, {2, 3}}};
 constexpr TileNet<8> kMirrorHalf2Half1UpperNet = {{{0, 7}, {1, 6}, {2, 5}, {3, 4}, {4, 6}, {5, 7}, {4, 5}, {6, 7}}};
 constexpr TileNet<8> kHalf2Half1Net = {{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 1}, {2, 3}, {4, 5}, {6, 7}}};
+static_assert(kMirrorHalf2Half1Net.size() == TileComparators(TileLayers::kMirrorHalf2Half1) &&
+              kHalf4Half2Half1Net.size() == TileComparators(TileLayers::kHalf4Half2Half1) &&
+              kHalf2Half1MirrorNet.size() == TileComparators(TileLayers::kHalf2Half1Mirror) &&
+              kMirrorHalf2Half1LowerNet.size() == TileComparators(TileLayers::kMirrorHalf2Half1Lower) &&
+              kMirrorHalf2Half1UpperNet.size() == TileComparators(TileLayers::kMirrorHalf2Half1Upper) &&
+              kHalf2Half1Net.size() == TileComparators(TileLayers::kHalf2Half1));
 
 // Eight columns at a time in GCC's vector type (NEON, SSE2, or whatever the target has), as the
 // portable group sort does: in the last few columns the spare lanes sort zeros and are not stored.

@@ -71,6 +71,13 @@ enum class TileLayers : uint32_t {
   kMirrorHalf2Half1Upper,
   kHalf2Half1,  // two layers: places 0..3 and 4..7 are two independent sets of four
 };
+// The comparators a tile of each shape runs: twelve for three full layers, eight for the others.
+constexpr size_t TileComparators(TileLayers layers) {
+  return layers == TileLayers::kMirrorHalf2Half1 || layers == TileLayers::kHalf4Half2Half1 ||
+                 layers == TileLayers::kHalf2Half1Mirror
+             ? 12
+             : 8;
+}
 // Eight rows, block + rows[i] * stride (i < 8; a row may appear more than once only if the tile's
 // comparators cannot change it, as a row of +infinity standing for missing ones).
 struct ComparatorTile {
