@@ -74,9 +74,10 @@ Status AddColumn(sqlite3* db, const std::string& table, const std::string& colum
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
 // Files of a folder that no row names and that are older than this are left over from a crash
-// between a commit and the removal of the files it made obsolete. The age keeps a second process
-// opening the database (`plexus export` next to a running server) from removing a file the
-// server has just written and is about to commit.
+// between a commit and the removal of the files it made obsolete. Only an owner (kExclusive)
+// removes them: a reader beside a running server (`plexus export`) would take files the server
+// holds for reuse, which no row names while they wait, however old (a file written through a
+// mapping keeps its old time). The age was that reader's guard; it stays as a margin.
 constexpr auto kOrphanAge = std::chrono::minutes(10);
 
 // Removes such files from `dir`; `named` holds the names the database refers to.
@@ -135,7 +136,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints",
                                                      in_memory ? std::string() : path + ".updates"));
   store->lock_fd_ = lock_fd;
-  if (!in_memory) {
+  if (!in_memory && access == Access::kExclusive) {
     std::lock_guard<std::mutex> lock(store->mu_);
     Result<std::vector<std::string>> named = store->AcceptedUpdateFilesLocked("", 0, 0);
     if (!named.ok()) return named.status().WithContext("open database '" + path + "'");
