@@ -164,9 +164,11 @@ namespace {
 // Whether the file lives in memory (tmpfs, ramfs). There a direct write still copies into the
 // file's pages, after the copy into the aligned buffer that O_DIRECT needs: a second full copy
 // of every update on the server's log path (a tenth of the ingest benchmark's time on tmpfs).
+bool InMemory(const struct statfs& fs) { return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC; }
+
 bool InMemoryFileSystem(int fd) {
   struct statfs fs {};
-  return ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+  return ::fstatfs(fd, &fs) == 0 && InMemory(fs);
 }
 
 // Writes `pieces` to `path` and syncs it; removes it on failure. `in_place`: a file already there
@@ -226,6 +228,11 @@ Status WriteThenRename(const std::string& path, std::initializer_list<std::strin
 }
 
 }  // namespace
+
+bool OnInMemoryFileSystem(const std::string& path) {
+  struct statfs fs {};
+  return ::statfs(path.c_str(), &fs) == 0 && InMemory(fs);
+}
 
 DirectWriteBytes DirectWriteBytesSoFar() {
   return {direct_from_caller.load(std::memory_order_relaxed), direct_copied.load(std::memory_order_relaxed)};

@@ -50,6 +50,10 @@ Status WriteFileAtomicallyOver(const std::string& path, std::initializer_list<st
 // file; a crash may leave a partial one, which nothing names. Errors as WriteFileAtomically's.
 Status WriteFileInPlaceSynced(const std::string& path, std::initializer_list<std::string_view> pieces);
 
+// Whether `path` lies on a file system held in memory (tmpfs, ramfs), where a file's pages are
+// all there is of it. False when it cannot be told.
+bool OnInMemoryFileSystem(const std::string& path);
+
 // Syncs a directory, so that files created in or renamed into it survive a power cut.
 // Unavailable on failure.
 Status SyncDirectory(const std::string& dir);

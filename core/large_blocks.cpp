@@ -1,11 +1,15 @@
 #include "core/large_blocks.h"
 
+#include <atomic>
 #include <cstdint>
-
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <utility>
+
+#include "core/large_block_source.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -72,9 +76,44 @@ void Unmap(void* p, size_t bytes) {
 #endif
 }
 
+// Which source each block taken from a source belongs to, so that freeing it gives it back there.
+struct SourcedBlocks {
+  std::mutex mu;
+  std::unordered_map<void*, std::shared_ptr<LargeBlockSource>> owner;  // guarded by mu
+  std::atomic<size_t> count{0};  // owner.size(): read without the lock on every free
+};
+
+SourcedBlocks& TheSourcedBlocks() {
+  static SourcedBlocks* blocks = new SourcedBlocks;  // never destroyed, as the cache
+  return *blocks;
+}
+
+thread_local std::shared_ptr<LargeBlockSource> routed_source;
+
 }  // namespace
 
+ScopedLargeBlockSource::ScopedLargeBlockSource(std::shared_ptr<LargeBlockSource> source) {
+  if (!source) return;
+  routed_ = true;
+  previous_ = std::exchange(routed_source, std::move(source));
+}
+
+ScopedLargeBlockSource::~ScopedLargeBlockSource() {
+  if (routed_) routed_source = std::move(previous_);
+}
+
+size_t LargeBlocksFromSources() { return TheSourcedBlocks().count.load(std::memory_order_relaxed); }
+
 void* AllocateLargeBlock(size_t bytes) {
+  if (routed_source) {
+    if (void* p = routed_source->Take(bytes)) {
+      SourcedBlocks& s = TheSourcedBlocks();
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.owner.emplace(p, routed_source);
+      s.count.store(s.owner.size(), std::memory_order_relaxed);
+      return p;
+    }
+  }
   Cache& c = TheCache();
   {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -90,6 +129,18 @@ void* AllocateLargeBlock(size_t bytes) {
 }
 
 void FreeLargeBlock(void* p, size_t bytes) {
+  if (SourcedBlocks& s = TheSourcedBlocks(); s.count.load(std::memory_order_relaxed) > 0) {
+    std::shared_ptr<LargeBlockSource> source;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (auto it = s.owner.find(p); it != s.owner.end()) {
+        source = std::move(it->second);
+        s.owner.erase(it);
+        s.count.store(s.owner.size(), std::memory_order_relaxed);
+      }
+    }
+    if (source) return source->GiveBack(p, bytes);
+  }
   Cache& c = TheCache();
   std::deque<std::pair<void*, size_t>> evicted;
   {

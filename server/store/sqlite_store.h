@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "server/store/mapped_update_files.h"
 #include "server/store/store.h"
 
 struct sqlite3;
@@ -63,6 +64,16 @@ class SqliteStore final : public Store {
   // synced so far: a group commit syncs it only when one of its files is new. For tests.
   std::vector<std::string> SpareUpdateFiles();
   uint64_t UpdateFolderSyncs();
+  // Whether UpdateMemory lends the updates folder's files (MappedUpdateFiles): by default only
+  // where the folder is in memory (tmpfs, ramfs), where the copy into the file was what logging
+  // cost; on a disk the direct writer sends the update from its own memory already. kAlways and
+  // kNever for tests. Set before the store is used.
+  enum class UpdateFileMapping { kWhereInMemory, kAlways, kNever };
+  void SetUpdateFileMapping(UpdateFileMapping mapping) { mapping_ = mapping; }
+  // The pool behind UpdateMemory, once it was asked for and is on; null otherwise. For tests.
+  std::shared_ptr<MappedUpdateFiles> MappedUpdateFilesForTest();
+
+  std::shared_ptr<LargeBlockSource> UpdateMemory() override;
 
   Status PutMeta(const std::string& key, const std::string& value) override;
   Result<std::string> GetMeta(const std::string& key) override;
@@ -110,6 +121,7 @@ class SqliteStore final : public Store {
     bool replace = false;   // sync rounds: a client's later upload replaces its earlier one
     std::string file;       // in the updates folder, written and synced; empty: values in the row
     bool new_file = false;  // `file` is not a spare's: its name is durable only after a folder sync
+    bool mapped = false;    // `file` is one of mapped_'s, the update's own memory
     Status result;
     bool done = false;  // guarded by row_queue_mu_
   };
@@ -169,6 +181,9 @@ class SqliteStore final : public Store {
   SparePool spare_updates_;                       // guarded by mu_
   uint64_t update_folder_syncs_ = 0;              // guarded by mu_
   SparePool spare_checkpoints_{.renamed = true};  // guarded by mu_
+  UpdateFileMapping mapping_ = UpdateFileMapping::kWhereInMemory;  // set before use
+  bool mapping_decided_ = false;                                   // guarded by mu_
+  std::shared_ptr<MappedUpdateFiles> mapped_;                      // guarded by mu_; null: off
   // The group commit's queue: rows waiting for the next commit, and whether one is running.
   std::mutex row_queue_mu_;
   std::condition_variable row_queue_cv_;

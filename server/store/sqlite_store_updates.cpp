@@ -59,8 +59,26 @@ Result<std::vector<std::string>> SqliteStore::AcceptedUpdateFilesLocked(const ch
 void SqliteStore::RemoveUpdateFilesLocked(const std::vector<std::string>& names) {
   // After the commit that dropped their rows; a crash before this leaves orphans for Open.
   for (const std::string& name : names) {
+    if (mapped_ && mapped_->Forget(name)) continue;  // its pool keeps it (mapped) or removes it
     if (IsPlainFileName(name)) KeepOrRemoveLocked(updates_dir_, name, &spare_updates_);
   }
+}
+
+std::shared_ptr<LargeBlockSource> SqliteStore::UpdateMemory() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mapping_decided_) return mapped_;
+  mapping_decided_ = true;
+  if (updates_dir_.empty() || mapping_ == UpdateFileMapping::kNever) return nullptr;
+  if (!EnsureDirLocked(updates_dir_, &updates_dir_ready_).ok()) return nullptr;  // the heap, then
+  if (mapping_ == UpdateFileMapping::kAlways || OnInMemoryFileSystem(updates_dir_)) {
+    mapped_ = std::make_shared<MappedUpdateFiles>(updates_dir_, kMaxSpareFiles, kMaxSpareBytes);
+  }
+  return mapped_;
+}
+
+std::shared_ptr<MappedUpdateFiles> SqliteStore::MappedUpdateFilesForTest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mapped_;
 }
 
 void SqliteStore::KeepOrRemoveLocked(const std::string& dir, const std::string& name, SparePool* pool) {
@@ -110,7 +128,21 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
   row.attempt = attempt;
   row.update = &u;
   row.replace = replace;
-  if (!updates_dir_.empty()) {
+  std::shared_ptr<MappedUpdateFiles> mapped;
+  if (!updates_dir_.empty() && !u.coded) {
+    std::lock_guard<std::mutex> lock(mu_);
+    mapped = mapped_;
+  }
+  if (mapped) {
+    // Decoded into one of the folder's files (UpdateMemory): only its header is written.
+    PLEXUS_ASSIGN_OR_RETURN(std::optional<std::string> name,
+                            mapped->Log(u.delta.data().data(), u.delta.num_bytes(), StoredFilePrefix(u.delta)));
+    if (name) {
+      row.file = std::move(*name);
+      row.mapped = true;
+    }
+  }
+  if (!updates_dir_.empty() && !row.mapped) {
     // The file first, without the store's lock: uploads that finish together write theirs at
     // once, and a name no other update has had means nobody reads it before its row names it.
     std::string path;
@@ -175,7 +207,9 @@ uint64_t SqliteStore::UpdateFolderSyncs() {
 
 void SqliteStore::GiveBackUpdateFileLocked(PendingUpdateRow* row) {
   if (row->file.empty()) return;
-  if (row->new_file) {
+  if (row->mapped) {
+    mapped_->Forget(row->file);
+  } else if (row->new_file) {
     std::error_code ec;
     std::filesystem::remove(updates_dir_ + "/" + row->file, ec);
   } else {

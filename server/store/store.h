@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/client_record.h"
+#include "core/large_block_source.h"
 #include "core/model_state.h"
 #include "core/round_record.h"
 #include "core/status.h"
@@ -90,6 +92,11 @@ class Store {
   // NotFound for an unknown version; DataLoss when the stored bytes no longer match their hash.
   virtual Result<ModelState> Checkpoint(uint64_t version) = 0;
   virtual Result<std::vector<uint64_t>> CheckpointVersions() = 0;
+
+  // Where an upload's values are best decoded (ScopedLargeBlockSource around the decoding), so
+  // that storing the update (PutAcceptedUpdate, LogUpdate) copies none of them: memory that is
+  // already the file the store keeps the update in. Null (the default): any memory does.
+  virtual std::shared_ptr<LargeBlockSource> UpdateMemory() { return nullptr; }
 };
 
 }  // namespace plexus

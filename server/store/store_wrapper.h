@@ -36,6 +36,7 @@ class StoreWrapper : public Store {
   Result<std::optional<ModelState>> LatestCheckpoint() override { return target_->LatestCheckpoint(); }
   Result<ModelState> Checkpoint(uint64_t v) override { return target_->Checkpoint(v); }
   Result<std::vector<uint64_t>> CheckpointVersions() override { return target_->CheckpointVersions(); }
+  std::shared_ptr<LargeBlockSource> UpdateMemory() override { return target_->UpdateMemory(); }
 
  private:
   Store* const target_;
