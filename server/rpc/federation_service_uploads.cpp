@@ -3,6 +3,7 @@
 #include "server/rpc/federation_service_impl.h"
 
 #include "aggregators/update_bundle.h"
+#include "core/large_block_source.h"
 
 namespace plexus {
 
@@ -98,9 +99,13 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   const UploadCall call{ctx->peer(), [ctx] { ctx->TryCancel(); }};
   UploadPlaces::Place place(&places_, &call, *who);
   if (!place.status().ok()) return Refuse("upload", place.status());
-  Result<ReceivedUpload> received = coded
-                                        ? ReceiveCodedUpload(chunks, header, *codec, *codec_layout_, keep_coded, &place)
-                                        : ReceiveUpload(chunks, header, &partial_, &place);
+  Result<ReceivedUpload> received = InvalidArgumentError("not received");
+  {
+    // Decoded where the store keeps it (its update files, on tmpfs), so that storing it copies nothing.
+    const ScopedLargeBlockSource decode_into(store_->UpdateMemory());
+    received = coded ? ReceiveCodedUpload(chunks, header, *codec, *codec_layout_, keep_coded, &place)
+                     : ReceiveUpload(chunks, header, &partial_, &place);
+  }
   if (!received.ok()) return Refuse("upload", received.status());
   place.Received();
   const int64_t received_ms = clock_->NowMs();

@@ -26,6 +26,7 @@
 #include "plexus/v1/federation.grpc.pb.h"
 #include "server/store/memory_store.h"
 #include "server/store/store_wrapper.h"
+#include "tests/testing/heap_block_lender.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -800,6 +801,45 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().data()[6], 1.5f);  // base 0 + the one delta, assembled right
   EXPECT_EQ(fed.engine->model().data()[599999], static_cast<float>(599999 % 7) * 0.25f);
+}
+
+// A store that lends the memory uploads are decoded into (as SqliteStore lends its update files
+// on tmpfs) and says whether the update it stores lies there.
+class LendingStore final : public StoreWrapper {
+ public:
+  explicit LendingStore(Store* target) : StoreWrapper(target) {}
+  std::shared_ptr<LargeBlockSource> UpdateMemory() override { return memory; }
+  Status PutAcceptedUpdate(uint64_t round, int64_t attempt, const Update& u) override {
+    stored_in_lent_memory = memory->lent(u.delta.data().data());
+    return StoreWrapper::PutAcceptedUpdate(round, attempt, u);
+  }
+  const std::shared_ptr<testing::HeapBlockLender> memory = std::make_shared<testing::HeapBlockLender>();
+  bool stored_in_lent_memory = false;
+};
+
+TEST(UploadMemoryTest, UploadsAreDecodedWhereTheStoreLendsAndStoredFromThere) {
+  MemoryStore memory_store;
+  LendingStore store(&memory_store);
+  RealClock clock;
+  const ModelState model = *ModelState::Create({{"w", {600000}}});  // 2.4 MB: a large block
+  SyncOptions o;
+  o.rounds = 1;
+  o.clients_per_round = 1;
+  o.min_clients = 1;
+  auto engine = *SyncEngine::Open(o, model, &store, &clock, nullptr, nullptr);
+  auto server = *FederationServer::Start("127.0.0.1:0", engine.get(), &store, {"big", 1}, {}, DoorLimits{});
+  auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(model);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
+  ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));
+  EXPECT_TRUE(store.stored_in_lent_memory);
+  ASSERT_TRUE(server->status().finished);
+  EXPECT_EQ(engine->model().data()[4], 2.0f);
+  server->Shutdown();
+  engine.reset();
+  EXPECT_EQ(store.memory->given_back(), 1);  // the update's block went back once it was merged
 }
 
 TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
