@@ -2,11 +2,13 @@
 # What durable acknowledgements cost asynchronous ingest (docs/benchmarks.md): builds
 # bench/ingest_durability and runs it with the database on this checkout's disk and then on
 # tmpfs (/dev/shm, where a sync costs nothing: what remains is the CPU of writing the log), for
-# 4 MB updates (1e6 parameters, 300 updates) and 40 MB updates (1e7, 60 updates), from 10 clients
+# 4 MB updates (1e6 parameters, 300 updates) and 40 MB updates (1e7, 150 updates), the first 50 of
+# each run not timed (a long-running server's memory and files in use), from 10 clients
 # whose uploads are submitted as the server's handlers submit them (one thread each, the durable
 # write outside the engine's lock, rows group-committed). Each run drives the real AsyncEngine
 # over a real SqliteStore with the update log as the server runs it and with the log skipped (the
-# baseline, in the same run), and with int8 uploads logged as their codes; on the disk, the
+# baseline, in the same run), with the values copied into their files (the store lending none, as
+# before it lent them on tmpfs, and as on a disk), and with int8 uploads logged as their codes; on the disk, the
 # disk's own synced sequential write rate at the update's size (dd, O_DIRECT and O_DSYNC, one
 # synced write per update, the better of a fresh file and of writing over it) is measured in the
 # same run as the second baseline. Prints markdown
@@ -40,7 +42,7 @@ synced_write_rate() {
   awk -v b="$bytes" -v s="$seconds" -v f="$fresh" 'BEGIN { r = b / s / 1e9; printf "%.2f", (r > f ? r : f) }'
 }
 
-for size in "1000000 300 4" "10000000 60 40"; do
+for size in "1000000 300 4" "10000000 150 40"; do
   read -r params updates mb <<<"$size"
   echo "### ${mb} MB updates"
   echo
