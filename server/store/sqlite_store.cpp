@@ -73,23 +73,17 @@ Status AddColumn(sqlite3* db, const std::string& table, const std::string& colum
 
 std::string CheckpointFileName(uint64_t version) { return "v" + std::to_string(version) + ".safetensors"; }
 
-// Files of a folder that no row names and that are older than this are left over from a crash
-// between a commit and the removal of the files it made obsolete. Only an owner (kExclusive)
-// removes them: a reader beside a running server (`plexus export`) would take files the server
+// Removes from `dir` the files no row names (`named`): what a crash left between writing a file
+// and committing its row, or between a commit and removing the files it made obsolete, and the
+// spares a process kept. Only an owner (kExclusive) does it, when it opens the database: its
+// lock says no other server is writing there, so every such file is garbage. A reader
+// (`plexus export` beside a running server) removes nothing: it would take files the server
 // holds for reuse, which no row names while they wait, however old (a file written through a
-// mapping keeps its old time). The age was that reader's guard; it stays as a margin.
-constexpr auto kOrphanAge = std::chrono::minutes(10);
-
-// Removes such files from `dir`; `named` holds the names the database refers to.
+// mapping keeps its old time).
 void RemoveOrphans(const std::string& dir, const std::set<std::string>& named) {
   std::error_code ec;
-  const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (named.count(name)) continue;
-    const auto written = entry.last_write_time(ec);
-    if (ec || now - written < kOrphanAge) continue;
-    std::filesystem::remove(entry.path(), ec);
+    if (named.count(entry.path().filename().string()) == 0) std::filesystem::remove(entry.path(), ec);
   }
 }
 

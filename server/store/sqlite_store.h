@@ -4,8 +4,8 @@
 // Every state change is one transaction. A model's file is written atomically and synced before the row that names it
 // commits, so a model the database knows is on disk whole (checkpoints also carry their SHA-256,
 // verified on read); files whose rows are deleted go after the commit, and any a crash left
-// behind are removed when the database is next opened by an owner (kExclusive; once ten minutes
-// old), never by a reader, which may run beside a server whose spare files no row names. Models live outside
+// behind are removed when the database is next opened by an owner (kExclusive), never by a
+// reader, which may run beside a server whose spare files no row names. Models live outside
 // the database because SQLite would copy a model-sized blob several times (into a record, its
 // pages, the WAL, then the database file); a file is written once, straight from the model. An
 // in-memory database (":memory:") keeps models inline, as databases written before the folders

@@ -437,32 +437,37 @@ TEST(SqliteStoreTest, AcceptedUpdatesAreFilesThatGoWithTheirRound) {
   EXPECT_EQ((*s->ListAcceptedUpdates(2, 0))[0].delta, AcceptedUpdate("a", 10, 3.0f).delta);
 }
 
-TEST(SqliteStoreTest, AMissingUpdateFileIsDataLossAndOldLeftoversAreRemovedOnOpen) {
+TEST(SqliteStoreTest, AMissingUpdateFileIsDataLossAndLeftoversAreRemovedWhenAnOwnerOpens) {
   ScratchDatabase db("plexus_updates_orphans");
   {
     auto s = *SqliteStore::Open(db.path());
     ASSERT_OK(s->PutOpenRound({1, 0, {{"a", "r1a0-a"}, {"b", "r1a0-b"}}}));
     ASSERT_OK(s->PutAcceptedUpdate(1, 0, AcceptedUpdate("a", 10, 1.0f)));
   }
-  // What a crash between a commit and the removal of the files it made obsolete leaves: one
-  // leftover written long ago, one just now (it could be a running server's, about to commit).
+  // What a crash between a commit and the removal of the files it made obsolete leaves, written
+  // long ago or just now, in both folders.
   const std::string old_leftover = db.updates_dir() + "/r0-a0-old.safetensors";
   const std::string new_leftover = db.updates_dir() + "/r1-a0-new.safetensors";
+  const std::string checkpoint_leftover = db.checkpoint_file(7) + ".tmp";
   ASSERT_OK(WriteSafetensorsFile(old_leftover, Filled(10, 0, 1.0f)));
   ASSERT_OK(WriteSafetensorsFile(new_leftover, Filled(10, 0, 1.0f)));
+  std::filesystem::create_directories(std::filesystem::path(checkpoint_leftover).parent_path());
+  ASSERT_OK(WriteSafetensorsFile(checkpoint_leftover, Filled(10, 0, 1.0f)));
   std::filesystem::last_write_time(old_leftover, std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   std::filesystem::last_write_time(db.updates_dir() + "/" + db.update_files()[0],
                                    std::filesystem::file_time_type::clock::now() - std::chrono::hours(1));
   // A reader removes nothing: it may run beside a server whose spare files no row names.
   ASSERT_OK(SqliteStore::Open(db.path()));
   EXPECT_TRUE(std::filesystem::exists(old_leftover));
+  EXPECT_TRUE(std::filesystem::exists(new_leftover));
+  // An owner (no other server can be writing: it holds the lock) removes every file no row names.
   auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
   EXPECT_FALSE(std::filesystem::exists(old_leftover));
-  EXPECT_TRUE(std::filesystem::exists(new_leftover));
-  ASSERT_EQ(s->ListAcceptedUpdates(1, 0)->size(), 1u);  // an old file its row names stays
-  for (const std::string& f : db.update_files()) {
-    if (f != "r1-a0-new.safetensors") std::filesystem::remove(db.updates_dir() + "/" + f);
-  }
+  EXPECT_FALSE(std::filesystem::exists(new_leftover));
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_leftover));
+  ASSERT_EQ(db.update_files().size(), 1u);  // an old file its row names stays
+  ASSERT_EQ(s->ListAcceptedUpdates(1, 0)->size(), 1u);
+  std::filesystem::remove(db.updates_dir() + "/" + db.update_files()[0]);
   EXPECT_THAT(s->ListAcceptedUpdates(1, 0), StatusIs(StatusCode::kDataLoss, "accepted update of a is lost"));
 }
 
