@@ -27,7 +27,10 @@ Result<std::unique_ptr<Aggregator>> MakeGeoMed(StrategySpec& spec, ThreadPool* p
   PLEXUS_ASSIGN_OR_RETURN(double eps, spec.GetDouble("eps", 1e-6));
   PLEXUS_ASSIGN_OR_RETURN(int64_t iters, spec.GetCount("iters", 100));
   if (!(eps > 0)) return InvalidArgumentError("strategy 'geomed': eps must be positive");
-  if (iters < 1) return InvalidArgumentError("strategy 'geomed': iters must be at least 1");
+  if (iters < 1 || iters > kMaxRobustIterations) {
+    return InvalidArgumentError("strategy 'geomed': iters must be between 1 and " +
+                                std::to_string(kMaxRobustIterations) + " (each iteration reads every update)");
+  }
   char description[80];
   std::snprintf(description, sizeof description, "geomed(eps=%g,iters=%lld)", eps, static_cast<long long>(iters));
   RobustRule rule = [eps, iters](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {

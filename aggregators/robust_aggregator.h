@@ -17,6 +17,12 @@
 
 namespace plexus {
 
+// The most iterations an iterative rule (centered_clip, geomed) may be given: each reads every
+// update, so a mistyped count (iters=1000000000000) would hold a round for days instead of
+// failing at start; the published settings use 1-5 (centered clipping) and 100 (geomed, which
+// also stops once converged).
+inline constexpr int64_t kMaxRobustIterations = 1000;
+
 // Computes the aggregated delta from the sorted updates.
 using RobustRule = std::function<Result<std::vector<double>>(std::span<const BufferedUpdate>, ThreadPool*)>;
 

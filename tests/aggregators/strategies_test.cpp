@@ -4,6 +4,7 @@
 
 #include "aggregators/fedbuff.h"
 #include "aggregators/registry.h"
+#include "aggregators/robust_aggregator.h"
 #include "aggregators/staleness.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/vector_model.h"
@@ -195,6 +196,19 @@ TEST(CenteredClipTest, ClipsAroundTheCenter) {
   // Center 0, tau 1: (min(1, 1/10) * 10 + 0 + 0) / 3.
   EXPECT_FLOAT_EQ(Aggregate(*Make("centered_clip:tau=1,iters=1"), {{10}, {0}, {0}})->data()[0], 1.0f / 3.0f);
   EXPECT_THAT(MakeAggregator("centered_clip:tau=0", nullptr), StatusIs(StatusCode::kInvalidArgument, "tau"));
+}
+
+TEST(IterativeRulesTest, RefuseAnIterationCountThatWouldHoldARoundForDays) {
+  for (const std::string rule : {"centered_clip", "geomed"}) {
+    const std::string most = rule + ":iters=" + std::to_string(kMaxRobustIterations);
+    EXPECT_OK(MakeAggregator(most, nullptr)) << most;
+    const std::string beyond = rule + ":iters=" + std::to_string(kMaxRobustIterations + 1);
+    EXPECT_THAT(MakeAggregator(beyond, nullptr),
+                StatusIs(StatusCode::kInvalidArgument, "between 1 and " + std::to_string(kMaxRobustIterations)))
+        << beyond;
+    EXPECT_THAT(MakeAggregator(rule + ":iters=1000000000000", nullptr),
+                StatusIs(StatusCode::kInvalidArgument, "iters"));
+  }
 }
 
 TEST(NormBoundTest, FixedAndMedianBounds) {
