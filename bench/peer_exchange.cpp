@@ -307,6 +307,7 @@ double BytesPerConnection(int links) {
   hello.mutable_hello()->set_nodes(2);
   hello.mutable_hello()->set_address("127.0.0.1:1");
   hello.mutable_hello()->set_run("bench");
+  hello.mutable_hello()->set_wire_version(gossip::kGossipWireVersion);
   const std::string frame = gossip::EncodeFrame(gossip::FrameType::kMessage, 0, 0, hello.SerializeAsString());
   const int warm = Connect(port);
   send(warm, frame.data(), frame.size(), MSG_NOSIGNAL);

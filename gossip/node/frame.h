@@ -27,6 +27,11 @@
 
 namespace plexus::gossip {
 
+// The version of what peers say to each other (these frames and the plexus.v1 gossip messages),
+// sent in every hello: a peer of another version is refused there, with both versions named,
+// instead of misreading frames later. Raise it with any change an older peer would misread.
+inline constexpr uint32_t kGossipWireVersion = 1;
+
 enum class FrameType : uint8_t { kMessage = 1, kChunk = 2, kCheckedChunk = 3 };
 
 inline constexpr size_t kFrameHeaderBytes = 4 + 1 + 4 + 4;

@@ -24,6 +24,7 @@ v1::GossipEnvelope PeerNode::Impl::Hello() {
   h->set_run(o.run);
   h->set_round(protocol ? protocol->rounds_completed() : 0);
   h->set_crdt_key(crdt_key.public_key());
+  h->set_wire_version(kGossipWireVersion);
   return hello;
 }
 
@@ -114,6 +115,13 @@ void PeerNode::Impl::SendStatus(Link* c) {
 }
 
 bool PeerNode::Impl::AcceptHello(Link* c, const v1::GossipHello& h) {
+  if (h.wire_version() != kGossipWireVersion) {
+    links->Refuse(c, "hello from node " + std::to_string(h.node()) + " in gossip wire version " +
+                         std::to_string(h.wire_version()) +
+                         (h.wire_version() == 0 ? " (a plexus from before versions)" : "") + ", this node speaks " +
+                         std::to_string(kGossipWireVersion) + ": run the same plexus release on every peer");
+    return false;
+  }
   if (h.nodes() != o.nodes || h.node() >= o.nodes) {
     links->Refuse(c, "hello from node " + std::to_string(h.node()) + " of a " + std::to_string(h.nodes()) +
                          "-node federation (this one has " + std::to_string(o.nodes) + ")");

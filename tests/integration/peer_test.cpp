@@ -155,13 +155,15 @@ std::string Envelope(const v1::GossipEnvelope& e) {
   return gossip::EncodeFrame(gossip::FrameType::kMessage, 0, 0, e.SerializeAsString());
 }
 
-std::string Hello(uint32_t node, uint32_t nodes, const std::string& run) {
+std::string Hello(uint32_t node, uint32_t nodes, const std::string& run,
+                  uint32_t wire_version = gossip::kGossipWireVersion) {
   v1::GossipEnvelope e;
   e.mutable_hello()->set_node(node);
   e.mutable_hello()->set_nodes(nodes);
   e.mutable_hello()->set_address("127.0.0.1:1");
   e.mutable_hello()->set_incarnation(1);
   e.mutable_hello()->set_run(run);
+  e.mutable_hello()->set_wire_version(wire_version);
   return Envelope(e);
 }
 
@@ -601,6 +603,18 @@ TEST_F(PeerTest, BadFramesAreRefusedAndCountedAndThePeersFinish) {
     EXPECT_TRUE(l.ClosedByPeer(10000));
     ++expected_refusals;
   }
+  // Hellos in another wire version, and without one (a plexus from before versions were sent).
+  for (const uint32_t version : {gossip::kGossipWireVersion + 1, 0u}) {
+    RawLink l(addresses_[0]);
+    l.Send(Hello(2, n, run, version));
+    EXPECT_TRUE(l.ClosedByPeer(10000)) << "wire version " << version;
+    ++expected_refusals;
+  }
+  EXPECT_TRUE(WaitForLog(*p0,
+                         "in gossip wire version " + std::to_string(gossip::kGossipWireVersion + 1) +
+                             ", this node speaks " + std::to_string(gossip::kGossipWireVersion),
+                         10000))
+      << p0->Log();
   {  // A model before the hello.
     RawLink l(addresses_[0]);
     l.Send(ModelFrames(1, "abc", Sha256Hex("abc")));
