@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "core/safetensors.h"
 
@@ -14,7 +13,11 @@ ServerExchange::ServerExchange(std::unique_ptr<FederationTransport> transport, s
     : transport_(std::move(transport)), session_(ClientSessionOptions{}, std::move(client_id)), wait_ms_(wait_ms) {}
 
 void ServerExchange::Cancel() {
-  cancelled_ = true;
+  {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    cancelled_ = true;
+  }
+  pause_cv_.notify_all();
   transport_->Shutdown();
 }
 
@@ -29,7 +32,13 @@ Status ServerExchange::Stopped(std::string why) const {
 
 bool ServerExchange::Pause(double ms, double deadline_ms) const {
   const double until = std::min(NowMs() + ms, deadline_ms);
-  while (!cancelled_ && NowMs() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    std::unique_lock<std::mutex> lock(pause_mu_);
+    const auto wake = std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double, std::milli>(std::max(0.0, until - NowMs())));
+    pause_cv_.wait_until(lock, wake, [this] { return cancelled_.load(); });
+  }
   return !cancelled_ && NowMs() < deadline_ms;
 }
 

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "client/client_session.h"
@@ -39,7 +41,7 @@ class ServerExchange {
   // `sha256`: the ContentSha256 its task names (empty: a version no task named yet, unchecked).
   Result<ModelState> DownloadVersion(uint64_t version, const std::string& sha256, double deadline_ms, bool wait_for_it);
   double NowMs() const;
-  // Sleeps up to `ms` (less when cancelled); false once cancelled or past the deadline.
+  // Sleeps up to `ms` (woken by Cancel); false once cancelled or past the deadline.
   bool Pause(double ms, double deadline_ms) const;
   // Cancelled once cancelled, else DeadlineExceeded with `why`.
   Status Stopped(std::string why) const;
@@ -50,6 +52,8 @@ class ServerExchange {
   bool joined_ = false;
   std::string evaluation_task_;  // the evaluation task being answered
   std::atomic<bool> cancelled_{false};
+  mutable std::mutex pause_mu_;  // with pause_cv_: Cancel wakes a Pause at once
+  mutable std::condition_variable pause_cv_;
 };
 
 }  // namespace plexus
