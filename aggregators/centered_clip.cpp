@@ -12,12 +12,9 @@ namespace plexus {
 
 Result<std::unique_ptr<Aggregator>> MakeCenteredClip(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(double tau, spec.GetDouble("tau", 10.0));
-  PLEXUS_ASSIGN_OR_RETURN(int64_t iters, spec.GetCount("iters", 3));
+  // Each iteration reads every update: bounded, so that a mistyped count fails at start.
+  PLEXUS_ASSIGN_OR_RETURN(int64_t iters, spec.GetCount("iters", 3, 1, kMaxRobustIterations));
   if (!(tau > 0)) return InvalidArgumentError("strategy 'centered_clip': tau must be positive");
-  if (iters < 1 || iters > kMaxRobustIterations) {
-    return InvalidArgumentError("strategy 'centered_clip': iters must be between 1 and " +
-                                std::to_string(kMaxRobustIterations) + " (each iteration reads every update)");
-  }
   char description[80];
   std::snprintf(description, sizeof description, "centered_clip(tau=%g,iters=%lld)", tau,
                 static_cast<long long>(iters));

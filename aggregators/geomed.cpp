@@ -25,12 +25,9 @@ double Distance(const std::vector<double>& z, std::span<const float> v) {
 
 Result<std::unique_ptr<Aggregator>> MakeGeoMed(StrategySpec& spec, ThreadPool* pool) {
   PLEXUS_ASSIGN_OR_RETURN(double eps, spec.GetDouble("eps", 1e-6));
-  PLEXUS_ASSIGN_OR_RETURN(int64_t iters, spec.GetCount("iters", 100));
+  // Each iteration reads every update: bounded, so that a mistyped count fails at start.
+  PLEXUS_ASSIGN_OR_RETURN(int64_t iters, spec.GetCount("iters", 100, 1, kMaxRobustIterations));
   if (!(eps > 0)) return InvalidArgumentError("strategy 'geomed': eps must be positive");
-  if (iters < 1 || iters > kMaxRobustIterations) {
-    return InvalidArgumentError("strategy 'geomed': iters must be between 1 and " +
-                                std::to_string(kMaxRobustIterations) + " (each iteration reads every update)");
-  }
   char description[80];
   std::snprintf(description, sizeof description, "geomed(eps=%g,iters=%lld)", eps, static_cast<long long>(iters));
   RobustRule rule = [eps, iters](std::span<const BufferedUpdate> u, ThreadPool* p) -> Result<std::vector<double>> {

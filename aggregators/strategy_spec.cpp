@@ -52,7 +52,7 @@ Result<bool> StrategySpec::GetBool(const std::string& key, bool fallback) {
   return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "='" + it->second + "' is not true/false");
 }
 
-Result<int64_t> StrategySpec::GetCount(const std::string& key, int64_t fallback) {
+Result<int64_t> StrategySpec::GetCount(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
   used_.insert(key);
   auto it = params_.find(key);
   if (it == params_.end()) return fallback;
@@ -62,6 +62,10 @@ Result<int64_t> StrategySpec::GetCount(const std::string& key, int64_t fallback)
   if (it->second.empty() || *end != '\0' || errno != 0 || v < 0) {
     return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "='" + it->second +
                                 "' is not a non-negative integer");
+  }
+  if (v < min || v > max) {
+    return InvalidArgumentError("strategy '" + name_ + "': parameter " + key + "=" + it->second + " must be between " +
+                                std::to_string(min) + " and " + std::to_string(max));
   }
   return static_cast<int64_t>(v);
 }

@@ -23,8 +23,9 @@ class StrategySpec {
   // The parameter's value, `fallback` when absent; InvalidArgument when it does not parse.
   Result<double> GetDouble(const std::string& key, double fallback);
   Result<bool> GetBool(const std::string& key, bool fallback);
-  // A non-negative integer.
-  Result<int64_t> GetCount(const std::string& key, int64_t fallback);
+  // An integer in [min, max] (by default any non-negative one): InvalidArgument naming the range
+  // otherwise, so that a count that drives a loop (iterations) is bounded where it is read.
+  Result<int64_t> GetCount(const std::string& key, int64_t fallback, int64_t min = 0, int64_t max = INT64_MAX);
   Result<std::string> GetString(const std::string& key, const std::string& fallback);
 
   // InvalidArgument naming any parameter no getter asked for, and the ones that exist.

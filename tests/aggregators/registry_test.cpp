@@ -35,5 +35,17 @@ TEST(StrategySpecTest, ParsesNameAndParameters) {
   EXPECT_THAT(bad.GetDouble("lr", 1), StatusIs(StatusCode::kInvalidArgument, "not a number"));
 }
 
+TEST(StrategySpecTest, CountsAreNonNegativeAndWithinTheRangeAsked) {
+  StrategySpec s = *StrategySpec::Parse("x:n=5,neg=-1,huge=1000000000000");
+  EXPECT_EQ(*s.GetCount("n", 0), 5);
+  EXPECT_EQ(*s.GetCount("n", 0, 5, 5), 5);                    // the bounds are inclusive
+  EXPECT_EQ(*s.GetCount("absent", 7, 10, 20), 7);             // the fallback is the caller's
+  EXPECT_EQ(*s.GetCount("huge", 0), int64_t{1000000000000});  // unbounded by default
+  EXPECT_THAT(s.GetCount("neg", 0), StatusIs(StatusCode::kInvalidArgument, "not a non-negative integer"));
+  EXPECT_THAT(s.GetCount("n", 0, 6, 10), StatusIs(StatusCode::kInvalidArgument, "n=5 must be between 6 and 10"));
+  EXPECT_THAT(s.GetCount("huge", 0, 1, 1000),
+              StatusIs(StatusCode::kInvalidArgument, "huge=1000000000000 must be between 1 and 1000"));
+}
+
 }  // namespace
 }  // namespace plexus
