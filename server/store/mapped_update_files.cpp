@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "core/atomic_file.h"
+#include "server/store/sqlite_store_files.h"
 
 namespace plexus {
 
@@ -26,12 +26,10 @@ MappedUpdateFiles::~MappedUpdateFiles() {
 
 std::unique_ptr<MappedUpdateFiles::File> MappedUpdateFiles::MakeFile(size_t bytes) {
   auto file = std::make_unique<File>();
-  char tag[17];
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(name_rng_()));
+    file->name = sqlite_store::NewUpdateFileName(name_rng_());
   }
-  file->name = std::string("update-") + tag;
   file->values_bytes = bytes;
   const std::string path = dir_ + "/" + file->name;
   const size_t length = kValuesOffset + bytes;

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/atomic_file.h"
 #include "core/large_block_source.h"
 #include "core/status.h"
 
@@ -35,8 +36,10 @@ namespace plexus {
 
 class MappedUpdateFiles final : public LargeBlockSource {
  public:
-  // Where the values start in each file: a whole page, so that the block is page-aligned.
-  static constexpr size_t kValuesOffset = 4096;
+  // Where the values start in each file: where a large update's stored header ends
+  // (StoredFilePrefix pads it to the direct writer's alignment), a whole page, so that the block
+  // is page-aligned.
+  static constexpr size_t kValuesOffset = kDirectWriteAlignment;
 
   // `dir` must exist. At most `max_spare_files` spares of `max_spare_bytes` in all are kept.
   MappedUpdateFiles(std::string dir, size_t max_spare_files, uint64_t max_spare_bytes);

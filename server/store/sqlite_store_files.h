@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "core/atomic_file.h"
@@ -11,6 +12,17 @@
 #include "core/safetensors.h"
 
 namespace plexus::sqlite_store {
+
+// 16 lower-case hex digits: the random part of a file's name.
+inline std::string HexTag(uint64_t tag) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
+  return hex;
+}
+
+// A new file of the updates folder (`tag` random). The name says nothing about the update: the
+// file is reused for later ones (float32 safetensors or a codec's bytes, as its row says).
+inline std::string NewUpdateFileName(uint64_t tag) { return "update-" + HexTag(tag); }
 
 // The safetensors header of a model or update file: for a model large enough to be written past
 // the page cache, padded so that its values start on a block boundary and go to the disk from the

@@ -4,7 +4,6 @@
 // row that names it commits. Rows are group-committed: callers that arrive while a commit runs
 // share the next one.
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -19,8 +18,10 @@ namespace plexus {
 namespace {
 
 using Stmt = SqliteStatement;
+using sqlite_store::HexTag;
 using sqlite_store::IsPlainFileName;
 using sqlite_store::kLogRound;
+using sqlite_store::NewUpdateFileName;
 using sqlite_store::StoredFilePrefix;
 
 // A failed insert of a log entry whose sequence number is taken is AlreadyExists.
@@ -28,16 +29,6 @@ Status UniqueRow(Status s, int64_t round, int64_t attempt) {
   if (s.ok() || round != kLogRound || s.message().find("UNIQUE") == std::string::npos) return s;
   return AlreadyExistsError("update log entry " + std::to_string(attempt) + " is taken");
 }
-
-std::string HexTag(uint64_t tag) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(tag));
-  return hex;
-}
-
-// A new file of the updates folder (`tag` random). The name says nothing about the update: the
-// file is reused for later ones (float32 safetensors or a codec's bytes, as its row says).
-std::string NewUpdateFileName(uint64_t tag) { return "update-" + HexTag(tag); }
 
 }  // namespace
 
