@@ -99,13 +99,12 @@ grpc::Status FederationServiceImpl::UploadUpdateRaw(grpc::ServerContext* ctx,
   const UploadCall call{ctx->peer(), [ctx] { ctx->TryCancel(); }};
   UploadPlaces::Place place(&places_, &call, *who);
   if (!place.status().ok()) return Refuse("upload", place.status());
-  Result<ReceivedUpload> received = InvalidArgumentError("not received");
-  {
+  Result<ReceivedUpload> received = [&] {
     // Decoded where the store keeps it (its update files, on tmpfs), so that storing it copies nothing.
     const ScopedLargeBlockSource decode_into(store_->UpdateMemory());
-    received = coded ? ReceiveCodedUpload(chunks, header, *codec, *codec_layout_, keep_coded, &place)
-                     : ReceiveUpload(chunks, header, &partial_, &place);
-  }
+    return coded ? ReceiveCodedUpload(chunks, header, *codec, *codec_layout_, keep_coded, &place)
+                 : ReceiveUpload(chunks, header, &partial_, &place);
+  }();
   if (!received.ok()) return Refuse("upload", received.status());
   place.Received();
   const int64_t received_ms = clock_->NowMs();
