@@ -22,7 +22,8 @@
 // faster run is shown.
 // Updates are submitted as the server's upload handlers submit them: `--threads` threads (one
 // per client by default), each Admit and Complete under one lock and the durable write (Persist)
-// outside it, so that updates that finish together share the store's group commit.
+// outside it, so that updates that finish together share the store's group commit, and held
+// back while kMaxPendingCommits versions wait for the commit thread.
 // usage: ingest_durability --dir DIR [--params N] [--updates N] [--buffer K] [--threads T] [--codec SPEC]
 //        [--warmup N]
 #include <atomic>
@@ -150,12 +151,13 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
   const int64_t total = o.rounds * a.buffer;
   std::mutex engine_mu;                         // the server's lock around its engine
   std::condition_variable version_queued;       // a version waits for its commit; with engine_mu
+  std::condition_variable commit_finished;      // a commit was handed back; with engine_mu
   int64_t taken = 0;                            // updates handed to a thread so far; guarded by engine_mu
   bool submitted = false;                       // every submitter is done; guarded by engine_mu
   std::chrono::steady_clock::time_point start;  // the first timed update taken; guarded by engine_mu
   Status failed;                                // the first error; guarded by engine_mu
-  // Thread t submits for clients t, t + threads, ...: poll, Admit under the lock, Persist without
-  // it, Complete under it again.
+  // Thread t submits for clients t, t + threads, ...: poll, wait while too many commits are
+  // pending, Admit under the lock, Persist without it, Complete under it again.
   auto submitter = [&](int64_t t) {
     int64_t turn = 0;
     while (true) {
@@ -193,6 +195,8 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
         u.delta = delta;
       }
       std::unique_lock<std::mutex> lock(engine_mu);
+      // As the server's upload handlers: held back while too many versions wait for their commit.
+      commit_finished.wait(lock, [&] { return engine->commits_pending() < kMaxPendingCommits || !failed.ok(); });
       Result<AdmittedUpdate> admitted = engine->Admit(std::move(u));
       Status s = admitted.status();
       if (admitted.ok()) {
@@ -221,6 +225,7 @@ Result<double> Ingest(const Args& a, Store* store, const Codec* codec) {
       lock.lock();
       Status s = engine->FinishCommit(std::move(*commit), std::move(committed));
       if (!s.ok() && failed.ok()) failed = s;
+      commit_finished.notify_all();
     }
   };
   std::thread commits(committer);

@@ -97,8 +97,6 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
  private:
   static constexpr size_t kChunkBytes = 1 << 20;
-  // Versions aggregated but not yet committed, each a model held in memory, before uploads wait.
-  static constexpr size_t kMaxPendingCommits = 2;
   static constexpr int64_t kMaxPollWaitMs = 30000;
   // Where Federation.DownloadModel and UploadUpdate sit among the service's methods (the order of
   // the rpc lines in federation.proto); the transfers' integration tests fail should they move.
