@@ -55,12 +55,18 @@ std::unique_ptr<MappedUpdateFiles::File> MappedUpdateFiles::MakeFile(size_t byte
 void* MappedUpdateFiles::Take(size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // The spare that joined last: its pages are the likeliest still in the CPU's caches (as the
+    // heap hands out its most recently freed block), so the decoder's writes need not fetch them.
+    File* newest = nullptr;
     for (auto& [values, file] : files_) {
       if (file->lent || file->logged || file->values_bytes != bytes) continue;
-      file->lent = true;
+      if (!newest || file->spare_since > newest->spare_since) newest = file.get();
+    }
+    if (newest) {
+      newest->lent = true;
       --spare_files_;
       spare_bytes_ -= bytes;
-      return file->base + kValuesOffset;
+      return newest->base + kValuesOffset;
     }
   }
   std::unique_ptr<File> file = MakeFile(bytes);  // outside the lock: a file system call
@@ -137,6 +143,7 @@ void MappedUpdateFiles::SettleLocked(File* file) {
   if (spare_files_ < max_spare_files_ && spare_bytes_ + file->values_bytes <= max_spare_bytes_) {
     ++spare_files_;
     spare_bytes_ += file->values_bytes;
+    file->spare_since = ++settled_;
     return;
   }
   DropLocked(file, /*remove=*/true);

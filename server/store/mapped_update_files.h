@@ -77,6 +77,7 @@ class MappedUpdateFiles final : public LargeBlockSource {
     size_t values_bytes = 0;
     bool lent = false;
     bool logged = false;
+    uint64_t spare_since = 0;  // when it last joined the spares (settled_ then)
   };
   // A file neither lent nor logged joins the spares, or is removed when they are full. Requires mu_.
   void SettleLocked(File* file);
@@ -90,6 +91,7 @@ class MappedUpdateFiles final : public LargeBlockSource {
   std::mutex mu_;
   std::unordered_map<const void*, std::unique_ptr<File>> files_;  // guarded by mu_; by values' address
   size_t spare_files_ = 0;                                        // guarded by mu_
+  uint64_t settled_ = 0;                                          // files that joined the spares so far; guarded by mu_
   uint64_t spare_bytes_ = 0;                                      // guarded by mu_
   std::mt19937_64 name_rng_;                                      // guarded by mu_
 };
