@@ -257,7 +257,7 @@ Result<std::shared_ptr<const ModelState>> ClientRuntime::FetchModel(const Task& 
   }
   PLEXUS_RETURN_IF_ERROR(
       DownloadUntilDone([&] { sink.Reset(); }, [&] { return transport_->Download(task.model_version, &sink); }));
-  Result<ModelState> model = std::move(sink).Finish(task.model_sha256);
+  Result<ModelState> model = std::move(sink).Finish(task.model_sha256, task.model_crc32c);
   if (!model.ok()) {
     if (options_.state) options_.state->DropModel(task.model_version);
     return model.status().WithContext("model version " + std::to_string(task.model_version));

@@ -49,9 +49,14 @@ Result<ModelState> ModelDownloadSink::Finish() && {
   return model;
 }
 
-Result<ModelState> ModelDownloadSink::Finish(const std::string& sha256) && {
+Result<ModelState> ModelDownloadSink::Finish(const std::string& sha256, std::optional<uint32_t> crc32c) && {
   Result<ModelState> model = std::move(*this).Finish();
-  if (model.ok() && model->ContentSha256() != sha256) return DataLossError("does not match the task's SHA-256");
+  if (!model.ok()) return model;
+  if (crc32c) {
+    if (model->ContentCrc32c() != *crc32c) return DataLossError("does not match the task's CRC-32C");
+  } else if (model->ContentSha256() != sha256) {
+    return DataLossError("does not match the task's SHA-256");
+  }
   return model;
 }
 

@@ -332,6 +332,7 @@ class GrpcFederationTransport final : public FederationTransport {
         a.task.round = t.round();
         a.task.model_version = t.model_version();
         a.task.model_sha256 = t.model_sha256();
+        if (t.has_model_crc32c()) a.task.model_crc32c = t.model_crc32c();
         a.task.hyperparams.local_epochs = t.local_epochs();
         a.task.hyperparams.local_steps = t.local_steps();
         a.task.hyperparams.batch_size = t.batch_size();

@@ -89,7 +89,8 @@ Result<Task> ServerExchange::TakeTask(double deadline_ms) {
   }
 }
 
-Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, const std::string& sha256, double deadline_ms,
+Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, const std::string& sha256,
+                                                   std::optional<uint32_t> crc32c, double deadline_ms,
                                                    bool wait_for_it) {
   ModelDownloadSink sink;
   while (true) {
@@ -104,7 +105,7 @@ Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, const std::
                      s.message() + ")");
     }
   }
-  Result<ModelState> model = sha256.empty() ? std::move(sink).Finish() : std::move(sink).Finish(sha256);
+  Result<ModelState> model = sha256.empty() ? std::move(sink).Finish() : std::move(sink).Finish(sha256, crc32c);
   if (!model.ok()) return model.status().WithContext("the server's model " + std::to_string(version));
   model->set_version(version);
   return model;
@@ -113,7 +114,8 @@ Result<ModelState> ServerExchange::DownloadVersion(uint64_t version, const std::
 Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   const double deadline = NowMs() + wait_ms_;
   PLEXUS_ASSIGN_OR_RETURN(Task task, TakeTask(deadline));
-  PLEXUS_ASSIGN_OR_RETURN(ModelState global, DownloadVersion(task.model_version, task.model_sha256, deadline, false));
+  PLEXUS_ASSIGN_OR_RETURN(ModelState global,
+                          DownloadVersion(task.model_version, task.model_sha256, task.model_crc32c, deadline, false));
   if (Status s = own.CheckSameLayout(global); !s.ok()) {
     return FailedPreconditionError("the server's model is not the peers' model (start it with the same --model): " +
                                    s.message());
@@ -139,7 +141,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
     if (!Pause(static_cast<double>(next.after_ms), deadline)) return Stopped("could not upload to the server in time");
   }
   spdlog::debug("server exchange: uploaded for version {}, waiting for the next", task.model_version);
-  return DownloadVersion(task.model_version + 1, /*sha256=*/"", deadline, true);
+  return DownloadVersion(task.model_version + 1, /*sha256=*/"", /*crc32c=*/std::nullopt, deadline, true);
 }
 
 }  // namespace plexus

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "client/client_session.h"
@@ -38,8 +39,10 @@ class ServerExchange {
 
  private:
   Result<Task> TakeTask(double deadline_ms);
-  // `sha256`: the ContentSha256 its task names (empty: a version no task named yet, unchecked).
-  Result<ModelState> DownloadVersion(uint64_t version, const std::string& sha256, double deadline_ms, bool wait_for_it);
+  // `sha256`, `crc32c`: what its task names (empty: a version no task named yet, unchecked; see
+  // ModelDownloadSink::Finish).
+  Result<ModelState> DownloadVersion(uint64_t version, const std::string& sha256, std::optional<uint32_t> crc32c,
+                                     double deadline_ms, bool wait_for_it);
   double NowMs() const;
   // Sleeps up to `ms` (woken by Cancel); false once cancelled or past the deadline.
   bool Pause(double ms, double deadline_ms) const;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <string_view>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>  // SSE2, part of every x86-64 CPU
@@ -16,6 +17,8 @@
 #include <immintrin.h>
 #define PLEXUS_FINITE_AVX2 1
 #endif
+
+#include "core/crc32c.h"
 
 namespace plexus {
 namespace {
@@ -39,7 +42,6 @@ class Sha256 {
  public:
   Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
   void Add(const void* p, size_t n) { EVP_DigestUpdate(ctx_.get(), p, n); }
-  void AddU64(uint64_t v) { Add(&v, sizeof v); }
   std::string HexDigest() {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
@@ -252,17 +254,54 @@ Status ModelState::CheckFinite() const {
   return Status::Ok();
 }
 
+namespace {
+
+// The content encoding's bytes before the values: the tensor count, then each tensor's name
+// (length first) and shape (rank first), every number a little-endian uint64.
+std::string ContentHead(const std::vector<TensorSlot>& slots) {
+  std::string head;
+  auto add_u64 = [&head](uint64_t v) { head.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  add_u64(slots.size());
+  for (const TensorSlot& s : slots) {
+    add_u64(s.name.size());
+    head += s.name;
+    add_u64(s.shape.size());
+    for (int64_t d : s.shape) add_u64(static_cast<uint64_t>(d));
+  }
+  return head;
+}
+
+// Pieces of the values hashed and checksummed in turn: small enough to stay in the core's cache
+// between the two.
+constexpr size_t kDigestPieceBytes = size_t{64} << 10;
+
+}  // namespace
+
 std::string ModelState::ContentSha256() const {
   Sha256 h;
-  h.AddU64(slots_.size());
-  for (const TensorSlot& s : slots_) {
-    h.AddU64(s.name.size());
-    h.Add(s.name.data(), s.name.size());
-    h.AddU64(s.shape.size());
-    for (int64_t d : s.shape) h.AddU64(static_cast<uint64_t>(d));
-  }
-  h.Add(data_.data(), data_.size() * sizeof(float));
+  const std::string head = ContentHead(slots_);
+  h.Add(head.data(), head.size());
+  h.Add(data_.data(), num_bytes());
   return h.HexDigest();
+}
+
+uint32_t ModelState::ContentCrc32c() const {
+  const uint32_t head = Crc32c(ContentHead(slots_));
+  return ExtendCrc32c(head, {reinterpret_cast<const char*>(data_.data()), num_bytes()});
+}
+
+ModelState::ContentDigests ModelState::Digests() const {
+  Sha256 h;
+  const std::string head = ContentHead(slots_);
+  h.Add(head.data(), head.size());
+  uint32_t crc = Crc32c(head);
+  const char* values = reinterpret_cast<const char*>(data_.data());
+  for (size_t at = 0; at < num_bytes(); at += kDigestPieceBytes) {
+    const size_t n = std::min(kDigestPieceBytes, num_bytes() - at);
+    h.Add(values + at, n);
+    crc = ExtendCrc32c(crc, {values + at, n});
+  }
+  return ContentDigests{h.HexDigest(), crc};
 }
 
 bool operator==(const ModelState& a, const ModelState& b) {

@@ -129,6 +129,16 @@ class ModelState {
   // SHA-256 (lower-case hex) over a canonical encoding of names, shapes and values. The version
   // is not part of the content, so equal parameters hash equal whatever their version.
   std::string ContentSha256() const;
+  // CRC-32C (core/crc32c.h) over the same encoding: a check that a copy of a model whose hash is
+  // known arrived whole and is that model (a client's download), many times cheaper than the
+  // hash. Not an identity: it catches corruption and wrong bytes, not a forger.
+  uint32_t ContentCrc32c() const;
+  struct ContentDigests {
+    std::string sha256;   // ContentSha256()
+    uint32_t crc32c = 0;  // ContentCrc32c()
+  };
+  // Both in one pass: each piece of the values is read from memory once for the two.
+  ContentDigests Digests() const;
 
   friend bool operator==(const ModelState& a, const ModelState& b);
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace plexus {
@@ -35,6 +36,11 @@ struct Task {
   uint64_t round = 0;
   uint64_t model_version = 0;
   std::string model_sha256;  // ModelState::ContentSha256 of that version
+  // ModelState::ContentCrc32c of that version, what a client checks its download against (the
+  // link already vouches for the bytes in transit; this, that they are the version named). Unset
+  // from servers before it, and in tasks that name a version some other way: the client then
+  // computes model_sha256 itself.
+  std::optional<uint32_t> model_crc32c;
   TaskHyperparams hyperparams;
   int64_t deadline_ms = 0;  // on the engine's clock
   // The codec (compression/codec.h spec) the update is to be sent in; empty: float32

@@ -179,6 +179,7 @@ Result<PollAnswer> AsyncEngine::Poll(const std::string& client_id) {
   answer.task.round = published_->version() + 1;
   answer.task.model_version = t.base_version;
   answer.task.model_sha256 = published_->sha256();
+  answer.task.model_crc32c = published_->crc32c();
   answer.task.hyperparams = options_.task;
   answer.task.hyperparams.local_steps = t.local_steps;
   answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
@@ -439,7 +440,7 @@ Status AsyncEngine::FinishCommit(PendingCommit commit, Status committed) {
   }
   if (head_model_ == commit.model) head_model_.reset();  // it becomes the published model
   ++poll_epoch_;
-  sticky_error_ = published_->Publish(std::move(commit.model), std::move(commit.record));
+  sticky_error_ = published_->Publish(std::move(commit.model), std::move(commit.record), commit.model_crc32c);
   return sticky_error_;
 }
 
@@ -510,6 +511,7 @@ Result<PollAnswer> AsyncEngine::PollSecure(const std::string& client_id, int64_t
   // version staler than its training was).
   answer.task.model_version = published_->version();
   answer.task.model_sha256 = published_->sha256();
+  answer.task.model_crc32c = published_->crc32c();
   answer.task.hyperparams = options_.task;
   answer.task.deadline_ms = t.issued_ms + options_.task_timeout_ms;
   return answer;

@@ -5,7 +5,9 @@
 namespace plexus {
 
 Status PendingCommit::Run(Store* store) {
-  record.model_sha256 = model->ContentSha256();
+  ModelState::ContentDigests digests = model->Digests();
+  record.model_sha256 = std::move(digests.sha256);
+  model_crc32c = digests.crc32c;
   return store->CommitRound(record, *model, aggregator_state);
 }
 

@@ -54,6 +54,7 @@ struct PendingCommit {
   RoundRecord record;  // model_sha256 is filled in by Run()
   std::shared_ptr<ModelState> model;
   std::string aggregator_state;  // Aggregator::SaveState() at this version
+  uint32_t model_crc32c = 0;     // filled in by Run(), in the same pass as the hash
 
   // Hashes the model into the record, then commits record and checkpoint (Store::CommitRound).
   Status Run(Store* store);

@@ -32,13 +32,16 @@ class PublishedVersions {
   const std::shared_ptr<const ModelState>& snapshot() const { return model_; }
   uint64_t version() const { return model_->version(); }
   const std::string& sha256() const { return sha256_; }
+  uint32_t crc32c() const { return crc32c_; }  // the model's ContentCrc32c, named in its tasks
   const std::vector<RoundRecord>& history() const { return history_; }
   std::optional<double> last_accuracy() const { return LastAccuracy(history_); }
 
   // Makes `model`, committed with `record` (its model_sha256 filled in), the current version,
-  // evaluates it (into the store and the record) and appends the record. Returns the store's
-  // error for the evaluation, which the engine makes sticky.
-  Status Publish(std::shared_ptr<const ModelState> model, RoundRecord record);
+  // evaluates it (into the store and the record) and appends the record. `crc32c`: the model's
+  // ContentCrc32c when the caller computed it with the hash (ModelState::Digests), else computed
+  // here. Returns the store's error for the evaluation, which the engine makes sticky.
+  Status Publish(std::shared_ptr<const ModelState> model, RoundRecord record,
+                 std::optional<uint32_t> crc32c = std::nullopt);
 
   // The status fields about versions: model_version, round (the one in progress, or the last
   // when `finished`), last_accuracy and finished.
@@ -56,6 +59,7 @@ class PublishedVersions {
   ModelEvaluator* evaluator_;
   std::shared_ptr<const ModelState> model_;
   std::string sha256_;
+  uint32_t crc32c_ = 0;
   std::vector<RoundRecord> history_;
 };
 

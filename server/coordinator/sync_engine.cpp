@@ -229,6 +229,7 @@ Task SyncEngine::TaskFor(const std::string& client_id) const {
   t.round = open_->round;
   t.model_version = published_->version();
   t.model_sha256 = published_->sha256();
+  t.model_crc32c = published_->crc32c();
   t.hyperparams = options_.task;
   if (options_.edge && parent_local_steps_ > 0) t.hyperparams.local_steps = parent_local_steps_;
   t.deadline_ms = open_->deadline_ms;
@@ -613,7 +614,8 @@ Status SyncEngine::CloseRound() {
   RoundRecord rec;
   rec.round = open_->round;
   rec.model_version = next->version();
-  rec.model_sha256 = next->ContentSha256();
+  ModelState::ContentDigests digests = next->Digests();
+  rec.model_sha256 = std::move(digests.sha256);
   rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
   rec.num_updates = open_->updates;  // client updates: an edge's partial sum counts its own
   for (const std::string& client : open_->refused) rec.num_refused += open_->submitted.count(client) ? 0 : 1;
@@ -632,7 +634,8 @@ Status SyncEngine::CloseRound() {
   ++poll_epoch_;
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
-  sticky_error_ = published_->Publish(std::make_shared<const ModelState>(std::move(next).value()), std::move(rec));
+  sticky_error_ =
+      published_->Publish(std::make_shared<const ModelState>(std::move(next).value()), std::move(rec), digests.crc32c);
   return sticky_error_;
 }
 

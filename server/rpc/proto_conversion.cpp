@@ -12,6 +12,7 @@ void TaskToProto(const Task& t, int64_t now_ms, v1::TrainingTask* out) {
   out->set_round(t.round);
   out->set_model_version(t.model_version);
   out->set_model_sha256(t.model_sha256);
+  if (t.model_crc32c) out->set_model_crc32c(*t.model_crc32c);
   out->set_local_epochs(t.hyperparams.local_epochs);
   out->set_local_steps(t.hyperparams.local_steps);
   out->set_batch_size(t.hyperparams.batch_size);

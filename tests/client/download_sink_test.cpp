@@ -91,6 +91,32 @@ TEST(ModelDownloadSinkTest, BytesThatCannotBeTheModelAreDataLoss) {
   EXPECT_THAT(ModelDownloadSink().Finish(), StatusIs(StatusCode::kDataLoss, "no bytes"));
 }
 
+TEST(ModelDownloadSinkTest, ATaskNamingTheChecksumHasTheDownloadCheckedAgainstIt) {
+  const ModelState want = Model();
+  const std::string bytes = EncodeSafetensors(want);
+  ModelState other = want;
+  other.data()[7] = 1.0f;
+  const std::string other_bytes = EncodeSafetensors(other);
+  {
+    ModelDownloadSink sink;
+    ASSERT_OK(sink.Append(bytes, bytes.size()));
+    EXPECT_EQ(*std::move(sink).Finish(want.ContentSha256(), want.ContentCrc32c()), want);
+  }
+  {
+    ModelDownloadSink sink;  // another model than the task's: its checksum differs
+    ASSERT_OK(sink.Append(other_bytes, other_bytes.size()));
+    EXPECT_THAT(std::move(sink).Finish(want.ContentSha256(), want.ContentCrc32c()),
+                StatusIs(StatusCode::kDataLoss, "CRC-32C"));
+  }
+  {
+    // With the checksum named, it is what is compared: the hash is not computed again (a task's
+    // hash that the bytes do not have goes unnoticed here; the checksum is the check).
+    ModelDownloadSink sink;
+    ASSERT_OK(sink.Append(other_bytes, other_bytes.size()));
+    EXPECT_EQ(*std::move(sink).Finish(want.ContentSha256(), other.ContentCrc32c()), other);
+  }
+}
+
 TEST(StringDownloadSinkTest, KeepsTheBytesWholeWithinTheAnnouncedSize) {
   std::string bytes = "ab";  // a resumed download
   StringDownloadSink sink(&bytes);

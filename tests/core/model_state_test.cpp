@@ -1,10 +1,13 @@
 #include "core/model_state.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "core/crc32c.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -89,6 +92,47 @@ TEST(ModelStateTest, HashCoversValuesAndNamesButNotVersion) {
   EXPECT_NE(a.ContentSha256(), b.ContentSha256());
   ModelState renamed = *ModelState::Create({{"v", {2, 3}}, {"b", {3}}});
   EXPECT_NE(a.ContentSha256(), renamed.ContentSha256());
+}
+
+// The content encoding spelled out: the tensor count, each name (length first) and shape (rank
+// first) as little-endian uint64, then the values' bytes.
+std::string ContentEncoding(const ModelState& m) {
+  std::string e;
+  auto u64 = [&e](uint64_t v) {
+    for (int i = 0; i < 8; ++i) e.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  u64(m.tensors().size());
+  for (const TensorSlot& t : m.tensors()) {
+    u64(t.name.size());
+    e += t.name;
+    u64(t.shape.size());
+    for (int64_t d : t.shape) u64(static_cast<uint64_t>(d));
+  }
+  e.append(reinterpret_cast<const char*>(m.data().data()), m.num_bytes());
+  return e;
+}
+
+TEST(ModelStateTest, HashAndChecksumAreOfTheContentEncodingAndOnePassGivesBoth) {
+  // 300,000 values: the one pass (ModelState::Digests) goes over them in several pieces.
+  ModelState m = *ModelState::Create({{"layer.weight", {300, 1000}}, {"layer.bias", {7}}});
+  for (size_t i = 0; i < m.num_params(); ++i) m.data()[i] = 0.001f * static_cast<float>(i % 977);
+  const std::string encoding = ContentEncoding(m);
+  EXPECT_EQ(m.ContentSha256(), Sha256Hex(encoding));
+  EXPECT_EQ(m.ContentCrc32c(), Crc32c(encoding));
+  const ModelState::ContentDigests both = m.Digests();
+  EXPECT_EQ(both.sha256, m.ContentSha256());
+  EXPECT_EQ(both.crc32c, m.ContentCrc32c());
+  // The checksum moves with a value, a name and a shape, as the hash does, but not the version.
+  ModelState changed = m;
+  changed.data()[123456] = 5.0f;
+  EXPECT_NE(changed.ContentCrc32c(), m.ContentCrc32c());
+  ModelState renamed = *ModelState::Create({{"layer.weighs", {300, 1000}}, {"layer.bias", {7}}});
+  ModelState reshaped = *ModelState::Create({{"layer.weight", {1000, 300}}, {"layer.bias", {7}}});
+  EXPECT_NE(renamed.ContentCrc32c(), reshaped.ContentCrc32c());
+  EXPECT_NE(ModelState::ZerosLike(m).ContentCrc32c(), renamed.ContentCrc32c());
+  changed = m;
+  changed.set_version(4);
+  EXPECT_EQ(changed.Digests().crc32c, both.crc32c);
 }
 
 TEST(ModelStateTest, CopiesCarryLayoutValuesVersionAndTheFiniteCheck) {

@@ -301,6 +301,7 @@ TEST_F(AsyncEngineTest, CommitOutsideServesAVersionOnceItsCommitIsHandedBack) {
   EXPECT_FLOAT_EQ(W(), 2.0f);
   EXPECT_EQ(engine_->history().back().model_sha256, engine_->model().ContentSha256());
   EXPECT_EQ(TaskOf("a").model_version, 1u);
+  EXPECT_EQ(TaskOf("a").model_crc32c, engine_->model().ContentCrc32c());  // computed with the hash, outside the lock
 
   std::optional<PendingCommit> second = engine_->TakeCommit();
   ASSERT_TRUE(second.has_value());

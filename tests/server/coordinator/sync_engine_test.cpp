@@ -193,11 +193,13 @@ TEST_F(SyncEngineTest, FullRoundAggregatesCheckpointsAndEvaluates) {
   EXPECT_EQ(ta.round, 1u);
   EXPECT_EQ(ta.model_version, 0u);
   EXPECT_EQ(ta.model_sha256, Initial().ContentSha256());
+  EXPECT_EQ(ta.model_crc32c, Initial().ContentCrc32c());  // what the client checks its download against
   ASSERT_OK(engine_->Submit(UpdateFor("a", ta, 1.0f, 100)));
   EXPECT_EQ(engine_->model().version(), 0u);
   ASSERT_OK(engine_->Submit(UpdateFor("b", tb, 4.0f, 300)));
   // 1 + (100*1 + 300*4) / 400 = 4.25
   EXPECT_EQ(engine_->model().version(), 1u);
+  EXPECT_EQ(TaskOf("a").model_crc32c, engine_->model().ContentCrc32c());  // the new version's
   EXPECT_FLOAT_EQ(engine_->model().data()[0], 4.25f);
   EXPECT_EQ(evaluator_.calls, 1);
   auto rounds = *store_.ListRounds();

@@ -91,6 +91,7 @@ class FederationServerTest : public ::testing::Test {
 TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
   EXPECT_EQ(task_a_.model_version, 0u);
   EXPECT_EQ(task_a_.model_sha256, model_.ContentSha256());
+  EXPECT_EQ(task_a_.model_crc32c, model_.ContentCrc32c());  // over the wire (TrainingTask.model_crc32c)
   std::string bytes;
   StringDownloadSink whole(&bytes);
   ASSERT_OK(transport_->Download(0, &whole));
@@ -1029,6 +1030,7 @@ TEST(NextTaskTest, AsyncClientsGetTheirNextTaskWithEachUpload) {
   const Task second = ack->next->task;
   EXPECT_EQ(second.model_version, 1u);
   EXPECT_EQ(second.model_sha256, engine->model().ContentSha256());
+  EXPECT_EQ(second.model_crc32c, engine->model().ContentCrc32c());
   EXPECT_NE(second.task_id, first.task_id);
   h = HeaderFor("a", second);
   h.want_next_task = true;
