@@ -5,7 +5,8 @@
 # 4 MB updates (1e6 parameters, 300 updates) and 40 MB updates (1e7, 150 updates), the first 50 of
 # each run not timed (a long-running server's memory and files in use), from 10 clients
 # whose uploads are submitted as the server's handlers submit them (one thread each, the durable
-# write outside the engine's lock, rows group-committed). Each run drives the real AsyncEngine
+# write outside the engine's lock, rows group-committed, held back while two versions wait for
+# their commit). Each run drives the real AsyncEngine
 # over a real SqliteStore with the update log as the server runs it and with the log skipped (the
 # baseline, in the same run), with the values copied into their files (the store lending none, as
 # before it lent them on tmpfs, and as on a disk), and with int8 uploads logged as their codes; on the disk, the
