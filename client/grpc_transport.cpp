@@ -13,6 +13,7 @@
 #include "plexus/v1/federation.grpc.pb.h"
 #include "proto/abseil_deadlock_detection.h"
 #include "proto/length_delimited_field.h"
+#include "proto/model_chunk_view.h"
 #include "proto/secagg_wire.h"
 #include "proto/shared_bytes_slice.h"
 
@@ -50,6 +51,7 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
 }
 
 constexpr char kUploadUpdatePath[] = "/plexus.v1.Federation/UploadUpdate";
+constexpr char kDownloadModelPath[] = "/plexus.v1.Federation/DownloadModel";
 constexpr uint32_t kUpdateChunkDataField = 2;  // UpdateChunk.data
 
 std::chrono::system_clock::time_point In(int64_t ms) {
@@ -76,6 +78,8 @@ class GrpcFederationTransport final : public FederationTransport {
     stub_ = v1::Federation::NewStub(channel_);
     upload_method_ = std::make_unique<grpc::internal::RpcMethod>(kUploadUpdatePath,
                                                                  grpc::internal::RpcMethod::CLIENT_STREAMING, channel_);
+    download_method_ = std::make_unique<grpc::internal::RpcMethod>(
+        kDownloadModelPath, grpc::internal::RpcMethod::SERVER_STREAMING, channel_);
   }
 
   Result<JoinReply> Join(const std::string& client_id, int64_t num_examples, const std::string& device) override {
@@ -141,10 +145,43 @@ class GrpcFederationTransport final : public FederationTransport {
     return FromGrpc(stub_->ReportEvaluation(&ctx, req, &rep), "evaluation report");
   }
 
+  // The chunks are read as gRPC received them, their data handed to the sink from gRPC's own
+  // buffers (ModelChunkView): the generated stub would first copy each chunk's megabyte into a
+  // string.
   Status Download(uint64_t version, DownloadSink* sink) override {
+    Call call(this);
+    grpc::ClientContext& ctx = call.ctx;
+    ctx.set_deadline(In(120000));
+    const uint64_t resumed_at = sink->received();
     v1::DownloadModelRequest req;
     req.set_version(version);
-    return Stream(req, sink, nullptr);
+    req.set_offset(resumed_at);
+    req.set_client_id(joined_id_);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), *download_method_, &ctx, req));
+    grpc::ByteBuffer message;
+    std::vector<grpc::Slice> slices;
+    std::vector<std::string_view> pieces;
+    ModelChunkView chunk;
+    uint64_t total = 0;
+    while (reader->Read(&message)) {
+      slices.clear();
+      pieces.clear();
+      Status read = message.Dump(&slices).ok() ? Status::Ok() : DataLossError("download: an unreadable model chunk");
+      for (const grpc::Slice& s : slices) pieces.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+      if (read.ok()) read = ParseModelChunk(pieces, &chunk);
+      if (read.ok() && (chunk.offset != sink->received() || chunk.version != version)) {
+        read = DataLossError("download: chunk at offset " + std::to_string(chunk.offset) + " does not continue byte " +
+                             std::to_string(sink->received()));
+      }
+      total = chunk.total_bytes;
+      for (size_t i = 0; read.ok() && i < chunk.data.size(); ++i) read = sink->Append(chunk.data[i], total);
+      if (!read.ok()) {
+        ctx.TryCancel();
+        return read;
+      }
+    }
+    return Finished(reader->Finish(), version, resumed_at, total, sink);
   }
 
   Status DownloadCoded(uint64_t version, const std::string& codec, const std::string& base_sha256, std::string* buffer,
@@ -159,8 +196,9 @@ class GrpcFederationTransport final : public FederationTransport {
     return s;
   }
 
-  // Streams a download from byte sink->received() on. With `coded`, each chunk's description of
-  // the coded bytes goes to *coded, and must match it when the sink already holds some.
+  // Streams a coded download from byte sink->received() on, through the generated parser (the
+  // chunks describe the coding). With `coded`, each chunk's description of the coded bytes goes
+  // to *coded, and must match it when the sink already holds some.
   Status Stream(v1::DownloadModelRequest req, DownloadSink* sink, CodedDownload* coded) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
@@ -195,7 +233,13 @@ class GrpcFederationTransport final : public FederationTransport {
         return s;
       }
     }
-    Status finished = FromGrpc(reader->Finish(), "download model " + std::to_string(version));
+    return Finished(reader->Finish(), version, resumed_at, total, sink);
+  }
+
+  // How a download stream ended, given gRPC's status, where it resumed and the size announced.
+  static Status Finished(const grpc::Status& status, uint64_t version, uint64_t resumed_at, uint64_t total,
+                         const DownloadSink* sink) {
+    Status finished = FromGrpc(status, "download model " + std::to_string(version));
     // A resume from kept bytes that cannot be right (more than the model, or all of it, so the
     // server sends nothing): start over (DataLoss), rather than retry the same offset forever.
     if (resumed_at > 0 && finished.code() == StatusCode::kOutOfRange) {
@@ -415,6 +459,7 @@ class GrpcFederationTransport final : public FederationTransport {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Federation::Stub> stub_;
   std::unique_ptr<grpc::internal::RpcMethod> upload_method_;
+  std::unique_ptr<grpc::internal::RpcMethod> download_method_;
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 #include "server/rpc/update_chunk_wire.h"
 
-#include <algorithm>
 #include <cstdint>
+#include <string>
+
+#include "proto/wire_reader.h"
 
 namespace plexus {
 namespace {
@@ -9,67 +11,13 @@ namespace {
 constexpr uint32_t kHeaderField = 1;  // UpdateChunk.header
 constexpr uint32_t kDataField = 2;    // UpdateChunk.data
 
-// A read position over the pieces.
-class Cursor {
- public:
-  explicit Cursor(std::span<const std::string_view> pieces) : pieces_(pieces) { SkipEmpty(); }
-
-  bool AtEnd() const { return piece_ == pieces_.size(); }
-
-  bool ReadVarint(uint64_t* value) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (AtEnd()) return false;
-      const auto byte = static_cast<uint8_t>(pieces_[piece_][offset_]);
-      Advance(1);
-      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) {
-        *value = v;
-        return true;
-      }
-    }
-    return false;  // more than ten bytes
-  }
-
-  // Calls f(view) for the next n bytes, piece by piece; false when fewer than n remain.
-  template <typename F>
-  bool Take(uint64_t n, F&& f) {
-    while (n > 0) {
-      if (AtEnd()) return false;
-      const std::string_view rest = pieces_[piece_].substr(offset_);
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, rest.size()));
-      f(rest.substr(0, take));
-      Advance(take);
-      n -= take;
-    }
-    return true;
-  }
-
- private:
-  void Advance(size_t n) {
-    offset_ += n;
-    if (offset_ == pieces_[piece_].size()) {
-      ++piece_;
-      offset_ = 0;
-      SkipEmpty();
-    }
-  }
-  void SkipEmpty() {
-    while (piece_ < pieces_.size() && pieces_[piece_].empty()) ++piece_;
-  }
-
-  std::span<const std::string_view> pieces_;
-  size_t piece_ = 0;
-  size_t offset_ = 0;
-};
-
 Status Malformed(const std::string& what) { return InvalidArgumentError("malformed upload chunk: " + what); }
 
 }  // namespace
 
 Result<UpdateChunkView> ParseUpdateChunk(std::span<const std::string_view> pieces) {
   UpdateChunkView view;
-  Cursor in(pieces);
+  WireReader in(pieces);
   int parts = 0;
   while (!in.AtEnd()) {
     uint64_t tag = 0;
@@ -77,18 +25,15 @@ Result<UpdateChunkView> ParseUpdateChunk(std::span<const std::string_view> piece
     const uint64_t field = tag >> 3;
     const auto wire_type = static_cast<uint32_t>(tag & 7);
     if (field == 0 || field > (uint64_t{1} << 29) - 1) return Malformed("field number " + std::to_string(field));
-    uint64_t ignored = 0;
     switch (wire_type) {
-      case 0:  // varint
-        if (!in.ReadVarint(&ignored)) return Malformed("truncated varint of field " + std::to_string(field));
+      case kWireVarint:
+        if (!in.SkipValue(wire_type)) return Malformed("truncated varint of field " + std::to_string(field));
         break;
-      case 1:  // 64-bit
-      case 5:  // 32-bit
-        if (!in.Take(wire_type == 1 ? 8 : 4, [](std::string_view) {})) {
-          return Malformed("truncated fixed-size field " + std::to_string(field));
-        }
+      case kWireFixed64:
+      case kWireFixed32:
+        if (!in.SkipValue(wire_type)) return Malformed("truncated fixed-size field " + std::to_string(field));
         break;
-      case 2: {  // length-delimited
+      case kWireLengthDelimited: {
         uint64_t length = 0;
         if (!in.ReadVarint(&length)) return Malformed("truncated length of field " + std::to_string(field));
         bool complete = true;
