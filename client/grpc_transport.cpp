@@ -175,6 +175,8 @@ class GrpcFederationTransport final : public FederationTransport {
                              std::to_string(sink->received()));
       }
       total = chunk.total_bytes;
+      // A chunk without data still tells the sink the size (it decodes bytes kept from before then).
+      if (read.ok() && chunk.data.empty()) read = sink->Append({}, total);
       for (size_t i = 0; read.ok() && i < chunk.data.size(); ++i) read = sink->Append(chunk.data[i], total);
       if (!read.ok()) {
         ctx.TryCancel();
