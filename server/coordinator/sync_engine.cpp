@@ -659,7 +659,8 @@ Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, u
   if (!options_.edge) return FailedPreconditionError("only an edge aggregator adopts its parent's versions");
   if (local_steps > 0) parent_local_steps_ = local_steps;
   PLEXUS_RETURN_IF_ERROR(model->CheckSameLayout(published_->model()).WithContext("the parent's model"));
-  const std::string sha = model->ContentSha256();
+  const ModelState::ContentDigests digests = model->Digests();
+  const std::string& sha = digests.sha256;
   const bool same_version = model->version() == published_->version();
   if (same_version && sha == published_->sha256()) {
     // The same task (or, after a restart, the round restored from the store, whose task this
@@ -705,7 +706,7 @@ Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, u
   attempts_ = 0;
   ++poll_epoch_;
   idle_since_ms_ = clock_->NowMs();
-  sticky_error_ = published_->Publish(std::move(model), std::move(rec));
+  sticky_error_ = published_->Publish(std::move(model), std::move(rec), digests.crc32c);
   return sticky_error_;
 }
 
