@@ -32,6 +32,10 @@ T Take(Result<T> r, const std::string& context = "") {
 // any program does: before, every command caught it, and a simulation could not be interrupted.
 std::atomic<bool>& StopRequested();
 void InstallStopHandlers();
+// Readable once a stop signal has arrived (a pipe the handler writes to), for a thread that
+// waits for one in poll() instead of checking StopRequested on a timer; -1 before
+// InstallStopHandlers, or when no pipe could be made.
+int StopSignalFd();
 
 // The contents of a file; throws CommandError naming `flag` when it cannot be read.
 std::string ReadFileForFlag(const std::string& path, const std::string& flag);

@@ -3,7 +3,11 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -19,9 +23,24 @@ std::atomic<bool>& StopRequested() {
   return stop;
 }
 
+namespace {
+int stop_pipe[2] = {-1, -1};  // the handler writes a byte to [1]; StopSignalFd() is [0]
+}  // namespace
+
+int StopSignalFd() { return stop_pipe[0]; }
+
 void InstallStopHandlers() {
+  if (stop_pipe[0] < 0 && ::pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) stop_pipe[0] = stop_pipe[1] = -1;
   struct sigaction sa {};
-  sa.sa_handler = [](int) { StopRequested().store(true); };
+  sa.sa_handler = [](int) {
+    StopRequested().store(true);
+    if (stop_pipe[1] >= 0) {
+      const int saved = errno;  // write() is async-signal-safe; the interrupted code's errno is kept
+      const char byte = 1;
+      [[maybe_unused]] const ssize_t written = ::write(stop_pipe[1], &byte, 1);
+      errno = saved;
+    }
+  };
   sigemptyset(&sa.sa_mask);
   // The first signal asks for a clean stop; a second one ends the process at once (a stop that
   // hangs must not need kill -9).
