@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-
 #include "aggregators/partial_sum_delta.h"
 #include "client/client_runtime.h"
 #include "client/failover_transport.h"
@@ -48,14 +46,17 @@ void EdgeUpstream::Run() {
     }));
     spdlog::info("upstream task {}: the parent's round {} on its version {}; waiting for this edge's clients",
                  task.task_id, task.round, task.model_version);
-    // The round closes on the edge's clients' calls or its deadline (the server's ticker).
+    // The round closes on the edge's clients' calls or its deadline (the server's ticker); the
+    // wait wakes on either, and every 200 ms to see whether the upstream is stopping.
     while (!stop_.load()) {
       std::optional<SyncEngine::EdgePartial> partial;
-      PLEXUS_RETURN_IF_ERROR(server_->WithEngine([&](Engine& e) {
-        const SyncEngine::EdgePartial* p = static_cast<SyncEngine&>(e).partial();
-        if (p && p->parent_task == task.task_id) partial = *p;
-        return Status::Ok();
-      }));
+      server_->WaitForEngine(
+          [&](Engine& e) {
+            const SyncEngine::EdgePartial* p = static_cast<SyncEngine&>(e).partial();
+            if (p && p->parent_task == task.task_id) partial = *p;
+            return partial.has_value();
+          },
+          /*max_wait_ms=*/200);
       if (partial) {
         spdlog::info("upstream task {}: sending the partial sum of {} updates ({} examples)", task.task_id,
                      partial->sum.count(), partial->num_examples);
@@ -76,7 +77,6 @@ void EdgeUpstream::Run() {
         c.metrics["updates"] = static_cast<double>(partial->sum.count());
         return c;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return CancelledError("stopped");
   };

@@ -103,6 +103,9 @@ class GrpcFederationServer final : public FederationServer {
   int port() const override { return port_; }
   EngineStatus status() override { return service_.status(); }
   Status WithEngine(const std::function<Status(Engine&)>& fn) override { return service_.WithEngine(fn); }
+  bool WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms) override {
+    return service_.WaitForEngine(ready, max_wait_ms);
+  }
   ServerMetrics metrics() override { return service_.metrics(); }
   bool AllClientsToldFinished() override { return service_.AllClientsToldFinished(); }
   std::map<uint64_t, RoundRecord> FederatedEvaluations() override { return service_.FederatedEvaluations(); }

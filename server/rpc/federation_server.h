@@ -7,6 +7,7 @@
 // outlive it. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -175,6 +176,11 @@ class FederationServer {
   // poll_epoch moved (it may have a task for them now), and returns what `fn` returned: how a process drives an engine
   // beside the clients' calls (an edge aggregator's upstream adopting its parent's versions).
   virtual Status WithEngine(const std::function<Status(Engine&)>& fn) = 0;
+  // Waits until `ready` (run on the engine under the server's lock) holds, the server shuts down,
+  // or `max_wait_ms` passes, and returns its last answer. It is asked again whenever the engine's
+  // state may have changed (an upload, a poll, a deadline, a commit): a caller waiting for a round
+  // to close (an edge's upstream) wakes then, not on a timer.
+  virtual bool WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms) = 0;
   // True once every client that called this server has been told the federation finished.
   virtual bool AllClientsToldFinished() = 0;
   // The federated evaluations closed so far, by model version (ServerInfo::federated_eval).

@@ -1,5 +1,8 @@
 #include "server/rpc/federation_service_impl.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace plexus {
 
 void FederationServiceImpl::VersionServedLocked(const RoundRecord& r, std::string_view how) {
@@ -240,6 +243,14 @@ Status FederationServiceImpl::WithEngine(const std::function<Status(Engine&)>& f
   return s;
 }
 
+bool FederationServiceImpl::WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool answer = false;
+  cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, max_wait_ms)),
+               [&] { return (answer = ready(*engine_)) || shutting_down_; });
+  return answer;
+}
+
 std::map<uint64_t, RoundRecord> FederationServiceImpl::FederatedEvaluations() {
   std::lock_guard<std::mutex> lock(mu_);
   evaluations_.Update();
@@ -413,6 +424,9 @@ FederationService::~FederationService() = default;
 grpc::Service* FederationService::service() { return impl_.get(); }
 EngineStatus FederationService::status() { return impl_->status(); }
 Status FederationService::WithEngine(const std::function<Status(Engine&)>& fn) { return impl_->WithEngine(fn); }
+bool FederationService::WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms) {
+  return impl_->WaitForEngine(ready, max_wait_ms);
+}
 ServerMetrics FederationService::metrics() { return impl_->metrics(); }
 bool FederationService::AllClientsToldFinished() { return impl_->AllClientsToldFinished(); }
 std::map<uint64_t, RoundRecord> FederationService::FederatedEvaluations() { return impl_->FederatedEvaluations(); }

@@ -32,6 +32,8 @@ class FederationService {
   EngineStatus status();
   // FederationServer::WithEngine.
   Status WithEngine(const std::function<Status(Engine&)>& fn);
+  // FederationServer::WaitForEngine.
+  bool WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms);
   ServerMetrics metrics();
   bool AllClientsToldFinished();
   // The federated evaluations closed so far, by model version.

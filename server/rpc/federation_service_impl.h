@@ -82,6 +82,7 @@ class FederationServiceImpl final : public v1::Federation::Service {
 
   EngineStatus status();
   Status WithEngine(const std::function<Status(Engine&)>& fn);
+  bool WaitForEngine(const std::function<bool(Engine&)>& ready, int64_t max_wait_ms);
 
   std::map<uint64_t, RoundRecord> FederatedEvaluations();
 

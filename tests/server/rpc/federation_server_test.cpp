@@ -88,6 +88,20 @@ class FederationServerTest : public ::testing::Test {
   Task task_a_, task_b_;
 };
 
+// A process driving the engine beside the clients (an edge's upstream) waits for a round to close
+// without looking on a timer: the wait is woken by the upload that closes it.
+TEST_F(FederationServerTest, AWaitForTheEngineEndsWhenAnUploadClosesTheRound) {
+  EXPECT_FALSE(server_->WaitForEngine([](Engine& e) { return e.model().version() >= 1; }, 10));  // not yet
+  bool closed = false;
+  std::thread waiter(
+      [&] { closed = server_->WaitForEngine([](Engine& e) { return e.model().version() >= 1; }, 600000); });
+  ASSERT_OK(transport_->Upload(Header("a", task_a_), Delta(1.0f)));
+  ASSERT_OK(transport_->Upload(Header("b", task_b_), Delta(3.0f)));  // closes round 1
+  waiter.join();                                                     // would wait ten minutes were it not woken
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(engine_->model().version(), 1u);
+}
+
 TEST_F(FederationServerTest, TasksCarryTheModelAndItDownloads) {
   EXPECT_EQ(task_a_.model_version, 0u);
   EXPECT_EQ(task_a_.model_sha256, model_.ContentSha256());
