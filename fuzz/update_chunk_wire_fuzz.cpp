@@ -7,38 +7,23 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz/cut_message.h"
 #include "server/rpc/update_chunk_wire.h"
-
-namespace {
-
-std::string Joined(const plexus::UpdateChunkView& v) {
-  std::string out;
-  for (std::string_view p : v.data) out.append(p);
-  return out;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const size_t piece = 1 + data[0];
-  const std::string_view message(reinterpret_cast<const char*>(data) + 1, size - 1);
-  std::vector<std::string_view> pieces;
-  for (size_t at = 0; at < message.size(); at += piece) pieces.push_back(message.substr(at, piece));
-  const auto cut = plexus::ParseUpdateChunk(pieces);
-  const auto whole = plexus::ParseUpdateChunk(std::span<const std::string_view>(&message, 1));
+  const plexus::fuzz::CutMessage m = plexus::fuzz::Cut(data, size);
+  const auto cut = plexus::ParseUpdateChunk(m.pieces);
+  const auto whole = plexus::ParseUpdateChunk(std::span<const std::string_view>(&m.whole, 1));
   if (cut.ok() != whole.ok()) std::abort();
   if (!cut.ok()) {
     if (cut.status().message() != whole.status().message()) std::abort();
     return 0;
   }
-  size_t bytes = 0;
-  for (std::string_view p : cut->data) {
-    if (p.data() < message.data() || p.data() + p.size() > message.data() + message.size()) std::abort();
-    bytes += p.size();
-  }
-  if (bytes != cut->data_bytes || cut->has_header != whole->has_header || cut->header != whole->header ||
-      Joined(*cut) != Joined(*whole)) {
+  const std::string joined = plexus::fuzz::Joined(cut->data);
+  if (!plexus::fuzz::AllInside(cut->data, m.whole) || joined.size() != cut->data_bytes ||
+      cut->has_header != whole->has_header || cut->header != whole->header ||
+      joined != plexus::fuzz::Joined(whole->data)) {
     std::abort();
   }
   return 0;
