@@ -15,11 +15,10 @@ Result<PublishedVersions> PublishedVersions::Open(Store* store, ModelEvaluator* 
   return v;
 }
 
-Status PublishedVersions::Publish(std::shared_ptr<const ModelState> model, RoundRecord record,
-                                  std::optional<uint32_t> crc32c) {
+Status PublishedVersions::Publish(std::shared_ptr<const ModelState> model, RoundRecord record, uint32_t crc32c) {
   model_ = std::move(model);
   sha256_ = record.model_sha256;
-  crc32c_ = crc32c ? *crc32c : model_->ContentCrc32c();
+  crc32c_ = crc32c;
   Status evaluated = EvaluatePublished(evaluator_, store_, *model_, &record);
   history_.push_back(std::move(record));
   return evaluated;

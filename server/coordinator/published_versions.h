@@ -38,10 +38,9 @@ class PublishedVersions {
 
   // Makes `model`, committed with `record` (its model_sha256 filled in), the current version,
   // evaluates it (into the store and the record) and appends the record. `crc32c`: the model's
-  // ContentCrc32c when the caller computed it with the hash (ModelState::Digests), else computed
-  // here. Returns the store's error for the evaluation, which the engine makes sticky.
-  Status Publish(std::shared_ptr<const ModelState> model, RoundRecord record,
-                 std::optional<uint32_t> crc32c = std::nullopt);
+  // ContentCrc32c, computed with its hash (ModelState::Digests). Returns the store's error for the
+  // evaluation, which the engine makes sticky.
+  Status Publish(std::shared_ptr<const ModelState> model, RoundRecord record, uint32_t crc32c);
 
   // The status fields about versions: model_version, round (the one in progress, or the last
   // when `finished`), last_accuracy and finished.
