@@ -24,7 +24,11 @@
 #               (/dev/shm): the whole run's update bytes per second, joins, downloads and
 #               aggregation included, and the time from the upload that completes a round to the
 #               next version being served, on average and as a share of the round (the
-#               server's summary, transfers.after_last_upload).
+#               server's summary, transfers.after_last_upload). Each end-to-end row also has its
+#               own baseline: bench/raw_rounds moving the same rounds' bytes over loopback TCP and
+#               nothing else (each model to every client, each update back, the next round's
+#               downloads after the last upload; a server process and a clients process, a
+#               thread per client), measured just before the federation.
 # usage: bench/run_load.sh [load|throughput|endtoend|all]   (default all)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -38,6 +42,7 @@ case "$what" in
 esac
 if [ $# -gt 1 ]; then echo "run_load.sh: takes one argument at most; see $0 --help" >&2; exit 2; fi
 bench/build_bench.sh --full federation_load
+bench/build_bench.sh --full raw_rounds
 ulimit -n 65536 2>/dev/null || true
 work=$(mktemp -d -p "$PWD/build")  # on the disk (/tmp may be anything)
 shm=""
@@ -61,17 +66,19 @@ run() {
     >"$work/$name.load.json" 2>"$work/$name.load.log"
   wait $pid
   echo "   $(grep -c 'refused' "$work/$name.load.log" || true) warnings from the clients" >&2
-  python3 - "$name" "$work/$name.load.json" "$work/$name.json" "$baseline" >>"$work/rows" <<'PY'
+  python3 - "$name" "$work/$name.load.json" "$work/$name.json" "$baseline" "${RAW:-}" >>"$work/rows" <<'PY'
 import json, sys
 name, load, server = sys.argv[1], json.loads(open(sys.argv[2]).read()), json.load(open(sys.argv[3]))
 baseline = float(sys.argv[4])
+raw = json.loads(sys.argv[5])["update_bytes_per_s"] if sys.argv[5] else None
 print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s']:.0f} | "
       f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['update_bytes_per_s'] / baseline:.2f} | "
       f"{load['refused']} refused, {load['errors']} errors | "
       f"{load['wall_s']:.1f} s | {server['peak_rss_bytes'] / 2**20:.0f} MiB | {server['cpu_time_s']:.1f} s | "
       f"{load['update_bytes'] / server['cpu_time_s'] / 1e9:.2f} GB | "
       + (lambda t: f"{t['mean_ms']:.0f} ms ({t['share_of_version_interval']:.0%}) |" if t else "- |")(
-          server.get("transfers", {}).get("after_last_upload")))
+          server.get("transfers", {}).get("after_last_upload"))
+      + (f" {raw / 1e9:.2f} GB/s, {load['update_bytes_per_s'] / raw:.2f} |" if raw else " - |"))
 PY
   port=$((port + 1))
 }
@@ -121,9 +128,11 @@ if [ "$what" = endtoend ] || [ "$what" = all ]; then
       DB_DIR=$shm
     fi
     # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB.
-    DB_DIR=$DB_DIR run "sync-10-clients-1e6-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) DB_DIR=$DB_DIR \
+      run "sync-10-clients-1e6-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 60
-    DB_DIR=$DB_DIR run "sync-10-clients-1e7-db-on-$where" 10 --initial-model "$work/model-1e7.safetensors" \
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 40 --rounds 6) DB_DIR=$DB_DIR \
+      run "sync-10-clients-1e7-db-on-$where" 10 --initial-model "$work/model-1e7.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 6
   done
 fi
@@ -160,6 +169,6 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
 fi
 python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"
 echo
-echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second | after the last upload (share) |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second | after the last upload (share) | raw rounds of the same bytes, and the run's rate against it |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 cat "$work/rows"

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 build=$1
 cmake -DPLEXUS_BUILD_BENCH=ON "$build" >/dev/null
 targets=(aggregation_bench codec_bench crdt_bench secagg_bench log_write_bench ingest_durability peer_exchange
-  federation_load train_throughput)
+  federation_load raw_rounds train_throughput)
 cmake --build "$build" -j2 --target "${targets[@]}" >/dev/null
 work=$(mktemp -d -p "$PWD/$build")
 server_pid=""
@@ -52,6 +52,10 @@ PLEXUS_LOG_WRITE_DIR="$work" gbench log_write_bench '^BM_(HeapCopy|HeapCopyThenP
   >"$work/ingest.md"
 check ingest_durability "$work/ingest.md" \
   "sum(1 for l in out.splitlines() if l.startswith('| logged') or l.startswith('| unlogged')) == 4 and 'GB/s' in out"
+
+# The end-to-end federation's wire baseline: a rate above zero.
+"$build/bench/raw_rounds" --clients 3 --mb 0.1 --rounds 3 >"$work/raw_rounds.json"
+check raw_rounds "$work/raw_rounds.json" "json.loads(out)['update_bytes_per_s'] > 0"
 
 # The peer exchange against its raw streams: every rate above zero.
 "$build/bench/peer_exchange" --mb 0.1 --rounds 3 >"$work/peer.json"
