@@ -614,8 +614,6 @@ Status SyncEngine::CloseRound() {
   RoundRecord rec;
   rec.round = open_->round;
   rec.model_version = next->version();
-  ModelState::ContentDigests digests = next->Digests();
-  rec.model_sha256 = std::move(digests.sha256);
   rec.num_selected = static_cast<int64_t>(open_->task_of_client.size());
   rec.num_updates = open_->updates;  // client updates: an edge's partial sum counts its own
   for (const std::string& client : open_->refused) rec.num_refused += open_->submitted.count(client) ? 0 : 1;
@@ -623,7 +621,8 @@ Status SyncEngine::CloseRound() {
   rec.attempts = attempts_ + 1;
   open_->tally.FillRecord(&rec);
   rec.merged = open_->merged;
-  Status committed = store_->CommitRound(rec, *next, aggregator_->SaveState());
+  uint32_t crc32c = 0;
+  Status committed = CommitWithDigests(store_, &rec, *next, aggregator_->SaveState(), &crc32c);
   if (!committed.ok()) {
     // Memory and disk would disagree from here on: stop accepting state changes.
     sticky_error_ = committed.WithContext("checkpoint of round " + std::to_string(rec.round));
@@ -635,7 +634,7 @@ Status SyncEngine::CloseRound() {
   attempts_ = 0;
   idle_since_ms_ = clock_->NowMs();
   sticky_error_ =
-      published_->Publish(std::make_shared<const ModelState>(std::move(next).value()), std::move(rec), digests.crc32c);
+      published_->Publish(std::make_shared<const ModelState>(std::move(next).value()), std::move(rec), crc32c);
   return sticky_error_;
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
@@ -191,7 +192,7 @@ Result<std::vector<ClientRecord>> SqliteStore::ListClients() {
   return out;
 }
 
-Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_view known_sha256) {
+Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_view known_sha256, bool file_written) {
   const std::string sha = known_sha256.empty() ? model.ContentSha256() : std::string(known_sha256);
   Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
   PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
@@ -211,8 +212,18 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   }
   // The file is durable before the row that names it commits. A crash in between leaves a file
   // no row names; it is replaced when this version is committed again.
+  std::string name = CheckpointFileName(model.version());
+  if (!file_written) {
+    PLEXUS_ASSIGN_OR_RETURN(name, WriteCheckpointFileLocked(model));
+  }
+  Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
+  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
+  return RunStatement(db_, st, "put checkpoint");
+}
+
+Result<std::string> SqliteStore::WriteCheckpointFileLocked(const ModelState& model) {
   PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(checkpoint_dir_, &checkpoint_dir_ready_));
-  const std::string name = CheckpointFileName(model.version());
+  std::string name = CheckpointFileName(model.version());
   const std::string path = checkpoint_dir_ + "/" + name;
   // Over a pruned checkpoint's file where there is one (renamed to the temporary name the write
   // goes through): its blocks are reused, so the file system allocates and journals nothing.
@@ -220,9 +231,24 @@ Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_vie
   const std::string_view values(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
   PLEXUS_RETURN_IF_ERROR(recycled ? WriteFileAtomicallyOver(path, {StoredFilePrefix(model), values})
                                   : WriteFileAtomically(path, {StoredFilePrefix(model), values}));
-  Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes, file) VALUES(?, ?, X'', ?)");
-  st.Bind(1, static_cast<int64_t>(model.version())).Bind(2, sha).Bind(3, name);
-  return RunStatement(db_, st, "put checkpoint");
+  return name;
+}
+
+Status SqliteStore::PrepareCheckpoint(const ModelState& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prepared_.reset();
+  if (checkpoint_dir_.empty()) return Status::Ok();  // checkpoints inline: the row is the write
+  // A version stored already is CommitRound's to judge (the same content, or AlreadyExists):
+  // its file must not be replaced here.
+  Stmt find(db_, "SELECT 1 FROM checkpoints WHERE version = ?");
+  PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
+  find.Bind(1, static_cast<int64_t>(model.version()));
+  const int rc = find.Step();
+  if (rc == SQLITE_ROW) return Status::Ok();
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
+  PLEXUS_RETURN_IF_ERROR(WriteCheckpointFileLocked(model).status());
+  prepared_ = PreparedCheckpoint{model.version(), model.data().data(), model.num_bytes()};
+  return Status::Ok();
 }
 
 Status SqliteStore::EnsureDirLocked(const std::string& dir, bool* ready) {
@@ -252,9 +278,12 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
                                 std::to_string(model.version()));
   }
   std::lock_guard<std::mutex> lock(mu_);
+  const std::optional<PreparedCheckpoint> prepared = std::exchange(prepared_, std::nullopt);
+  const bool file_written = prepared && prepared->version == model.version() &&
+                            prepared->values == model.data().data() && prepared->bytes == model.num_bytes();
   SqliteTransaction transaction(db_);
   PLEXUS_RETURN_IF_ERROR(transaction.status());
-  Status s = PutCheckpointLocked(model, r.model_sha256);
+  Status s = PutCheckpointLocked(model, r.model_sha256, file_written);
   if (s.ok()) {
     Stmt st(db_,
             "INSERT INTO rounds(round, model_version, model_sha256, num_selected, num_updates, num_dropped, "

@@ -81,6 +81,7 @@ class SqliteStore final : public Store {
   Result<std::vector<ClientRecord>> ListClients() override;
   Status PutCheckpoint(const ModelState& model) override;
   Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) override;
+  Status PrepareCheckpoint(const ModelState& model) override;
   Result<std::string> AggregatorState() override;
   Status PutOpenRound(const OpenRoundRecord& round) override;
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override;
@@ -104,7 +105,11 @@ class SqliteStore final : public Store {
   Status Exec(const char* sql);
   // known_sha256: the model's ContentSha256 when the caller has it (a round's record carries it;
   // hashing a large model twice costs as much as receiving an update), else empty.
-  Status PutCheckpointLocked(const ModelState& model, std::string_view known_sha256 = {});
+  // file_written: PrepareCheckpoint wrote this model's file already.
+  Status PutCheckpointLocked(const ModelState& model, std::string_view known_sha256 = {}, bool file_written = false);
+  // The checkpoint's file of `model`, durable (temporary file, sync, rename), over a pruned
+  // checkpoint's file where there is one. Returns its name in checkpoint_dir_.
+  Result<std::string> WriteCheckpointFileLocked(const ModelState& model);
   Result<ModelState> CheckpointLocked(uint64_t version);
   // Creates `dir` (and syncs its parent) once.
   Status EnsureDirLocked(const std::string& dir, bool* ready);
@@ -181,6 +186,14 @@ class SqliteStore final : public Store {
   SparePool spare_updates_;                       // guarded by mu_
   uint64_t update_folder_syncs_ = 0;              // guarded by mu_
   SparePool spare_checkpoints_{.renamed = true};  // guarded by mu_
+  // The model whose file PrepareCheckpoint wrote, for the CommitRound that follows (which
+  // forgets it either way). Identified by version and memory: the caller commits that object.
+  struct PreparedCheckpoint {
+    uint64_t version = 0;
+    const float* values = nullptr;
+    size_t bytes = 0;
+  };
+  std::optional<PreparedCheckpoint> prepared_;                     // guarded by mu_
   UpdateFileMapping mapping_ = UpdateFileMapping::kWhereInMemory;  // set before use
   bool mapping_decided_ = false;                                   // guarded by mu_
   std::shared_ptr<MappedUpdateFiles> mapped_;                      // guarded by mu_; null: off

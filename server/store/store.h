@@ -57,6 +57,18 @@ class Store {
   // transaction, with the logged updates round.logged_done names.
   // REQUIRES: model.version() == round.model_version.
   virtual Status CommitRound(const RoundRecord& round, const ModelState& model, std::string_view aggregator_state) = 0;
+  // Optional, just before the CommitRound of this same model (unchanged in between): writes what
+  // of its checkpoint can be durable before the round's record (SqliteStore: the checkpoint's
+  // file), so that the caller can hash the model on another thread meanwhile; CommitRound then
+  // writes only the rows. A version that already has a checkpoint is left to CommitRound. A
+  // crash in between leaves a file no row names, replaced when the version is committed again.
+  // REQUIRES: the next CommitRound of this version, if it is to skip the write, commits this same
+  // object, alive and unchanged in between: the store knows it by its version and memory, so a
+  // model freed and another of that size allocated in its place would not be told apart.
+  virtual Status PrepareCheckpoint(const ModelState& model) {
+    (void)model;
+    return Status::Ok();
+  }
   // The strategy state committed with the newest round; empty when none was.
   virtual Result<std::string> AggregatorState() = 0;
 

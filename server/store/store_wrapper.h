@@ -19,6 +19,7 @@ class StoreWrapper : public Store {
   Status CommitRound(const RoundRecord& r, const ModelState& m, std::string_view state) override {
     return target_->CommitRound(r, m, state);
   }
+  Status PrepareCheckpoint(const ModelState& m) override { return target_->PrepareCheckpoint(m); }
   Result<std::string> AggregatorState() override { return target_->AggregatorState(); }
   Status PutOpenRound(const OpenRoundRecord& r) override { return target_->PutOpenRound(r); }
   Result<std::optional<OpenRoundRecord>> GetOpenRound() override { return target_->GetOpenRound(); }

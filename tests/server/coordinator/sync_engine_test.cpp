@@ -50,6 +50,58 @@ class FailingCommitStore : public StoreWrapper {
   MemoryStore memory_;
 };
 
+// A store that counts PrepareCheckpoint calls and fails them on demand.
+class PreparingStore : public StoreWrapper {
+ public:
+  PreparingStore() : StoreWrapper(&memory_) {}
+  Status PrepareCheckpoint(const ModelState& m) override {
+    ++prepared;
+    if (fail_prepare) return UnavailableError("disk full");
+    return StoreWrapper::PrepareCheckpoint(m);
+  }
+  int prepared = 0;
+  bool fail_prepare = false;
+
+ private:
+  MemoryStore memory_;
+};
+
+TEST(CommitWithDigestsTest, FillsBothDigestsAndWritesLargeCheckpointsWhileHashing) {
+  PreparingStore store;
+  ModelState large = *ModelState::Create({{"w", {300000}}}, 1);  // 1.2 MB: prepared on another thread
+  for (size_t i = 0; i < large.num_params(); ++i) large.data()[i] = static_cast<float>(i % 1000) * 0.5f;
+  ASSERT_GE(large.num_bytes(), kPrepareWhileHashingBytes);
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  uint32_t crc32c = 0;
+  ASSERT_OK(CommitWithDigests(&store, &r, large, "", &crc32c));
+  EXPECT_EQ(r.model_sha256, large.ContentSha256());
+  EXPECT_EQ(crc32c, large.ContentCrc32c());
+  EXPECT_EQ(store.prepared, 1);
+  EXPECT_EQ(*store.Checkpoint(1), large);
+  EXPECT_EQ(store.ListRounds()->back().model_sha256, large.ContentSha256());
+
+  ModelState small = Initial();  // below the bound: hashed, then committed, on this thread
+  small.set_version(2);
+  r.round = 2;
+  r.model_version = 2;
+  ASSERT_OK(CommitWithDigests(&store, &r, small, "", &crc32c));
+  EXPECT_EQ(r.model_sha256, small.ContentSha256());
+  EXPECT_EQ(crc32c, small.ContentCrc32c());
+  EXPECT_EQ(store.prepared, 1);
+
+  // A checkpoint that cannot be written commits nothing.
+  store.fail_prepare = true;
+  large.set_version(3);
+  r.round = 3;
+  r.model_version = 3;
+  EXPECT_THAT(CommitWithDigests(&store, &r, large, "", &crc32c),
+              StatusIs(StatusCode::kUnavailable, "write the checkpoint of version 3"));
+  EXPECT_EQ(store.ListRounds()->size(), 2u);
+  EXPECT_THAT(store.Checkpoint(3), StatusIs(StatusCode::kNotFound, "version 3"));
+}
+
 class SyncEngineTest : public ::testing::Test {
  protected:
   void Open(SyncOptions options) {

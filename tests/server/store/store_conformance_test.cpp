@@ -8,6 +8,7 @@
 #include "tests/testing/status_matchers.h"
 #ifdef PLEXUS_HAVE_SQLITE_STORE
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -387,6 +388,61 @@ TEST(SqliteStoreTest, AFileLeftByACrashBeforeItsCommitIsReplaced) {
   r.model_version = 1;
   ASSERT_OK(s->CommitRound(r, Filled(10, 1, 2.0f), ""));
   EXPECT_EQ((*s->Checkpoint(1)).data()[0], 2.0f);
+}
+
+ino_t InodeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+TEST(SqliteStoreTest, APreparedCheckpointsFileIsTheOneItsCommitNames) {
+  ScratchDatabase db("plexus_ckpt_prepared");
+  auto s = *SqliteStore::Open(db.path());
+  ASSERT_OK(s->PutCheckpoint(Filled(1000, 0, 1.0f)));
+  const ModelState model = Filled(1000, 1, 3.0f);
+  ASSERT_OK(s->PrepareCheckpoint(model));
+  // Durable before its row: a file no row names yet.
+  ASSERT_TRUE(std::filesystem::exists(db.checkpoint_file(1)));
+  EXPECT_EQ(*ReadSafetensorsFile(db.checkpoint_file(1)), model);
+  EXPECT_THAT(s->Checkpoint(1), StatusIs(StatusCode::kNotFound, "no checkpoint of version 1"));
+  const ino_t written = InodeOf(db.checkpoint_file(1));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  r.model_sha256 = model.ContentSha256();
+  ASSERT_OK(s->CommitRound(r, model, ""));
+  EXPECT_EQ(InodeOf(db.checkpoint_file(1)), written);  // the commit wrote only the rows
+  EXPECT_EQ(*s->Checkpoint(1), model);
+}
+
+TEST(SqliteStoreTest, ACommitOfAnotherModelThanThePreparedOneWritesItsOwnFile) {
+  ScratchDatabase db("plexus_ckpt_prepared_other");
+  auto s = *SqliteStore::Open(db.path());
+  const ModelState prepared = Filled(1000, 1, 3.0f);
+  ASSERT_OK(s->PrepareCheckpoint(prepared));
+  const ModelState other = Filled(1000, 1, 4.0f);  // same version, other values, other memory
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, other, ""));
+  EXPECT_EQ(*s->Checkpoint(1), other);
+  EXPECT_EQ(*ReadSafetensorsFile(db.checkpoint_file(1)), other);
+}
+
+TEST(SqliteStoreTest, PreparingAVersionAlreadyStoredLeavesItsFile) {
+  ScratchDatabase db("plexus_ckpt_prepared_stored");
+  auto s = *SqliteStore::Open(db.path());
+  const ModelState stored = Filled(1000, 1, 3.0f);
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  ASSERT_OK(s->CommitRound(r, stored, ""));
+  const ModelState other = Filled(1000, 1, 4.0f);
+  ASSERT_OK(s->PrepareCheckpoint(other));
+  EXPECT_EQ(*s->Checkpoint(1), stored);
+  r.round = 2;
+  EXPECT_THAT(s->CommitRound(r, other, ""), StatusIs(StatusCode::kAlreadyExists, "version 1"));
+  EXPECT_EQ(*s->Checkpoint(1), stored);
 }
 
 TEST(SqliteStoreTest, AcceptedUpdatesAreFilesThatGoWithTheirRound) {
