@@ -199,8 +199,8 @@ class GrpcFederationTransport final : public FederationTransport {
   }
 
   // Streams a coded download from byte sink->received() on, through the generated parser (the
-  // chunks describe the coding). With `coded`, each chunk's description of the coded bytes goes
-  // to *coded, and must match it when the sink already holds some.
+  // chunks describe the coding): each chunk's description of the coded bytes goes to *coded (never
+  // null: DownloadCoded fills it), and must match it when the sink already holds some.
   Status Stream(v1::DownloadModelRequest req, DownloadSink* sink, CodedDownload* coded) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
@@ -218,17 +218,15 @@ class GrpcFederationTransport final : public FederationTransport {
         return DataLossError("download: chunk at offset " + std::to_string(chunk.offset()) +
                              " does not continue byte " + std::to_string(sink->received()));
       }
-      if (coded) {
-        CodedDownload said{chunk.codec(), chunk.base_sha256(), chunk.model_sha256(), {}};
-        for (const v1::TensorLayout& t : chunk.layout()) {
-          said.layout.push_back({t.name(), std::vector<int64_t>(t.shape().begin(), t.shape().end())});
-        }
-        if (sink->received() > 0 && !SameCodedDownload(said, *coded)) {
-          ctx.TryCancel();
-          return DataLossError("download: the coded model changed while it was resumed");
-        }
-        *coded = std::move(said);
+      CodedDownload said{chunk.codec(), chunk.base_sha256(), chunk.model_sha256(), {}};
+      for (const v1::TensorLayout& t : chunk.layout()) {
+        said.layout.push_back({t.name(), std::vector<int64_t>(t.shape().begin(), t.shape().end())});
       }
+      if (sink->received() > 0 && !SameCodedDownload(said, *coded)) {
+        ctx.TryCancel();
+        return DataLossError("download: the coded model changed while it was resumed");
+      }
+      *coded = std::move(said);
       total = chunk.total_bytes();
       if (Status s = sink->Append(chunk.data(), total); !s.ok()) {
         ctx.TryCancel();
