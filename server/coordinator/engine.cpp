@@ -10,17 +10,14 @@ Status PendingCommit::Run(Store* store) {
   // One thread: the committer runs beside uploads that keep every core busy, and writing the
   // file on a second thread measured no faster there (40 MB async ingest on tmpfs, old and new
   // alternately: the logged rate lower in seven pairs of eight).
-  ModelState::ContentDigests digests = model->Digests();
-  record.model_sha256 = std::move(digests.sha256);
-  model_crc32c = digests.crc32c;
-  return store->CommitRound(record, *model, aggregator_state);
+  return CommitWithDigests(store, &record, *model, aggregator_state, &model_crc32c, /*write_while_hashing=*/false);
 }
 
 Status CommitWithDigests(Store* store, RoundRecord* record, const ModelState& model, std::string_view aggregator_state,
-                         uint32_t* crc32c) {
+                         uint32_t* crc32c, bool write_while_hashing) {
   Status prepared = Status::Ok();
   std::optional<std::thread> writer;
-  if (model.num_bytes() >= kPrepareWhileHashingBytes) {
+  if (write_while_hashing && model.num_bytes() >= kPrepareWhileHashingBytes) {
     writer.emplace([&] { prepared = store->PrepareCheckpoint(model); });
   }
   ModelState::ContentDigests digests = model.Digests();

@@ -59,19 +59,21 @@ struct PendingCommit {
   std::string aggregator_state;  // Aggregator::SaveState() at this version
   uint32_t model_crc32c = 0;     // filled in by Run(), in the same pass as the hash
 
-  // Hashes the model into the record, then commits record and checkpoint (Store::CommitRound).
+  // Hashes the model into the record, then commits record and checkpoint (CommitWithDigests, on
+  // this thread alone).
   Status Run(Store* store);
 };
 
 // Commits `record` and `model` (Store::CommitRound) with the model's digests filled in: its
-// ContentSha256 into record->model_sha256, its ContentCrc32c into *crc32c. For a model of
-// kPrepareWhileHashingBytes or more another thread writes its checkpoint (Store::PrepareCheckpoint)
-// while this one hashes it, so that a commit takes the longer of the two instead of both: for a
-// sync round's close, while every client waits and a core would idle (a 4 MB model's hash took
-// 2.7 ms here and its file 1.2 ms). Asynchronous commits run beside uploads (PendingCommit::Run).
+// ContentSha256 into record->model_sha256, its ContentCrc32c into *crc32c. With
+// `write_while_hashing`, for a model of kPrepareWhileHashingBytes or more, another thread writes
+// its checkpoint (Store::PrepareCheckpoint) while this one hashes it, so that a commit takes the
+// longer of the two instead of both: for a sync round's close, while every client waits and a
+// core would idle (a 4 MB model's hash took 2.7 ms here and its file 1.2 ms). Asynchronous
+// commits run beside uploads and hash, then write (PendingCommit::Run).
 inline constexpr size_t kPrepareWhileHashingBytes = size_t{1} << 20;
 Status CommitWithDigests(Store* store, RoundRecord* record, const ModelState& model, std::string_view aggregator_state,
-                         uint32_t* crc32c);
+                         uint32_t* crc32c, bool write_while_hashing = true);
 
 // An update an engine has checked and given a place (Engine::Admit), on its way to the store.
 struct AdmittedUpdate {

@@ -91,15 +91,23 @@ TEST(CommitWithDigestsTest, FillsBothDigestsAndWritesLargeCheckpointsWhileHashin
   EXPECT_EQ(crc32c, small.ContentCrc32c());
   EXPECT_EQ(store.prepared, 1);
 
-  // A checkpoint that cannot be written commits nothing.
-  store.fail_prepare = true;
-  large.set_version(3);
+  large.set_version(3);  // as an asynchronous commit: hashed, then written, on this thread
   r.round = 3;
   r.model_version = 3;
+  ASSERT_OK(CommitWithDigests(&store, &r, large, "", &crc32c, /*write_while_hashing=*/false));
+  EXPECT_EQ(r.model_sha256, large.ContentSha256());
+  EXPECT_EQ(store.prepared, 1);
+  EXPECT_EQ(*store.Checkpoint(3), large);
+
+  // A checkpoint that cannot be written commits nothing.
+  store.fail_prepare = true;
+  large.set_version(4);
+  r.round = 4;
+  r.model_version = 4;
   EXPECT_THAT(CommitWithDigests(&store, &r, large, "", &crc32c),
-              StatusIs(StatusCode::kUnavailable, "write the checkpoint of version 3"));
-  EXPECT_EQ(store.ListRounds()->size(), 2u);
-  EXPECT_THAT(store.Checkpoint(3), StatusIs(StatusCode::kNotFound, "version 3"));
+              StatusIs(StatusCode::kUnavailable, "write the checkpoint of version 4"));
+  EXPECT_EQ(store.ListRounds()->size(), 3u);
+  EXPECT_THAT(store.Checkpoint(4), StatusIs(StatusCode::kNotFound, "version 4"));
 }
 
 class SyncEngineTest : public ::testing::Test {
