@@ -20,7 +20,7 @@ Status ModelDownloadSink::Append(std::string_view piece, uint64_t total) {
   if (!decoder_) {
     if (prefix_.size() > total) return DataLossError("download: the bytes kept are more than the model");
     total_ = total;
-    decoder_.emplace(total);
+    decoder_.emplace(total, /*content_crc32c=*/true);
     if (!prefix_.empty()) {
       if (Status s = decoder_->Append(prefix_); !s.ok()) {
         return DataLossError("download: the bytes kept do not decode: " + s.message());
@@ -50,10 +50,12 @@ Result<ModelState> ModelDownloadSink::Finish() && {
 }
 
 Result<ModelState> ModelDownloadSink::Finish(const std::string& sha256, std::optional<uint32_t> crc32c) && {
+  // Taken as the values arrived, not in another pass over the model.
+  const std::optional<uint32_t> arrived = decoder_ ? decoder_->ContentCrc32c() : std::nullopt;
   Result<ModelState> model = std::move(*this).Finish();
   if (!model.ok()) return model;
   if (crc32c) {
-    if (model->ContentCrc32c() != *crc32c) return DataLossError("does not match the task's CRC-32C");
+    if (arrived != crc32c) return DataLossError("does not match the task's CRC-32C");
   } else if (model->ContentSha256() != sha256) {
     return DataLossError("does not match the task's SHA-256");
   }

@@ -19,6 +19,7 @@
 #endif
 
 #include "core/crc32c.h"
+#include "core/model_content.h"
 
 namespace plexus {
 namespace {
@@ -285,9 +286,10 @@ std::string ModelState::ContentSha256() const {
   return h.HexDigest();
 }
 
+uint32_t ContentHeadCrc32c(const ModelState& model) { return Crc32c(ContentHead(model.tensors())); }
+
 uint32_t ModelState::ContentCrc32c() const {
-  const uint32_t head = Crc32c(ContentHead(slots_));
-  return ExtendCrc32c(head, {reinterpret_cast<const char*>(data_.data()), num_bytes()});
+  return ExtendCrc32c(ContentHeadCrc32c(*this), {reinterpret_cast<const char*>(data_.data()), num_bytes()});
 }
 
 ModelState::ContentDigests ModelState::Digests() const {

@@ -1,6 +1,8 @@
 #include "core/safetensors.h"
 
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
+#include "core/model_content.h"
 
 #include <nlohmann/json.hpp>
 
@@ -224,6 +226,7 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
       PLEXUS_ASSIGN_OR_RETURN(ModelState m,
                               SafetensorsLayout(std::string_view(header_).substr(8), total_bytes_ - header_.size()));
       model_.emplace(std::move(m));
+      if (crc_wanted_) crc_ = ContentHeadCrc32c(*model_);
     }
   }
   if (!bytes.empty()) {
@@ -235,8 +238,14 @@ Status SafetensorsStreamDecoder::Append(std::string_view bytes) {
     data_received_ += bytes.size();
     const size_t end = data_received_ / sizeof(float);
     if (!AllFinite(std::span<const float>(values + first, end - first))) non_finite_ = true;
+    if (crc_wanted_) crc_ = ExtendCrc32c(crc_, std::string_view(to, bytes.size()));
   }
   return Status::Ok();
+}
+
+std::optional<uint32_t> SafetensorsStreamDecoder::ContentCrc32c() const {
+  if (!crc_wanted_ || !model_ || received_ != total_bytes_) return std::nullopt;
+  return crc_;
 }
 
 std::span<char> SafetensorsStreamDecoder::Destination(size_t bytes) {

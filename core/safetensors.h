@@ -45,7 +45,10 @@ Result<ModelState> SafetensorsLayout(std::string_view header_json, uint64_t data
 // stream can resume. Thread-compatible.
 class SafetensorsStreamDecoder {
  public:
-  explicit SafetensorsStreamDecoder(uint64_t total_bytes) : total_bytes_(total_bytes) {}
+  // With `content_crc32c`, the values' CRC-32C is taken piece by piece as they land (while in
+  // cache, as the finiteness check): ContentCrc32c() then gives the model's, with no other pass.
+  explicit SafetensorsStreamDecoder(uint64_t total_bytes, bool content_crc32c = false)
+      : total_bytes_(total_bytes), crc_wanted_(content_crc32c) {}
   // InvalidArgument for a malformed header or more bytes than announced; the decoder is then
   // of no further use.
   Status Append(std::string_view bytes);
@@ -54,6 +57,9 @@ class SafetensorsStreamDecoder {
   // given to Append as that very span, which checks and counts them without copying.
   std::span<char> Destination(size_t bytes);
   uint64_t received() const { return received_; }
+  // The model's ContentCrc32c once every announced byte came, for a decoder made with
+  // `content_crc32c` (ask before Finish); nullopt otherwise.
+  std::optional<uint32_t> ContentCrc32c() const;
   // The model, once every announced byte came. InvalidArgument before.
   Result<ModelState> Finish() &&;
   // SHA-256 (lower-case hex) of the bytes received so far, rebuilt from the header and the
@@ -67,6 +73,8 @@ class SafetensorsStreamDecoder {
   uint64_t data_received_ = 0;
   std::string header_;       // the 8-byte length and the JSON, as received
   bool non_finite_ = false;  // a NaN or infinity among the values so far
+  bool crc_wanted_ = false;
+  uint32_t crc_ = 0;  // with crc_wanted_: the content encoding's CRC-32C up to the values so far
   std::optional<ModelState> model_;
 };
 

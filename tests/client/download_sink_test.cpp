@@ -109,6 +109,19 @@ TEST(ModelDownloadSinkTest, ATaskNamingTheChecksumHasTheDownloadCheckedAgainstIt
                 StatusIs(StatusCode::kDataLoss, "CRC-32C"));
   }
   {
+    ModelDownloadSink sink;  // resumed: the bytes kept from an interrupted download are checked too
+    sink.Prefill(bytes.substr(0, bytes.size() / 2));
+    ASSERT_OK(sink.Append(std::string_view(bytes).substr(bytes.size() / 2), bytes.size()));
+    EXPECT_EQ(*std::move(sink).Finish(want.ContentSha256(), want.ContentCrc32c()), want);
+  }
+  {
+    ModelDownloadSink sink;  // kept bytes of another model, the rest of this one
+    sink.Prefill(other_bytes.substr(0, other_bytes.size() / 2));
+    ASSERT_OK(sink.Append(std::string_view(bytes).substr(bytes.size() / 2), bytes.size()));
+    EXPECT_THAT(std::move(sink).Finish(want.ContentSha256(), want.ContentCrc32c()),
+                StatusIs(StatusCode::kDataLoss, "CRC-32C"));
+  }
+  {
     // With the checksum named, it is what is compared: the hash is not computed again (a task's
     // hash that the bytes do not have goes unnoticed here; the checksum is the check).
     ModelDownloadSink sink;

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/crc32c.h"
+#include "core/model_content.h"
 #include "tests/testing/status_matchers.h"
 
 namespace plexus {
@@ -128,6 +130,34 @@ TEST(SafetensorsStreamDecoderTest, AnySplitIntoPiecesDecodesLikeTheWhole) {
     EXPECT_EQ(*back, m) << piece;
     EXPECT_EQ(back->version(), 7u);
   }
+}
+
+// The CRC taken as the values land is the model's ContentCrc32c, whatever the pieces (the header
+// split anywhere, values cut inside a float), and only once every byte came.
+TEST(SafetensorsStreamDecoderTest, TakesTheContentCrc32cAsTheValuesArrive) {
+  const ModelState m = Sample();
+  const std::string bytes = EncodeSafetensors(m);
+  EXPECT_EQ(ExtendCrc32c(ContentHeadCrc32c(m),
+                         std::string_view(reinterpret_cast<const char*>(m.data().data()), m.num_bytes())),
+            m.ContentCrc32c());
+  for (size_t piece = 1; piece <= bytes.size(); ++piece) {
+    SafetensorsStreamDecoder d(bytes.size(), /*content_crc32c=*/true);
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      EXPECT_FALSE(d.ContentCrc32c().has_value()) << piece << " " << at;
+      ASSERT_OK(d.Append(std::string_view(bytes).substr(at, piece)));
+    }
+    EXPECT_EQ(d.ContentCrc32c(), m.ContentCrc32c()) << piece;
+  }
+  SafetensorsStreamDecoder without(bytes.size());
+  ASSERT_OK(without.Append(bytes));
+  EXPECT_FALSE(without.ContentCrc32c().has_value());
+  // Another value, another CRC.
+  ModelState other = m;
+  other.data()[1] += 1.0f;
+  SafetensorsStreamDecoder changed(bytes.size(), /*content_crc32c=*/true);
+  ASSERT_OK(changed.Append(EncodeSafetensors(other)));
+  EXPECT_EQ(changed.ContentCrc32c(), other.ContentCrc32c());
+  EXPECT_NE(changed.ContentCrc32c(), m.ContentCrc32c());
 }
 
 TEST(SafetensorsStreamDecoderTest, RefusesWhatTheWholeDecoderRefuses) {
