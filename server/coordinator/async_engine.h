@@ -112,6 +112,7 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // The last committed version (with commit_outside, newer ones may be queued for their commit).
   const ModelState& model() const override { return published_->model(); }
   std::shared_ptr<const ModelState> model_snapshot() const override { return published_->snapshot(); }
+  uint32_t model_crc32c() const override { return published_->crc32c(); }
   bool finished() const override { return published_->version() >= static_cast<uint64_t>(options_.rounds); }
   EngineStatus status() const override;
   const std::vector<RoundRecord>& history() const override { return published_->history(); }

@@ -161,6 +161,9 @@ class Engine {
   // The same model as a snapshot the caller may keep and read without the engine's lock (the
   // server encodes downloads from it): engines never change a published model in place.
   virtual std::shared_ptr<const ModelState> model_snapshot() const = 0;
+  // model()'s ContentCrc32c, computed once with its hash when it was published: what a task for
+  // this version names for the client's download check.
+  virtual uint32_t model_crc32c() const = 0;
   virtual bool finished() const = 0;
   virtual EngineStatus status() const = 0;
   // Published versions so far, oldest first (including those before a restart).

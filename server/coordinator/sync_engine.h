@@ -128,6 +128,7 @@ class SyncEngine final : public Engine {
 
   const ModelState& model() const override { return published_->model(); }
   std::shared_ptr<const ModelState> model_snapshot() const override { return published_->snapshot(); }
+  uint32_t model_crc32c() const override { return published_->crc32c(); }
   bool finished() const override {
     return parent_finished_ || (!options_.edge && published_->version() >= static_cast<uint64_t>(options_.rounds));
   }

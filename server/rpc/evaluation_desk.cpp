@@ -35,6 +35,9 @@ Result<PollAnswer> EvaluationDesk::Poll(const std::string& client_id) {
   if (!federated_.enabled()) return engine_->Poll(client_id);
   Update();
   if (std::optional<Task> t = federated_.TaskFor(client_id, clock_->NowMs())) {
+    // The published version's checksum (the client's check of its download, as in training
+    // tasks); an older version's is not kept, and its task names the SHA-256 alone.
+    if (t->model_version == engine_->model().version()) t->model_crc32c = engine_->model_crc32c();
     PollAnswer a;
     a.kind = PollAnswer::Kind::kTask;
     a.task = std::move(*t);

@@ -1268,6 +1268,54 @@ TEST(FederatedEvaluationDoorTest, AReportCountingMoreExamplesThanTheClientCanHol
   EXPECT_DOUBLE_EQ(*results.at(1).federated_accuracy, 0.75);
 }
 
+// An evaluation task of the server's newest version names its CRC-32C, as a training task does,
+// so that the client checks its download with it rather than hashing the model; one of an older
+// version (whose checksum the server no longer holds) names the SHA-256 alone.
+TEST(FederatedEvaluationDoorTest, AnEvaluationTaskOfTheNewestVersionNamesItsChecksum) {
+  EvaluatedFederation fed(2);
+  fed.Start();
+  ASSERT_OK(fed.transport->Join("a", 10, "test").status());
+  Result<PollAnswer> train = fed.transport->Poll("a", 1000);
+  ASSERT_OK(train.status());
+  ASSERT_EQ(train->kind, PollAnswer::Kind::kTask);
+  ASSERT_OK(fed.transport->Join("b", 10, "test").status());  // known when version 1 is published
+  ASSERT_OK(fed.transport->Upload(HeaderFor("a", train->task), EncodeSafetensors(FilledLike(fed.model, 0.5f))));
+  const ModelState version_one = *fed.engine->model_snapshot();
+  ASSERT_EQ(version_one.version(), 1u);
+  Result<PollAnswer> newest = fed.transport->Poll("a", 1000);
+  ASSERT_OK(newest.status());
+  ASSERT_TRUE(newest->task.evaluate_only);
+  ASSERT_EQ(newest->task.model_version, 1u);
+  EXPECT_EQ(newest->task.model_crc32c, version_one.ContentCrc32c());
+  EXPECT_EQ(newest->task.model_sha256, version_one.ContentSha256());
+
+  // Round 2, asked of the engine itself so that "b" keeps its evaluation of version 1 for later.
+  std::string trainer;
+  Task round_two;
+  ASSERT_OK(fed.server->WithEngine([&](Engine& e) -> Status {
+    for (const char* id : {"a", "b"}) {
+      PLEXUS_ASSIGN_OR_RETURN(PollAnswer p, e.Poll(id));
+      if (p.kind == PollAnswer::Kind::kTask) trainer = id, round_two = p.task;
+    }
+    return Status::Ok();
+  }));
+  ASSERT_FALSE(trainer.empty());
+  ASSERT_OK(fed.transport->Upload(HeaderFor(trainer, round_two), EncodeSafetensors(FilledLike(fed.model, 0.25f))));
+  ASSERT_EQ(fed.engine->model_snapshot()->version(), 2u);
+
+  Result<PollAnswer> second = fed.transport->Poll("b", 1000);  // the newest campaign first
+  ASSERT_OK(second.status());
+  ASSERT_TRUE(second->task.evaluate_only);
+  ASSERT_EQ(second->task.model_version, 2u);
+  EXPECT_EQ(second->task.model_crc32c, fed.engine->model_snapshot()->ContentCrc32c());
+  Result<PollAnswer> older = fed.transport->Poll("b", 1000);
+  ASSERT_OK(older.status());
+  ASSERT_TRUE(older->task.evaluate_only);
+  ASSERT_EQ(older->task.model_version, 1u);
+  EXPECT_FALSE(older->task.model_crc32c.has_value());
+  EXPECT_EQ(older->task.model_sha256, version_one.ContentSha256());
+}
+
 // A version's federated evaluation open when the server stopped was lost: the restarted server
 // only evaluated versions published after it started. Now the last version, due and without a
 // stored result, is evaluated again.
@@ -1284,6 +1332,7 @@ TEST(FederatedEvaluationDoorTest, AnEvaluationOpenWhenTheServerStoppedIsResumed)
   ASSERT_EQ(eval->kind, PollAnswer::Kind::kTask);
   EXPECT_TRUE(eval->task.evaluate_only);
   EXPECT_EQ(eval->task.model_version, 1u);
+  EXPECT_EQ(eval->task.model_crc32c, fed.engine->model_snapshot()->ContentCrc32c());  // restored with the version
   ASSERT_OK(fed.transport->ReportEvaluation("a", eval->task.task_id, Evaluation{0.5, 1.0, 20}));
   ASSERT_EQ(fed.server->FederatedEvaluations().count(1), 1u);
   EXPECT_TRUE(fed.store.ListRounds()->at(0).federated_accuracy.has_value());
