@@ -194,16 +194,12 @@ Result<std::vector<ClientRecord>> SqliteStore::ListClients() {
 
 Status SqliteStore::PutCheckpointLocked(const ModelState& model, std::string_view known_sha256, bool file_written) {
   const std::string sha = known_sha256.empty() ? model.ContentSha256() : std::string(known_sha256);
-  Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
-  PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
-  find.Bind(1, static_cast<int64_t>(model.version()));
-  const int rc = find.Step();
-  if (rc == SQLITE_ROW) {
-    if (find.Text(0) == sha) return Status::Ok();
+  PLEXUS_ASSIGN_OR_RETURN(const std::optional<std::string> stored, StoredCheckpointSha256Locked(model.version()));
+  if (stored) {
+    if (*stored == sha) return Status::Ok();
     return AlreadyExistsError("checkpoint of version " + std::to_string(model.version()) +
                               " already exists with different content");
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
   if (checkpoint_dir_.empty()) {
     Stmt st(db_, "INSERT INTO checkpoints(version, sha256, bytes) VALUES(?, ?, ?)");
     const std::string bytes = EncodeSafetensors(model);
@@ -234,18 +230,24 @@ Result<std::string> SqliteStore::WriteCheckpointFileLocked(const ModelState& mod
   return name;
 }
 
+Result<std::optional<std::string>> SqliteStore::StoredCheckpointSha256Locked(uint64_t version) {
+  Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
+  PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
+  find.Bind(1, static_cast<int64_t>(version));
+  const int rc = find.Step();
+  if (rc == SQLITE_ROW) return std::optional<std::string>(find.Text(0));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
+  return std::optional<std::string>();
+}
+
 Status SqliteStore::PrepareCheckpoint(const ModelState& model) {
   std::lock_guard<std::mutex> lock(mu_);
   prepared_.reset();
   if (checkpoint_dir_.empty()) return Status::Ok();  // checkpoints inline: the row is the write
   // A version stored already is CommitRound's to judge (the same content, or AlreadyExists):
   // its file must not be replaced here.
-  Stmt find(db_, "SELECT 1 FROM checkpoints WHERE version = ?");
-  PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
-  find.Bind(1, static_cast<int64_t>(model.version()));
-  const int rc = find.Step();
-  if (rc == SQLITE_ROW) return Status::Ok();
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "find checkpoint");
+  PLEXUS_ASSIGN_OR_RETURN(const std::optional<std::string> stored, StoredCheckpointSha256Locked(model.version()));
+  if (stored) return Status::Ok();
   PLEXUS_RETURN_IF_ERROR(WriteCheckpointFileLocked(model).status());
   prepared_ = PreparedCheckpoint{model.version(), model.data().data(), model.num_bytes()};
   return Status::Ok();

@@ -110,6 +110,8 @@ class SqliteStore final : public Store {
   // The checkpoint's file of `model`, durable (temporary file, sync, rename), over a pruned
   // checkpoint's file where there is one. Returns its name in checkpoint_dir_.
   Result<std::string> WriteCheckpointFileLocked(const ModelState& model);
+  // The SHA-256 stored with `version`'s checkpoint; nullopt when there is none.
+  Result<std::optional<std::string>> StoredCheckpointSha256Locked(uint64_t version);
   Result<ModelState> CheckpointLocked(uint64_t version);
   // Creates `dir` (and syncs its parent) once.
   Status EnsureDirLocked(const std::string& dir, bool* ready);
@@ -175,17 +177,17 @@ class SqliteStore final : public Store {
   const std::string checkpoint_dir_;  // empty: checkpoints inline in the database
   const std::string updates_dir_;     // empty: accepted updates inline in the database
   std::mutex mu_;
-  sqlite3* db_;                                   // guarded by mu_
-  bool checkpoint_dir_ready_ = false;             // guarded by mu_
-  bool updates_dir_ready_ = false;                // guarded by mu_
-  std::mt19937_64 name_rng_;                      // guarded by mu_; names accepted-update files
-  int lock_fd_ = -1;                              // the database file, flock-ed, when opened kExclusive
-  int64_t keep_last_ = 0;                         // guarded by mu_; checkpoint retention
-  int64_t keep_every_ = 0;                        // guarded by mu_
-  CodedDeltaReader coded_reader_;                 // guarded by mu_
-  SparePool spare_updates_;                       // guarded by mu_
-  uint64_t update_folder_syncs_ = 0;              // guarded by mu_
-  SparePool spare_checkpoints_{.renamed = true};  // guarded by mu_
+  sqlite3* db_;                        // guarded by mu_
+  bool checkpoint_dir_ready_ = false;  // guarded by mu_
+  bool updates_dir_ready_ = false;     // guarded by mu_
+  std::mt19937_64 name_rng_;           // guarded by mu_; names accepted-update files
+  int lock_fd_ = -1;                   // the database file, flock-ed, when opened kExclusive
+  int64_t keep_last_ = 0;              // guarded by mu_; checkpoint retention
+  int64_t keep_every_ = 0;             // guarded by mu_
+  CodedDeltaReader coded_reader_;      // guarded by mu_
+  SparePool spare_updates_;            // guarded by mu_
+  uint64_t update_folder_syncs_ = 0;   // guarded by mu_
+  SparePool spare_checkpoints_{.renamed = true, .files = {}, .bytes = 0};  // guarded by mu_
   // The model whose file PrepareCheckpoint wrote, for the CommitRound that follows (which
   // forgets it either way). Identified by version and memory: the caller commits that object.
   struct PreparedCheckpoint {
