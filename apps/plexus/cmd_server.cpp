@@ -442,7 +442,13 @@ void RunServer(const ServerFlags& f) {
     const EngineStatus now = server->status();
     if (now.finished || !now.error.empty()) break;
     if (upstream && (upstream_ended = upstream->result()) && !upstream_ended->ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Woken when the engine finishes or fails; a signal or the upstream's end within 100 ms.
+    server->WaitForEngine(
+        [](Engine& e) {
+          if (e.finished()) return true;
+          return !e.status().error.empty();
+        },
+        100);
   }
   EngineStatus final_status = server->status();
   if (final_status.finished) {
