@@ -442,13 +442,10 @@ void RunServer(const ServerFlags& f) {
     const EngineStatus now = server->status();
     if (now.finished || !now.error.empty()) break;
     if (upstream && (upstream_ended = upstream->result()) && !upstream_ended->ok()) break;
-    // Woken when the engine finishes or fails; a signal or the upstream's end within 100 ms.
-    server->WaitForEngine(
-        [](Engine& e) {
-          if (e.finished()) return true;
-          return !e.status().error.empty();
-        },
-        100);
+    // Woken when the engine finishes; a failure, a signal or the upstream's end seen within
+    // 100 ms. (The question is asked under the server's lock at every change: a flag, not a
+    // status built each time.)
+    server->WaitForEngine([](Engine& e) { return e.finished(); }, 100);
   }
   EngineStatus final_status = server->status();
   if (final_status.finished) {
