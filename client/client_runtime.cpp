@@ -171,8 +171,7 @@ bool ClientRuntime::TakeKeptUpdate() {
   }
   spdlog::info("task {}: sending the update trained before the restart ({} bytes, kept in {})", kept->header.task_id,
                kept->payload.size(), options_.state->path());
-  pending_upload_ =
-      PendingUpdate{std::move(kept->header), std::make_shared<const std::string>(std::move(kept->payload))};
+  pending_upload_ = PendingUpdate{std::move(kept->header), UploadPayload::Of(std::move(kept->payload))};
   return true;
 }
 
@@ -369,9 +368,8 @@ ClientStep ClientRuntime::Train(const Task& task) {
   if (!trained.ok()) return session_.TaskFailed(task, trained.status());
   SaveUpdateCopy(task, *trained);
   const TrainOutcome& out = trained->outcome;
-  const ModelState& delta = trained->delta;
   UploadHeader h;
-  std::shared_ptr<const std::string> payload = EncodeUpdate(task, delta, &h.codec);
+  std::shared_ptr<const UploadPayload> payload = EncodeUpdate(task, std::move(trained->delta), &h.codec);
 
   h.client_id = session_.client_id();
   h.task_id = task.task_id;
@@ -382,7 +380,7 @@ ClientStep ClientRuntime::Train(const Task& task) {
   if (options_.state) {
     // Kept until the server answers, so that a restart sends it (or its rest) instead of
     // training again.
-    if (Status kept = options_.state->SavePendingUpload(h, *payload); !kept.ok()) {
+    if (Status kept = options_.state->SavePendingUpload(h, payload->head(), payload->body()); !kept.ok()) {
       spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
     }
   }
@@ -402,7 +400,7 @@ ClientStep ClientRuntime::Contribute(const Task& task) {
   h.num_examples = made->num_examples;
   h.metrics = std::move(made->metrics);
   h.codec = std::move(made->codec);
-  pending_upload_ = PendingUpdate{std::move(h), std::move(made->payload)};
+  pending_upload_ = PendingUpdate{std::move(h), UploadPayload::Of(std::move(made->payload))};
   return session_.Trained();
 }
 
@@ -458,13 +456,15 @@ void ClientRuntime::SaveUpdateCopy(const Task& task, const TrainedDelta& trained
       (task.task_id + ".n" + std::to_string(trained.outcome.num_examples) + ".safetensors");
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  if (Status s = WriteFileAtomically(path.string(), {EncodeSafetensors(trained.delta)}); !s.ok()) {
+  const std::string prefix = SafetensorsPrefix(trained.delta);
+  const std::string_view values(reinterpret_cast<const char*>(trained.delta.data().data()), trained.delta.num_bytes());
+  if (Status s = WriteFileAtomically(path.string(), {prefix, values}); !s.ok()) {
     spdlog::warn("task {}: no copy of the update kept: {}", task.task_id, s.ToString());
   }
 }
 
-std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task, const ModelState& delta,
-                                                               std::string* codec_used) {
+std::shared_ptr<const UploadPayload> ClientRuntime::EncodeUpdate(const Task& task, ModelState delta,
+                                                                 std::string* codec_used) {
   if (!task.upload_codec.empty()) {
     Result<std::unique_ptr<Codec>> codec = MakeCodec(task.upload_codec);
     if (codec.ok()) {
@@ -474,7 +474,7 @@ std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task,
         residual = &*residual_;
       }
       const uint64_t seed = Rng::Derive(options_.seed ^ 0xc0dec0dec0dec0deULL, task.round).NextU64();
-      auto bytes = std::make_shared<const std::string>((*codec)->Encode(delta, residual, seed));
+      std::shared_ptr<const UploadPayload> bytes = UploadPayload::Of((*codec)->Encode(delta, residual, seed));
       if (residual && options_.state) {
         if (Status kept = options_.state->SaveResidual(*residual); !kept.ok()) {
           spdlog::warn("the {} residual is not kept on disk: {}", task.upload_codec, kept.ToString());
@@ -487,7 +487,7 @@ std::shared_ptr<const std::string> ClientRuntime::EncodeUpdate(const Task& task,
     spdlog::warn("task {}: sending float32: {}", task.task_id, codec.status().ToString());
   }
   codec_used->clear();
-  return std::make_shared<const std::string>(EncodeSafetensors(delta));
+  return UploadPayload::SafetensorsOf(std::move(delta));
 }
 
 ClientStep ClientRuntime::Upload(bool resume) {

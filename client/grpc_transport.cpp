@@ -256,7 +256,7 @@ class GrpcFederationTransport final : public FederationTransport {
   // A retried upload larger than kMinResumeBytes first asks how much of it the server holds from the
   // interrupted attempt and sends only the rest; a resume the server cannot match is retried
   // from byte 0.
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> payload) override {
     AwaitConnection();
     uint64_t offset = 0;
     if (h.resume && payload->size() > kMinResumeBytes) {
@@ -291,16 +291,16 @@ class GrpcFederationTransport final : public FederationTransport {
     return static_cast<uint64_t>(rep.received_bytes());
   }
 
-  Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const std::string>& payload,
+  Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const UploadPayload>& payload,
                                uint64_t offset) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
     v1::UploadReply rep;
-    // The chunks go out as raw buffers: the few bytes of a protobuf field header, then a slice
-    // of the payload itself (which it keeps alive), so the payload is not copied at all; the
-    // generated stub would copy it twice (into a message, then into gRPC's buffer). The bytes on
-    // the wire are those of UpdateChunk messages.
+    // The chunks go out as raw buffers: the few bytes of a protobuf field header, then slices
+    // of the payload itself (which they keep alive: the head's part and the body's part of the
+    // chunk), so the payload is not copied at all; the generated stub would copy it twice (into a
+    // message, then into gRPC's buffer). The bytes on the wire are those of UpdateChunk messages.
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), *upload_method_, &ctx, &rep));
     v1::UpdateChunk first;
@@ -317,8 +317,7 @@ class GrpcFederationTransport final : public FederationTransport {
     hdr->set_want_next_task(h.want_next_task);
     if (offset > 0) {
       hdr->set_offset(offset);
-      hdr->set_payload_sha256(Sha256Hex(
-          std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(payload->data()), payload->size())));
+      hdr->set_payload_sha256(payload->Sha256Hex());
     }
     const std::string first_bytes = first.SerializeAsString();
     grpc::Slice first_slice(first_bytes);
@@ -329,9 +328,15 @@ class GrpcFederationTransport final : public FederationTransport {
     for (size_t off = offset; ok && off < payload->size(); off += chunk_bytes) {
       if (limits_.max_upload_bytes_per_s > 0 && !WaitForPace(started, off - offset)) break;  // shut down
       const size_t n = std::min(chunk_bytes, payload->size() - off);
-      grpc::Slice parts[2] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, n)),
-                              SharedBytesSlice(payload, off, n)};
-      message = grpc::ByteBuffer(parts, 2);
+      grpc::Slice parts[3] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, n))};
+      size_t count = 1;
+      const size_t head = payload->head().size();
+      if (off < head) parts[count++] = SharedBytesSlice(payload, payload->head().substr(off, n));
+      if (off + n > head) {
+        const size_t from = off > head ? off - head : 0;
+        parts[count++] = SharedBytesSlice(payload, payload->body().substr(from, off + n - head - from));
+      }
+      message = grpc::ByteBuffer(parts, count);
       ok = writer->Write(message);
     }
     writer->WritesDone();

@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "core/safetensors.h"
-
 namespace plexus {
 
 ServerExchange::ServerExchange(std::unique_ptr<FederationTransport> transport, std::string client_id, double wait_ms)
@@ -128,7 +126,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   h.base_version = task.model_version;
   h.num_examples = 1;
   h.local_steps = 1;
-  auto payload = std::make_shared<const std::string>(EncodeSafetensors(delta));
+  const std::shared_ptr<const UploadPayload> payload = UploadPayload::SafetensorsOf(std::move(delta));
   while (true) {
     if (cancelled_) return CancelledError("the peer is leaving");
     Result<UploadAck> ack = transport_->Upload(h, payload);

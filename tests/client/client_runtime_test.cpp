@@ -92,7 +92,8 @@ class InProcessTransport : public FederationTransport {
     }
     return Status::Ok();
   }
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> sent) override {
+    const std::string payload = sent->ToString();
     uploads_resuming_.push_back(h.resume);
     codecs_used_.push_back(h.codec);
     uploaded_tasks.push_back(h.task_id);
@@ -102,7 +103,7 @@ class InProcessTransport : public FederationTransport {
       return InvalidArgumentError("injected: update above the norm bound");
     }
     Result<ModelState> decoded =
-        h.codec.empty() ? DecodeSafetensors(*payload) : (*MakeCodec(h.codec))->Decode(*payload, engine_->model());
+        h.codec.empty() ? DecodeSafetensors(payload) : (*MakeCodec(h.codec))->Decode(payload, engine_->model());
     PLEXUS_ASSIGN_OR_RETURN(ModelState delta, std::move(decoded));
     Update u{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)};
     UploadAck ack{engine_->model().version(), std::nullopt};

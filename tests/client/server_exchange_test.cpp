@@ -36,9 +36,10 @@ class EngineTransport final : public FederationTransport {
     const std::string bytes = EncodeSafetensors(m);
     return sink->Append(std::string_view(bytes).substr(sink->received()), bytes.size());
   }
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const std::string> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> sent) override {
+    const std::string payload = sent->ToString();
     std::lock_guard<std::mutex> lock(*mu_);
-    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(*payload));
+    PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(payload));
     PLEXUS_RETURN_IF_ERROR(engine_->Submit(
         Update{h.client_id, h.task_id, h.base_version, h.num_examples, h.local_steps, h.metrics, std::move(delta)}));
     ++*uploads_;

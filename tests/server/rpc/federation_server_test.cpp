@@ -808,7 +808,9 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   h.num_examples = 10;
   h.local_steps = 1;
   h.resume = true;  // as the client runtime marks a retry
-  ASSERT_OK(transport->Upload(h, payload));
+  // Sent as the client runtime sends it: the prefix, then the values from the delta's own memory
+  // (the resumed part lies in those; the payload's SHA-256 is over both).
+  ASSERT_OK(transport->Upload(h, UploadPayload::SafetensorsOf(ModelState(delta))));
   EXPECT_EQ(fed.UploadsResumed(), 1);
   const ServerMetrics m = fed.server->metrics();
   EXPECT_EQ(m.upload_bytes_resumed, int64_t{2} << 20);                       // the part held was not sent again
@@ -866,7 +868,8 @@ TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
   const Task t = transport->Poll("a", 1000)->task;
   ModelState delta = ModelState::ZerosLike(fed.model);
   for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
-  ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));  // 2.4 MB, 64 KB at a time
+  // 2.4 MB, 64 KB at a time; the first chunk is the prefix and the start of the delta's own values.
+  ASSERT_OK(transport->Upload(HeaderFor("a", t), UploadPayload::SafetensorsOf(ModelState(delta))));
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().ContentSha256(), [&] {
     ModelState expected = fed.model;
