@@ -53,21 +53,21 @@ class AddConstantTrainer final : public Trainer {
 // downloaded and encoded by whichever client gets a task first.
 class SharedDelta {
  public:
-  Result<std::shared_ptr<const UploadPayload>> Get(FederationTransport* transport, uint64_t version) {
+  Result<std::shared_ptr<const Payload>> Get(FederationTransport* transport, uint64_t version) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!payload_) {
       ModelDownloadSink sink;
       PLEXUS_RETURN_IF_ERROR(transport->Download(version, &sink));
       PLEXUS_ASSIGN_OR_RETURN(ModelState model, std::move(sink).Finish());
       for (float& x : model.data()) x = 0.001f;
-      payload_ = UploadPayload::SafetensorsOf(std::move(model));
+      payload_ = Payload::SafetensorsOf(std::move(model));
     }
     return payload_;
   }
 
  private:
   std::mutex mu_;
-  std::shared_ptr<const UploadPayload> payload_;  // guarded by mu_
+  std::shared_ptr<const Payload> payload_;  // guarded by mu_
 };
 
 // One --upload-only client: polls and uploads the shared delta until the federation finishes.
@@ -91,8 +91,7 @@ Status UploadOnly(const std::string& server, const ClientTls& tls, const std::st
     }
     if (a.kind == PollAnswer::Kind::kFinished) return Status::Ok();
     if (a.kind != PollAnswer::Kind::kTask) continue;
-    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const UploadPayload> payload,
-                            delta->Get(transport.get(), a.task.model_version));
+    PLEXUS_ASSIGN_OR_RETURN(std::shared_ptr<const Payload> payload, delta->Get(transport.get(), a.task.model_version));
     UploadHeader h{id, a.task.task_id, a.task.model_version, 1, 1, {}};
     h.want_next_task = true;
     Result<UploadAck> up = transport->Upload(h, payload);

@@ -171,7 +171,7 @@ bool ClientRuntime::TakeKeptUpdate() {
   }
   spdlog::info("task {}: sending the update trained before the restart ({} bytes, kept in {})", kept->header.task_id,
                kept->payload.size(), options_.state->path());
-  pending_upload_ = PendingUpdate{std::move(kept->header), UploadPayload::Of(std::move(kept->payload))};
+  pending_upload_ = PendingUpdate{std::move(kept->header), Payload::Of(std::move(kept->payload))};
   return true;
 }
 
@@ -369,7 +369,7 @@ ClientStep ClientRuntime::Train(const Task& task) {
   SaveUpdateCopy(task, *trained);
   const TrainOutcome& out = trained->outcome;
   UploadHeader h;
-  std::shared_ptr<const UploadPayload> payload = EncodeUpdate(task, std::move(trained->delta), &h.codec);
+  std::shared_ptr<const Payload> payload = EncodeUpdate(task, std::move(trained->delta), &h.codec);
 
   h.client_id = session_.client_id();
   h.task_id = task.task_id;
@@ -400,7 +400,7 @@ ClientStep ClientRuntime::Contribute(const Task& task) {
   h.num_examples = made->num_examples;
   h.metrics = std::move(made->metrics);
   h.codec = std::move(made->codec);
-  pending_upload_ = PendingUpdate{std::move(h), UploadPayload::Of(std::move(made->payload))};
+  pending_upload_ = PendingUpdate{std::move(h), Payload::Of(std::move(made->payload))};
   return session_.Trained();
 }
 
@@ -463,8 +463,8 @@ void ClientRuntime::SaveUpdateCopy(const Task& task, const TrainedDelta& trained
   }
 }
 
-std::shared_ptr<const UploadPayload> ClientRuntime::EncodeUpdate(const Task& task, ModelState delta,
-                                                                 std::string* codec_used) {
+std::shared_ptr<const Payload> ClientRuntime::EncodeUpdate(const Task& task, ModelState delta,
+                                                           std::string* codec_used) {
   if (!task.upload_codec.empty()) {
     Result<std::unique_ptr<Codec>> codec = MakeCodec(task.upload_codec);
     if (codec.ok()) {
@@ -474,7 +474,7 @@ std::shared_ptr<const UploadPayload> ClientRuntime::EncodeUpdate(const Task& tas
         residual = &*residual_;
       }
       const uint64_t seed = Rng::Derive(options_.seed ^ 0xc0dec0dec0dec0deULL, task.round).NextU64();
-      std::shared_ptr<const UploadPayload> bytes = UploadPayload::Of((*codec)->Encode(delta, residual, seed));
+      std::shared_ptr<const Payload> bytes = Payload::Of((*codec)->Encode(delta, residual, seed));
       if (residual && options_.state) {
         if (Status kept = options_.state->SaveResidual(*residual); !kept.ok()) {
           spdlog::warn("the {} residual is not kept on disk: {}", task.upload_codec, kept.ToString());
@@ -487,7 +487,7 @@ std::shared_ptr<const UploadPayload> ClientRuntime::EncodeUpdate(const Task& tas
     spdlog::warn("task {}: sending float32: {}", task.task_id, codec.status().ToString());
   }
   codec_used->clear();
-  return UploadPayload::SafetensorsOf(std::move(delta));
+  return Payload::SafetensorsOf(std::move(delta));
 }
 
 ClientStep ClientRuntime::Upload(bool resume) {

@@ -162,8 +162,8 @@ class ClientRuntime {
   std::optional<ModelState> KeptModel(uint64_t version, const std::string& sha256);
   // The update's bytes in the task's upload codec (setting *codec_used to it), or as float32
   // safetensors (clearing it) when the task names none or one this client cannot make: then the
-  // delta's own values, not a copy (UploadPayload::SafetensorsOf).
-  std::shared_ptr<const UploadPayload> EncodeUpdate(const Task& task, ModelState delta, std::string* codec_used);
+  // delta's own values, not a copy (Payload::SafetensorsOf).
+  std::shared_ptr<const Payload> EncodeUpdate(const Task& task, ModelState delta, std::string* codec_used);
   // Sleeps for the session's next backoff step; Unavailable once failures have lasted
   // give_up_after_ms.
   Status BackOff(const Status& cause);
@@ -184,7 +184,7 @@ class ClientRuntime {
   bool secure_aggregation_ = false;  // the server said so at join
   struct PendingUpdate {
     UploadHeader header;
-    std::shared_ptr<const UploadPayload> payload;
+    std::shared_ptr<const Payload> payload;
   };
   std::optional<PendingUpdate> pending_upload_;
   struct PendingReport {

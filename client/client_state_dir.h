@@ -60,7 +60,7 @@ class ClientStateDir {
   void DropModel(uint64_t version);
 
   // Keeps an update (its header and payload: the bytes of `payload` then of `rest`, as an
-  // UploadPayload's head and body) until DropPendingUpload, replacing an earlier one.
+  // Payload's head and body) until DropPendingUpload, replacing an earlier one.
   Status SavePendingUpload(const UploadHeader& header, std::string_view payload, std::string_view rest = {});
   // The kept upload; nullopt when there is none or its files are torn or do not match (those
   // are removed).

@@ -115,7 +115,7 @@ Result<secagg::View> FailoverTransport::SecureAggregation(const std::string& cli
   return r;
 }
 
-Result<UploadAck> FailoverTransport::Upload(const UploadHeader& header, std::shared_ptr<const UploadPayload> payload) {
+Result<UploadAck> FailoverTransport::Upload(const UploadHeader& header, std::shared_ptr<const Payload> payload) {
   Result<UploadAck> r = current_->Upload(header, std::move(payload));
   Observe(r.status());
   return r;

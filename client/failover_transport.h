@@ -49,7 +49,7 @@ class FailoverTransport final : public FederationTransport {
                           const Evaluation& evaluation) override;
   Result<secagg::View> SecureAggregation(const std::string& client_id, const std::string& task_id,
                                          const secagg::Call& call) override;
-  Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const UploadPayload> payload) override;
+  Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const Payload> payload) override;
   void Shutdown() override;
 
  private:

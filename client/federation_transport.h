@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "client/download_sink.h"
-#include "client/upload_payload.h"
 #include "core/evaluation.h"
 #include "core/model_state.h"
+#include "core/payload.h"
 #include "core/status.h"
 #include "core/task.h"
 #include "privacy/secagg_exchange.h"
@@ -109,14 +109,14 @@ class FederationTransport {
     return FailedPreconditionError("this transport does not carry secure aggregation");
   }
   // The transport may hold on to `payload` (without copying it) after returning.
-  virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const UploadPayload> payload) = 0;
+  virtual Result<UploadAck> Upload(const UploadHeader& header, std::shared_ptr<const Payload> payload) = 0;
   // Thread-safe, unlike the calls: ends the calls in progress and every later one with
   // Cancelled, for a client that has been asked to stop (an interrupted upload stays resumable
   // on the server). Transports whose calls return promptly anyway need not override it.
   virtual void Shutdown() {}
   // For callers that hand the payload over.
   Result<UploadAck> Upload(const UploadHeader& header, std::string payload) {
-    return Upload(header, UploadPayload::Of(std::move(payload)));
+    return Upload(header, Payload::Of(std::move(payload)));
   }
 };
 

@@ -256,7 +256,7 @@ class GrpcFederationTransport final : public FederationTransport {
   // A retried upload larger than kMinResumeBytes first asks how much of it the server holds from the
   // interrupted attempt and sends only the rest; a resume the server cannot match is retried
   // from byte 0.
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> payload) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const Payload> payload) override {
     AwaitConnection();
     uint64_t offset = 0;
     if (h.resume && payload->size() > kMinResumeBytes) {
@@ -291,8 +291,7 @@ class GrpcFederationTransport final : public FederationTransport {
     return static_cast<uint64_t>(rep.received_bytes());
   }
 
-  Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const UploadPayload>& payload,
-                               uint64_t offset) {
+  Result<UploadAck> UploadFrom(const UploadHeader& h, const std::shared_ptr<const Payload>& payload, uint64_t offset) {
     Call call(this);
     grpc::ClientContext& ctx = call.ctx;
     ctx.set_deadline(In(120000));
@@ -329,14 +328,7 @@ class GrpcFederationTransport final : public FederationTransport {
       if (limits_.max_upload_bytes_per_s > 0 && !WaitForPace(started, off - offset)) break;  // shut down
       const size_t n = std::min(chunk_bytes, payload->size() - off);
       grpc::Slice parts[3] = {grpc::Slice(LengthDelimitedFieldHeader(kUpdateChunkDataField, n))};
-      size_t count = 1;
-      const size_t head = payload->head().size();
-      if (off < head) parts[count++] = SharedBytesSlice(payload, payload->head().substr(off, n));
-      if (off + n > head) {
-        const size_t from = off > head ? off - head : 0;
-        parts[count++] = SharedBytesSlice(payload, payload->body().substr(from, off + n - head - from));
-      }
-      message = grpc::ByteBuffer(parts, count);
+      message = grpc::ByteBuffer(parts, 1 + PayloadSlices(payload, off, n, parts + 1));
       ok = writer->Write(message);
     }
     writer->WritesDone();

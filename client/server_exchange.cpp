@@ -126,7 +126,7 @@ Result<ModelState> ServerExchange::Exchange(const ModelState& own) {
   h.base_version = task.model_version;
   h.num_examples = 1;
   h.local_steps = 1;
-  const std::shared_ptr<const UploadPayload> payload = UploadPayload::SafetensorsOf(std::move(delta));
+  const std::shared_ptr<const Payload> payload = Payload::SafetensorsOf(std::move(delta));
   while (true) {
     if (cancelled_) return CancelledError("the peer is leaving");
     Result<UploadAck> ack = transport_->Upload(h, payload);

@@ -7,8 +7,9 @@
 
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <string_view>
+
+#include "core/payload.h"
 
 namespace plexus {
 
@@ -21,9 +22,19 @@ grpc::Slice SharedBytesSlice(const std::shared_ptr<const Owner>& owner, std::str
       [](void* p) { delete static_cast<std::shared_ptr<const Owner>*>(p); }, reference);
 }
 
-// REQUIRES: offset + length <= owner->size().
-inline grpc::Slice SharedBytesSlice(const std::shared_ptr<const std::string>& owner, size_t offset, size_t length) {
-  return SharedBytesSlice(owner, std::string_view(*owner).substr(offset, length));
+// Bytes [offset, offset + length) of `payload` as slices that hold it: the part in its head, then
+// the part in its body, whichever are not empty, written to out[0] and on. Returns how many (0, 1
+// or 2). REQUIRES: offset + length <= payload->size().
+inline size_t PayloadSlices(const std::shared_ptr<const Payload>& payload, size_t offset, size_t length,
+                            grpc::Slice out[2]) {
+  size_t count = 0;
+  const size_t head = payload->head().size();
+  if (length > 0 && offset < head) out[count++] = SharedBytesSlice(payload, payload->head().substr(offset, length));
+  if (offset + length > head) {
+    const size_t from = offset > head ? offset - head : 0;
+    out[count++] = SharedBytesSlice(payload, payload->body().substr(from, offset + length - head - from));
+  }
+  return count;
 }
 
 }  // namespace plexus

@@ -146,7 +146,7 @@ grpc::Status FederationServiceImpl::DownloadModelRaw(
   }
   v1::ModelChunk fields;  // all but data, which follows each chunk's fields
   fields.set_version(req.version());
-  Result<std::shared_ptr<const std::string>> bytes = InternalError("no model");
+  Result<std::shared_ptr<const Payload>> bytes = InternalError("no model");
   if (req.codec().empty()) {
     bytes = downloads_->Float32(req.version(), Snapshot());
   } else {
@@ -159,7 +159,7 @@ grpc::Status FederationServiceImpl::DownloadModelRaw(
     std::shared_ptr<const ModelState> current = Snapshot(req.base_sha256(), &held_version);
     Result<CodedDownloads::Download> coded = downloads_->Coded(req.version(), req.base_sha256(), current, held_version);
     if (!coded.ok()) return ToGrpc(coded.status());
-    bytes = coded->bytes;
+    bytes = Payload::Of(coded->bytes);
     fields.set_codec(info_.download_codec);
     fields.set_base_sha256(coded->base_sha256);
     fields.set_model_sha256(coded->model_sha256);
@@ -172,22 +172,22 @@ grpc::Status FederationServiceImpl::DownloadModelRaw(
     }
   }
   if (!bytes.ok()) return ToGrpc(bytes.status());
-  const std::string& b = **bytes;
-  if (req.offset() > b.size()) {
-    return ToGrpc(OutOfRangeError("offset " + std::to_string(req.offset()) + " is past the " +
-                                  std::to_string(b.size()) + "-byte model"));
+  const size_t size = (*bytes)->size();
+  if (req.offset() > size) {
+    return ToGrpc(OutOfRangeError("offset " + std::to_string(req.offset()) + " is past the " + std::to_string(size) +
+                                  "-byte model"));
   }
-  for (size_t off = req.offset(); off < b.size() || (off == 0 && b.empty()); off += kChunkBytes) {
+  for (size_t off = req.offset(); off < size || (off == 0 && size == 0); off += kChunkBytes) {
     if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
-    const size_t n = std::min(kChunkBytes, b.size() - off);
-    fields.set_total_bytes(b.size());
+    const size_t n = std::min(kChunkBytes, size - off);
+    fields.set_total_bytes(size);
     fields.set_offset(off);
     const std::string head = fields.SerializeAsString() + LengthDelimitedFieldHeader(kModelChunkDataField, n);
-    grpc::Slice parts[2] = {grpc::Slice(head), SharedBytesSlice(*bytes, off, n)};
-    grpc::ByteBuffer message(parts, 2);
+    grpc::Slice parts[3] = {grpc::Slice(head)};
+    grpc::ByteBuffer message(parts, 1 + PayloadSlices(*bytes, off, n, parts + 1));
     if (!stream->Write(message)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "client went away");
     download_bytes_ += static_cast<int64_t>(n);
-    if (b.empty()) break;
+    if (size == 0) break;
   }
   return grpc::Status::OK;
 }

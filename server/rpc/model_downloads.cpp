@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "core/safetensors.h"
-
 namespace plexus {
 
 Result<std::unique_ptr<ModelDownloads>> ModelDownloads::Create(Store* store, const std::string& download_codec) {
@@ -14,18 +12,18 @@ Result<std::unique_ptr<ModelDownloads>> ModelDownloads::Create(Store* store, con
   return std::unique_ptr<ModelDownloads>(new ModelDownloads(store, download_codec, std::move(coded)));
 }
 
-Result<std::shared_ptr<const std::string>> ModelDownloads::Float32(uint64_t version,
-                                                                   const std::shared_ptr<const ModelState>& current) {
+Result<std::shared_ptr<const Payload>> ModelDownloads::Float32(uint64_t version,
+                                                               const std::shared_ptr<const ModelState>& current) {
   if (version == current->version()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!float32_ || float32_version_ != version) {
-      float32_ = std::make_shared<const std::string>(EncodeSafetensors(*current));
+      float32_ = Payload::SafetensorsOf(current);
       float32_version_ = version;
     }
     return float32_;
   }
   PLEXUS_ASSIGN_OR_RETURN(ModelState m, store_->Checkpoint(version));  // a file read, without the lock
-  return std::make_shared<const std::string>(EncodeSafetensors(m));
+  return Payload::SafetensorsOf(std::move(m));
 }
 
 Result<CodedDownloads::Download> ModelDownloads::Coded(uint64_t version, const std::string& base_sha256,

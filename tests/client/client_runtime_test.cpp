@@ -92,7 +92,7 @@ class InProcessTransport : public FederationTransport {
     }
     return Status::Ok();
   }
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> sent) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const Payload> sent) override {
     const std::string payload = sent->ToString();
     uploads_resuming_.push_back(h.resume);
     codecs_used_.push_back(h.codec);

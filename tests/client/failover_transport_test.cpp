@@ -35,7 +35,7 @@ class FakeTransport final : public FederationTransport {
     return PollAnswer{};
   }
   Status Download(uint64_t, DownloadSink*) override { return Call(); }
-  Result<UploadAck> Upload(const UploadHeader&, std::shared_ptr<const UploadPayload>) override {
+  Result<UploadAck> Upload(const UploadHeader&, std::shared_ptr<const Payload>) override {
     PLEXUS_RETURN_IF_ERROR(Call());
     return NotFoundError("unknown task");  // an answer: the server is alive
   }
@@ -81,7 +81,7 @@ TEST_F(FailoverTransportTest, AnyAnswerShowsTheServerAliveAndOneServerNeverSwitc
   EXPECT_FALSE(t->Poll("c", 0).ok());
   clock_.AdvanceMs(1500);
   servers_["a:1"].up = true;
-  EXPECT_EQ(t->Upload(UploadHeader{}, UploadPayload::Of(std::string())).status().code(),
+  EXPECT_EQ(t->Upload(UploadHeader{}, Payload::Of(std::string())).status().code(),
             StatusCode::kNotFound);  // an error, but an answer
   servers_["a:1"].up = false;
   clock_.AdvanceMs(1500);

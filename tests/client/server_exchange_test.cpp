@@ -36,7 +36,7 @@ class EngineTransport final : public FederationTransport {
     const std::string bytes = EncodeSafetensors(m);
     return sink->Append(std::string_view(bytes).substr(sink->received()), bytes.size());
   }
-  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const UploadPayload> sent) override {
+  Result<UploadAck> Upload(const UploadHeader& h, std::shared_ptr<const Payload> sent) override {
     const std::string payload = sent->ToString();
     std::lock_guard<std::mutex> lock(*mu_);
     PLEXUS_ASSIGN_OR_RETURN(ModelState delta, DecodeSafetensors(payload));

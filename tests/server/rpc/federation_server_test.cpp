@@ -810,7 +810,7 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   h.resume = true;  // as the client runtime marks a retry
   // Sent as the client runtime sends it: the prefix, then the values from the delta's own memory
   // (the resumed part lies in those; the payload's SHA-256 is over both).
-  ASSERT_OK(transport->Upload(h, UploadPayload::SafetensorsOf(ModelState(delta))));
+  ASSERT_OK(transport->Upload(h, Payload::SafetensorsOf(ModelState(delta))));
   EXPECT_EQ(fed.UploadsResumed(), 1);
   const ServerMetrics m = fed.server->metrics();
   EXPECT_EQ(m.upload_bytes_resumed, int64_t{2} << 20);                       // the part held was not sent again
@@ -818,6 +818,33 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().data()[6], 1.5f);  // base 0 + the one delta, assembled right
   EXPECT_EQ(fed.engine->model().data()[599999], static_cast<float>(599999 % 7) * 0.25f);
+}
+
+// A float32 download is served from the published model's own values (and an older version's
+// from its checkpoint read back): whole, and resumed from within the prefix and from within the
+// values, off the chunks' boundaries, every byte is the model's safetensors encoding.
+TEST(DownloadServingTest, AVersionDownloadsWholeAndResumedFromAnyByte) {
+  BigModelServer fed;
+  auto transport = MakeGrpcFederationTransport(fed.target);
+  ASSERT_OK(transport->Join("a", 10, "test"));
+  const Task t = transport->Poll("a", 1000)->task;
+  ModelState delta = ModelState::ZerosLike(fed.model);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 13) * 0.25f;
+  ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));
+  ASSERT_EQ(fed.engine->model().version(), 1u);
+  ModelState older = fed.model;
+  older.set_version(0);
+  const std::string expected[2] = {EncodeSafetensors(older), EncodeSafetensors(fed.engine->model())};
+  for (uint64_t version : {1u, 0u}) {
+    const std::string& whole = expected[version];
+    for (size_t from : {size_t{0}, size_t{5}, (size_t{1} << 20) + 3}) {
+      std::string bytes = whole.substr(0, from);
+      StringDownloadSink sink(&bytes);
+      ASSERT_OK(transport->Download(version, &sink)) << "version " << version << " from byte " << from;
+      EXPECT_EQ(sink.total(), whole.size());
+      EXPECT_TRUE(bytes == whole) << "version " << version << " from byte " << from;
+    }
+  }
 }
 
 // A store that lends the memory uploads are decoded into (as SqliteStore lends its update files
@@ -869,7 +896,7 @@ TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
   ModelState delta = ModelState::ZerosLike(fed.model);
   for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
   // 2.4 MB, 64 KB at a time; the first chunk is the prefix and the start of the delta's own values.
-  ASSERT_OK(transport->Upload(HeaderFor("a", t), UploadPayload::SafetensorsOf(ModelState(delta))));
+  ASSERT_OK(transport->Upload(HeaderFor("a", t), Payload::SafetensorsOf(ModelState(delta))));
   ASSERT_TRUE(fed.server->status().finished);
   EXPECT_EQ(fed.engine->model().ContentSha256(), [&] {
     ModelState expected = fed.model;

@@ -1,4 +1,4 @@
-#include "client/upload_payload.h"
+#include "core/payload.h"
 
 #include <gtest/gtest.h>
 
@@ -16,12 +16,12 @@ ModelState Delta() {
   return m;
 }
 
-TEST(UploadPayloadTest, AFloat32UpdateIsItsSafetensorsBytesWithTheValuesWhereTheDeltaKeepsThem) {
+TEST(PayloadTest, AModelIsItsSafetensorsBytesWithTheValuesWhereTheModelKeepsThem) {
   ModelState delta = Delta();
   const std::string encoded = EncodeSafetensors(delta);
   const std::string prefix = SafetensorsPrefix(delta);
   const char* values = reinterpret_cast<const char*>(delta.data().data());
-  const std::shared_ptr<const UploadPayload> p = UploadPayload::SafetensorsOf(std::move(delta));
+  const std::shared_ptr<const Payload> p = Payload::SafetensorsOf(std::move(delta));
   EXPECT_EQ(p->head(), prefix);
   EXPECT_EQ(p->body().data(), values);  // not copied
   EXPECT_EQ(p->size(), encoded.size());
@@ -29,19 +29,30 @@ TEST(UploadPayloadTest, AFloat32UpdateIsItsSafetensorsBytesWithTheValuesWhereThe
   EXPECT_EQ(p->Sha256Hex(), Sha256Hex(encoded));
 }
 
-TEST(UploadPayloadTest, BytesAreTheirOwnPayload) {
+TEST(PayloadTest, ASharedModelIsServedFromItsOwnValuesAndKeptAliveByThePayload) {
+  auto model = std::make_shared<const ModelState>(Delta());
+  const std::string encoded = EncodeSafetensors(*model);
+  const char* values = reinterpret_cast<const char*>(model->data().data());
+  std::shared_ptr<const Payload> p = Payload::SafetensorsOf(model);
+  EXPECT_EQ(p->body().data(), values);  // not copied
+  EXPECT_EQ(p->Sha256Hex(), Sha256Hex(encoded));
+  model.reset();  // the payload is now the model's only owner
+  EXPECT_EQ(p->ToString(), encoded);
+}
+
+TEST(PayloadTest, BytesAreTheirOwnPayload) {
   const std::string bytes = "coded update bytes";
-  const std::shared_ptr<const UploadPayload> p = UploadPayload::Of(bytes);
+  const std::shared_ptr<const Payload> p = Payload::Of(bytes);
   EXPECT_EQ(p->size(), bytes.size());
   EXPECT_EQ(p->ToString(), bytes);
   EXPECT_EQ(p->Sha256Hex(), Sha256Hex(bytes));
 
   const auto shared = std::make_shared<const std::string>(std::string(5000, 'x'));
-  const std::shared_ptr<const UploadPayload> q = UploadPayload::Of(shared);
+  const std::shared_ptr<const Payload> q = Payload::Of(shared);
   EXPECT_EQ(q->head().size() + q->body().size(), shared->size());
   EXPECT_EQ(q->body().data(), shared->data());  // shared, not copied
   EXPECT_EQ(q->ToString(), *shared);
-  EXPECT_EQ(UploadPayload::Of(std::string())->size(), 0u);
+  EXPECT_EQ(Payload::Of(std::string())->size(), 0u);
 }
 
 }  // namespace

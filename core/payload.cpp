@@ -1,0 +1,55 @@
+#include "core/payload.h"
+
+#include <utility>
+
+#include "core/safetensors.h"
+
+namespace plexus {
+namespace {
+
+std::string_view ValuesOf(const ModelState& model) {
+  return std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
+}
+
+}  // namespace
+
+std::shared_ptr<const Payload> Payload::Of(std::string bytes) {
+  std::shared_ptr<Payload> p(new Payload());
+  p->head_ = std::move(bytes);
+  return p;
+}
+
+std::shared_ptr<const Payload> Payload::Of(std::shared_ptr<const std::string> bytes) {
+  std::shared_ptr<Payload> p(new Payload());
+  p->body_ = *bytes;
+  p->owner_ = std::move(bytes);
+  return p;
+}
+
+std::shared_ptr<const Payload> Payload::SafetensorsOf(ModelState model) {
+  std::shared_ptr<Payload> p(new Payload());
+  p->head_ = SafetensorsPrefix(model);
+  p->model_.emplace(std::move(model));
+  p->body_ = ValuesOf(*p->model_);  // taken after the move: the buffer moved with it
+  return p;
+}
+
+std::shared_ptr<const Payload> Payload::SafetensorsOf(std::shared_ptr<const ModelState> model) {
+  std::shared_ptr<Payload> p(new Payload());
+  p->head_ = SafetensorsPrefix(*model);
+  p->body_ = ValuesOf(*model);
+  p->owner_ = std::move(model);
+  return p;
+}
+
+std::string Payload::Sha256Hex() const { return plexus::Sha256Hex({head_, body_}); }
+
+std::string Payload::ToString() const {
+  std::string out;
+  out.reserve(size());
+  out += head_;
+  out += body_;
+  return out;
+}
+
+}  // namespace plexus
