@@ -12,15 +12,10 @@
 #include "compute/script_model.h"
 #include "compute/torch_training.h"
 #include "core/rng.h"
+#include "core/shape_text.h"
 
 namespace plexus {
 namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // The module's federated tensors, in ModelState order: parameters, then floating-point buffers.
 struct NamedTensors {

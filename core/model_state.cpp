@@ -20,20 +20,12 @@
 
 #include "core/crc32c.h"
 #include "core/model_content.h"
+#include "core/shape_text.h"
 
 namespace plexus {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "Plexus assumes a little-endian host");
-
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
 
 struct MdCtxDeleter {
   void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
@@ -71,8 +63,7 @@ Result<ModelState> ModelState::CreateUninitialized(const std::vector<TensorSpec>
     if (!seen.insert(t.name).second) return InvalidArgumentError("duplicate tensor name '" + t.name + "'");
     size_t numel = 1;
     for (int64_t d : t.shape) {
-      if (d < 0)
-        return InvalidArgumentError("tensor '" + t.name + "' has a negative dimension " + ShapeString(t.shape));
+      if (d < 0) return InvalidArgumentError("tensor '" + t.name + "' has a negative dimension " + ShapeText(t.shape));
       numel *= static_cast<size_t>(d);
     }
     m.slots_.push_back(TensorSlot{t.name, t.shape, offset, numel});
@@ -129,8 +120,8 @@ Status ModelState::CheckSameLayout(const ModelState& expected) const {
                                   "'");
     }
     if (a.shape != b.shape) {
-      return InvalidArgumentError("tensor '" + a.name + "' has shape " + ShapeString(a.shape) + ", expected " +
-                                  ShapeString(b.shape));
+      return InvalidArgumentError("tensor '" + a.name + "' has shape " + ShapeText(a.shape) + ", expected " +
+                                  ShapeText(b.shape));
     }
   }
   return Status::Ok();
