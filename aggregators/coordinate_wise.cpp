@@ -308,9 +308,11 @@ std::vector<double> ReduceSortedCoordinates(std::span<const float* const> deltas
   if (n == 0 || p == 0) return out;
   // The n rows of a block: within about 32 KiB (L1) under 16 rows, where the reducer reads the
   // sorted rows straight after the kernel wrote them (128 KiB blocks measured no faster there),
-  // within about 128 KiB (L2) from 16 rows, where the tiles load each value once per three layers
-  // and the longer rows let the prefetchers stream each input.
-  const size_t block_floats = n < 16 ? 8192 : 32768;
+  // about 512 KiB (L2) from 16 rows, where the tiles load each value once per three layers: each
+  // block reads a run of every input, and with 100 inputs a run of 128 KiB / 100 (1.3 KB) was too
+  // short for the prefetchers to stream; 512 KiB blocks (5 KB runs) sorted the median of 100 on
+  // one thread 15-30% faster (1 and 4 MiB no faster again: docs/benchmarks.md).
+  const size_t block_floats = n < 16 ? 8192 : 131072;
   const size_t block = std::max<size_t>(16, (block_floats / n) & ~size_t{7});
   const size_t blocks = (p + block - 1) / block;
   // Each aligned group of 16 rows sorted in registers as it is read in (simd::SortGroupsOf16),
