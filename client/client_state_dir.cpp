@@ -21,7 +21,7 @@ namespace plexus {
 namespace {
 
 constexpr char kIdFile[] = "client-id";
-constexpr char kPayloadFile[] = "upload.safetensors";
+constexpr char kUploadPayloadFile[] = "upload.safetensors";
 constexpr char kUploadHeaderFile[] = "upload.header";
 constexpr char kModelPrefix[] = "model-";
 constexpr char kResidualFile[] = "residual.safetensors";
@@ -204,13 +204,13 @@ Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view
   }
   // The header goes last: a payload without a header is an unfinished save, and is ignored.
   RemoveQuietly(File(kUploadHeaderFile));
-  PLEXUS_RETURN_IF_ERROR(WriteFileAtomically(File(kPayloadFile), {payload, rest}));
+  PLEXUS_RETURN_IF_ERROR(WriteFileAtomically(File(kUploadPayloadFile), {payload, rest}));
   return WriteFileAtomically(File(kUploadHeaderFile), {header.str()});
 }
 
 std::optional<PendingUpload> ClientStateDir::LoadPendingUpload() {
   std::optional<std::string> header = ReadKept(File(kUploadHeaderFile), kSmallFileBytes);
-  std::optional<std::string> payload = ReadKept(File(kPayloadFile), max_model_bytes_);
+  std::optional<std::string> payload = ReadKept(File(kUploadPayloadFile), max_model_bytes_);
   if (!header || !payload) {
     DropPendingUpload();
     return std::nullopt;
@@ -317,7 +317,7 @@ std::optional<OptimizerState> ClientStateDir::LoadOptimizerState() const {
 
 void ClientStateDir::DropPendingUpload() {
   RemoveQuietly(File(kUploadHeaderFile));
-  RemoveQuietly(File(kPayloadFile));
+  RemoveQuietly(File(kUploadPayloadFile));
 }
 
 }  // namespace plexus

@@ -59,8 +59,8 @@ class ClientStateDir {
   // Forgets what is kept of `version` (it did not verify).
   void DropModel(uint64_t version);
 
-  // Keeps an update (its header and payload: the bytes of `payload` then of `rest`, as an
-  // Payload's head and body) until DropPendingUpload, replacing an earlier one.
+  // Keeps an update (its header and payload: the bytes of `payload` then of `rest`, a Payload's
+  // head and body) until DropPendingUpload, replacing an earlier one.
   Status SavePendingUpload(const UploadHeader& header, std::string_view payload, std::string_view rest = {});
   // The kept upload; nullopt when there is none or its files are torn or do not match (those
   // are removed).
