@@ -34,6 +34,14 @@ namespace {
 
 using ::plexus::testing::StatusIs;
 
+// A delta shaped like `like` whose value i is (i % period) * step: a large upload whose bytes
+// would show a chunk landing at the wrong offset.
+ModelState PatternDelta(const ModelState& like, size_t period, float step) {
+  ModelState delta = ModelState::ZerosLike(like);
+  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % period) * step;
+  return delta;
+}
+
 UploadHeader HeaderFor(const std::string& client, const Task& t) {
   UploadHeader h;
   h.client_id = client;
@@ -793,8 +801,7 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   auto transport = MakeGrpcFederationTransport(fed.target);
   ASSERT_OK(transport->Join("a", 10, "test"));
   const Task t = transport->Poll("a", 1000)->task;
-  ModelState delta = ModelState::ZerosLike(fed.model);
-  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 7) * 0.25f;
+  const ModelState delta = PatternDelta(fed.model, 7, 0.25f);
   const std::string payload = EncodeSafetensors(delta);
 
   fed.UploadAndDisconnect(t, payload, 2, /*cancel=*/true);
@@ -828,8 +835,7 @@ TEST(DownloadServingTest, AVersionDownloadsWholeAndResumedFromAnyByte) {
   auto transport = MakeGrpcFederationTransport(fed.target);
   ASSERT_OK(transport->Join("a", 10, "test"));
   const Task t = transport->Poll("a", 1000)->task;
-  ModelState delta = ModelState::ZerosLike(fed.model);
-  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 13) * 0.25f;
+  const ModelState delta = PatternDelta(fed.model, 13, 0.25f);
   ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));
   ASSERT_EQ(fed.engine->model().version(), 1u);
   ModelState older = fed.model;
@@ -875,8 +881,7 @@ TEST(UploadMemoryTest, UploadsAreDecodedWhereTheStoreLendsAndStoredFromThere) {
   auto transport = MakeGrpcFederationTransport("127.0.0.1:" + std::to_string(server->port()));
   ASSERT_OK(transport->Join("a", 10, "test"));
   const Task t = transport->Poll("a", 1000)->task;
-  ModelState delta = ModelState::ZerosLike(model);
-  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
+  const ModelState delta = PatternDelta(model, 5, 0.5f);
   ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));
   EXPECT_TRUE(store.stored_in_lent_memory);
   ASSERT_TRUE(server->status().finished);
@@ -893,8 +898,7 @@ TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
   auto transport = MakeGrpcFederationTransport(fed.target);
   ASSERT_OK(transport->Join("a", 10, "test"));
   const Task t = transport->Poll("a", 1000)->task;
-  ModelState delta = ModelState::ZerosLike(fed.model);
-  for (size_t i = 0; i < delta.num_params(); ++i) delta.data()[i] = static_cast<float>(i % 5) * 0.5f;
+  const ModelState delta = PatternDelta(fed.model, 5, 0.5f);
   // 2.4 MB, 64 KB at a time; the first chunk is the prefix and the start of the delta's own values.
   ASSERT_OK(transport->Upload(HeaderFor("a", t), Payload::SafetensorsOf(ModelState(delta))));
   ASSERT_TRUE(fed.server->status().finished);
