@@ -723,7 +723,20 @@ struct BigModelServer {
     target = "127.0.0.1:" + std::to_string(server->port());
     stub = v1::Federation::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   }
-  ~BigModelServer() { server->Shutdown(); }
+  ~BigModelServer() {
+    transport.reset();
+    server->Shutdown();
+  }
+
+  // Client "a" joins through `transport` (gRPC, made here) and gets the round's one task; a
+  // failure is reported and leaves the task's id empty.
+  Task JoinA() {
+    transport = MakeGrpcFederationTransport(target);
+    EXPECT_OK(transport->Join("a", 10, "test"));
+    Result<PollAnswer> answer = transport->Poll("a", 1000);
+    EXPECT_OK(answer.status());
+    return answer.ok() ? answer->task : Task{};
+  }
 
   int64_t UploadsResumed() {
     grpc::ClientContext ctx;
@@ -794,13 +807,14 @@ struct BigModelServer {
   std::unique_ptr<FederationServer> server;
   std::string target;
   std::unique_ptr<v1::Federation::Stub> stub;
+  std::unique_ptr<FederationTransport> transport;  // JoinA's
 };
 
 TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
   BigModelServer fed;
-  auto transport = MakeGrpcFederationTransport(fed.target);
-  ASSERT_OK(transport->Join("a", 10, "test"));
-  const Task t = transport->Poll("a", 1000)->task;
+  const Task t = fed.JoinA();
+  ASSERT_FALSE(t.task_id.empty());
+  auto& transport = fed.transport;
   const ModelState delta = PatternDelta(fed.model, 7, 0.25f);
   const std::string payload = EncodeSafetensors(delta);
 
@@ -832,9 +846,9 @@ TEST(UploadResumeTest, AnInterruptedUploadResumesWhereItStopped) {
 // values, off the chunks' boundaries, every byte is the model's safetensors encoding.
 TEST(DownloadServingTest, AVersionDownloadsWholeAndResumedFromAnyByte) {
   BigModelServer fed;
-  auto transport = MakeGrpcFederationTransport(fed.target);
-  ASSERT_OK(transport->Join("a", 10, "test"));
-  const Task t = transport->Poll("a", 1000)->task;
+  const Task t = fed.JoinA();
+  ASSERT_FALSE(t.task_id.empty());
+  auto& transport = fed.transport;
   const ModelState delta = PatternDelta(fed.model, 13, 0.25f);
   ASSERT_OK(transport->Upload(HeaderFor("a", t), EncodeSafetensors(delta)));
   ASSERT_EQ(fed.engine->model().version(), 1u);
@@ -895,9 +909,9 @@ TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
   DoorLimits limits;
   limits.adaptive_flow_control = false;
   BigModelServer fed(limits);
-  auto transport = MakeGrpcFederationTransport(fed.target);
-  ASSERT_OK(transport->Join("a", 10, "test"));
-  const Task t = transport->Poll("a", 1000)->task;
+  const Task t = fed.JoinA();
+  ASSERT_FALSE(t.task_id.empty());
+  auto& transport = fed.transport;
   const ModelState delta = PatternDelta(fed.model, 5, 0.5f);
   // 2.4 MB, 64 KB at a time; the first chunk is the prefix and the start of the delta's own values.
   ASSERT_OK(transport->Upload(HeaderFor("a", t), Payload::SafetensorsOf(ModelState(delta))));
@@ -911,9 +925,9 @@ TEST(FlowControlTest, WithFixedWindowsAMultiChunkUploadArrivesWhole) {
 
 TEST(UploadResumeTest, ResumesThatDoNotMatchAreRefusedAndTheClientStartsOver) {
   BigModelServer fed;
-  auto transport = MakeGrpcFederationTransport(fed.target);
-  ASSERT_OK(transport->Join("a", 10, "test"));
-  const Task t = transport->Poll("a", 1000)->task;
+  const Task t = fed.JoinA();
+  ASSERT_FALSE(t.task_id.empty());
+  auto& transport = fed.transport;
   ModelState delta = ModelState::ZerosLike(fed.model);
   const std::string payload = EncodeSafetensors(delta);
 
