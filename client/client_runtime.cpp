@@ -380,7 +380,7 @@ ClientStep ClientRuntime::Train(const Task& task) {
   if (options_.state) {
     // Kept until the server answers, so that a restart sends it (or its rest) instead of
     // training again.
-    if (Status kept = options_.state->SavePendingUpload(h, payload->head(), payload->body()); !kept.ok()) {
+    if (Status kept = options_.state->SavePendingUpload(h, *payload); !kept.ok()) {
       spdlog::warn("task {}: update not kept on disk: {}", task.task_id, kept.ToString());
     }
   }
@@ -456,9 +456,7 @@ void ClientRuntime::SaveUpdateCopy(const Task& task, const TrainedDelta& trained
       (task.task_id + ".n" + std::to_string(trained.outcome.num_examples) + ".safetensors");
   std::error_code ec;
   std::filesystem::create_directories(path.parent_path(), ec);
-  const std::string prefix = SafetensorsPrefix(trained.delta);
-  const std::string_view values(reinterpret_cast<const char*>(trained.delta.data().data()), trained.delta.num_bytes());
-  if (Status s = WriteFileAtomically(path.string(), {prefix, values}); !s.ok()) {
+  if (Status s = WriteSafetensorsFile(path.string(), trained.delta); !s.ok()) {
     spdlog::warn("task {}: no copy of the update kept: {}", task.task_id, s.ToString());
   }
 }

@@ -189,7 +189,7 @@ void ClientStateDir::DropModel(uint64_t version) {
   RemoveQuietly(ModelFile(version, false));
 }
 
-Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view payload, std::string_view rest) {
+Status ClientStateDir::SavePendingUpload(const UploadHeader& h, const Payload& payload) {
   if (!OneLine(h.client_id) || !OneLine(h.task_id) || !OneLine(h.codec)) {
     return InvalidArgumentError("an id or codec with a line break");
   }
@@ -197,14 +197,14 @@ Status ClientStateDir::SavePendingUpload(const UploadHeader& h, std::string_view
   header.precision(17);
   header << "client_id=" << h.client_id << "\ntask_id=" << h.task_id << "\nbase_version=" << h.base_version
          << "\nnum_examples=" << h.num_examples << "\nlocal_steps=" << h.local_steps
-         << "\npayload_sha256=" << Sha256Hex({payload, rest}) << "\ncodec=" << h.codec << "\n";
+         << "\npayload_sha256=" << payload.Sha256Hex() << "\ncodec=" << h.codec << "\n";
   for (const auto& [name, value] : h.metrics) {
     if (!OneLine(name) || name.find('=') != std::string::npos) continue;
     header << "metric." << name << "=" << value << "\n";
   }
   // The header goes last: a payload without a header is an unfinished save, and is ignored.
   RemoveQuietly(File(kUploadHeaderFile));
-  PLEXUS_RETURN_IF_ERROR(WriteFileAtomically(File(kUploadPayloadFile), {payload, rest}));
+  PLEXUS_RETURN_IF_ERROR(WriteFileAtomically(File(kUploadPayloadFile), {payload.head(), payload.body()}));
   return WriteFileAtomically(File(kUploadHeaderFile), {header.str()});
 }
 

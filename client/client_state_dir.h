@@ -15,6 +15,7 @@
 #include "client/federation_transport.h"
 #include "compute/trainer.h"
 #include "core/model_state.h"
+#include "core/payload.h"
 #include "core/status.h"
 
 namespace plexus {
@@ -59,9 +60,8 @@ class ClientStateDir {
   // Forgets what is kept of `version` (it did not verify).
   void DropModel(uint64_t version);
 
-  // Keeps an update (its header and payload: the bytes of `payload` then of `rest`, a Payload's
-  // head and body) until DropPendingUpload, replacing an earlier one.
-  Status SavePendingUpload(const UploadHeader& header, std::string_view payload, std::string_view rest = {});
+  // Keeps an update (its header and payload) until DropPendingUpload, replacing an earlier one.
+  Status SavePendingUpload(const UploadHeader& header, const Payload& payload);
   // The kept upload; nullopt when there is none or its files are torn or do not match (those
   // are removed).
   std::optional<PendingUpload> LoadPendingUpload();

@@ -537,7 +537,7 @@ TEST_F(ClientRestartTest, AKeptUpdateOfAnotherClientIsDroppedAndTheClientGoesOn)
   // restarted client does not send it as its own.
   PendingUpload kept = *state_->LoadPendingUpload();
   kept.header.client_id = "someone-else";
-  ASSERT_OK(state_->SavePendingUpload(kept.header, kept.payload));
+  ASSERT_OK(state_->SavePendingUpload(kept.header, *Payload::Of(kept.payload)));
 
   InProcessTransport second(engine_.get(), &store_);
   ClientRuntime client(StateOptions(), &second, CountingFactory(), DatasetView::All(data_));

@@ -81,7 +81,7 @@ TEST_F(ClientStateDirTest, StartingANewVersionDropsTheOthers) {
 }
 
 TEST_F(ClientStateDirTest, APendingUploadComesBackWhole) {
-  ASSERT_OK(state_->SavePendingUpload(Header(), std::string(3000, 'x')));
+  ASSERT_OK(state_->SavePendingUpload(Header(), *Payload::Of(std::string(3000, 'x'))));
   std::optional<PendingUpload> p = Reopen()->LoadPendingUpload();
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->header.client_id, "edge-7");
@@ -96,7 +96,7 @@ TEST_F(ClientStateDirTest, APendingUploadComesBackWhole) {
 }
 
 TEST_F(ClientStateDirTest, ATornOrAlteredPendingUploadIsDroppedNotSent) {
-  ASSERT_OK(state_->SavePendingUpload(Header(), std::string(3000, 'x')));
+  ASSERT_OK(state_->SavePendingUpload(Header(), *Payload::Of(std::string(3000, 'x'))));
   {
     std::ofstream cut(dir_ + "/upload.safetensors", std::ios::binary | std::ios::trunc);
     cut << std::string(1000, 'x');  // a payload cut short (a crash of the machine, say)
@@ -104,11 +104,11 @@ TEST_F(ClientStateDirTest, ATornOrAlteredPendingUploadIsDroppedNotSent) {
   EXPECT_FALSE(state_->LoadPendingUpload().has_value());
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/upload.safetensors"));  // removed
 
-  ASSERT_OK(state_->SavePendingUpload(Header(), "payload"));
+  ASSERT_OK(state_->SavePendingUpload(Header(), *Payload::Of("payload")));
   std::filesystem::remove(dir_ + "/upload.header");  // the save did not finish
   EXPECT_FALSE(state_->LoadPendingUpload().has_value());
 
-  ASSERT_OK(state_->SavePendingUpload(Header(), "payload"));
+  ASSERT_OK(state_->SavePendingUpload(Header(), *Payload::Of("payload")));
   {
     std::ofstream garbled(dir_ + "/upload.header", std::ios::app);
     garbled << "local_steps=many\n";
