@@ -32,29 +32,36 @@ bool CopyCheckingFinite(float* dst, const float* src, size_t len);
 // out[j] = base[j] + k * sum[j], rounded to float.
 void ApplyScaledSum(float* out, const float* base, const double* sum, double k, size_t len);
 
+// The comparator kernels below (ApplyComparators, SortGroupsOf16, SortRowsUnder16,
+// ApplyComparatorTiles) are written three times with the same bits: portable C++ (GCC's vector
+// type: NEON, SSE2, whatever the target has), AVX2 (eight columns at a time) and AVX-512 (sixteen,
+// with 32 registers); each takes the widest the CPU runs, or the one asked for.
+enum class ComparatorIsa { kPortable, kAvx2, kAvx512 };
+// Whether this CPU (and this build's target) runs `isa`'s kernels; kPortable always.
+bool CpuRuns(ComparatorIsa isa);
+
 // Applies a comparator network column by column to rows[i] = block + i * stride, each len
 // floats: for each comparator (a, b) = (pairs[2c], pairs[2c + 1]) in order, (rows[a][j], rows[b][j])
 // becomes (min, max): swapped when rows[b][j] < rows[a][j], else left (a permutation of each
 // column's bits: of +0 and -0 neither is lost).
 void ApplyComparators(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
-// ApplyComparators without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
-void ApplyComparatorsPortable(float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
+// With the kernels of `isa` (the portable ones where !CpuRuns(isa)): the same bits (tests).
+void ApplyComparators(ComparatorIsa isa, float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len);
 
 // Rows come in groups of 16: for each group g < groups, block + (16g + i) * stride, i < 16, becomes
 // rows[16g + i] (len floats each) sorted column by column, the smallest in row 16g: the values
 // ApplyComparators gives with Batcher's network for 16 (each column's values sorted), with the 16
-// rows of eight columns held in registers, one load and one store per value instead of two of
-// each per comparator.
+// rows of eight or sixteen columns held in registers, one load and one store per value instead
+// of two of each per comparator.
 void SortGroupsOf16(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
-// SortGroupsOf16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
-void SortGroupsOf16Portable(float* block, size_t stride, const float* const* rows, size_t groups, size_t len);
+void SortGroupsOf16(ComparatorIsa isa, float* block, size_t stride, const float* const* rows, size_t groups,
+                    size_t len);
 
 // rows[i] (len floats each) become block + i * stride, i < n, sorted column by column, the
 // smallest in row 0, by Batcher's network for n wires held in registers (one load and one store
 // per value, and no copy of the rows before the network runs). REQUIRES: n < 16.
 void SortRowsUnder16(float* block, size_t stride, const float* const* rows, size_t n, size_t len);
-// SortRowsUnder16 without the AVX2 kernel it takes where the CPU has AVX2: the same bits (tests).
-void SortRowsUnder16Portable(float* block, size_t stride, const float* const* rows, size_t n, size_t len);
+void SortRowsUnder16(ComparatorIsa isa, float* block, size_t stride, const float* const* rows, size_t n, size_t len);
 
 // Layers of comparators over eight rows of a block, by the rows' places in the tile (0..7); in
 // every layer the smaller value goes to the lower place, swapped only when the higher place holds
@@ -85,11 +92,12 @@ struct ComparatorTile {
   TileLayers layers;
 };
 // For each tile in order: its eight rows' first len floats, column by column, through its
-// layers. With AVX2 each tile's rows of eight columns are held in registers: one load and one
-// store per value for eight or twelve comparators, instead of two of each per comparator.
+// layers. With AVX2 or AVX-512 each tile's rows of eight or sixteen columns are held in
+// registers: one load and one store per value for eight or twelve comparators, instead of two of
+// each per comparator.
 void ApplyComparatorTiles(float* block, size_t stride, const ComparatorTile* tiles, size_t count, size_t len);
-// ApplyComparatorTiles without the AVX2 kernel: the same bits (tests).
-void ApplyComparatorTilesPortable(float* block, size_t stride, const ComparatorTile* tiles, size_t count, size_t len);
+void ApplyComparatorTiles(ComparatorIsa isa, float* block, size_t stride, const ComparatorTile* tiles, size_t count,
+                          size_t len);
 
 // sum_j a[j] * b[j] in float (callers keep len to a cache block and add the blocks in double).
 float Dot(const float* a, const float* b, size_t len);
