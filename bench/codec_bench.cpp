@@ -9,10 +9,13 @@
 // coded one read (checked) and folded straight from its codes, per codec with a coded form.
 #include <benchmark/benchmark.h>
 
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "aggregators/registry.h"
 #include "compression/codec.h"
+#include "core/crc32c.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 
@@ -105,6 +108,29 @@ void BM_CheckFinite(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * values.size_bytes()));
 }
 BENCHMARK(BM_CheckFinite)->Arg(65536)->Arg(kValues)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3);
+
+// The CRC-32C that guards each frame of a plaintext peer link and names a model's content in its
+// tasks (core/crc32c.h): over a 256 KB chunk, in cache as a received chunk is, and over the whole
+// delta, by each way this CPU runs (an error row for a way it does not).
+void BM_Crc32c(benchmark::State& state, Crc32cPath path) {
+  if (!Crc32cRunsOnThisCpu(path)) return state.SkipWithError("this CPU does not run this path");
+  const std::span<const float> values = Delta().data().subspan(0, static_cast<size_t>(state.range(0)));
+  const std::string_view bytes(reinterpret_cast<const char*>(values.data()), values.size_bytes());
+  for (auto _ : state) benchmark::DoNotOptimize(ExtendCrc32c(path, 0, bytes));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes.size()));
+}
+BENCHMARK_CAPTURE(BM_Crc32c, instruction, Crc32cPath::kInstruction)
+    ->Arg(65536)
+    ->Arg(kValues)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3);
+BENCHMARK_CAPTURE(BM_Crc32c, folding, Crc32cPath::kFolding)
+    ->Arg(65536)
+    ->Arg(kValues)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Repetitions(3);
 
 void BM_FoldFloat32(benchmark::State& state) {
   auto fedavg = BegunFedAvg();

@@ -25,31 +25,46 @@ TEST(Crc32c, MatchesThePublishedCheckValues) {
   EXPECT_EQ(Crc32c(ascending), 0x46dd794eu);
   EXPECT_EQ(Crc32c(descending), 0x113fdb5cu);
   EXPECT_EQ(Crc32c(""), 0u);
-  EXPECT_EQ(ExtendCrc32cPortable(0, "123456789"), 0xe3069283u);
-  RecordProperty("hardware", Crc32cUsesHardware() ? "yes" : "no");
+  EXPECT_EQ(ExtendCrc32c(Crc32cPath::kTable, 0, "123456789"), 0xe3069283u);
+  RecordProperty("instruction", Crc32cRunsOnThisCpu(Crc32cPath::kInstruction) ? "yes" : "no");
+  RecordProperty("folding", Crc32cRunsOnThisCpu(Crc32cPath::kFolding) ? "yes" : "no");
 }
 
-RC_GTEST_PROP(Crc32cProperties, ExtendingEqualsTheCrcOfTheWholeOnEitherPath,
+RC_GTEST_PROP(Crc32cProperties, ExtendingEqualsTheCrcOfTheWholeOnEveryPath,
               (const std::string& a, const std::string& b)) {
   const uint32_t whole = Crc32c(a + b);
   RC_ASSERT(ExtendCrc32c(Crc32c(a), b) == whole);
-  RC_ASSERT(ExtendCrc32cPortable(ExtendCrc32cPortable(0, a), b) == whole);
+  for (Crc32cPath path : {Crc32cPath::kTable, Crc32cPath::kInstruction, Crc32cPath::kFolding}) {
+    RC_ASSERT(ExtendCrc32c(path, ExtendCrc32c(path, 0, a), b) == whole);
+  }
 }
 
-// The hardware path joins three streams over blocks of 3 x 8192 and 3 x 256 bytes: lengths
-// around those edges, at every alignment, against the table path.
-TEST(Crc32c, EveryLengthAroundTheBlockEdgesMatchesTheTablePath) {
+// Each faster path against the table, at lengths around its edges and at every alignment: the
+// instruction's three streams over blocks of 3 x 8192 and 3 x 256 bytes; folding's 256-byte
+// steps from 512 bytes, and the tail the instruction takes after them.
+class Crc32cPathTest : public testing::TestWithParam<Crc32cPath> {};
+
+TEST_P(Crc32cPathTest, EveryLengthAroundTheBlockEdgesMatchesTheTablePath) {
+  const Crc32cPath path = GetParam();
+  if (!Crc32cRunsOnThisCpu(path)) GTEST_SKIP() << "this CPU does not run this path";
   std::string bytes(3 * 8192 * 2 + 3 * 256 + 40, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
-  for (size_t length : {size_t{0}, size_t{7}, size_t{767}, size_t{768}, size_t{769}, size_t{24575}, size_t{24576},
-                        size_t{24577}, size_t{24576 + 768 + 9}, bytes.size() - 8}) {
+  for (size_t length : {size_t{0}, size_t{7}, size_t{255}, size_t{256}, size_t{511}, size_t{512}, size_t{513},
+                        size_t{767}, size_t{768}, size_t{769}, size_t{1023}, size_t{1024}, size_t{1279}, size_t{24575},
+                        size_t{24576}, size_t{24577}, size_t{24576 + 768 + 9}, bytes.size() - 8}) {
     for (size_t offset = 0; offset < 8; ++offset) {
       const std::string_view piece = std::string_view(bytes).substr(offset, length);
-      EXPECT_EQ(Crc32c(piece), ExtendCrc32cPortable(0, piece)) << length << " bytes at " << offset;
-      EXPECT_EQ(ExtendCrc32c(0x12345678u, piece), ExtendCrc32cPortable(0x12345678u, piece)) << length;
+      EXPECT_EQ(ExtendCrc32c(path, 0, piece), ExtendCrc32c(Crc32cPath::kTable, 0, piece))
+          << length << " bytes at " << offset;
+      EXPECT_EQ(ExtendCrc32c(path, 0x12345678u, piece), ExtendCrc32c(Crc32cPath::kTable, 0x12345678u, piece)) << length;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Path, Crc32cPathTest, testing::Values(Crc32cPath::kInstruction, Crc32cPath::kFolding),
+                         [](const testing::TestParamInfo<Crc32cPath>& info) {
+                           return std::string(info.param == Crc32cPath::kFolding ? "Folding" : "Instruction");
+                         });
 
 RC_GTEST_PROP(Crc32cProperties, AnyFlippedBitChangesIt, (const std::string& bytes)) {
   RC_PRE(!bytes.empty());
