@@ -26,28 +26,11 @@ shm=""
 if [ -d /dev/shm ]; then shm=$(mktemp -d -p /dev/shm); fi
 trap 'rm -rf "$disk" ${shm:+"$shm"}' EXIT
 
-# The disk's synced sequential write rate with one synced write of `mb` MB at a time, over a file
-# written once before (as the store writes over its spare files): the better of that and of a
-# fresh file, so the yardstick is the disk's best.
-synced_write_rate() {
-  local mb=$1 count=$2 out bytes seconds fresh
-  out=$(LC_ALL=C dd if=/dev/zero of="$disk/dd.bin" bs="${mb}M" count="$count" oflag=direct,dsync 2>&1 | tail -1)
-  bytes=$(echo "$out" | awk '{print $1}')
-  seconds=$(echo "$out" | sed -E 's/.* copied, ([0-9.e+-]+) s.*/\1/')
-  fresh=$(awk -v b="$bytes" -v s="$seconds" 'BEGIN { printf "%.2f", b / s / 1e9 }')
-  out=$(LC_ALL=C dd if=/dev/zero of="$disk/dd.bin" bs="${mb}M" count="$count" oflag=direct,dsync conv=notrunc 2>&1 |
-    tail -1)
-  rm -f "$disk/dd.bin"
-  bytes=$(echo "$out" | awk '{print $1}')
-  seconds=$(echo "$out" | sed -E 's/.* copied, ([0-9.e+-]+) s.*/\1/')
-  awk -v b="$bytes" -v s="$seconds" -v f="$fresh" 'BEGIN { r = b / s / 1e9; printf "%.2f", (r > f ? r : f) }'
-}
-
 for size in "1000000 300 4" "10000000 150 40"; do
   read -r params updates mb <<<"$size"
   echo "### ${mb} MB updates"
   echo
-  rate=$(synced_write_rate "$mb" $((400 / mb)))
+  rate=$(bench/synced_write_rate.sh "$disk" "$mb" $((400 / mb)))
   echo "Database on disk ($(df --output=source "$disk" | tail -1)); the disk's synced write rate" \
     "(dd bs=${mb}M oflag=direct,dsync, the better of a fresh file and writing over it): ${rate} GB/s"
   echo

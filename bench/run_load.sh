@@ -28,7 +28,8 @@
 #               own baseline: bench/raw_rounds moving the same rounds' bytes over loopback TCP and
 #               nothing else (each model to every client, each update back, the next round's
 #               downloads after the last upload; a server process and a clients process, a
-#               thread per client), measured just before the federation.
+#               thread per client), measured just before the federation; and each on the disk,
+#               the disk's synced write rate at the update's size (bench/synced_write_rate.sh).
 # usage: bench/run_load.sh [load|throughput|endtoend|all]   (default all)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
@@ -66,11 +67,12 @@ run() {
     >"$work/$name.load.json" 2>"$work/$name.load.log"
   wait $pid
   echo "   $(grep -c 'refused' "$work/$name.load.log" || true) warnings from the clients" >&2
-  python3 - "$name" "$work/$name.load.json" "$work/$name.json" "$baseline" "${RAW:-}" >>"$work/rows" <<'PY'
+  python3 - "$name" "$work/$name.load.json" "$work/$name.json" "$baseline" "${RAW:-}" "${SYNCED:-}" >>"$work/rows" <<'PY'
 import json, sys
 name, load, server = sys.argv[1], json.loads(open(sys.argv[2]).read()), json.load(open(sys.argv[3]))
 baseline = float(sys.argv[4])
 raw = json.loads(sys.argv[5])["update_bytes_per_s"] if sys.argv[5] else None
+synced = float(sys.argv[6]) * 1e9 if sys.argv[6] else None
 print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s']:.0f} | "
       f"{load['update_bytes_per_s'] / 1e9:.2f} GB/s | {load['update_bytes_per_s'] / baseline:.2f} | "
       f"{load['refused']} refused, {load['errors']} errors | "
@@ -78,7 +80,8 @@ print(f"| {name} | {load['clients']} | {load['updates']} | {load['updates_per_s'
       f"{load['update_bytes'] / server['cpu_time_s'] / 1e9:.2f} GB | "
       + (lambda t: f"{t['mean_ms']:.0f} ms ({t['share_of_version_interval']:.0%}) |" if t else "- |")(
           server.get("transfers", {}).get("after_last_upload"))
-      + (f" {raw / 1e9:.2f} GB/s, {load['update_bytes_per_s'] / raw:.2f} |" if raw else " - |"))
+      + (f" {raw / 1e9:.2f} GB/s, {load['update_bytes_per_s'] / raw:.2f} |" if raw else " - |")
+      + (f" {synced / 1e9:.2f} GB/s, {load['update_bytes_per_s'] / synced:.2f} |" if synced else " - |"))
 PY
   port=$((port + 1))
 }
@@ -127,11 +130,13 @@ if [ "$what" = endtoend ] || [ "$what" = all ]; then
       shm=$(mktemp -d -p /dev/shm)
       DB_DIR=$shm
     fi
-    # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB.
-    RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) DB_DIR=$DB_DIR \
+    # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB. On the disk, its
+    # synced write rate at the update's size as the second baseline.
+    synced() { if [ $where = disk ]; then bench/synced_write_rate.sh "$work" "$1" $((400 / $1)); fi; }
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) SYNCED=$(synced 4) DB_DIR=$DB_DIR \
       run "sync-10-clients-1e6-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 60
-    RAW=$(build/bench/raw_rounds --clients 10 --mb 40 --rounds 6) DB_DIR=$DB_DIR \
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 40 --rounds 6) SYNCED=$(synced 40) DB_DIR=$DB_DIR \
       run "sync-10-clients-1e7-db-on-$where" 10 --initial-model "$work/model-1e7.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 6
   done
@@ -169,6 +174,6 @@ if [ "$what" = throughput ] || [ "$what" = all ]; then
 fi
 python3 -c "print(f'Baseline: one loopback TCP stream, {$baseline / 1e9:.2f} GB/s.')"
 echo
-echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second | after the last upload (share) | raw rounds of the same bytes, and the run's rate against it |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| run | clients | updates | updates/s | update bytes/s | vs loopback TCP | refused / errors | wall time | server peak RSS | server CPU | updates per server CPU-second | after the last upload (share) | raw rounds of the same bytes, and the run's rate against it | the disk's synced write (dd), and the run's rate against it |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 cat "$work/rows"
