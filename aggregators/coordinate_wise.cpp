@@ -32,7 +32,7 @@ void MedianRows(const float* const* rows, size_t n, size_t len, double* out, con
 void TrimmedMeanRows(const float* const* rows, size_t n, size_t len, double* out, const void* arg) {
   const size_t k = *static_cast<const size_t*>(arg);
   std::fill(out, out + len, 0.0);
-  for (size_t i = k; i < n - k; ++i) simd::Add(out, rows[i], len);
+  simd::AddRows(out, rows + k, n - 2 * k, len);
   const double inv = 1.0 / static_cast<double>(n - 2 * k);
   for (size_t c = 0; c < len; ++c) out[c] *= inv;
 }
