@@ -472,8 +472,8 @@ const ComparatorIsa kWidest = CpuRuns(ComparatorIsa::kAvx512) ? ComparatorIsa::k
                                                               : ComparatorIsa::kPortable;
 }  // namespace
 
-void SortGroupsOf16(ComparatorIsa isa, float* block, size_t stride, const float* const* rows, size_t groups,
-                    size_t len) {
+void SortGroupsOf16([[maybe_unused]] ComparatorIsa isa, float* block, size_t stride, const float* const* rows,
+                    size_t groups, size_t len) {
 #if defined(__x86_64__)
   if (isa == ComparatorIsa::kAvx512 && kHasAvx512) return SortGroupsOf16Avx512(block, stride, rows, groups, len);
   if (isa == ComparatorIsa::kAvx2 && kHasAvx2) return SortGroupsOf16Avx2(block, stride, rows, groups, len);
@@ -481,7 +481,8 @@ void SortGroupsOf16(ComparatorIsa isa, float* block, size_t stride, const float*
   SortGroupsOf16Portable(block, stride, rows, groups, len);
 }
 
-void SortRowsUnder16(ComparatorIsa isa, float* block, size_t stride, const float* const* rows, size_t n, size_t len) {
+void SortRowsUnder16([[maybe_unused]] ComparatorIsa isa, float* block, size_t stride, const float* const* rows,
+                     size_t n, size_t len) {
 #if defined(__x86_64__)
   if (isa == ComparatorIsa::kAvx512 && kHasAvx512) return kSortRowsAvx512[n](block, stride, rows, len);
   if (isa == ComparatorIsa::kAvx2 && kHasAvx2) return kSortRowsAvx2[n](block, stride, rows, len);
@@ -489,7 +490,8 @@ void SortRowsUnder16(ComparatorIsa isa, float* block, size_t stride, const float
   SortRowsUnder16Portable(block, stride, rows, n, len);
 }
 
-void ApplyComparators(ComparatorIsa isa, float* block, size_t stride, const uint32_t* pairs, size_t count, size_t len) {
+void ApplyComparators([[maybe_unused]] ComparatorIsa isa, float* block, size_t stride, const uint32_t* pairs,
+                      size_t count, size_t len) {
 #if defined(__x86_64__)
   if (isa == ComparatorIsa::kAvx512 && kHasAvx512) return ApplyComparatorsAvx512(block, stride, pairs, count, len);
   if (isa == ComparatorIsa::kAvx2 && kHasAvx2) return ApplyComparatorsAvx2(block, stride, pairs, count, len);
@@ -497,8 +499,8 @@ void ApplyComparators(ComparatorIsa isa, float* block, size_t stride, const uint
   ApplyComparatorsPortable(block, stride, pairs, count, len);
 }
 
-void ApplyComparatorTiles(ComparatorIsa isa, float* block, size_t stride, const ComparatorTile* tiles, size_t count,
-                          size_t len) {
+void ApplyComparatorTiles([[maybe_unused]] ComparatorIsa isa, float* block, size_t stride, const ComparatorTile* tiles,
+                          size_t count, size_t len) {
 #if defined(__x86_64__)
   if (isa == ComparatorIsa::kAvx512 && kHasAvx512) return ApplyComparatorTilesAvx512(block, stride, tiles, count, len);
   if (isa == ComparatorIsa::kAvx2 && kHasAvx2) return ApplyComparatorTilesAvx2(block, stride, tiles, count, len);
