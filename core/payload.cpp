@@ -3,15 +3,9 @@
 #include <utility>
 
 #include "core/safetensors.h"
+#include "core/value_bytes.h"
 
 namespace plexus {
-namespace {
-
-std::string_view ValuesOf(const ModelState& model) {
-  return std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
-}
-
-}  // namespace
 
 std::shared_ptr<const Payload> Payload::Of(std::string bytes) {
   std::shared_ptr<Payload> p(new Payload());
@@ -30,14 +24,14 @@ std::shared_ptr<const Payload> Payload::SafetensorsOf(ModelState model) {
   std::shared_ptr<Payload> p(new Payload());
   p->head_ = SafetensorsPrefix(model);
   p->model_.emplace(std::move(model));
-  p->body_ = ValuesOf(*p->model_);  // taken after the move: the buffer moved with it
+  p->body_ = ValueBytes(*p->model_);  // taken after the move: the buffer moved with it
   return p;
 }
 
 std::shared_ptr<const Payload> Payload::SafetensorsOf(std::shared_ptr<const ModelState> model) {
   std::shared_ptr<Payload> p(new Payload());
   p->head_ = SafetensorsPrefix(*model);
-  p->body_ = ValuesOf(*model);
+  p->body_ = ValueBytes(*model);
   p->owner_ = std::move(model);
   return p;
 }

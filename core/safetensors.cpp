@@ -3,6 +3,7 @@
 #include "core/atomic_file.h"
 #include "core/crc32c.h"
 #include "core/model_content.h"
+#include "core/value_bytes.h"
 
 #include <nlohmann/json.hpp>
 
@@ -107,7 +108,7 @@ std::string EncodeSafetensors(const ModelState& model) {
   std::string out;
   out.reserve(prefix.size() + model.num_bytes());
   out += prefix;
-  out.append(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
+  out += ValueBytes(model);
   return out;
 }
 
@@ -263,9 +264,7 @@ Result<ModelState> SafetensorsStreamDecoder::Finish() && {
 }
 
 std::string SafetensorsStreamDecoder::ReceivedSha256() const {
-  const std::string_view data =
-      model_ ? std::string_view(reinterpret_cast<const char*>(model_->data().data()), data_received_)
-             : std::string_view();
+  const std::string_view data = model_ ? ValueBytes(*model_).substr(0, data_received_) : std::string_view();
   return Sha256Hex({std::string_view(header_), data});
 }
 
@@ -329,9 +328,7 @@ Result<ModelState> ReadSafetensorsFile(const std::string& path) {
 Status WriteSafetensorsFile(const std::string& path, const ModelState& model,
                             const std::map<std::string, std::string>& metadata) {
   // The header, then the values straight from the model: no encoded copy of a model-sized buffer.
-  return WriteFileAtomically(path,
-                             {SafetensorsPrefix(model, metadata),
-                              std::string_view(reinterpret_cast<const char*>(model.data().data()), model.num_bytes())});
+  return WriteFileAtomically(path, {SafetensorsPrefix(model, metadata), ValueBytes(model)});
 }
 
 }  // namespace plexus

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "core/value_bytes.h"
 #include "crdt/crdt_replica.h"
 
 namespace plexus::gossip {
@@ -90,9 +91,7 @@ void CrdtPulls::Answer(PeerLinks::Link* c, const CrdtReplica* replica, const v1:
       w->set_sha256(Sha256Hex(*stream.coded));
     } else {
       stream.prefix = std::make_shared<const std::string>(SafetensorsPrefix(*stream.model));
-      const std::string_view values(reinterpret_cast<const char*>(stream.model->data().data()),
-                                    stream.model->num_bytes());
-      w->set_sha256(Sha256Hex({*stream.prefix, values}));
+      w->set_sha256(Sha256Hex({*stream.prefix, ValueBytes(*stream.model)}));
     }
     w->set_total_bytes(stream.size());
     w->set_stream(links_->QueueStream(c, std::move(stream)));

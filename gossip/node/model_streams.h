@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/model_state.h"
+#include "core/value_bytes.h"
 #include "gossip/node/frame.h"
 #include "plexus/v1/gossip.pb.h"
 
@@ -67,7 +68,7 @@ struct OutboundStream {
   // empty). Valid while the stream holds its model.
   std::array<std::string_view, 2> Pieces(size_t n) const {
     if (coded) return {std::string_view(), std::string_view(*coded).substr(offset, n)};
-    const std::string_view values(reinterpret_cast<const char*>(model->data().data()), model->num_bytes());
+    const std::string_view values = ValueBytes(*model);
     size_t at = offset;
     std::string_view head;
     if (at < prefix->size()) {

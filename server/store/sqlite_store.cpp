@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/safetensors.h"
+#include "core/value_bytes.h"
 #include "server/store/sqlite_store_files.h"
 #include "sqlite/sqlite_statement.h"
 
@@ -224,7 +225,7 @@ Result<std::string> SqliteStore::WriteCheckpointFileLocked(const ModelState& mod
   // Over a pruned checkpoint's file where there is one (renamed to the temporary name the write
   // goes through): its blocks are reused, so the file system allocates and journals nothing.
   const bool recycled = TakeSpareFileLocked(checkpoint_dir_, &spare_checkpoints_, path + ".tmp");
-  const std::string_view values(reinterpret_cast<const char*>(model.data().data()), model.num_bytes());
+  const std::string_view values = ValueBytes(model);
   PLEXUS_RETURN_IF_ERROR(recycled ? WriteFileAtomicallyOver(path, {StoredFilePrefix(model), values})
                                   : WriteFileAtomically(path, {StoredFilePrefix(model), values}));
   return name;

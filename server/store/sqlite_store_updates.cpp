@@ -10,6 +10,7 @@
 #include "core/atomic_file.h"
 #include "core/file_contents.h"
 #include "core/safetensors.h"
+#include "core/value_bytes.h"
 #include "server/store/sqlite_store.h"
 #include "server/store/sqlite_store_files.h"
 #include "sqlite/sqlite_statement.h"
@@ -150,11 +151,8 @@ Status SqliteStore::PutUpdateRow(int64_t round, int64_t attempt, const Update& u
       }
       path = updates_dir_ + "/" + row.file;
     }
-    PLEXUS_RETURN_IF_ERROR(
-        u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
-                : WriteFileInPlaceSynced(path, {StoredFilePrefix(u.delta),
-                                                std::string_view(reinterpret_cast<const char*>(u.delta.data().data()),
-                                                                 u.delta.num_bytes())}));
+    PLEXUS_RETURN_IF_ERROR(u.coded ? WriteFileInPlaceSynced(path, {u.coded->bytes()})
+                                   : WriteFileInPlaceSynced(path, {StoredFilePrefix(u.delta), ValueBytes(u.delta)}));
   }
   // Group commit: the first caller to find no commit running commits every row queued by then
   // (one directory sync, one transaction, one WAL sync); the others wait for the commit that
