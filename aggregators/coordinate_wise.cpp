@@ -31,8 +31,12 @@ void MedianRows(const float* const* rows, size_t n, size_t len, double* out, con
 // between them is exactly the middle multiset); summed in row order.
 void TrimmedMeanRows(const float* const* rows, size_t n, size_t len, double* out, const void* arg) {
   const size_t k = *static_cast<const size_t*>(arg);
+  // Four rows a pass over the sums, each value added in row order (weights of one are exact).
+  constexpr double kOnes[4] = {1.0, 1.0, 1.0, 1.0};
   std::fill(out, out + len, 0.0);
-  simd::AddRows(out, rows + k, n - 2 * k, len);
+  for (size_t i = k; i < n - k; i += 4) {
+    simd::WeightedSumUpTo4(out, rows + i, kOnes, std::min<size_t>(4, n - k - i), len, /*store=*/false);
+  }
   const double inv = 1.0 / static_cast<double>(n - 2 * k);
   for (size_t c = 0; c < len; ++c) out[c] *= inv;
 }

@@ -583,23 +583,4 @@ PLEXUS_SIMD_CLONES double SquaredNorm(const float* x, size_t len) {
   return s;
 }
 
-// Four rows a pass: acc is read and written once per four rows instead of once per row, and each
-// value is still added to it in row order (the bits of one row at a time).
-PLEXUS_SIMD_CLONES void AddRows(double* __restrict acc, const float* const* rows, size_t count, size_t len) {
-  size_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    const float* __restrict x0 = rows[i];
-    const float* __restrict x1 = rows[i + 1];
-    const float* __restrict x2 = rows[i + 2];
-    const float* __restrict x3 = rows[i + 3];
-#pragma omp simd
-    for (size_t j = 0; j < len; ++j) acc[j] = (((acc[j] + x0[j]) + x1[j]) + x2[j]) + x3[j];
-  }
-  for (; i < count; ++i) {
-    const float* __restrict x = rows[i];
-#pragma omp simd
-    for (size_t j = 0; j < len; ++j) acc[j] += x[j];
-  }
-}
-
 }  // namespace plexus::simd

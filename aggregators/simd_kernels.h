@@ -109,7 +109,4 @@ void Dot4(const float* a, const float* const* b, size_t len, float* out);
 // sum_j x[j]^2 in double.
 double SquaredNorm(const float* x, size_t len);
 
-// acc[j] += rows[i][j] for i < count, added in that order (the bits of adding one row at a time).
-void AddRows(double* acc, const float* const* rows, size_t count, size_t len);
-
 }  // namespace plexus::simd
