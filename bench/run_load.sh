@@ -123,6 +123,8 @@ fi
 model 1e6 "$work/model-1e6.safetensors"
 model 1e7 "$work/model-1e7.safetensors"
 if [ "$what" = endtoend ] || [ "$what" = all ]; then
+  # synced MB: on the disk, its synced write rate at the update's size (the second baseline).
+  synced() { if [ "$where" = disk ]; then bench/synced_write_rate.sh "$work" "$1" $((400 / $1)); fi; }
   for where in disk tmpfs; do
     DB_DIR=$work
     if [ $where = tmpfs ]; then
@@ -130,9 +132,7 @@ if [ "$what" = endtoend ] || [ "$what" = all ]; then
       shm=$(mktemp -d -p /dev/shm)
       DB_DIR=$shm
     fi
-    # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB. On the disk, its
-    # synced write rate at the update's size as the second baseline.
-    synced() { if [ $where = disk ]; then bench/synced_write_rate.sh "$work" "$1" $((400 / $1)); fi; }
+    # About 2.4 GB of updates each: 60 rounds of 10 x 4 MB, 6 of 10 x 40 MB.
     RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) SYNCED=$(synced 4) DB_DIR=$DB_DIR \
       run "sync-10-clients-1e6-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 60
