@@ -5,19 +5,14 @@
 #include <cstring>
 
 #include "core/crc32c.h"
+#include "core/little_endian.h"
 #include "core/model_state.h"
 
 namespace plexus::gossip {
 namespace {
 
-void PutU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
+void PutU32(char* p, uint32_t v) { PutLittleEndian(v, 4, p); }
+uint32_t GetU32(const char* p) { return static_cast<uint32_t>(GetLittleEndian(p, 4)); }
 
 Status CrcMismatch(uint32_t stream, uint32_t index) {
   return DataLossError("chunk " + std::to_string(index) + " of model stream " + std::to_string(stream) +

@@ -12,6 +12,9 @@
 #include <utility>
 
 #include "core/atomic_file.h"
+#include "core/crc32c.h"
+#include "core/file_contents.h"
+#include "core/little_endian.h"
 #include "core/safetensors.h"
 #include "core/value_bytes.h"
 #include "server/store/sqlite_store_files.h"
@@ -123,7 +126,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
                                {"accepted_updates", "file"},
                                {"accepted_updates", "codec"},
                                {"rounds", "num_refused"},
-                               {"merged_updates", "update_sha256"}}) {
+                               {"merged_updates", "update_sha256"},
+                               {"aggregator_state", "file"}}) {
     if (Status s = AddColumn(db, table, column); !s.ok()) {
       sqlite3_close(db);
       return s.WithContext("open database '" + path + "'");
@@ -132,6 +136,12 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
   std::unique_ptr<SqliteStore> store(new SqliteStore(db, in_memory ? std::string() : path + ".checkpoints",
                                                      in_memory ? std::string() : path + ".updates"));
   store->lock_fd_ = lock_fd;
+  {
+    Stmt st(db, "SELECT file FROM aggregator_state WHERE id = 0 AND file IS NOT NULL");
+    if (st.prepared("find the strategy state's file").ok() && st.Step() == SQLITE_ROW) {
+      store->state_file_ = st.Text(0);
+    }
+  }
   if (!in_memory && access == Access::kExclusive) {
     std::lock_guard<std::mutex> lock(store->mu_);
     Result<std::vector<std::string>> named = store->AcceptedUpdateFilesLocked("", 0, 0);
@@ -142,6 +152,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path, 
     Stmt files(db, "SELECT file FROM checkpoints WHERE file IS NOT NULL");
     if (files.prepared("list checkpoint files").ok()) {
       while (files.Step() == SQLITE_ROW) checkpoints.insert(files.Text(0));
+      if (!store->state_file_.empty()) checkpoints.insert(store->state_file_);
       RemoveOrphans(store->checkpoint_dir_, checkpoints);
     }
   }
@@ -231,6 +242,24 @@ Result<std::string> SqliteStore::WriteCheckpointFileLocked(const ModelState& mod
   return name;
 }
 
+Result<std::string> SqliteStore::WriteStateFileLocked(std::string_view state) {
+  PLEXUS_RETURN_IF_ERROR(EnsureDirLocked(checkpoint_dir_, &checkpoint_dir_ready_));
+  const std::string name = state_file_ == sqlite_store::kStateFileNames[0] ? sqlite_store::kStateFileNames[1]
+                                                                           : sqlite_store::kStateFileNames[0];
+  const std::string path = checkpoint_dir_ + "/" + name;
+  char header[sqlite_store::kStateFileHeaderBytes];
+  std::memcpy(header, sqlite_store::kStateFileMagic, sizeof sqlite_store::kStateFileMagic);
+  PutLittleEndian(state.size(), 8, header + 8);
+  PutLittleEndian(Crc32c(state), 4, header + 16);
+  // A name written before is durable already (it was synced into the folder when first made,
+  // and Open keeps only the one a row names); a new one needs the folder synced.
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  PLEXUS_RETURN_IF_ERROR(WriteFileInPlaceSynced(path, {std::string_view(header, sizeof header), state}));
+  if (!existed) PLEXUS_RETURN_IF_ERROR(SyncDirectory(checkpoint_dir_));
+  return name;
+}
+
 Result<std::optional<std::string>> SqliteStore::StoredCheckpointSha256Locked(uint64_t version) {
   Stmt find(db_, "SELECT sha256 FROM checkpoints WHERE version = ?");
   PLEXUS_RETURN_IF_ERROR(find.prepared("find checkpoint"));
@@ -284,6 +313,10 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   const std::optional<PreparedCheckpoint> prepared = std::exchange(prepared_, std::nullopt);
   const bool file_written = prepared && prepared->version == model.version() &&
                             prepared->values == model.data().data() && prepared->bytes == model.num_bytes();
+  std::string state_file;  // empty: the state goes into its row
+  if (!checkpoint_dir_.empty() && aggregator_state.size() >= sqlite_store::kStateFileMinBytes) {
+    PLEXUS_ASSIGN_OR_RETURN(state_file, WriteStateFileLocked(aggregator_state));
+  }
   SqliteTransaction transaction(db_);
   PLEXUS_RETURN_IF_ERROR(transaction.status());
   Status s = PutCheckpointLocked(model, r.model_sha256, file_written);
@@ -309,8 +342,14 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
     s = RunStatement(db_, st, "record merged update of round " + std::to_string(r.round));
   }
   if (s.ok()) {
-    Stmt st(db_, "INSERT OR REPLACE INTO aggregator_state(id, version, state) VALUES(0,?,?)");
-    st.Bind(1, static_cast<int64_t>(r.model_version)).BindBlob(2, std::string(aggregator_state));
+    Stmt st(db_, "INSERT OR REPLACE INTO aggregator_state(id, version, state, file) VALUES(0,?,?,?)");
+    st.Bind(1, static_cast<int64_t>(r.model_version));
+    // A zero-length blob when the state is in its file or empty, never NULL (the column is NOT
+    // NULL, and an empty view may have no pointer, which SQLite binds as NULL).
+    std::string_view inline_state("", 0);
+    if (state_file.empty() && !aggregator_state.empty()) inline_state = aggregator_state;
+    st.BindBlobNoCopy(2, inline_state);
+    if (!state_file.empty()) st.Bind(3, state_file);
     s = RunStatement(db_, st, "store the strategy state of round " + std::to_string(r.round));
   }
   // The open round's accepted updates (sync mode) go, and the log entries the record names.
@@ -335,6 +374,8 @@ Status SqliteStore::CommitRound(const RoundRecord& r, const ModelState& model, s
   }
   PLEXUS_RETURN_IF_ERROR(s);  // the transaction rolls back
   PLEXUS_RETURN_IF_ERROR(transaction.Commit());
+  // The file the row named before stays, to be written over by the next large state.
+  state_file_ = std::move(state_file);
   RemoveUpdateFilesLocked(*obsolete);
   PruneCheckpointsLocked(r.model_version);
   return Status::Ok();
@@ -554,12 +595,28 @@ Result<std::optional<ModelState>> SqliteStore::LatestCheckpoint() {
 
 Result<std::string> SqliteStore::AggregatorState() {
   std::lock_guard<std::mutex> lock(mu_);
-  Stmt st(db_, "SELECT state FROM aggregator_state WHERE id = 0");
+  Stmt st(db_, "SELECT state, file FROM aggregator_state WHERE id = 0");
   PLEXUS_RETURN_IF_ERROR(st.prepared("strategy state"));
   const int rc = st.Step();
   if (rc == SQLITE_DONE) return std::string();
   if (rc != SQLITE_ROW) return SqliteError(db_, rc, "strategy state");
-  return st.Text(0);
+  if (st.IsNull(1)) return st.Text(0);
+  const std::string name = st.Text(1);
+  if (name != sqlite_store::kStateFileNames[0] && name != sqlite_store::kStateFileNames[1]) {
+    return DataLossError("the strategy state's row names '" + name + "', which is not a state file");
+  }
+  const std::string path = checkpoint_dir_ + "/" + name;
+  Result<std::string> contents = ReadFileContents(path);
+  if (!contents.ok()) return DataLossError("the strategy state's file: " + contents.status().message());
+  const std::string_view bytes = *contents;
+  const size_t header = sqlite_store::kStateFileHeaderBytes;
+  if (bytes.size() < header ||
+      std::memcmp(bytes.data(), sqlite_store::kStateFileMagic, sizeof sqlite_store::kStateFileMagic) != 0 ||
+      GetLittleEndian(bytes.data() + 8, 8) != bytes.size() - header ||
+      GetLittleEndian(bytes.data() + 16, 4) != Crc32c(bytes.substr(header))) {
+    return DataLossError("the strategy state's file '" + path + "' is damaged (its size or CRC-32C does not match)");
+  }
+  return contents->substr(header);
 }
 
 Result<ModelState> SqliteStore::Checkpoint(uint64_t version) {

@@ -110,6 +110,13 @@ class SqliteStore final : public Store {
   // The checkpoint's file of `model`, durable (temporary file, sync, rename), over a pruned
   // checkpoint's file where there is one. Returns its name in checkpoint_dir_.
   Result<std::string> WriteCheckpointFileLocked(const ModelState& model);
+  // A strategy state of kStateFileMinBytes or more (a server optimizer's moments: 8 or 16 bytes
+  // per parameter) goes to a file in checkpoint_dir_, not into its row: through SQLite it was
+  // written twice (the WAL, then the checkpoint of the WAL into the database) a page at a time,
+  // most of a round's close with FedAdam. Two names in turn: the file the committed row names
+  // stays whole until the next commit names the other, which is written over in place (its
+  // blocks and pages reused) and synced first. Returns the name written.
+  Result<std::string> WriteStateFileLocked(std::string_view state);
   // The SHA-256 stored with `version`'s checkpoint; nullopt when there is none.
   Result<std::optional<std::string>> StoredCheckpointSha256Locked(uint64_t version);
   Result<ModelState> CheckpointLocked(uint64_t version);
@@ -188,6 +195,7 @@ class SqliteStore final : public Store {
   SparePool spare_updates_;            // guarded by mu_
   uint64_t update_folder_syncs_ = 0;   // guarded by mu_
   SparePool spare_checkpoints_{.renamed = true, .files = {}, .bytes = 0};  // guarded by mu_
+  std::string state_file_;  // guarded by mu_; the strategy state's file the committed row names, if any
   // The model whose file PrepareCheckpoint wrote, for the CommitRound that follows (which
   // forgets it either way). Identified by version and memory: the caller commits that object.
   struct PreparedCheckpoint {

@@ -32,6 +32,17 @@ inline std::string StoredFilePrefix(const ModelState& model) {
                                                    : SafetensorsPrefix(model);
 }
 
+// A strategy's state (Aggregator::SaveState) of at least this size is kept in a file next to the
+// checkpoints, under one of two names used in turn (SqliteStore::WriteStateFileLocked); smaller
+// ones stay in their row.
+inline constexpr size_t kStateFileMinBytes = size_t{64} << 10;
+inline constexpr const char* kStateFileNames[2] = {"strategy-state-a", "strategy-state-b"};
+
+// A state file: this header (magic, the state's size and its CRC-32C, little-endian), then the
+// state's bytes. The CRC catches a damaged file at restore, where the row alone cannot.
+inline constexpr char kStateFileMagic[8] = {'P', 'X', 'S', 'T', 'A', 'T', 'E', '1'};
+inline constexpr size_t kStateFileHeaderBytes = 8 + 8 + 4;
+
 // Asynchronous modes log their acknowledged updates (Store::LogUpdate) in the accepted-updates
 // table as round 0, which no sync round has, with the sequence number as the attempt.
 inline constexpr int64_t kLogRound = 0;

@@ -140,6 +140,27 @@ TEST_P(StoreConformanceTest, StrategyStateIsCommittedWithItsRound) {
   EXPECT_EQ(*store_->AggregatorState(), "");
 }
 
+// A server optimizer's moments: 16 bytes per parameter, megabytes for a small model.
+TEST_P(StoreConformanceTest, LargeStrategyStatesAreCommittedWithTheirRounds) {
+  ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
+  RoundRecord r;
+  std::string state(size_t{1} << 20, '\0');
+  for (uint64_t round = 1; round <= 3; ++round) {
+    for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<char>((i * 31 + round) & 0xff);
+    r.round = static_cast<int64_t>(round);
+    r.model_version = round;
+    ASSERT_OK(store_->CommitRound(r, Model(round, 1.0f), state));
+    EXPECT_EQ(*store_->AggregatorState(), state) << round;
+  }
+  const std::string refused(state.size(), 'x');
+  EXPECT_FALSE(store_->CommitRound(r, Model(3, 1.0f), refused).ok());  // version 3 again: nothing changes
+  EXPECT_EQ(*store_->AggregatorState(), state);
+  r.round = 4;
+  r.model_version = 4;
+  ASSERT_OK(store_->CommitRound(r, Model(4, 1.0f), "small"));
+  EXPECT_EQ(*store_->AggregatorState(), "small");
+}
+
 TEST_P(StoreConformanceTest, MergedUpdatesTravelWithTheirRound) {
   ASSERT_OK(store_->PutCheckpoint(Model(0, 0.0f)));
   RoundRecord r;
@@ -597,6 +618,77 @@ TEST(SqliteStoreTest, SurvivesReopen) {
   EXPECT_EQ((*s->LatestCheckpoint())->data()[1], 4.0f);
   EXPECT_EQ(*s->AggregatorState(), "momentum");
   EXPECT_EQ(s->ListClients()->size(), 1u);
+}
+
+// A large strategy state lives in a file next to the checkpoints, under one of two names in turn
+// (the committed one stays whole while the next is written); its row holds no copy.
+TEST(SqliteStoreTest, LargeStrategyStatesAreFilesCheckedWhenRead) {
+  ScratchDatabase db("plexus_state_file");
+  const std::string dir = db.path() + ".checkpoints/";
+  auto state_files = [&] {
+    std::vector<std::string> names;
+    for (const char* name : {"strategy-state-a", "strategy-state-b"}) {
+      if (std::filesystem::exists(dir + name)) names.push_back(name);
+    }
+    return names;
+  };
+  std::string state(size_t{256} << 10, '\0');
+  {
+    auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+    ASSERT_OK(s->PutCheckpoint(Filled(6, 0, 1.0f)));
+    RoundRecord r;
+    for (uint64_t round = 1; round <= 3; ++round) {
+      for (size_t i = 0; i < state.size(); ++i) state[i] = static_cast<char>((i * 7 + round) & 0xff);
+      r.round = static_cast<int64_t>(round);
+      r.model_version = round;
+      ASSERT_OK(s->CommitRound(r, Filled(6, round, 2.0f), state));
+      EXPECT_EQ(state_files().size(), round == 1 ? 1u : 2u) << round;
+    }
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT length(state), file FROM aggregator_state", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int64(st, 0), 0);                                                    // no copy in the row
+    EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)), "strategy-state-a");  // a, b, a
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  {
+    // An owner reopening keeps the named file and removes the other, which no row names.
+    auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+    EXPECT_EQ(state_files(), (std::vector<std::string>{"strategy-state-a"}));
+    EXPECT_EQ(*s->AggregatorState(), state);
+    // The next state goes to the other name; the named one is untouched until its row changes.
+    RoundRecord r;
+    r.round = 4;
+    r.model_version = 4;
+    std::string next(state.size(), 'n');
+    ASSERT_OK(s->CommitRound(r, Filled(6, 4, 2.0f), next));
+    EXPECT_EQ(state_files().size(), 2u);
+    EXPECT_EQ(*s->AggregatorState(), next);
+    // One byte of the state changed in the file: the CRC-32C in its header no longer matches.
+    {
+      std::fstream f(dir + "strategy-state-b", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-1, std::ios::end);
+      f.put('m');
+    }
+    EXPECT_THAT(s->AggregatorState(), StatusIs(StatusCode::kDataLoss, "damaged"));
+    std::filesystem::resize_file(dir + "strategy-state-b", 100);
+    EXPECT_THAT(s->AggregatorState(), StatusIs(StatusCode::kDataLoss, "damaged"));
+    std::filesystem::remove(dir + "strategy-state-b");
+    EXPECT_THAT(s->AggregatorState(), StatusIs(StatusCode::kDataLoss, "strategy state's file"));
+  }
+  {
+    // An edited database cannot point the store at a file of its choosing.
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, "UPDATE aggregator_state SET file = '../v1.safetensors'", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+    auto s = *SqliteStore::Open(db.path());
+    EXPECT_THAT(s->AggregatorState(), StatusIs(StatusCode::kDataLoss, "not a state file"));
+  }
 }
 
 // A second server on the same database once took over the first one's open round: the owner's
