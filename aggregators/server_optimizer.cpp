@@ -23,7 +23,9 @@ ModelState NextVersion(const ModelState& base) {
 std::string PackState(const std::string& tag, std::initializer_list<const std::vector<double>*> vectors) {
   if ((*vectors.begin())->empty()) return {};
   const uint64_t n = (*vectors.begin())->size();
-  std::string out = tag + "\n";
+  std::string out;
+  out.reserve(tag.size() + 1 + sizeof n + vectors.size() * n * sizeof(double));  // one allocation, no regrowth
+  out.append(tag).append("\n");
   out.append(reinterpret_cast<const char*>(&n), sizeof n);
   for (const std::vector<double>* v : vectors) out.append(reinterpret_cast<const char*>(v->data()), n * sizeof(double));
   return out;

@@ -96,6 +96,7 @@ Result<std::unique_ptr<AsyncEngine>> AsyncEngine::Open(const AsyncOptions& optio
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->buffer_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
+  e->head_state_ = std::make_shared<const std::string>(std::move(restored.aggregator_state));
   PLEXUS_RETURN_IF_ERROR(e->buffer_->Begin(e->published_->model()));
   PLEXUS_RETURN_IF_ERROR(e->RestoreLogged());
   return e;
@@ -367,8 +368,8 @@ Status AsyncEngine::Publish() {
     policy_->FoldAllHeld(this);
   }
   const auto merged = static_cast<int64_t>(secure_ ? merged_.size() : buffer_->size());
-  // Flush moves the strategy's state; a version that is not published must not keep that.
-  const std::string state_before = buffer_->SaveState();
+  // Flush moves the strategy's state; a version that is not published must not keep that: it
+  // goes back to head_state_, the state as of the version this Flush starts from.
   Result<ModelState> next = buffer_->Flush();
   if (!next.ok()) {
     sticky_error_ = next.status().WithContext("publish version " + std::to_string(head_version_ + 1));
@@ -379,7 +380,7 @@ Status AsyncEngine::Publish() {
     // later version. The buffer's updates are dropped (acknowledged, but never merged) and the
     // next buffer starts again from the newest version.
     ++versions_refused_nonfinite_;
-    if (Status restored = buffer_->RestoreState(state_before); !restored.ok()) {
+    if (Status restored = buffer_->RestoreState(*head_state_); !restored.ok()) {
       sticky_error_ = restored.WithContext("restore the strategy after a non-finite aggregate");
       return sticky_error_;
     }
@@ -411,7 +412,8 @@ Status AsyncEngine::Publish() {
     return sticky_error_;
   }
   // The merge strategy's state (an adaptive clip, DP-FTRL's tree) goes with the version.
-  commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), buffer_->SaveState()});
+  head_state_ = std::make_shared<const std::string>(buffer_->SaveState());
+  commits_queued_.push_back(PendingCommit{std::move(rec), std::move(shared), head_state_});
   if (options_.commit_outside) return Status::Ok();
   std::optional<PendingCommit> commit = TakeCommit();
   Status committed = commit->Run(store_);

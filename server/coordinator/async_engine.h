@@ -167,6 +167,9 @@ class AsyncEngine final : public Engine, private VersionBuilder {
   // The model of head_version_ while its commit is queued or running (shared with the commit,
   // only read meanwhile); null once it is model_.
   std::shared_ptr<ModelState> head_model_;
+  // The strategy's state as of head_version_ (SaveState after its Flush, or as restored): what a
+  // refused aggregate goes back to, without saving the state again before every Flush.
+  std::shared_ptr<const std::string> head_state_;
   int64_t versions_refused_nonfinite_ = 0;    // aggregates not published because not finite
   std::deque<PendingCommit> commits_queued_;  // commit_outside: not yet taken, oldest first
   size_t commits_running_ = 0;                // taken and not yet handed back

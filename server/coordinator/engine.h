@@ -56,8 +56,10 @@ struct EngineStatus {
 struct PendingCommit {
   RoundRecord record;  // model_sha256 is filled in by Run()
   std::shared_ptr<ModelState> model;
-  std::string aggregator_state;  // Aggregator::SaveState() at this version
-  uint32_t model_crc32c = 0;     // filled in by Run(), in the same pass as the hash
+  // Aggregator::SaveState() at this version, shared with the engine, which restores it should the
+  // next aggregate be refused (a server optimizer's moments: copied once, not twice).
+  std::shared_ptr<const std::string> aggregator_state;
+  uint32_t model_crc32c = 0;  // filled in by Run(), in the same pass as the hash
 
   // Hashes the model into the record, then commits record and checkpoint (CommitWithDigests, on
   // this thread alone).

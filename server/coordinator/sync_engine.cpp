@@ -119,6 +119,7 @@ Result<std::unique_ptr<SyncEngine>> SyncEngine::Open(const SyncOptions& options,
   e->clients_.Restore(restored.client_ids);
   PLEXUS_RETURN_IF_ERROR(e->aggregator_->RestoreState(restored.aggregator_state)
                              .WithContext("restore the strategy's state (was --strategy changed?)"));
+  e->head_state_ = std::move(restored.aggregator_state);
   e->idle_since_ms_ = clock->NowMs();
   PLEXUS_RETURN_IF_ERROR(e->RestoreOpenRound().WithContext("restore the open round"));
   return e;
@@ -591,8 +592,8 @@ Status SyncEngine::CloseRound() {
     idle_since_ms_ = clock_->NowMs();
     return Status::Ok();
   }
-  // Finalize moves a server optimizer's state; a round that is not published must not keep that.
-  const std::string state_before = aggregator_->SaveState();
+  // Finalize moves a server optimizer's state; a round that is not published must not keep that:
+  // it goes back to head_state_, the state as of the version this round started from.
   Result<ModelState> next = aggregator_->Finalize();
   if (!next.ok()) {
     sticky_error_ = next.status().WithContext("aggregate round " + std::to_string(open_->round));
@@ -603,7 +604,7 @@ Status SyncEngine::CloseRound() {
     // would poison every later version. The attempt is abandoned like one without quorum and the
     // round retried with a new sample; the updates it held are not merged.
     ++rounds_refused_nonfinite_;
-    if (Status restored = aggregator_->RestoreState(state_before); !restored.ok()) {
+    if (Status restored = aggregator_->RestoreState(head_state_); !restored.ok()) {
       sticky_error_ =
           restored.WithContext("restore the aggregator after a non-finite round " + std::to_string(open_->round));
       return sticky_error_;
@@ -622,12 +623,14 @@ Status SyncEngine::CloseRound() {
   open_->tally.FillRecord(&rec);
   rec.merged = open_->merged;
   uint32_t crc32c = 0;
-  Status committed = CommitWithDigests(store_, &rec, *next, aggregator_->SaveState(), &crc32c);
+  std::string state = aggregator_->SaveState();
+  Status committed = CommitWithDigests(store_, &rec, *next, state, &crc32c);
   if (!committed.ok()) {
     // Memory and disk would disagree from here on: stop accepting state changes.
     sticky_error_ = committed.WithContext("checkpoint of round " + std::to_string(rec.round));
     return sticky_error_;
   }
+  head_state_ = std::move(state);
   if (backups_->dynamic()) LearnFromRound(*next);
   open_.reset();
   ++poll_epoch_;
@@ -694,10 +697,12 @@ Status SyncEngine::AdoptParentVersion(std::shared_ptr<const ModelState> model, u
   rec.round = model->version();
   rec.model_version = model->version();
   rec.model_sha256 = sha;
-  if (Status committed = store_->CommitRound(rec, *model, aggregator_->SaveState()); !committed.ok()) {
+  std::string state = aggregator_->SaveState();
+  if (Status committed = store_->CommitRound(rec, *model, state); !committed.ok()) {
     sticky_error_ = committed.WithContext("checkpoint of the parent's version " + std::to_string(model->version()));
     return sticky_error_;
   }
+  head_state_ = std::move(state);
   open_.reset();
   partial_.reset();
   parent_round_ = round;

@@ -240,6 +240,10 @@ class SyncEngine final : public Engine {
   const Clock* const clock_;
   ModelEvaluator* const evaluator_;
   std::unique_ptr<Aggregator> aggregator_;
+  // The aggregator's state as of the newest committed version (SaveState at its commit, or as
+  // restored): what a refused aggregate goes back to, without saving the state again before
+  // every Finalize (a server optimizer's moments are 8 or 16 bytes per parameter).
+  std::string head_state_;
   std::string strategy_description_;
   ThreadPool* pool_ = nullptr;
 

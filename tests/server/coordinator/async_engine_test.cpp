@@ -161,6 +161,21 @@ TEST_F(AsyncEngineTest, ANonFiniteAggregateIsNotPublishedAndTheNextBufferStartsF
   EXPECT_LT(std::fabs(W()), 1e37f);
 }
 
+// With server momentum the refused aggregate's velocity goes too (SyncEngineTest's case): from
+// version 1's velocity, 3e38, a report of -3e38 publishes; from the refused one it would overflow.
+TEST_F(AsyncEngineTest, ARefusedAggregateLeavesTheServerMomentumOfTheHead) {
+  AsyncOptions o = Options(5, 1, 1.0, "constant");
+  o.strategy = "fedavgm:momentum=0.9";
+  Open(o);
+  ASSERT_OK(Report("a", TaskOf("a"), 3e38f));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  ASSERT_OK(Report("b", TaskOf("b"), 3e38f));
+  ASSERT_EQ(engine_->status().aggregates_nonfinite, 1);
+  ASSERT_OK(Report("c", TaskOf("c"), -3e38f));
+  EXPECT_EQ(engine_->model().version(), 2u);
+  EXPECT_TRUE(AllFinite(engine_->model().data()));
+}
+
 TEST_F(AsyncEngineTest, ABufferSmallerThanTheStrategyNeedsIsRefusedAtOpen) {
   AsyncOptions o = Options(5, 4, 1.0, "constant");
   o.strategy = "multikrum:f=1";

@@ -435,6 +435,25 @@ TEST_F(SyncEngineTest, ANonFiniteAggregateIsNotPublishedAndTheRoundIsRetried) {
   EXPECT_TRUE(engine_->finished());
 }
 
+// With server momentum the refused aggregate's velocity goes too: the retry starts from the
+// velocity committed with version 1 (3e38), so -3e38 gives 0.9 * 3e38 - 3e38 and a finite model.
+// Kept, the refused velocity (0.9 * 3e38 + 3e38) would make the retry overflow as well.
+TEST_F(SyncEngineTest, ARefusedAggregateLeavesTheServerMomentumOfTheLastVersion) {
+  SyncOptions o = Options(2, 1, 1);
+  o.strategy = "fedavgm:momentum=0.9";
+  Open(o);
+  Join("a");
+  ASSERT_OK(engine_->Submit(UpdateFor("a", TaskOf("a"), 3e38f)));
+  ASSERT_EQ(engine_->model().version(), 1u);
+  ASSERT_OK(engine_->Submit(UpdateFor("a", TaskOf("a"), 3e38f)));
+  ASSERT_EQ(engine_->status().aggregates_nonfinite, 1);
+  ASSERT_OK(engine_->Submit(UpdateFor("a", TaskOf("a"), -3e38f)));
+  ASSERT_EQ(engine_->model().version(), 2u);
+  // 1 + 3e38 is 3e38 in float; then 3e38 + (0.9 * 3e38 - 3e38).
+  const double expected = 0.9 * static_cast<double>(3e38f);
+  EXPECT_NEAR(engine_->model().data()[0], expected, 1e-6 * expected);
+}
+
 // Krum with f=1 needs 5 updates: a round could close with min-clients = 4 and then never
 // aggregate. Refused when the engine opens, naming the fix.
 TEST_F(SyncEngineTest, AStrategyThatNeedsMoreUpdatesThanMinClientsIsRefusedAtOpen) {
