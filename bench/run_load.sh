@@ -19,7 +19,8 @@
 # update bytes per second of it (what the server alone would ingest per core, were the clients
 # elsewhere and the work spread over cores without loss).
 #   endtoend:   sync FedAvg rounds of 10 clients with the full client runtime (download, the
-#               lightweight "training", upload), 4 MB and 40 MB models, every update stored before
+#               lightweight "training", upload), 4 MB and 40 MB models (and FedAdam rounds at 4 MB,
+#               its moments committed with every version), every update stored before
 #               it is acknowledged, with the database on this checkout's disk and on tmpfs
 #               (/dev/shm): the whole run's update bytes per second, joins, downloads and
 #               aggregation included, and the time from the upload that completes a round to the
@@ -139,6 +140,11 @@ if [ "$what" = endtoend ] || [ "$what" = all ]; then
     RAW=$(build/bench/raw_rounds --clients 10 --mb 40 --rounds 6) SYNCED=$(synced 40) DB_DIR=$DB_DIR \
       run "sync-10-clients-1e7-db-on-$where" 10 --initial-model "$work/model-1e7.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 6
+    # The same 4 MB rounds with a server optimizer (FedAdam: 16 bytes of moments per parameter,
+    # committed with every version).
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) SYNCED=$(synced 4) DB_DIR=$DB_DIR \
+      run "sync-10-clients-1e6-fedadam-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
+      --clients-per-round 10 --min-clients 10 --rounds 60 --strategy fedadam
   done
 fi
 if [ "$what" = throughput ] || [ "$what" = all ]; then
