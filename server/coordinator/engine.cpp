@@ -10,7 +10,8 @@ Status PendingCommit::Run(Store* store) {
   // One thread: the committer runs beside uploads that keep every core busy, and writing the
   // file on a second thread measured no faster there (40 MB async ingest on tmpfs, old and new
   // alternately: the logged rate lower in seven pairs of eight).
-  return CommitWithDigests(store, &record, *model, *aggregator_state, &model_crc32c, /*write_while_hashing=*/false);
+  const std::string_view state = aggregator_state ? std::string_view(*aggregator_state) : std::string_view();
+  return CommitWithDigests(store, &record, *model, state, &model_crc32c, /*write_while_hashing=*/false);
 }
 
 Status CommitWithDigests(Store* store, RoundRecord* record, const ModelState& model, std::string_view aggregator_state,

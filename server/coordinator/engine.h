@@ -57,7 +57,7 @@ struct PendingCommit {
   RoundRecord record;  // model_sha256 is filled in by Run()
   std::shared_ptr<ModelState> model;
   // Aggregator::SaveState() at this version, shared with the engine, which restores it should the
-  // next aggregate be refused (a server optimizer's moments: copied once, not twice).
+  // next aggregate be refused (a server optimizer's moments: copied once, not twice); null: none.
   std::shared_ptr<const std::string> aggregator_state;
   uint32_t model_crc32c = 0;  // filled in by Run(), in the same pass as the hash
 

@@ -616,7 +616,8 @@ Result<std::string> SqliteStore::AggregatorState() {
       GetLittleEndian(bytes.data() + 16, 4) != Crc32c(bytes.substr(header))) {
     return DataLossError("the strategy state's file '" + path + "' is damaged (its size or CRC-32C does not match)");
   }
-  return contents->substr(header);
+  contents->erase(0, header);  // in place: no second state-sized string
+  return std::move(contents).value();
 }
 
 Result<ModelState> SqliteStore::Checkpoint(uint64_t version) {
