@@ -691,6 +691,38 @@ TEST(SqliteStoreTest, LargeStrategyStatesAreFilesCheckedWhenRead) {
   }
 }
 
+// A database from before states moved to files: its inline state is read as it is, and the next
+// large state goes to a file (the `file` column is added when the database opens).
+TEST(SqliteStoreTest, ReadsAStrategyStateStoredInsideAnOlderDatabase) {
+  ScratchDatabase db("plexus_state_inline");
+  const std::string old_state("velocity\0\x7f", 10);
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.path().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE aggregator_state (id INTEGER PRIMARY KEY CHECK (id = 0), "
+                           "version INTEGER NOT NULL, state BLOB NOT NULL)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "INSERT INTO aggregator_state VALUES(0, 3, ?)", -1, &st, nullptr), SQLITE_OK);
+    sqlite3_bind_blob(st, 1, old_state.data(), static_cast<int>(old_state.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+  }
+  auto s = *SqliteStore::Open(db.path(), SqliteStore::Access::kExclusive);
+  EXPECT_EQ(*s->AggregatorState(), old_state);
+  ASSERT_OK(s->PutCheckpoint(Filled(6, 0, 1.0f)));
+  RoundRecord r;
+  r.round = 1;
+  r.model_version = 1;
+  const std::string large(size_t{128} << 10, 'm');
+  ASSERT_OK(s->CommitRound(r, Filled(6, 1, 2.0f), large));
+  EXPECT_EQ(*s->AggregatorState(), large);
+  EXPECT_TRUE(std::filesystem::exists(db.path() + ".checkpoints/strategy-state-a"));
+}
+
 // A second server on the same database once took over the first one's open round: the owner's
 // lock refuses it at start, while readers (plexus export) still get in.
 TEST(SqliteStoreTest, OneOwnerAtATimeAndReadersBesideIt) {
