@@ -1,11 +1,13 @@
 // topk:ratio=R: the largest values in magnitude as (index, value) pairs, with error feedback; read
 // as a CodedDelta.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <numeric>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -90,38 +92,77 @@ class CodedTopK final : public CodedDelta {
   const uint64_t k_;
 };
 
+// A value's magnitude as an integer key: its bits without the sign. For every float that is not
+// NaN the keys order as the magnitudes do (+0 and -0 both 0, subnormals below normals, infinity
+// above them); a NaN's key is above infinity's.
+inline uint32_t MagnitudeKey(float x) { return std::bit_cast<uint32_t>(x) & 0x7fffffffu; }
+
+// The indices of the k largest magnitudes of v, ties to the lower index, in ascending order:
+// the k first of v's indices ordered by (magnitude descending, index ascending). A radix select on
+// the keys instead of sorting indices: one pass counts the keys' high 16 bits, which names the
+// bucket holding the k-th largest key; a second counts that bucket's low 16 bits, which names the
+// key itself (the threshold) and how many equal to it are taken; a third takes, in index order,
+// every key above the threshold and the first of those equal to it. Three streaming passes with
+// counters in cache, where comparing indices through the values jumps all over memory.
+// REQUIRES: k <= v.size().
+std::vector<uint32_t> LargestMagnitudes(std::span<const float> v, size_t k) {
+  std::vector<uint32_t> taken;
+  if (k == 0) return taken;
+  const size_t n = v.size();
+  std::vector<uint32_t> count(size_t{1} << 16);
+  for (size_t i = 0; i < n; ++i) ++count[MagnitudeKey(v[i]) >> 16];
+  // From the top bucket down, until the k-th key falls in one; `above` keys are in higher buckets.
+  size_t above = 0;
+  uint32_t high = 0xffff;
+  while (above + count[high] < k) above += count[high--];
+  std::fill(count.begin(), count.end(), 0u);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t key = MagnitudeKey(v[i]);
+    if ((key >> 16) == high) ++count[key & 0xffff];
+  }
+  uint32_t low = 0xffff;
+  while (above + count[low] < k) above += count[low--];
+  const uint32_t threshold = (high << 16) | low;
+  size_t equal_left = k - above;  // keys equal to the threshold still to take, lowest index first
+  taken.reserve(k);
+  for (size_t i = 0; i < n && taken.size() < k; ++i) {
+    const uint32_t key = MagnitudeKey(v[i]);
+    if (key > threshold) {
+      taken.push_back(static_cast<uint32_t>(i));
+    } else if (key == threshold && equal_left > 0) {
+      taken.push_back(static_cast<uint32_t>(i));
+      --equal_left;
+    }
+  }
+  return taken;
+}
+
 class TopKCodec final : public Codec {
  public:
   explicit TopKCodec(double ratio) : ratio_(ratio) {}
   void EncodeTo(const ModelState& d, ModelState* residual, uint64_t, std::string* result) const override {
     std::span<const float> delta = d.data();
     const size_t n = delta.size();
-    std::vector<float> v(delta.begin(), delta.end());
+    // What may be sent: the delta, plus with error feedback what earlier deltas left, summed in
+    // the residual's own memory (no copy of the model; the residual becomes what is left).
+    std::span<const float> v = delta;
     const bool feedback = residual && residual->num_params() == n;
     if (feedback) {
-      std::span<const float> r = std::as_const(*residual).data();
-      for (size_t i = 0; i < n; ++i) v[i] += r[i];
+      std::span<float> r = residual->data();
+      for (size_t i = 0; i < n; ++i) r[i] += delta[i];
+      v = r;
     }
-    const size_t k = K(n);
-    std::vector<uint32_t> idx(n);
-    std::iota(idx.begin(), idx.end(), 0u);
-    // The k largest magnitudes (ties: the lower index), then in index order.
-    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k - 1), idx.end(),
-                     [&](uint32_t a, uint32_t b) {
-                       return std::abs(v[a]) != std::abs(v[b]) ? std::abs(v[a]) > std::abs(v[b]) : a < b;
-                     });
-    idx.resize(k);
-    std::sort(idx.begin(), idx.end());
+    const std::vector<uint32_t> idx = LargestMagnitudes(v, std::min(K(n), n));
     std::string& out = Header(result, 4, n);
     out.reserve(EncodedSize(d));
-    Put<uint64_t>(out, k);
+    Put<uint64_t>(out, idx.size());
     for (uint32_t i : idx) {
       Put<uint32_t>(out, i);
       Put<float>(out, v[i]);
     }
     if (feedback) {  // what was not sent waits for the next delta
-      for (uint32_t i : idx) v[i] = 0.0f;
-      std::copy(v.begin(), v.end(), residual->data().begin());
+      std::span<float> r = residual->data();
+      for (uint32_t i : idx) r[i] = 0.0f;
     }
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {

@@ -204,6 +204,53 @@ TEST(CodecTest, TopKSendsTheLargestAndKeepsTheRestForLater) {
   EXPECT_EQ(residual.data()[5], 0.0f);
 }
 
+// top-k's selection against its definition: sort the indices by (magnitude descending, index
+// ascending), take the first k, send them in index order. Values from a small set, both signs,
+// so that most magnitudes tie (zeros of both signs, subnormals, infinity among them), and values
+// from a continuous distribution; k from 1 to every value.
+TEST(CodecTest, TopKTakesTheLargestMagnitudesWithTiesToTheLowerIndex) {
+  const float grid[] = {0.0f, 1e-40f, 0.25f, 1.0f, 3.0f, std::numeric_limits<float>::infinity()};
+  for (const size_t n : {size_t{1037}, size_t{100'003}}) {
+    for (const bool ties : {true, false}) {
+      ModelState d = *ModelState::Create({{"w", {static_cast<int64_t>(n)}}});
+      Rng rng(n + ties);
+      for (float& x : d.data()) {
+        const float sign = rng.Uniform() < 0.5 ? -1.0f : 1.0f;
+        x = ties ? sign * grid[static_cast<size_t>(rng.Uniform() * 5.9)] : static_cast<float>(rng.Normal());
+      }
+      for (const char* ratio_text : {"0.000001", "0.01", "0.3", "1"}) {
+        const double ratio = std::stod(ratio_text);
+        const size_t k = std::clamp<size_t>(static_cast<size_t>(std::ceil(ratio * static_cast<double>(n))), 1, n);
+        std::vector<uint32_t> want(n);
+        for (uint32_t i = 0; i < n; ++i) want[i] = i;
+        std::sort(want.begin(), want.end(), [&](uint32_t a, uint32_t b) {
+          const float x = std::abs(d.data()[a]), y = std::abs(d.data()[b]);
+          return x != y ? x > y : a < b;
+        });
+        want.resize(k);
+        std::sort(want.begin(), want.end());
+        ModelState residual = ModelState::ZerosLike(d);  // the values sent are d + 0: -0 goes as +0
+        const std::string bytes = MakeCodec(std::string("topk:ratio=") + ratio_text).value()->Encode(d, &residual, 0);
+        ASSERT_EQ(bytes.size(), 21 + 8 * k) << n << " " << ratio;
+        size_t wrong = 0;
+        for (size_t j = 0; j < k; ++j) {
+          uint32_t index;
+          float value;
+          std::memcpy(&index, bytes.data() + 21 + 8 * j, 4);
+          std::memcpy(&value, bytes.data() + 25 + 8 * j, 4);
+          wrong +=
+              index != want[j] || std::bit_cast<uint32_t>(value) != std::bit_cast<uint32_t>(d.data()[want[j]] + 0.0f);
+        }
+        EXPECT_EQ(wrong, 0u) << "n " << n << ", ties " << ties << ", ratio " << ratio;
+        for (uint32_t i : want) residual.data()[i] += d.data()[i];  // sent + kept = the delta
+        size_t lost = 0;
+        for (size_t i = 0; i < n; ++i) lost += residual.data()[i] != d.data()[i];  // -0 == +0
+        EXPECT_EQ(lost, 0u) << "n " << n << ", ties " << ties << ", ratio " << ratio;
+      }
+    }
+  }
+}
+
 TEST(CodecTest, StochasticCodecsAreOnTheirGridAndUnbiased) {
   const ModelState d = RandomDelta(4);
   std::vector<double> tern(d.num_params(), 0.0), qsgd(d.num_params(), 0.0);
