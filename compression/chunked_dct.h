@@ -6,7 +6,7 @@
 //
 // Coefficient j of a chunk x of length N: X_j = sqrt(2/N) c_j sum_n x_n cos(pi (n + 1/2) j / N),
 // c_0 = 1/sqrt(2), c_j = 1 otherwise; orthonormal, so the inverse is the transpose and the sum of
-// squares is kept. Computed in double from a table of the cosines (O(chunk) per value: chunks are
+// squares is kept. Computed in double from tables of the cosines (O(chunk) per value: chunks are
 // small). Immutable after construction; thread-safe.
 #pragma once
 
@@ -29,13 +29,18 @@ class ChunkedDct {
   void Inverse(std::span<const double> coefficients, std::span<float> out) const;
 
  private:
-  // Row j, column n: sqrt(2/N) c_j cos(pi (n + 1/2) j / N) for a chunk of N values.
-  static std::vector<double> Table(size_t n);
-  // The table for a chunk of `n` values: the full chunk's, or `tail` (the last, shorter chunk).
-  const std::vector<double>& TableFor(size_t n, std::vector<double>* tail) const;
+  // The transform's matrix for a chunk of N values, row j, column n: sqrt(2/N) c_j
+  // cos(pi (n + 1/2) j / N), by rows (the inverse adds rows) and by columns (the forward
+  // transform adds columns: every coefficient's sum at once, in the order of n).
+  struct Tables {
+    std::vector<double> rows, columns;
+  };
+  static Tables Make(size_t n);
+  // The tables for a chunk of `n` values: the full chunk's, or `tail` (the last, shorter chunk).
+  const Tables& TablesFor(size_t n, Tables* tail) const;
 
   const size_t chunk_;
-  const std::vector<double> table_;
+  const Tables tables_;
 };
 
 }  // namespace plexus

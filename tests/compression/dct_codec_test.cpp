@@ -2,9 +2,12 @@
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <tuple>
+#include <vector>
 
 #include "compression/chunked_dct.h"
 #include "compression/codec.h"
@@ -30,6 +33,42 @@ TEST(ChunkedDctTest, TwoValuesByHandAndAShorterLastChunk) {
   std::vector<float> back(3);
   dct.Inverse(c, back);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(back[i], x[i], 1e-6) << i;
+}
+
+// The forward transform adds a column of the matrix at a time, all coefficients side by side (a
+// loop the compiler vectorizes); each coefficient must keep the bits of its sum as the definition
+// reads it: sum = 0, then + C[j][i] x_i for i = 0, 1, ... (each product rounded: chunked_dct.cpp
+// compiles without fused multiply-adds, so the bits are the same on every CPU).
+TEST(ChunkedDctTest, EachCoefficientHasTheBitsOfItsSumInTheDefinitionsOrder) {
+  Rng rng(11);
+  std::vector<float> x(1000);
+  for (float& v : x) v = static_cast<float>(rng.Normal());
+  for (const size_t chunk : {size_t{64}, size_t{7}, size_t{256}}) {  // 1000 leaves a shorter last chunk
+    const ChunkedDct dct(chunk);
+    std::vector<double> got(x.size());
+    dct.Forward(x, got);
+    size_t wrong = 0;
+    for (size_t begin = 0; begin < x.size(); begin += chunk) {
+      const size_t n = std::min(chunk, x.size() - begin);
+      const double scale = std::sqrt(2.0 / static_cast<double>(n));
+      for (size_t j = 0; j < n; ++j) {
+        const double c = j == 0 ? std::numbers::sqrt2 / 2 : 1.0;
+        double sum = 0.0;
+        for (size_t i = 0; i < n; ++i) {
+          const double entry = scale * c *
+                               std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) * static_cast<double>(j) /
+                                        static_cast<double>(n));
+          volatile double product = entry * static_cast<double>(x[begin + i]);  // rounded, never fused
+          sum += product;
+        }
+        uint64_t a, b;
+        std::memcpy(&a, &got[begin + j], 8);
+        std::memcpy(&b, &sum, 8);
+        wrong += a != b;
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "chunk " << chunk;
+  }
 }
 
 RC_GTEST_PROP(ChunkedDctProperty, TheInverseUndoesItAndTheEnergyIsKept, ()) {
@@ -85,6 +124,56 @@ TEST(DctCodecTest, ADeltaSparseInTheDctDomainArrivesWholeAtAFractionOfItsBytes) 
   for (size_t i = 0; i < d.num_params(); ++i) {
     EXPECT_NEAR(back->data()[i], d.data()[i], 1e-5) << i;
     EXPECT_NEAR(residual.data()[i], 0.0f, 1e-5) << i;  // nothing left behind
+  }
+}
+
+// The encoder against its definition, chunk by chunk: the coefficients sorted by magnitude
+// (descending; ties to the lower index), the first k taken, sent in index order; with error
+// feedback the residual becomes v - inverse(sent), v = delta + decay x residual. Chunks of zeros
+// (every coefficient ties) and shorter last chunks included; k below, at and above a chunk.
+TEST(DctCodecTest, EachChunkSendsItsLargestCoefficientsWithTiesToTheLowerIndex) {
+  ModelState d = *ModelState::Create({{"a", {1000}}, {"b", {37}}});
+  Rng rng(5);
+  for (size_t i = 0; i < d.num_params(); ++i) d.data()[i] = (i / 64) % 5 == 1 ? 0.0f : static_cast<float>(rng.Normal());
+  ModelState start = ModelState::ZerosLike(d);
+  for (size_t i = 0; i < d.num_params(); ++i) {
+    if (d.data()[i] != 0.0f) start.data()[i] = static_cast<float>(rng.Normal() * 0.1);  // zero chunks stay zero
+  }
+  for (const auto& [spec, chunk, k] :
+       {std::tuple{"dct:decay=0.5", 64, 8}, std::tuple{"dct:chunk=16,k=16,decay=0.5", 16, 16},
+        std::tuple{"dct:chunk=7,k=3,decay=0.5", 7, 3}, std::tuple{"dct:chunk=256,k=1,decay=0.5", 256, 1}}) {
+    const ChunkedDct dct(chunk);
+    ModelState residual = start;
+    const std::string bytes = (*MakeCodec(spec))->Encode(d, &residual, 0);
+    std::string want = bytes.substr(0, codec_wire::kHeaderBytes + 8);
+    std::vector<float> want_residual(d.num_params());
+    for (const TensorSlot& t : d.tensors()) {
+      for (size_t begin = t.offset, end = t.offset + t.numel; begin < end; begin += chunk) {
+        const size_t len = std::min<size_t>(chunk, end - begin);
+        std::vector<float> v(len);
+        for (size_t i = 0; i < len; ++i) v[i] = d.data()[begin + i] + 0.5f * start.data()[begin + i];
+        std::vector<double> c(len), sent(len, 0.0);
+        dct.Forward(v, c);
+        std::vector<uint32_t> order(len);
+        for (uint32_t i = 0; i < len; ++i) order[i] = i;
+        std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+          return std::abs(c[a]) != std::abs(c[b]) ? std::abs(c[a]) > std::abs(c[b]) : a < b;
+        });
+        order.resize(std::min<size_t>(k, len));
+        std::sort(order.begin(), order.end());
+        for (uint32_t i : order) {
+          const auto value = static_cast<float>(c[i]);
+          want.push_back(static_cast<char>(i));
+          want.append(reinterpret_cast<const char*>(&value), 4);
+          sent[i] = value;
+        }
+        std::vector<float> carried(len);
+        dct.Inverse(sent, carried);
+        for (size_t i = 0; i < len; ++i) want_residual[begin + i] = v[i] - carried[i];
+      }
+    }
+    EXPECT_TRUE(bytes == want) << spec;
+    EXPECT_EQ(0, std::memcmp(residual.data().data(), want_residual.data(), 4 * want_residual.size())) << spec;
   }
 }
 
