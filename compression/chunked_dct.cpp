@@ -4,7 +4,41 @@
 #include <cmath>
 #include <numbers>
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define PLEXUS_SIMD_CLONES
+#endif
+
 namespace plexus {
+namespace {
+
+// sums[j] += columns[i n + j] x[i] for i = 0, 1, ..., n - 1: every sum in the order of i, the
+// sums side by side (one vector of them per instruction). The loop is bound by loading and
+// storing the sums, so wider vectors (AVX2, AVX-512, chosen at load time) go faster; this file
+// compiles without fused multiply-adds, so every width gives the same bits.
+PLEXUS_SIMD_CLONES void AddScaledColumns(const double* __restrict columns, const float* __restrict x, size_t n,
+                                         double* __restrict sums) {
+  for (size_t i = 0; i < n; ++i) {
+    const double xi = static_cast<double>(x[i]);
+    const double* __restrict column = columns + i * n;
+    for (size_t j = 0; j < n; ++j) sums[j] += column[j] * xi;
+  }
+}
+
+// values[i] += rows[j n + i] c[j] for j = 0, 1, ..., n - 1 where c[j] is not zero (a decoded
+// top-k of the coefficients: most rows add nothing); each value's sum in the order of j.
+PLEXUS_SIMD_CLONES void AddScaledRows(const double* __restrict rows, const double* __restrict c, size_t n,
+                                      double* __restrict values) {
+  for (size_t j = 0; j < n; ++j) {
+    const double cj = c[j];
+    if (cj == 0.0) continue;
+    const double* __restrict row = rows + j * n;
+    for (size_t i = 0; i < n; ++i) values[i] += row[i] * cj;
+  }
+}
+
+}  // namespace
 
 ChunkedDct::ChunkedDct(size_t chunk) : chunk_(std::max<size_t>(chunk, 1)), tables_(Make(chunk_)) {}
 
@@ -37,14 +71,10 @@ void ChunkedDct::Forward(std::span<const float> x, std::span<double> out) const 
     // X_j = sum over i of C[j][i] x_i, each sum in the order of i as the definition reads, but the
     // coefficients side by side: column i of C scaled by x_i is added to all of them. The same
     // products added in the same order give the same bits as one sum at a time, and this loop
-    // vectorizes where a sum, a chain of dependent additions, did not (8x over a 64-value chunk).
-    double* __restrict sums = out.data() + begin;
+    // vectorizes where a sum, a chain of dependent additions, did not.
+    double* sums = out.data() + begin;
     std::fill(sums, sums + n, 0.0);
-    for (size_t i = 0; i < n; ++i) {
-      const double xi = static_cast<double>(x[begin + i]);
-      const double* __restrict column = columns + i * n;
-      for (size_t j = 0; j < n; ++j) sums[j] += column[j] * xi;
-    }
+    AddScaledColumns(columns, x.data() + begin, n, sums);
   }
 }
 
@@ -53,13 +83,8 @@ void ChunkedDct::Inverse(std::span<const double> coefficients, std::span<float> 
   std::vector<double> values;
   for (size_t begin = 0; begin < coefficients.size(); begin += chunk_) {
     const size_t n = std::min(chunk_, coefficients.size() - begin);
-    const std::vector<double>& t = TablesFor(n, &tail).rows;
     values.assign(n, 0.0);
-    for (size_t j = 0; j < n; ++j) {
-      const double c = coefficients[begin + j];
-      if (c == 0.0) continue;  // sparse coefficients (a decoded top-k): most rows add nothing
-      for (size_t i = 0; i < n; ++i) values[i] += t[j * n + i] * c;
-    }
+    AddScaledRows(TablesFor(n, &tail).rows.data(), coefficients.data() + begin, n, values.data());
     for (size_t i = 0; i < n; ++i) out[begin + i] = static_cast<float>(values[i]);
   }
 }

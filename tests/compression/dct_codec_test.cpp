@@ -3,6 +3,7 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -36,10 +37,13 @@ TEST(ChunkedDctTest, TwoValuesByHandAndAShorterLastChunk) {
 }
 
 // The forward transform adds a column of the matrix at a time, all coefficients side by side (a
-// loop the compiler vectorizes); each coefficient must keep the bits of its sum as the definition
-// reads it: sum = 0, then + C[j][i] x_i for i = 0, 1, ... (each product rounded: chunked_dct.cpp
-// compiles without fused multiply-adds, so the bits are the same on every CPU).
-TEST(ChunkedDctTest, EachCoefficientHasTheBitsOfItsSumInTheDefinitionsOrder) {
+// loop the compiler vectorizes, for the widest vectors the CPU has); each coefficient must keep the
+// bits of its sum as the definition reads it: sum = 0, then + C[j][i] x_i for i = 0, 1, ... (each
+// product rounded: chunked_dct.cpp compiles without fused multiply-adds, so the bits are the same
+// on every CPU). The same for the inverse, whose rows are added side by side (its values are
+// floats, so an order changed in the sums' last double bits would seldom show; what shows is a row
+// or a term wrong).
+TEST(ChunkedDctTest, EachCoefficientAndValueHasTheBitsOfItsSumInTheDefinitionsOrder) {
   Rng rng(11);
   std::vector<float> x(1000);
   for (float& v : x) v = static_cast<float>(rng.Normal());
@@ -68,6 +72,32 @@ TEST(ChunkedDctTest, EachCoefficientHasTheBitsOfItsSumInTheDefinitionsOrder) {
       }
     }
     EXPECT_EQ(wrong, 0u) << "chunk " << chunk;
+    // And back from every third coefficient (the others zero, as a decoded top-k leaves them):
+    // each value the sum of its rows' terms in the order of j, rounded to float once.
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (j % 3 != 0) got[j] = 0.0;
+    }
+    std::vector<float> back(x.size());
+    dct.Inverse(got, back);
+    size_t wrong_back = 0;
+    for (size_t begin = 0; begin < x.size(); begin += chunk) {
+      const size_t n = std::min(chunk, x.size() - begin);
+      const double scale = std::sqrt(2.0 / static_cast<double>(n));
+      for (size_t i = 0; i < n; ++i) {
+        double sum = 0.0;
+        for (size_t j = 0; j < n; ++j) {
+          if (got[begin + j] == 0.0) continue;
+          const double c = j == 0 ? std::numbers::sqrt2 / 2 : 1.0;
+          const double entry = scale * c *
+                               std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) * static_cast<double>(j) /
+                                        static_cast<double>(n));
+          volatile double product = entry * got[begin + j];
+          sum += product;
+        }
+        wrong_back += std::bit_cast<uint32_t>(back[begin + i]) != std::bit_cast<uint32_t>(static_cast<float>(sum));
+      }
+    }
+    EXPECT_EQ(wrong_back, 0u) << "chunk " << chunk;
   }
 }
 
