@@ -36,6 +36,15 @@ TEST(ChunkedDctTest, TwoValuesByHandAndAShorterLastChunk) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(back[i], x[i], 1e-6) << i;
 }
 
+// Row j, column i of the transform for a chunk of n values, computed as chunked_dct.cpp computes
+// its tables: sqrt(2/n) c_j cos(pi (i + 1/2) j / n).
+double DctEntry(size_t n, size_t j, size_t i) {
+  const double scale = std::sqrt(2.0 / static_cast<double>(n));
+  const double c = j == 0 ? std::numbers::sqrt2 / 2 : 1.0;
+  return scale * c *
+         std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) * static_cast<double>(j) / static_cast<double>(n));
+}
+
 // The forward transform adds a column of the matrix at a time, all coefficients side by side (a
 // loop the compiler vectorizes, for the widest vectors the CPU has); each coefficient must keep the
 // bits of its sum as the definition reads it: sum = 0, then + C[j][i] x_i for i = 0, 1, ... (each
@@ -54,15 +63,10 @@ TEST(ChunkedDctTest, EachCoefficientAndValueHasTheBitsOfItsSumInTheDefinitionsOr
     size_t wrong = 0;
     for (size_t begin = 0; begin < x.size(); begin += chunk) {
       const size_t n = std::min(chunk, x.size() - begin);
-      const double scale = std::sqrt(2.0 / static_cast<double>(n));
       for (size_t j = 0; j < n; ++j) {
-        const double c = j == 0 ? std::numbers::sqrt2 / 2 : 1.0;
         double sum = 0.0;
         for (size_t i = 0; i < n; ++i) {
-          const double entry = scale * c *
-                               std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) * static_cast<double>(j) /
-                                        static_cast<double>(n));
-          volatile double product = entry * static_cast<double>(x[begin + i]);  // rounded, never fused
+          volatile double product = DctEntry(n, j, i) * static_cast<double>(x[begin + i]);  // rounded, never fused
           sum += product;
         }
         uint64_t a, b;
@@ -82,16 +86,11 @@ TEST(ChunkedDctTest, EachCoefficientAndValueHasTheBitsOfItsSumInTheDefinitionsOr
     size_t wrong_back = 0;
     for (size_t begin = 0; begin < x.size(); begin += chunk) {
       const size_t n = std::min(chunk, x.size() - begin);
-      const double scale = std::sqrt(2.0 / static_cast<double>(n));
       for (size_t i = 0; i < n; ++i) {
         double sum = 0.0;
         for (size_t j = 0; j < n; ++j) {
           if (got[begin + j] == 0.0) continue;
-          const double c = j == 0 ? std::numbers::sqrt2 / 2 : 1.0;
-          const double entry = scale * c *
-                               std::cos(std::numbers::pi * (static_cast<double>(i) + 0.5) * static_cast<double>(j) /
-                                        static_cast<double>(n));
-          volatile double product = entry * got[begin + j];
+          volatile double product = DctEntry(n, j, i) * got[begin + j];
           sum += product;
         }
         wrong_back += std::bit_cast<uint32_t>(back[begin + i]) != std::bit_cast<uint32_t>(static_cast<float>(sum));
