@@ -21,25 +21,29 @@ class QsgdCodec final : public Codec {
   explicit QsgdCodec(uint8_t levels) : levels_(levels) {}
   void EncodeTo(const ModelState& d, ModelState*, uint64_t seed, std::string* result) const override {
     Rng rng(seed);
-    std::string& out = Header(result, 6, d.num_params());
-    out.reserve(EncodedSize(d));
-    out.push_back(static_cast<char>(levels_));
-    std::string values;
-    for (size_t t = 0; t < d.tensors().size(); ++t) {
+    const size_t tensors = d.tensors().size();
+    char* const payload = SizedHeader(result, 6, d.num_params(), EncodedSize(d));
+    payload[0] = static_cast<char>(levels_);
+    char* const norms = payload + 1;
+    auto* values = reinterpret_cast<uint8_t*>(norms + 4 * tensors);  // written in place, not appended
+    for (size_t t = 0; t < tensors; ++t) {
       std::span<const float> v = d.tensor(t);
       double sq = 0.0;
       for (float x : v) sq += static_cast<double>(x) * x;
       const auto norm = static_cast<float>(std::sqrt(sq));
-      Put<float>(out, norm);
+      std::memcpy(norms + 4 * t, &norm, 4);
       for (float x : v) {
         const double r = norm > 0 ? std::abs(x) / norm * levels_ : 0.0;
-        auto level = static_cast<uint32_t>(std::floor(r));
-        if (rng.Uniform() < r - std::floor(r)) ++level;
+        // floor(r) by conversion (r >= 0; a NaN from an infinite value gives level 0, as the
+        // conversion of floor's NaN did on x86-64): std::floor is a call where the baseline
+        // x86-64 has no rounding instruction.
+        const uint32_t whole = r >= 0.0 ? static_cast<uint32_t>(r) : 0u;
+        uint32_t level = whole;
+        if (rng.Uniform() < r - static_cast<double>(whole)) ++level;
         level = std::min<uint32_t>(level, levels_);
-        values.push_back(static_cast<char>((x < 0 ? 0x80u : 0u) | level));
+        *values++ = static_cast<uint8_t>((x < 0 ? 0x80u : 0u) | level);
       }
     }
-    out += values;
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 6, layout.num_params()));

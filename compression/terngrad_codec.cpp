@@ -1,6 +1,8 @@
 // terngrad: per tensor a scale and per value a stochastic ternary, unbiased (2 bits per value).
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -16,27 +18,46 @@ namespace {
 
 using namespace codec_wire;  // NOLINT: this file is one codec in that format
 
+// The largest |x| of v, NaN ignored (as a running std::max ignores it): the magnitudes' bits
+// without the sign order as the magnitudes do, and an integer maximum over them vectorizes where
+// a float one, which must keep NaN out in order, did not. Exact: the same value either way.
+float LargestMagnitude(std::span<const float> v) {
+  uint32_t largest = 0;
+  for (float x : v) {
+    const uint32_t key = std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+    largest = std::max(largest, key > 0x7f800000u ? 0u : key);  // a NaN counts as 0
+  }
+  return std::bit_cast<float>(largest);
+}
+
 class TernGradCodec final : public Codec {
  public:
   void EncodeTo(const ModelState& d, ModelState*, uint64_t seed, std::string* result) const override {
     Rng rng(seed);
-    std::string& out = Header(result, 5, d.num_params());
-    out.reserve(EncodedSize(d));
-    std::vector<uint8_t> codes((d.num_params() + 3) / 4, 0);
+    const size_t tensors = d.tensors().size();
+    char* const scales = SizedHeader(result, 5, d.num_params(), EncodedSize(d));
+    auto* const codes = reinterpret_cast<uint8_t*>(scales + 4 * tensors);
+    // Four 2-bit codes to a byte, lowest first, gathered in a register: or-ing each into its
+    // byte in memory made every value wait for the store of the one before it.
     size_t pos = 0;
-    for (size_t t = 0; t < d.tensors().size(); ++t) {
+    unsigned byte = 0;
+    for (size_t t = 0; t < tensors; ++t) {
       std::span<const float> v = d.tensor(t);
-      float s = 0.0f;
-      for (float x : v) s = std::max(s, std::abs(x));
-      Put<float>(out, s);
+      const float s = LargestMagnitude(v);
+      std::memcpy(scales + 4 * t, &s, 4);
       for (float x : v) {
+        // No draw at all for a tensor of zeros, as the stream has always been drawn.
         const bool keep = s > 0 && rng.Uniform() < std::abs(x) / s;
-        const uint8_t code = !keep ? 0 : (x > 0 ? 1 : 2);
-        codes[pos / 4] |= static_cast<uint8_t>(code << (2 * (pos % 4)));
+        const unsigned code = !keep ? 0u : (x > 0 ? 1u : 2u);
+        byte |= code << (2 * (pos % 4));
+        if (pos % 4 == 3) {
+          codes[pos / 4] = static_cast<uint8_t>(byte);
+          byte = 0;
+        }
         ++pos;
       }
     }
-    out.append(reinterpret_cast<const char*>(codes.data()), codes.size());
+    if (pos % 4 != 0) codes[pos / 4] = static_cast<uint8_t>(byte);
   }
   Result<ModelState> Decode(std::string_view b, const ModelState& layout) const override {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 5, layout.num_params()));

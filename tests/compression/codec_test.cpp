@@ -251,6 +251,54 @@ TEST(CodecTest, TopKTakesTheLargestMagnitudesWithTiesToTheLowerIndex) {
   }
 }
 
+// TernGrad's and QSGD's bytes against their definitions written plainly (the encoders gather
+// codes in registers, write in place and take the largest magnitude and floor without calls):
+// tensors of odd sizes, so that a byte of TernGrad's codes spans two tensors, and a tensor of zeros
+// (for which TernGrad draws no random numbers and QSGD draws them all), for several seeds.
+TEST(CodecTest, TernGradAndQsgdBytesFollowTheirDefinitions) {
+  ModelState d = *ModelState::Create({{"a", {7, 11}}, {"zeros", {5}}, {"b", {1001}}, {"c", {3}}});
+  Rng values(9);
+  for (size_t i = 0; i < d.num_params(); ++i) {
+    const bool zero = i >= 77 && i < 82;
+    d.data()[i] = zero ? 0.0f : static_cast<float>(values.Normal() * (i % 17 == 0 ? 10.0 : 0.1));
+  }
+  d.data()[90] = -0.0f;
+  for (const uint64_t seed : {uint64_t{1}, uint64_t{2}, uint64_t{77}}) {
+    std::string tern = MakeCodec("terngrad").value()->Encode(d, nullptr, 0).substr(0, 13);
+    std::string qsgd = MakeCodec("qsgd:levels=5").value()->Encode(d, nullptr, 0).substr(0, 13);
+    qsgd.push_back(static_cast<char>(5));
+    Rng rt(seed), rq(seed);
+    std::vector<uint8_t> codes((d.num_params() + 3) / 4, 0);
+    std::string levels;
+    size_t pos = 0;
+    for (size_t t = 0; t < d.tensors().size(); ++t) {
+      std::span<const float> v = d.tensor(t);
+      float s = 0.0f;
+      for (float x : v) s = std::max(s, std::abs(x));
+      tern.append(reinterpret_cast<const char*>(&s), 4);
+      double sq = 0.0;
+      for (float x : v) sq += static_cast<double>(x) * x;
+      const auto norm = static_cast<float>(std::sqrt(sq));
+      qsgd.append(reinterpret_cast<const char*>(&norm), 4);
+      for (float x : v) {
+        const bool keep = s > 0 && rt.Uniform() < std::abs(x) / s;
+        const uint8_t code = !keep ? 0 : (x > 0 ? 1 : 2);
+        codes[pos / 4] |= static_cast<uint8_t>(code << (2 * (pos % 4)));
+        ++pos;
+        const double r = norm > 0 ? std::abs(x) / norm * 5 : 0.0;
+        auto level = static_cast<uint32_t>(std::floor(r));
+        if (rq.Uniform() < r - std::floor(r)) ++level;
+        level = std::min<uint32_t>(level, 5);
+        levels.push_back(static_cast<char>((x < 0 ? 0x80u : 0u) | level));
+      }
+    }
+    tern.append(reinterpret_cast<const char*>(codes.data()), codes.size());
+    qsgd += levels;
+    EXPECT_TRUE(MakeCodec("terngrad").value()->Encode(d, nullptr, seed) == tern) << "seed " << seed;
+    EXPECT_TRUE(MakeCodec("qsgd:levels=5").value()->Encode(d, nullptr, seed) == qsgd) << "seed " << seed;
+  }
+}
+
 TEST(CodecTest, StochasticCodecsAreOnTheirGridAndUnbiased) {
   const ModelState d = RandomDelta(4);
   std::vector<double> tern(d.num_params(), 0.0), qsgd(d.num_params(), 0.0);
