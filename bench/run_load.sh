@@ -31,7 +31,10 @@
 #               downloads after the last upload; a server process and a clients process, a
 #               thread per client), measured just before the federation; and each on the disk,
 #               the disk's synced write rate at the update's size (bench/synced_write_rate.sh).
-# usage: bench/run_load.sh [load|throughput|endtoend|all]   (default all)
+#   codecs:     the endtoend 4 MB rounds on tmpfs (30 of them) once per upload codec (f32, fp16,
+#               bf16, int8, top-k 1%, QSGD, TernGrad, dct): the clients' encoding and the server's
+#               decoding or folding from the codes in the round; update bytes counted as float32.
+# usage: bench/run_load.sh [load|throughput|endtoend|codecs|all]   (default all)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/script_args.sh"
 script_help "$@"
@@ -39,8 +42,8 @@ script_no_options "$@"
 cd "$(dirname "$0")/.."
 what=${1:-all}
 case "$what" in
-  load|throughput|endtoend|all) ;;
-  *) echo "run_load.sh: unknown run '$what' (load, throughput, endtoend or all); see $0 --help" >&2; exit 2 ;;
+  load|throughput|endtoend|codecs|all) ;;
+  *) echo "run_load.sh: unknown run '$what' (load, throughput, endtoend, codecs or all); see $0 --help" >&2; exit 2 ;;
 esac
 if [ $# -gt 1 ]; then echo "run_load.sh: takes one argument at most; see $0 --help" >&2; exit 2; fi
 bench/build_bench.sh --full federation_load
@@ -145,6 +148,14 @@ if [ "$what" = endtoend ] || [ "$what" = all ]; then
     RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 60) SYNCED=$(synced 4) DB_DIR=$DB_DIR \
       run "sync-10-clients-1e6-fedadam-db-on-$where" 10 --initial-model "$work/model-1e6.safetensors" \
       --clients-per-round 10 --min-clients 10 --rounds 60 --strategy fedadam
+  done
+fi
+if { [ "$what" = codecs ] || [ "$what" = all ]; } && [ -d /dev/shm ]; then
+  [ -n "$shm" ] || shm=$(mktemp -d -p /dev/shm)  # the endtoend rows' folder when they ran
+  for codec in f32 fp16 bf16 int8 topk:ratio=0.01 qsgd terngrad dct; do
+    RAW=$(build/bench/raw_rounds --clients 10 --mb 4 --rounds 30) SYNCED="" DB_DIR=$shm \
+      run "sync-10-clients-1e6-upload-${codec%%:*}-db-on-tmpfs" 10 --initial-model "$work/model-1e6.safetensors" \
+      --clients-per-round 10 --min-clients 10 --rounds 30 --upload-codec "$codec"
   done
 fi
 if [ "$what" = throughput ] || [ "$what" = all ]; then
