@@ -51,17 +51,22 @@ class QsgdCodec final : public Codec {
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 1 + 4 * tensors + n));
     const auto levels = static_cast<uint8_t>(b[kHeaderBytes]);
     if (levels == 0 || levels > 127) return CodecError("qsgd levels " + std::to_string(levels));
+    // Every level checked first (a maximum, which vectorizes), then decoded in a loop without a
+    // way out (which vectorizes too; the check inside it kept it one value at a time).
+    const auto* codes = reinterpret_cast<const uint8_t*>(b.data()) + kHeaderBytes + 1 + 4 * tensors;
+    uint8_t highest = 0;
+    for (size_t i = 0; i < n; ++i) highest = std::max<uint8_t>(highest, codes[i] & 0x7fu);
+    if (highest > levels) {
+      return CodecError("qsgd level " + std::to_string(highest) + " above " + std::to_string(levels));
+    }
     ModelState out = ModelState::UninitializedLike(layout);
-    size_t at = kHeaderBytes + 1 + 4 * tensors;
     for (size_t t = 0; t < tensors; ++t) {
       const float norm = Get<float>(b, kHeaderBytes + 1 + 4 * t);
       if (!FiniteScale(norm)) return CodecError("qsgd norm of tensor " + layout.tensors()[t].name + " not finite");
-      for (float& x : out.tensor(t)) {
-        const auto byte = static_cast<uint8_t>(b[at++]);
-        const uint8_t level = byte & 0x7fu;
-        if (level > levels)
-          return CodecError("qsgd level " + std::to_string(level) + " above " + std::to_string(levels));
-        x = (byte & 0x80u ? -1.0f : 1.0f) * norm * static_cast<float>(level) / static_cast<float>(levels);
+      std::span<float> x = out.tensor(t);
+      const uint8_t* in = codes + layout.tensors()[t].offset;
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = (in[i] & 0x80u ? -1.0f : 1.0f) * norm * static_cast<float>(in[i] & 0x7fu) / static_cast<float>(levels);
       }
     }
     return Finished(std::move(out));

@@ -63,18 +63,26 @@ class TernGradCodec final : public Codec {
     PLEXUS_RETURN_IF_ERROR(CheckHeader(b, 5, layout.num_params()));
     const size_t tensors = layout.tensors().size(), n = layout.num_params();
     PLEXUS_RETURN_IF_ERROR(CheckLength(b, 4 * tensors + (n + 3) / 4));
+    const auto* codes = reinterpret_cast<const uint8_t*>(b.data()) + kHeaderBytes + 4 * tensors;
+    auto code = [codes](size_t pos) { return (codes[pos / 4] >> (2 * (pos % 4))) & 3u; };
+    // Code 3 anywhere, checked first: a byte with both bits of a pair set (the last byte's pairs
+    // past the n values are padding, not looked at, as before).
+    unsigned both = 0;
+    for (size_t i = 0; i < n / 4; ++i) both |= codes[i] & (codes[i] >> 1) & 0x55u;
+    for (size_t pos = n / 4 * 4; pos < n; ++pos) both |= code(pos) == 3;
+    if (both != 0) {
+      size_t pos = 0;
+      while (code(pos) != 3) ++pos;
+      return CodecError("terngrad code 3 at value " + std::to_string(pos));
+    }
     ModelState out = ModelState::UninitializedLike(layout);
-    const size_t codes = kHeaderBytes + 4 * tensors;
     size_t pos = 0;
     for (size_t t = 0; t < tensors; ++t) {
       const float s = Get<float>(b, kHeaderBytes + 4 * t);
       if (!FiniteScale(s)) return CodecError("terngrad scale of tensor " + layout.tensors()[t].name + " not finite");
-      for (float& x : out.tensor(t)) {
-        const uint8_t code = (static_cast<uint8_t>(b[codes + pos / 4]) >> (2 * (pos % 4))) & 3u;
-        if (code == 3) return CodecError("terngrad code 3 at value " + std::to_string(pos));
-        x = code == 0 ? 0.0f : (code == 1 ? s : -s);
-        ++pos;
-      }
+      // A value per code from a table rather than by branches on it (the codes are coin tosses).
+      const float value[4] = {0.0f, s, -s, 0.0f};
+      for (float& x : out.tensor(t)) x = value[code(pos++)];
     }
     return Finished(std::move(out));
   }

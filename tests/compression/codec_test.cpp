@@ -251,7 +251,7 @@ TEST(CodecTest, TopKTakesTheLargestMagnitudesWithTiesToTheLowerIndex) {
   }
 }
 
-// TernGrad's and QSGD's bytes against their definitions written plainly (the encoders gather
+// TernGrad's and QSGD's bytes, and their decoded values, against their definitions written plainly (the encoders gather
 // codes in registers, write in place and take the largest magnitude and floor without calls):
 // tensors of odd sizes, so that a byte of TernGrad's codes spans two tensors, and a tensor of zeros
 // (for which TernGrad draws no random numbers and QSGD draws them all), for several seeds.
@@ -296,6 +296,36 @@ TEST(CodecTest, TernGradAndQsgdBytesFollowTheirDefinitions) {
     qsgd += levels;
     EXPECT_TRUE(MakeCodec("terngrad").value()->Encode(d, nullptr, seed) == tern) << "seed " << seed;
     EXPECT_TRUE(MakeCodec("qsgd:levels=5").value()->Encode(d, nullptr, seed) == qsgd) << "seed " << seed;
+    // And QSGD's decoder: every value sign x norm x level / levels, rounded in that order.
+    Result<ModelState> back = MakeCodec("qsgd:levels=5").value()->Decode(qsgd, d);
+    ASSERT_OK(back.status());
+    size_t wrong = 0;
+    for (size_t t = 0, at = 13 + 1 + 4 * d.tensors().size(); t < d.tensors().size(); ++t) {
+      float norm;
+      std::memcpy(&norm, qsgd.data() + 13 + 1 + 4 * t, 4);
+      for (float x : back->tensor(t)) {
+        const auto byte = static_cast<uint8_t>(qsgd[at++]);
+        const float want = (byte & 0x80u ? -1.0f : 1.0f) * norm * static_cast<float>(byte & 0x7fu) / 5.0f;
+        wrong += std::bit_cast<uint32_t>(x) != std::bit_cast<uint32_t>(want);
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "seed " << seed;
+    // TernGrad's: 0, the scale or minus it, per 2-bit code.
+    Result<ModelState> ternary = MakeCodec("terngrad").value()->Decode(tern, d);
+    ASSERT_OK(ternary.status());
+    size_t wrong_ternary = 0;
+    for (size_t t = 0, pos = 0; t < d.tensors().size(); ++t) {
+      float scale;
+      std::memcpy(&scale, tern.data() + 13 + 4 * t, 4);
+      for (float x : ternary->tensor(t)) {
+        const unsigned code =
+            (static_cast<uint8_t>(tern[13 + 4 * d.tensors().size() + pos / 4]) >> (2 * (pos % 4))) & 3u;
+        ++pos;
+        const float want = code == 0 ? 0.0f : code == 1 ? scale : -scale;
+        wrong_ternary += std::bit_cast<uint32_t>(x) != std::bit_cast<uint32_t>(want);
+      }
+    }
+    EXPECT_EQ(wrong_ternary, 0u) << "seed " << seed;
   }
 }
 
