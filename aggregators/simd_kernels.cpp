@@ -7,15 +7,10 @@
 #include <utility>
 
 #include "aggregators/batcher_network.h"
+#include "core/simd_clones.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PLEXUS_SIMD_CLONES
 #endif
 
 namespace plexus::simd {

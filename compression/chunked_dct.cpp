@@ -4,11 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PLEXUS_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define PLEXUS_SIMD_CLONES
-#endif
+#include "core/simd_clones.h"
 
 namespace plexus {
 namespace {
